@@ -1,0 +1,1 @@
+"""Zoo Compute: what users and the network share (chain bindings, storage, CLI)."""

@@ -1,0 +1,1 @@
+"""The provider: training engine and daemon."""

@@ -1,0 +1,1 @@
+"""The verifier: sampled re-execution of work units."""
