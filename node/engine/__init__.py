@@ -1,0 +1,43 @@
+"""The provider's training engine: verifiable, bit-identical work units from a YAML job spec.
+
+A job is a sequence of work units. A unit is `steps` optimizer steps from a checkpoint on a
+data shard; its result is a new checkpoint whose state hash the provider commits on-chain and
+a verifier recomputes by running the same unit again.
+
+    spec = load_spec("node/specs/tiny.yaml")             # or parse_spec(yaml_text_or_dict)
+    shard = Shard.of(spec, index=0, start_step=0, end_step=spec.training.max_steps)
+    ckpt, state_hash, metrics = run_unit(spec, None, shard, spec.checkpoint.every)
+    ckpt, state_hash, metrics = run_unit(spec, ckpt, shard, spec.checkpoint.every)
+    blob = ckpt.to_bytes(); same = Checkpoint.load(blob); same.state_hash() == state_hash
+
+`run_unit(spec, checkpoint, shard, steps, *, storage=None, device=None) -> UnitResult`
+returns `(checkpoint, state_hash, metrics)`. Errors: `SpecError` (bad spec, names the field),
+`DataError` (unreadable source, shard that does not fit), `CheckpointError` (unreadable
+checkpoint, or one from another job), `TrainingDiverged` (loss spikes beyond the rollbacks
+allowed). New architectures plug in with `@register("name")` on a `ModelSpec` subclass.
+"""
+
+from .checkpoint import Checkpoint, CheckpointError, state_hash
+from .data import ContentStore, DataError, Shard
+from .registry import ARCHITECTURES, ModelSpec, register
+from .spec import JobSpec, SpecError, load_spec, parse_spec
+from .unit import TrainingDiverged, UnitResult, run_unit
+
+__all__ = [
+    "ARCHITECTURES",
+    "Checkpoint",
+    "CheckpointError",
+    "ContentStore",
+    "DataError",
+    "JobSpec",
+    "ModelSpec",
+    "Shard",
+    "SpecError",
+    "TrainingDiverged",
+    "UnitResult",
+    "load_spec",
+    "parse_spec",
+    "register",
+    "run_unit",
+    "state_hash",
+]

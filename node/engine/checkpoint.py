@@ -1,0 +1,110 @@
+"""Checkpoints: the full training state of a job, its serialisation, and its canonical hash.
+
+The state hash identifies a checkpoint independently of pickle bytes. Every leaf of the
+nested `state` mapping gets a path (keys joined by "/", list positions as numbers), leaves are
+taken in sorted path order, and each is fed to sha256 as a length-prefixed JSON header line
+followed, for tensors, by the tensor's raw little-endian bytes:
+
+    tensor: ["<path>", "tensor", "<dtype>", [shape...], <nbytes>] + "\\n" + raw bytes
+    other:  ["<path>", "value", <JSON value>] + "\\n"
+
+after the prefix b"zoo-state/1\\n". Floats are encoded by their shortest exact repr, so equal
+hashes mean equal bits. `metadata` (environment, timings) is not part of the hash.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import hashlib
+import io
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "zoo-checkpoint/1"
+_HASH_PREFIX = b"zoo-state/1\n"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read, or that does not belong to the job at hand."""
+
+
+@dataclass
+class Checkpoint:
+    """Model, optimizer, scheduler, RNG and progress state, plus unhashed metadata.
+
+    `state` holds "model", "optimizer", "scheduler", "rng" and "progress" (step, shard index,
+    batch cursor, recent losses, the job spec's sha256).
+    """
+
+    state: dict[str, Any]  # everything the state hash covers
+    metadata: dict[str, Any] = field(default_factory=dict)  # environment and unit record
+
+    @property
+    def step(self) -> int:
+        return int(self.state["progress"]["step"])
+
+    def state_hash(self) -> str:
+        return state_hash(self.state)
+
+    def clone(self) -> Checkpoint:
+        return Checkpoint(copy.deepcopy(self.state), copy.deepcopy(self.metadata))
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        torch.save({"format": FORMAT, "state": self.state, "metadata": self.metadata}, buffer)
+        return buffer.getvalue()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_bytes(self.to_bytes())
+
+    @classmethod
+    def load(cls, source: bytes | str | os.PathLike[str]) -> Checkpoint:
+        """Read a checkpoint from serialized bytes or a file path (tensors only, no code)."""
+        try:
+            raw = source if isinstance(source, bytes) else Path(source).read_bytes()
+            payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError) as exc:
+            raise CheckpointError(f"cannot read checkpoint: {exc}") from None
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+            raise CheckpointError(f"not a {FORMAT} checkpoint")
+        return cls(payload["state"], payload["metadata"])
+
+
+def state_hash(state: Mapping[str, Any]) -> str:
+    """sha256 over the leaves of `state` in sorted path order (format in the module docstring)."""
+    digest = hashlib.sha256(_HASH_PREFIX)
+    for path, leaf in sorted(_leaves(state, ""), key=lambda item: item[0]):
+        if isinstance(leaf, torch.Tensor):
+            flat = leaf.detach().to("cpu").contiguous()
+            nbytes = flat.numel() * flat.element_size()
+            header = [path, "tensor", str(flat.dtype).removeprefix("torch."), list(flat.shape), nbytes]
+            digest.update(json.dumps(header).encode() + b"\n")
+            if nbytes:
+                # hash the tensor's memory in place rather than copying it out
+                digest.update((ctypes.c_char * nbytes).from_address(flat.data_ptr()))
+        else:
+            digest.update(json.dumps([path, "value", leaf]).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            yield from _leaves(value, f"{path}/{key}")
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _leaves(value, f"{path}/{i}")
+    elif node is None or isinstance(node, (bool, int, float, str, torch.Tensor)):
+        yield path, node
+    else:
+        raise CheckpointError(f"state leaf {path} has unhashable type {type(node).__name__}")

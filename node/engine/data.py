@@ -1,0 +1,206 @@
+"""Byte corpora from a job's data sources, and the deterministic batches of a shard."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import random
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from .spec import DataSpec, FileSource, IpfsSource, JobSpec, Source, StdlibSource, SyntheticSource
+
+logger = logging.getLogger(__name__)
+
+
+class DataError(ValueError):
+    """A data source that cannot be read, or is too small for the job."""
+
+
+class ContentStore(Protocol):
+    """What the engine needs from IPFS storage (marketplace.storage.Storage provides it)."""
+
+    def cat(self, cid: str) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The data of a work unit, named by its sources, a shard index and an optimizer-step range.
+
+    The same shard always yields the same batches: the batch for a step is drawn with a
+    generator seeded by (job seed, shard index, batch cursor), never by global RNG state.
+    Different indices are independent sample streams over the same sources.
+    """
+
+    sources: tuple[str, ...]  # source names: stdlib version, synthetic params, file paths, CIDs
+    index: int  # which sample stream of those sources
+    start_step: int  # first optimizer step this shard feeds
+    end_step: int  # one past the last optimizer step it feeds
+
+    def __post_init__(self) -> None:
+        if self.index < 0:
+            raise DataError(f"shard index must be >= 0; got {self.index}")
+        if not 0 <= self.start_step < self.end_step:
+            raise DataError(f"shard step range [{self.start_step}, {self.end_step}) is empty")
+
+    @classmethod
+    def of(cls, spec: JobSpec, index: int, start_step: int, end_step: int) -> Shard:
+        """The shard of `spec`'s data with the given index and step range."""
+        return cls(tuple(s.name for s in spec.data.sources), index, start_step, end_step)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": list(self.sources),
+            "index": self.index,
+            "start_step": self.start_step,
+            "end_step": self.end_step,
+        }
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """One source's bytes, split into a training part and a held-out tail."""
+
+    name: str  # the source's name, as in Shard.sources
+    weight: float  # mixing ratio
+    sha256: str  # digest of the full byte stream, recorded so a verifier can compare data
+    train: torch.Tensor  # (N,) uint8
+    eval: torch.Tensor  # (M,) uint8
+
+
+def load_corpora(data: DataSpec, storage: ContentStore | None = None) -> list[Corpus]:
+    """Read every source of `data` and split each into train and eval bytes."""
+    corpora = []
+    for i, source in enumerate(data.sources):
+        raw = _read(source, storage, f"data.sources[{i}]")
+        n_eval = max(data.seq_len + 1, int(len(raw) * data.eval_fraction))
+        if len(raw) - n_eval < data.seq_len + 1:
+            raise DataError(
+                f"data.sources[{i}] ({source.name}) has {len(raw)} bytes; seq_len "
+                f"{data.seq_len} with eval_fraction {data.eval_fraction} needs at least "
+                f"{n_eval + data.seq_len + 1}"
+            )
+        tensor = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        corpora.append(
+            Corpus(
+                name=source.name,
+                weight=source.weight,
+                sha256=hashlib.sha256(raw).hexdigest(),
+                train=tensor[:-n_eval],
+                eval=tensor[-n_eval:],
+            )
+        )
+        logger.debug("loaded %s: %d bytes", source.name, len(raw))
+    return corpora
+
+
+class Sampler:
+    """Draws (inputs, targets) byte batches from a mixture of corpora, reproducibly."""
+
+    def __init__(self, corpora: list[Corpus], seq_len: int, batch_size: int, seed: int):
+        self.corpora = corpora
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.seed = seed
+        self.weights = torch.tensor([c.weight for c in corpora], dtype=torch.float64)
+        self.window = torch.arange(seq_len + 1)  # (T + 1,)
+
+    def batch(self, stream: int, cursor: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Micro-batch `micro` of batch `cursor` in sample stream `stream` (a shard index)."""
+        return self._draw(("train", stream, cursor, micro), [c.train for c in self.corpora])
+
+    def eval_batches(self, count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A fixed set of held-out batches: the same for every shard and unit of the job."""
+        return [self._draw(("eval", i), [c.eval for c in self.corpora]) for i in range(count)]
+
+    def _draw(
+        self, key: tuple[Any, ...], parts: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(_derive_seed(self.seed, *key))
+        B, T = self.batch_size, self.seq_len
+        if len(parts) == 1:
+            which = torch.zeros(B, dtype=torch.long)
+        else:
+            which = torch.multinomial(self.weights, B, replacement=True, generator=g)  # (B,)
+        rows = torch.empty(B, T + 1, dtype=torch.uint8)
+        for i, part in enumerate(parts):
+            picked = (which == i).nonzero().squeeze(1)  # rows drawn from source i
+            starts = torch.randint(len(part) - T, (len(picked),), generator=g)
+            rows[picked] = part[starts.unsqueeze(1) + self.window]  # (n_i, T + 1)
+        rows = rows.long()
+        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()  # (B, T), (B, T)
+
+
+def _derive_seed(*parts: Any) -> int:
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _read(source: Source, storage: ContentStore | None, field: str) -> bytes:
+    if isinstance(source, StdlibSource):
+        raw = _stdlib_bytes()
+        return raw[: source.max_bytes] if source.max_bytes else raw
+    if isinstance(source, SyntheticSource):
+        return _synthetic_bytes(source.generator, source.num_bytes, source.seed)
+    if isinstance(source, FileSource):
+        try:
+            return Path(source.path).read_bytes()
+        except OSError as exc:
+            raise DataError(f"{field}: cannot read file {source.path}: {exc.strerror}") from None
+    if isinstance(source, IpfsSource):
+        return _ipfs_bytes(source.cid, storage)
+    raise DataError(f"{field}: unsupported source kind {source.kind!r}")
+
+
+@functools.cache
+def _stdlib_bytes() -> bytes:
+    """The standard library's .py files (site-packages excluded), concatenated in sorted order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__")]
+        files += [Path(dirpath, f) for f in filenames if f.endswith(".py")]
+    files.sort(key=lambda p: p.relative_to(root).as_posix())
+    if not files:
+        raise DataError(f"no Python sources found under {root}")
+    return b"".join(p.read_bytes() for p in files)
+
+
+@functools.cache
+def _synthetic_bytes(generator: str, num_bytes: int, seed: int) -> bytes:
+    rng = random.Random(seed)  # random() sequences are stable across Python versions
+    if generator == "markov":
+        # a sparse first-order chain over 32 printable bytes: each has 4 possible successors
+        alphabet = b"abcdefghijklmnopqrstuvwxyz .,;\n!"
+        successors = [[alphabet[int(rng.random() * 32)] for _ in range(4)] for _ in range(256)]
+        out = bytearray(num_bytes)
+        state = alphabet[0]
+        for i in range(num_bytes):
+            state = successors[state][int(rng.random() * 4)]
+            out[i] = state
+        return bytes(out)
+    lines = []
+    size = 0
+    while size < num_bytes:
+        a, b = int(rng.random() * 1000), int(rng.random() * 1000)
+        line = f"{a}+{b}={a + b}\n"
+        lines.append(line)
+        size += len(line)
+    return "".join(lines).encode()[:num_bytes]
+
+
+def _ipfs_bytes(cid: str, storage: ContentStore | None) -> bytes:
+    """Fetch through the given storage, else through the marketplace's configured default."""
+    if storage is None:
+        try:
+            from marketplace.storage import Storage
+        except ImportError as exc:
+            raise DataError(f"an ipfs source needs marketplace.storage: {exc}") from None
+        storage = Storage()
+    return storage.cat(cid)

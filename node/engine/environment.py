@@ -1,0 +1,96 @@
+"""Capture of the software and hardware a unit ran on, for every checkpoint's metadata."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_PACKAGES = ("zoo-compute", "torch", "numpy", "pydantic", "pyyaml")
+
+
+def capture(seed: int, num_threads: int, deterministic: bool, device: torch.device) -> dict[str, Any]:
+    """What a verifier needs to judge whether it can reproduce a unit's bits."""
+    return {
+        "code": _code_version(),
+        "packages": _package_versions(),
+        "python": platform.python_version(),
+        "torch": {
+            "version": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        },
+        "hardware": _hardware(device),
+        "seed": seed,
+        "num_threads": num_threads,
+        "deterministic": deterministic,
+        "device": str(device),
+    }
+
+
+@functools.cache
+def _code_version() -> dict[str, Any]:
+    """The engine's source digest always; the git commit too when running from a checkout."""
+    here = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(here.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    version: dict[str, Any] = {"engine_sha256": digest.hexdigest(), "git_commit": None, "git_dirty": None}
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "."],
+            cwd=here, capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return version
+    if commit.returncode == 0:
+        version["git_commit"] = commit.stdout.strip()
+        version["git_dirty"] = bool(dirty.stdout.strip())
+    return version
+
+
+@functools.cache
+def _package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _hardware(device: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "byteorder": sys.byteorder,
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["gpu_capability"] = list(torch.cuda.get_device_capability(device))
+    return info
+
+
+@functools.cache
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()

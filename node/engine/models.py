@@ -1,0 +1,168 @@
+"""Built-in architectures: a small GPT and a next-byte MLP, both registered for job specs."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, ValidationInfo, field_validator
+from torch import nn
+
+from .registry import VOCAB_SIZE, ModelSpec, register
+
+
+@register("gpt")
+class GPTSpec(ModelSpec):
+    """A decoder-only transformer in the shape of nanoGPT."""
+
+    n_layer: int = Field(4, ge=1)  # transformer blocks
+    n_embd: int = Field(128, ge=1)  # residual stream width
+    n_head: int = Field(4, ge=1)  # attention heads; must divide n_embd
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on attention, MLP and embeddings
+    bias: bool = True  # biases in Linear and LayerNorm layers
+
+    @field_validator("n_head")
+    @classmethod
+    def _heads_divide_width(cls, n_head: int, info: ValidationInfo) -> int:
+        n_embd = info.data.get("n_embd")
+        if n_embd is not None and n_embd % n_head:
+            raise ValueError(f"must divide n_embd ({n_embd}); got {n_head}")
+        return n_head
+
+    def build(self, seq_len: int) -> nn.Module:
+        return GPT(self, block_size=seq_len)
+
+
+@register("mlp")
+class MLPSpec(ModelSpec):
+    """A Bengio-style MLP language model: each byte is predicted from the `context` bytes before it."""
+
+    context: int = Field(8, ge=1)  # how many previous bytes each prediction sees
+    n_embd: int = Field(32, ge=1)  # embedding width per byte
+    hidden: int = Field(256, ge=1)  # width of each hidden layer
+    n_layer: int = Field(2, ge=1)  # hidden layers
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout after each hidden layer
+
+    def build(self, seq_len: int) -> nn.Module:
+        return MLP(self)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, spec: GPTSpec):
+        super().__init__()
+        self.c_attn = nn.Linear(spec.n_embd, 3 * spec.n_embd, bias=spec.bias)
+        self.c_proj = nn.Linear(spec.n_embd, spec.n_embd, bias=spec.bias)
+        self.resid_dropout = nn.Dropout(spec.dropout)
+        self.n_head = spec.n_head
+        self.dropout = spec.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+        )
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, spec: GPTSpec):
+        super().__init__()
+        self.c_fc = nn.Linear(spec.n_embd, 4 * spec.n_embd, bias=spec.bias)
+        self.c_proj = nn.Linear(4 * spec.n_embd, spec.n_embd, bias=spec.bias)
+        self.dropout = nn.Dropout(spec.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, spec: GPTSpec):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(spec.n_embd, bias=spec.bias)
+        self.attn = CausalSelfAttention(spec)
+        self.ln_2 = nn.LayerNorm(spec.n_embd, bias=spec.bias)
+        self.mlp = FeedForward(spec)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, spec: GPTSpec, block_size: int):
+        super().__init__()
+        self.block_size = block_size
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(VOCAB_SIZE, spec.n_embd),
+                wpe=nn.Embedding(block_size, spec.n_embd),
+                drop=nn.Dropout(spec.dropout),
+                h=nn.ModuleList([Block(spec) for _ in range(spec.n_layer)]),
+                ln_f=nn.LayerNorm(spec.n_embd, bias=spec.bias),
+            )
+        )
+        self.lm_head = nn.Linear(spec.n_embd, VOCAB_SIZE, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
+        self.apply(_init_weights)
+        # GPT-2's scaled init of the projections that write into the residual stream
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * spec.n_layer))
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T = idx.size()
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)  # (T,)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            x = block(x)
+        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, vocab)
+        return logits, _next_byte_loss(logits, targets)
+
+
+class MLP(nn.Module):
+    def __init__(self, spec: MLPSpec):
+        super().__init__()
+        self.context = spec.context
+        self.wte = nn.Embedding(VOCAB_SIZE, spec.n_embd)
+        layers: list[nn.Module] = []
+        width = spec.context * spec.n_embd
+        for _ in range(spec.n_layer):
+            layers += [nn.Linear(width, spec.hidden), nn.GELU(), nn.Dropout(spec.dropout)]
+            width = spec.hidden
+        self.hidden = nn.Sequential(*layers)
+        self.lm_head = nn.Linear(width, VOCAB_SIZE)
+        self.apply(_init_weights)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T = idx.size()
+        # left-pad with byte 0 so the first positions also see a full window
+        padded = F.pad(idx, (self.context, 0), value=0)  # (B, context + T)
+        windows = padded.unfold(1, self.context, 1)[:, 1 : T + 1]  # (B, T, context), ends at idx[t]
+        x = self.wte(windows).flatten(2)  # (B, T, context * n_embd)
+        logits = self.lm_head(self.hidden(x))  # (B, T, vocab)
+        return logits, _next_byte_loss(logits, targets)
+
+
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+
+def _next_byte_loss(logits: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor | None:
+    if targets is None:
+        return None
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))

@@ -1,0 +1,162 @@
+"""The trainer: model, AdamW, warmup + cosine schedule, clipping, accumulation and autocast."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from .data import Sampler
+from .spec import JobSpec, LossSpikeSpec, TrainingSpec
+
+logger = logging.getLogger(__name__)
+
+
+def lr_schedule(training: TrainingSpec) -> Callable[[int], float]:
+    """Multiplier of the peak lr at a step: linear warmup, then cosine decay to min_lr_ratio."""
+    warmup, total, floor = training.warmup_steps, training.max_steps, training.min_lr_ratio
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        if step >= total:
+            return floor
+        progress = (step - warmup) / max(1, total - warmup)
+        return floor + 0.5 * (1.0 + math.cos(math.pi * progress)) * (1.0 - floor)
+
+    return factor
+
+
+def build_optimizer(model: torch.nn.Module, training: TrainingSpec) -> torch.optim.AdamW:
+    """AdamW that decays matrices and embeddings but not biases or norm gains (as in nanoGPT)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": training.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=training.lr, betas=training.betas)
+
+
+def is_spike(loss: float, history: list[float], spec: LossSpikeSpec) -> bool:
+    """A non-finite loss, or one above `factor` times the mean of the last `window` losses."""
+    if not spec.enabled:
+        return False
+    if not math.isfinite(loss):
+        return True
+    recent = history[-spec.window :]
+    return len(recent) == spec.window and loss > spec.factor * sum(recent) / len(recent)
+
+
+class Trainer:
+    """Holds everything that changes during training; `state()`/`load()` capture all of it."""
+
+    def __init__(self, spec: JobSpec, sampler: Sampler, device: torch.device):
+        self.spec = spec
+        self.sampler = sampler
+        self.device = device
+        torch.manual_seed(spec.reproducibility.seed)
+        # built on the CPU so the initial weights are the same bits on every device
+        self.model = spec.model.build(spec.data.seq_len).to(device)
+        self.optimizer = build_optimizer(self.model, spec.training)
+        self.scheduler = LambdaLR(self.optimizer, lr_schedule(spec.training))
+        self.autocast = torch.autocast(
+            device.type, dtype=torch.bfloat16, enabled=spec.training.precision == "bf16"
+        )
+        self.step = 0  # optimizer steps applied so far
+        self.stream = 0  # shard index the cursor belongs to
+        self.cursor = 0  # next batch of that shard's stream; runs ahead of step after skips
+        self.loss_history: list[float] = []  # recent losses, for spike detection
+
+    def forward_backward(self) -> tuple[float, float | None]:
+        """Accumulate gradients over the micro-batches of the batch at the cursor.
+
+        Returns the mean loss and, when clipping is on, the global grad norm before clipping.
+        """
+        accum = self.spec.training.grad_accum_steps
+        total = torch.zeros((), device=self.device)
+        for micro in range(accum):
+            x, y = self.sampler.batch(self.stream, self.cursor, micro)
+            x, y = x.to(self.device), y.to(self.device)
+            with self.autocast:
+                _, loss = self.model(x, y)
+            (loss / accum).backward()
+            total += loss.detach()
+        grad_norm = None
+        if self.spec.training.grad_clip > 0:
+            grad_norm = float(
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.training.grad_clip)
+            )
+        return float(total) / accum, grad_norm
+
+    def apply(self, loss: float) -> None:
+        """Take the optimizer step for the gradients just accumulated."""
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.cursor += 1
+        window = self.spec.training.loss_spike.window
+        self.loss_history = (self.loss_history + [loss])[-window:]
+
+    @torch.no_grad()
+    def evaluate(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+        self.model.eval()
+        losses = []
+        for x, y in batches:
+            with self.autocast:
+                _, loss = self.model(x.to(self.device), y.to(self.device))
+            losses.append(float(loss))
+        self.model.train()
+        return sum(losses) / len(losses)
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def state(self) -> dict[str, Any]:
+        """A detached CPU copy of the full training state (the `state` of a Checkpoint)."""
+        return {
+            "model": _to_cpu(self.model.state_dict()),
+            "optimizer": _to_cpu(self.optimizer.state_dict()),
+            "scheduler": _to_cpu(self.scheduler.state_dict()),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
+            },
+            "progress": {
+                "step": self.step,
+                "stream": self.stream,
+                "cursor": self.cursor,
+                "loss_history": list(self.loss_history),
+                "spec_sha256": self.spec.sha256(),
+            },
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore a `state()`; `state` itself is left untouched, so it can be loaded again."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"]["cuda"]:
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        progress = state["progress"]
+        self.step = int(progress["step"])
+        self.stream = int(progress["stream"])
+        self.cursor = int(progress["cursor"])
+        self.loss_history = [float(x) for x in progress["loss_history"]]
+
+
+def _to_cpu(node: Any) -> Any:
+    """Deep copy with every tensor cloned to the CPU, so later training cannot alter it."""
+    if isinstance(node, torch.Tensor):
+        return node.detach().to("cpu", copy=True)
+    if isinstance(node, dict):
+        return {key: _to_cpu(value) for key, value in node.items()}
+    if isinstance(node, (list, tuple)):
+        return type(node)(_to_cpu(value) for value in node)
+    return node

@@ -1,0 +1,177 @@
+"""`run_unit`: H optimizer steps from a checkpoint on a shard, as one verifiable work unit."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+import torch
+
+from . import environment
+from .checkpoint import Checkpoint, CheckpointError
+from .data import ContentStore, DataError, Sampler, Shard, load_corpora
+from .spec import JobSpec, ReproducibilitySpec
+from .train import Trainer, is_spike
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingDiverged(RuntimeError):
+    """Loss spikes kept coming after the allowed number of rollbacks."""
+
+
+class UnitResult(NamedTuple):
+    checkpoint: Checkpoint  # state after the unit, with environment metadata
+    state_hash: str  # the checkpoint's canonical hash, the value committed on-chain
+    metrics: dict[str, Any]  # losses, eval loss, throughput, rollbacks (JSON-serialisable)
+
+
+def run_unit(
+    spec: JobSpec,
+    checkpoint: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    *,
+    storage: ContentStore | None = None,
+    device: str | torch.device | None = None,
+) -> UnitResult:
+    """Train `steps` optimizer steps from `checkpoint` (None: a fresh model from the spec's seed).
+
+    The unit's inputs fully determine its output: with `reproducibility.deterministic` on the
+    CPU, the same inputs give the same state hash on every run, and splitting a run into
+    several units gives the same hash as running it whole. A loss spike rolls back to the last
+    good state (the unit's start, or the latest multiple of `checkpoint.every` inside it) and
+    skips past the spiking batch; units that start on multiples of `checkpoint.every` therefore
+    stay bit-identical to an uninterrupted run even when spikes occur.
+
+    `storage` serves ipfs data sources (default: marketplace.storage.Storage()); `device`
+    defaults to CUDA when available, else the CPU.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1; got {steps}")
+    if shard.sources != tuple(s.name for s in spec.data.sources):
+        raise DataError(f"shard sources {list(shard.sources)} are not the job's data sources")
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    repro = spec.reproducibility
+    with _reproducible(repro):
+        corpora = load_corpora(spec.data, storage)
+        sampler = Sampler(corpora, spec.data.seq_len, spec.training.batch_size, repro.seed)
+        trainer = Trainer(spec, sampler, device)
+        if checkpoint is None:
+            good = trainer.state()
+        else:
+            if checkpoint.state["progress"]["spec_sha256"] != spec.sha256():
+                raise CheckpointError("checkpoint was produced under a different job spec")
+            good = checkpoint.state
+            trainer.load(good)
+        start = trainer.step
+        if not (shard.start_step <= start and start + steps <= shard.end_step):
+            raise DataError(
+                f"steps [{start}, {start + steps}) fall outside the shard's "
+                f"[{shard.start_step}, {shard.end_step})"
+            )
+        if trainer.stream != shard.index:
+            trainer.stream, trainer.cursor = shard.index, start
+        record = _train(trainer, good, start + steps)
+        eval_loss = None
+        if spec.training.eval_batches:
+            eval_loss = trainer.evaluate(sampler.eval_batches(spec.training.eval_batches))
+        state = trainer.state()
+    result = Checkpoint(state)
+    digest = result.state_hash()
+    tokens = steps * spec.training.batch_size * spec.training.grad_accum_steps * spec.data.seq_len
+    metrics = {
+        "start_step": start,
+        "end_step": trainer.step,
+        "losses": record["losses"],
+        "loss": record["losses"][-1],
+        "eval_loss": eval_loss,
+        "lr": trainer.lr(),
+        "grad_norm": record["grad_norm"],
+        "tokens": tokens,
+        "seconds": record["seconds"],
+        "tokens_per_s": tokens / record["seconds"],
+        "rollbacks": record["rollbacks"],
+        "skipped_batches": record["skipped_batches"],
+    }
+    result.metadata = {
+        "state_hash": digest,
+        "environment": environment.capture(repro.seed, repro.num_threads, repro.deterministic, device),
+        "unit": {
+            "shard": shard.to_dict(),
+            "start_step": start,
+            "steps": steps,
+            "spec_sha256": spec.sha256(),
+            "data_sha256": {c.name: c.sha256 for c in corpora},
+        },
+        "metrics": {k: v for k, v in metrics.items() if k != "losses"},
+    }
+    logger.info(
+        "unit %d..%d on shard %d: loss %.4f eval %s, %d rollbacks, hash %s",
+        start, trainer.step, shard.index, metrics["loss"], eval_loss, record["rollbacks"], digest[:12],
+    )
+    return UnitResult(result, digest, metrics)
+
+
+def _train(trainer: Trainer, good: dict[str, Any], end: int) -> dict[str, Any]:
+    """The step loop, with loss-spike rollback to `good` (updated every checkpoint.every steps)."""
+    spike = trainer.spec.training.loss_spike
+    every = trainer.spec.checkpoint.every
+    start = trainer.step
+    losses: list[float] = []
+    grad_norm = None
+    rollbacks = skipped = 0
+    began = time.perf_counter()
+    while trainer.step < end:
+        loss, grad_norm = trainer.forward_backward()
+        if is_spike(loss, trainer.loss_history, spike):
+            rollbacks += 1
+            if rollbacks > spike.max_rollbacks:
+                raise TrainingDiverged(
+                    f"loss {loss:.4g} at step {trainer.step} after {spike.max_rollbacks} rollbacks"
+                )
+            resume_at = trainer.cursor + 1 + spike.skip_batches
+            trainer.load(good)
+            logger.warning(
+                "loss spike %.4g at step %d: back to step %d, skipping batches %d..%d",
+                loss, start + len(losses), trainer.step, trainer.cursor, resume_at - 1,
+            )
+            skipped += resume_at - trainer.cursor
+            trainer.cursor = resume_at
+            del losses[trainer.step - start :]
+            continue
+        trainer.apply(loss)
+        losses.append(loss)
+        if trainer.step % every == 0 and trainer.step < end:
+            good = trainer.state()
+    return {
+        "losses": losses,
+        "grad_norm": grad_norm,
+        "rollbacks": rollbacks,
+        "skipped_batches": skipped,
+        "seconds": time.perf_counter() - began,
+    }
+
+
+@contextmanager
+def _reproducible(repro: ReproducibilitySpec) -> Iterator[None]:
+    """Fix the thread count and deterministic kernels for the unit; restore them afterwards."""
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    cudnn_benchmark = torch.backends.cudnn.benchmark
+    torch.set_num_threads(repro.num_threads)
+    if repro.deterministic:
+        # cuBLAS is deterministic only with a fixed workspace; read when CUDA initialises
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+        torch.backends.cudnn.benchmark = cudnn_benchmark
