@@ -1,0 +1,641 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.28;
+
+import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
+import {IERC20Permit} from "@openzeppelin/contracts/token/ERC20/extensions/IERC20Permit.sol";
+import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
+import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+
+import {IJobMarket} from "./interfaces/IJobMarket.sol";
+import {IStaking} from "./interfaces/IStaking.sol";
+import {IVerification} from "./interfaces/IVerification.sol";
+
+/// @title JobMarket
+/// @notice Escrow, auctions, metering and settlement. ZEN held here is always open escrow plus what
+/// is owed to providers and verifiers; a job's budget leaves only as provider pay, network fee or
+/// refund, and their sum is the budget, to the wei.
+contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
+    using SafeERC20 for IERC20;
+
+    /*//////////////////////////////////////////////////////////////
+                               CONSTANTS
+    //////////////////////////////////////////////////////////////*/
+
+    bytes32 public constant GOVERNOR_ROLE = keccak256("GOVERNOR_ROLE");
+
+    uint256 internal constant BPS = 10_000;
+    uint256 public constant MAX_FEE_BPS = 1_000;
+    uint256 public constant MAX_NODES = 64;
+    /// @dev Pre-written into empty winner places so a reveal updates a slot instead of creating one.
+    uint96 internal constant NO_BID = type(uint96).max;
+
+    IERC20 public immutable zen;
+    IStaking public immutable staking;
+    address public immutable treasury;
+
+    /*//////////////////////////////////////////////////////////////
+                                STORAGE
+    //////////////////////////////////////////////////////////////*/
+
+    IVerification public verification;
+
+    uint16 public feeBps;
+    uint16 public collateralBps;
+    uint40 public bidWindow;
+    uint40 public revealWindow;
+    uint128 public verificationFee;
+    mapping(IStaking.SlashReason reason => uint16 bps) public slashBps;
+
+    uint256 private _jobCount;
+    mapping(uint256 jobId => Job) private _jobs;
+    mapping(uint256 jobId => mapping(uint16 slot => Slot)) private _slots;
+    mapping(uint256 jobId => mapping(address provider => Participant)) private _participants;
+    mapping(uint256 jobId => address[]) private _participantList;
+    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => bytes32))) private _units;
+    mapping(uint256 jobId => mapping(uint16 round => mapping(address provider => bytes32))) private _commitments;
+    mapping(uint256 jobId => mapping(uint256 place => Bid)) private _winners;
+    mapping(uint256 jobId => mapping(address verifier => bool)) private _feesClaimed;
+    mapping(address account => uint256) private _owed;
+
+    /*//////////////////////////////////////////////////////////////
+                               MODIFIERS
+    //////////////////////////////////////////////////////////////*/
+
+    modifier onlyVerification() {
+        if (msg.sender != address(verification)) revert NotVerification(msg.sender);
+        _;
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                              CONSTRUCTOR
+    //////////////////////////////////////////////////////////////*/
+
+    constructor(IERC20 zen_, IStaking staking_, address treasury_, address governor) {
+        zen = zen_;
+        staking = staking_;
+        treasury = treasury_;
+        _grantRole(DEFAULT_ADMIN_ROLE, governor);
+        _grantRole(GOVERNOR_ROLE, governor);
+        _setParameters(500, 5_000, 10 minutes, 10 minutes, 1e18);
+        _setSlashBps(IStaking.SlashReason.Downtime, 2_000);
+        _setSlashBps(IStaking.SlashReason.IncorrectComputation, 10_000);
+        _setSlashBps(IStaking.SlashReason.BandwidthViolation, 1_000);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                  JOBS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IJobMarket
+    function createJob(JobRequest calldata r) external nonReentrant returns (uint256 jobId) {
+        jobId = _createJob(r);
+    }
+
+    /// @inheritdoc IJobMarket
+    function createJobWithPermit(JobRequest calldata r, uint256 deadline, uint8 v, bytes32 rs, bytes32 s)
+        external
+        nonReentrant
+        returns (uint256 jobId)
+    {
+        // A front-run permit leaves the allowance in place; the transfer is what must succeed.
+        try IERC20Permit(address(zen)).permit(msg.sender, address(this), r.budget, deadline, v, rs, s) {} catch {}
+        jobId = _createJob(r);
+    }
+
+    /// @inheritdoc IJobMarket
+    function cancelJob(uint256 jobId) external nonReentrant {
+        Job storage j = _job(jobId);
+        if (msg.sender != j.user) revert NotJobUser(msg.sender);
+        if (j.status == JobStatus.Open) {
+            j.status = JobStatus.Cancelled;
+            j.openSlots = 0;
+            uint128 refund = j.budget;
+            emit JobCancelled(jobId, refund);
+            zen.safeTransfer(j.user, refund);
+            return;
+        }
+        if (j.status != JobStatus.Running || j.openSlots == 0) revert WrongJobStatus(jobId, j.status);
+        // Stop: every slot ends where it is; accepted work settles, the rest is refunded.
+        for (uint16 i; i < j.nodes; ++i) {
+            Slot storage s = _slots[jobId][i];
+            if (!s.done) _finishSlot(j, jobId, i, s);
+        }
+    }
+
+    /// @inheritdoc IJobMarket
+    function settle(uint256 jobId) external nonReentrant {
+        Job storage j = _job(jobId);
+        if (j.status != JobStatus.Completed) revert WrongJobStatus(jobId, j.status);
+        uint256 until = uint256(j.completedAt) + verification.verificationWindow();
+        if (block.timestamp < until) revert VerificationWindowOpen(until);
+        uint256 disputes = verification.openDisputes(jobId);
+        if (disputes != 0) revert DisputesOpen(disputes);
+        j.status = JobStatus.Settled;
+
+        // The fee is taken from each provider's payment, so every payment carries exactly feeBps.
+        uint256 payment;
+        uint256 fee;
+        address[] storage list = _participantList[jobId];
+        for (uint256 i; i < list.length; ++i) {
+            address provider = list[i];
+            uint256 earned = _earned(jobId, provider);
+            uint256 providerFee = earned * j.feeBps / BPS;
+            payment += earned;
+            fee += providerFee;
+            _owed[provider] += earned - providerFee;
+        }
+
+        uint256 verifications = verification.verificationCount(jobId);
+        uint256 each;
+        if (verifications != 0) {
+            each = fee / verifications;
+            if (each > verificationFee) each = verificationFee;
+        }
+        uint256 verifierPool = each * verifications;
+        j.verifierFeeEach = uint128(each);
+        uint256 refund = j.budget - payment;
+
+        emit JobSettled(jobId, payment, fee, refund, verifierPool);
+        if (fee > verifierPool) zen.safeTransfer(treasury, fee - verifierPool);
+        if (refund != 0) zen.safeTransfer(j.user, refund);
+    }
+
+    /// @inheritdoc IJobMarket
+    function claimVerificationFees(uint256 jobId) external {
+        Job storage j = _job(jobId);
+        if (j.status != JobStatus.Settled) revert WrongJobStatus(jobId, j.status);
+        if (_feesClaimed[jobId][msg.sender]) revert AlreadyClaimed();
+        uint256 amount = verification.verificationsBy(jobId, msg.sender) * j.verifierFeeEach;
+        if (amount == 0) revert NothingOwed();
+        _feesClaimed[jobId][msg.sender] = true;
+        _owed[msg.sender] += amount;
+        emit VerificationFeesClaimed(jobId, msg.sender, amount);
+    }
+
+    /// @inheritdoc IJobMarket
+    function withdraw() external nonReentrant {
+        uint256 amount = _owed[msg.sender];
+        if (amount == 0) revert NothingOwed();
+        _owed[msg.sender] = 0;
+        emit Withdrawn(msg.sender, amount);
+        zen.safeTransfer(msg.sender, amount);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                AUCTIONS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IJobMarket
+    function commitBid(uint256 jobId, bytes32 commitment) external {
+        Job storage j = _job(jobId);
+        if (j.openSlots == 0) revert NoAuction(jobId);
+        if (block.timestamp > j.bidDeadline) revert BidWindowClosed(j.bidDeadline);
+        if (!staking.isActiveProvider(msg.sender, j.tier)) revert NotEligible(msg.sender, j.tier);
+        uint256 free = staking.freeStake(msg.sender);
+        if (free < j.collateral) revert InsufficientCollateral(msg.sender, free, j.collateral);
+        if (_participants[jobId][msg.sender].state != ParticipantState.None) revert AlreadyParticipating(msg.sender);
+        _commitments[jobId][j.round][msg.sender] = commitment;
+        emit BidCommitted(jobId, j.round, msg.sender, commitment);
+    }
+
+    /// @inheritdoc IJobMarket
+    function revealBid(uint256 jobId, uint96 price, bytes32 salt) external {
+        Job storage j = _job(jobId);
+        if (j.openSlots == 0) revert NoAuction(jobId);
+        if (block.timestamp <= j.bidDeadline || block.timestamp > j.revealDeadline) {
+            revert NotInRevealWindow(j.bidDeadline, j.revealDeadline);
+        }
+        uint16 round = j.round;
+        bytes32 committed = _commitments[jobId][round][msg.sender];
+        if (committed == 0 || committed != bidCommitmentOf(price, salt, msg.sender, jobId)) {
+            revert CommitmentMismatch();
+        }
+        if (price > j.maxPrice) revert PriceAboveMax(price, j.maxPrice);
+        delete _commitments[jobId][round][msg.sender];
+        emit BidRevealed(jobId, round, msg.sender, price);
+
+        // Keep the `openSlots` lowest bids sorted ascending; ties go to the earlier reveal.
+        uint256 places = j.openSlots;
+        uint256 place = j.winnerCount;
+        mapping(uint256 => Bid) storage winners = _winners[jobId];
+        if (place < places) {
+            j.winnerCount = uint16(place + 1);
+        } else {
+            place = places - 1;
+            if (price >= winners[place].price) return;
+        }
+        while (place > 0 && winners[place - 1].price > price) {
+            winners[place] = winners[place - 1];
+            --place;
+        }
+        winners[place] = Bid(msg.sender, price);
+    }
+
+    /// @inheritdoc IJobMarket
+    function closeAuction(uint256 jobId) external nonReentrant {
+        Job storage j = _job(jobId);
+        uint16 places = j.openSlots;
+        if (places == 0) revert NoAuction(jobId);
+        if (block.timestamp <= j.revealDeadline) revert RevealWindowOpen(j.revealDeadline);
+
+        // A winner whose stake fell since it bid can no longer post collateral: the round fails
+        // rather than fill part of a data-parallel job.
+        bool filled = j.winnerCount == places;
+        for (uint256 i; filled && i < places; ++i) {
+            address bidder = _winners[jobId][i].bidder;
+            filled = staking.isActiveProvider(bidder, j.tier) && staking.freeStake(bidder) >= j.collateral;
+        }
+        if (!filled) {
+            emit AuctionFailed(jobId, j.round, j.winnerCount);
+            _openRound(j, jobId);
+            return;
+        }
+
+        uint96 clearingPrice = _winners[jobId][places - 1].price;
+        uint16 next;
+        for (uint256 i; i < places; ++i) {
+            while (_slots[jobId][next].provider != address(0) || _slots[jobId][next].done) ++next;
+            _assign(j, jobId, next, _winners[jobId][i].bidder, clearingPrice);
+        }
+        j.openSlots = 0;
+        j.status = JobStatus.Running;
+        emit AuctionCleared(jobId, j.round, clearingPrice, places);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                           WORK AND METERING
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IJobMarket
+    function commitCheckpoint(uint256 jobId, uint16 slotId, uint32 gpuSeconds, string calldata cid, bytes32 stateHash)
+        external
+    {
+        Job storage j = _jobs[jobId];
+        if (j.status != JobStatus.Running) revert WrongJobStatus(jobId, j.status);
+        Slot storage s = _slots[jobId][slotId];
+        if (s.provider != msg.sender) revert NotSlotProvider(jobId, slotId);
+        if (s.done) revert SlotDone(jobId, slotId);
+        uint32 index = _recordUnit(jobId, slotId, s, gpuSeconds, cid, stateHash);
+        if (index + 1 == j.unitsPerNode || s.remaining == 0) _finishSlot(j, jobId, slotId, s);
+    }
+
+    /// @inheritdoc IJobMarket
+    function reportDowntime(uint256 jobId, uint16 slotId) external nonReentrant {
+        Job storage j = _job(jobId);
+        if (j.status != JobStatus.Running) revert WrongJobStatus(jobId, j.status);
+        Slot storage s = _slots[jobId][slotId];
+        if (s.provider == address(0)) revert SlotVacant(jobId, slotId);
+        if (s.done) revert SlotDone(jobId, slotId);
+        uint256 deadline = uint256(s.lastCheckpointAt) + j.checkpointInterval;
+        if (block.timestamp <= deadline) revert NotOverdue(deadline);
+        _removeProvider(j, jobId, slotId, s, IStaking.SlashReason.Downtime, msg.sender, true);
+    }
+
+    /// @inheritdoc IJobMarket
+    function rejectUnit(uint256 jobId, uint16 slotId, uint32 index, Unit calldata unit, address reporter)
+        external
+        onlyVerification
+        nonReentrant
+    {
+        if (_liveUnit(jobId, slotId, index) != keccak256(abi.encode(unit))) revert UnitMismatch();
+        Job storage j = _jobs[jobId];
+        Slot storage s = _slots[jobId][slotId];
+        Participant storage p = _participants[jobId][unit.provider];
+
+        if (s.provider == unit.provider) {
+            // Everything the provider did from the failed unit on built on a wrong state: roll the
+            // slot back to the last good checkpoint and let another provider redo it.
+            emit UnitRejected(jobId, slotId, index, unit.remainingBefore - s.remaining);
+            bool wasDone = s.done;
+            if (wasDone) {
+                s.done = false;
+                --j.doneSlots;
+                if (j.status == JobStatus.Completed) j.status = JobStatus.Running;
+            }
+            s.remaining = unit.remainingBefore;
+            s.unitsDone = index;
+            _removeProvider(j, jobId, slotId, s, IStaking.SlashReason.IncorrectComputation, reporter, !wasDone);
+        } else {
+            // The provider already lost the slot; its pay from the failed unit on is taken back.
+            // An earlier rejection may already have taken back more.
+            if (unit.remainingBefore > p.endRemaining) {
+                emit UnitRejected(jobId, slotId, index, unit.remainingBefore - p.endRemaining);
+                p.endRemaining = unit.remainingBefore;
+            }
+            _slash(j, unit.provider, IStaking.SlashReason.IncorrectComputation, reporter);
+        }
+    }
+
+    /// @inheritdoc IJobMarket
+    function penalize(uint256 jobId, address provider, IStaking.SlashReason reason, address reporter)
+        external
+        onlyVerification
+        nonReentrant
+    {
+        _slash(_jobs[jobId], provider, reason, reporter);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                               GOVERNANCE
+    //////////////////////////////////////////////////////////////*/
+
+    /// @notice Sets the verification contract, once. Governance only.
+    function setVerification(IVerification verification_) external onlyRole(GOVERNOR_ROLE) {
+        if (address(verification) != address(0) || address(verification_) == address(0)) {
+            revert ParameterOutOfRange();
+        }
+        verification = verification_;
+    }
+
+    /// @notice Sets the fee (capped at MAX_FEE_BPS), the collateral share of a slot's budget, the
+    /// auction windows and the per-verification fee. Governance only; running jobs keep their fee.
+    function setParameters(
+        uint16 feeBps_,
+        uint16 collateralBps_,
+        uint40 bidWindow_,
+        uint40 revealWindow_,
+        uint128 verificationFee_
+    ) external onlyRole(GOVERNOR_ROLE) {
+        _setParameters(feeBps_, collateralBps_, bidWindow_, revealWindow_, verificationFee_);
+    }
+
+    /// @notice Sets the share of a slot's collateral that a slash for `reason` takes. Governance only.
+    function setSlashBps(IStaking.SlashReason reason, uint16 bps) external onlyRole(GOVERNOR_ROLE) {
+        _setSlashBps(reason, bps);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                 VIEWS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IJobMarket
+    function job(uint256 jobId) external view returns (Job memory) {
+        return _job(jobId);
+    }
+
+    /// @inheritdoc IJobMarket
+    function status(uint256 jobId) external view returns (JobStatus) {
+        return _jobs[jobId].status;
+    }
+
+    /// @inheritdoc IJobMarket
+    function sampleRateBps(uint256 jobId) external view returns (uint16) {
+        return _jobs[jobId].sampleRateBps;
+    }
+
+    /// @inheritdoc IJobMarket
+    function slot(uint256 jobId, uint16 slotId) external view returns (Slot memory) {
+        return _slots[jobId][slotId];
+    }
+
+    /// @inheritdoc IJobMarket
+    function participant(uint256 jobId, address provider) external view returns (Participant memory) {
+        return _participants[jobId][provider];
+    }
+
+    /// @inheritdoc IJobMarket
+    function participants(uint256 jobId) external view returns (address[] memory) {
+        return _participantList[jobId];
+    }
+
+    /// @notice Pay accrued so far by `provider` in job `jobId`, fee included.
+    function earned(uint256 jobId, address provider) external view returns (uint256) {
+        return _earned(jobId, provider);
+    }
+
+    /// @inheritdoc IJobMarket
+    function unitHash(uint256 jobId, uint16 slotId, uint32 index) external view returns (bytes32) {
+        return _liveUnit(jobId, slotId, index);
+    }
+
+    /// @inheritdoc IJobMarket
+    function bidCommitment(uint256 jobId, address provider) external view returns (bytes32) {
+        return _commitments[jobId][_jobs[jobId].round][provider];
+    }
+
+    /// @notice The current round's leading bids, lowest first.
+    function leadingBids(uint256 jobId) external view returns (Bid[] memory bids) {
+        Job storage j = _jobs[jobId];
+        bids = new Bid[](j.winnerCount);
+        for (uint256 i; i < bids.length; ++i) bids[i] = _winners[jobId][i];
+    }
+
+    /// @inheritdoc IJobMarket
+    function owed(address account) external view returns (uint256) {
+        return _owed[account];
+    }
+
+    /// @inheritdoc IJobMarket
+    function jobCount() external view returns (uint256) {
+        return _jobCount;
+    }
+
+    /// @inheritdoc IJobMarket
+    function bidCommitmentOf(uint96 price, bytes32 salt, address bidder, uint256 jobId)
+        public
+        pure
+        returns (bytes32)
+    {
+        return keccak256(abi.encode(price, salt, bidder, jobId));
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                INTERNAL
+    //////////////////////////////////////////////////////////////*/
+
+    function _createJob(JobRequest calldata r) internal returns (uint256 jobId) {
+        if (
+            r.nodes == 0 || r.nodes > MAX_NODES || r.unitsPerNode == 0 || r.maxPrice == 0
+                || r.checkpointInterval == 0 || r.sampleRateBps > BPS || bytes(r.specCid).length == 0
+                || r.tier >= staking.tierCount()
+        ) revert InvalidJobRequest();
+        uint256 slotBudget = r.budget / r.nodes;
+        // A slot whose share of the budget is zero could never pay for a checkpoint.
+        if (slotBudget == 0) revert BudgetTooLow(r.budget, r.nodes);
+
+        jobId = ++_jobCount;
+        Job storage j = _jobs[jobId];
+        j.tier = r.tier;
+        j.nodes = r.nodes;
+        j.unitsPerNode = r.unitsPerNode;
+        j.checkpointInterval = r.checkpointInterval;
+        j.sampleRateBps = r.sampleRateBps;
+        j.user = msg.sender;
+        j.feeBps = feeBps;
+        j.maxPrice = r.maxPrice;
+        j.collateral = uint128(slotBudget * collateralBps / BPS);
+        j.budget = r.budget;
+        j.specCid = r.specCid;
+        j.status = JobStatus.Open;
+        j.openSlots = r.nodes;
+        for (uint16 i; i < r.nodes; ++i) {
+            _slots[jobId][i].remaining = uint128(slotBudget);
+        }
+        emit JobCreated(
+            jobId, msg.sender, r.tier, r.specCid, r.nodes, r.unitsPerNode, r.maxPrice, r.budget, j.collateral
+        );
+        _openRound(j, jobId);
+        zen.safeTransferFrom(msg.sender, address(this), r.budget);
+    }
+
+    function _openRound(Job storage j, uint256 jobId) internal {
+        uint16 round = j.round + 1;
+        j.round = round;
+        j.winnerCount = 0;
+        j.bidDeadline = uint40(block.timestamp + bidWindow);
+        j.revealDeadline = uint40(block.timestamp + bidWindow + revealWindow);
+        for (uint256 i; i < j.openSlots; ++i) {
+            _winners[jobId][i] = Bid(address(0), NO_BID);
+        }
+        emit AuctionOpened(jobId, round, j.openSlots, j.bidDeadline, j.revealDeadline);
+    }
+
+    function _assign(Job storage j, uint256 jobId, uint16 slotId, address provider, uint96 price) internal {
+        Slot storage s = _slots[jobId][slotId];
+        uint32 gpus = staking.hardware(provider).gpus;
+        s.provider = provider;
+        s.price = price;
+        s.lastCheckpointAt = uint40(block.timestamp);
+        // A CPU node meters as one compute unit.
+        s.gpus = gpus == 0 ? 1 : uint16(gpus > type(uint16).max ? type(uint16).max : gpus);
+        _participants[jobId][provider] = Participant({
+            startRemaining: s.remaining,
+            endRemaining: 0,
+            slot: slotId,
+            state: ParticipantState.Active
+        });
+        _participantList[jobId].push(provider);
+        emit SlotAssigned(jobId, slotId, provider, price);
+        staking.lock(provider, j.collateral);
+    }
+
+    /// @dev Stores the hash of a unit's record and accrues its pay to the slot's provider.
+    function _recordUnit(
+        uint256 jobId,
+        uint16 slotId,
+        Slot storage s,
+        uint32 gpuSeconds,
+        string calldata cid,
+        bytes32 stateHash
+    ) internal returns (uint32 index) {
+        Unit memory unit = _meter(s, gpuSeconds, cid, stateHash);
+        index = s.unitsDone;
+        _units[jobId][slotId][index] = keccak256(abi.encode(unit));
+        // unit.amount <= unit.remainingBefore: _meter caps it.
+        unchecked {
+            s.remaining = unit.remainingBefore - unit.amount;
+        }
+        s.unitsDone = index + 1;
+        s.lastCheckpointAt = uint40(block.timestamp);
+        emit CheckpointCommitted(
+            jobId, slotId, index, msg.sender, cid, stateHash, gpuSeconds, unit.amount, unit.remainingBefore
+        );
+    }
+
+    /// @dev GPU-seconds are bounded by block time since the last checkpoint, pay by the slot's budget.
+    function _meter(Slot storage s, uint32 gpuSeconds, string calldata cid, bytes32 stateHash)
+        internal
+        view
+        returns (Unit memory unit)
+    {
+        uint256 allowed = (block.timestamp - s.lastCheckpointAt) * s.gpus;
+        if (gpuSeconds > allowed) revert MeteringExceedsElapsed(gpuSeconds, allowed);
+        uint128 remainingBefore = s.remaining;
+        uint256 amount = uint256(gpuSeconds) * s.price / 1 hours;
+        unit = Unit({
+            provider: msg.sender,
+            committedAt: uint64(block.timestamp),
+            blockNumber: uint64(block.number),
+            amount: amount > remainingBefore ? remainingBefore : uint128(amount),
+            remainingBefore: remainingBefore,
+            cidHash: keccak256(bytes(cid)),
+            stateHash: stateHash
+        });
+    }
+
+    function _finishSlot(Job storage j, uint256 jobId, uint16 slotId, Slot storage s) internal {
+        s.done = true;
+        uint16 done = j.doneSlots + 1;
+        j.doneSlots = done;
+        emit SlotFinished(jobId, slotId);
+        if (done == j.nodes) {
+            j.status = JobStatus.Completed;
+            j.completedAt = uint40(block.timestamp);
+            j.openSlots = 0;
+            emit JobCompleted(jobId);
+        }
+        if (s.provider != address(0)) staking.unlock(s.provider, j.collateral);
+    }
+
+    /// @dev Ends `s.provider`'s tenure, slashes it and puts the slot up for auction again.
+    /// `unlockCollateral` is false when the slot had finished and its collateral was already released.
+    function _removeProvider(
+        Job storage j,
+        uint256 jobId,
+        uint16 slotId,
+        Slot storage s,
+        IStaking.SlashReason reason,
+        address reporter,
+        bool unlockCollateral
+    ) internal {
+        address provider = s.provider;
+        Participant storage p = _participants[jobId][provider];
+        p.endRemaining = s.remaining;
+        p.state = ParticipantState.Removed;
+        s.provider = address(0);
+        s.price = 0;
+        emit ProviderRemoved(jobId, slotId, provider, reason);
+        // Release the collateral first so the slash can take it from stake like any other.
+        if (unlockCollateral) staking.unlock(provider, j.collateral);
+        _slash(j, provider, reason, reporter);
+        j.openSlots += 1;
+        if (j.openSlots == 1) _openRound(j, jobId);
+    }
+
+    function _slash(Job storage j, address provider, IStaking.SlashReason reason, address reporter) internal {
+        staking.slash(provider, uint256(j.collateral) * slashBps[reason] / BPS, reason, reporter);
+    }
+
+    function _earned(uint256 jobId, address provider) internal view returns (uint256) {
+        Participant storage p = _participants[jobId][provider];
+        if (p.state == ParticipantState.Active) return p.startRemaining - _slots[jobId][p.slot].remaining;
+        if (p.state == ParticipantState.Removed) return p.startRemaining - p.endRemaining;
+        return 0;
+    }
+
+    /// @dev Units past a rollback are void until the slot's new provider commits over them.
+    function _liveUnit(uint256 jobId, uint16 slotId, uint32 index) internal view returns (bytes32) {
+        if (index >= _slots[jobId][slotId].unitsDone) return 0;
+        return _units[jobId][slotId][index];
+    }
+
+    function _job(uint256 jobId) internal view returns (Job storage j) {
+        j = _jobs[jobId];
+        if (j.status == JobStatus.None) revert UnknownJob(jobId);
+    }
+
+    function _setParameters(
+        uint16 feeBps_,
+        uint16 collateralBps_,
+        uint40 bidWindow_,
+        uint40 revealWindow_,
+        uint128 verificationFee_
+    ) internal {
+        if (feeBps_ > MAX_FEE_BPS || collateralBps_ > BPS || bidWindow_ == 0 || revealWindow_ == 0) {
+            revert ParameterOutOfRange();
+        }
+        feeBps = feeBps_;
+        collateralBps = collateralBps_;
+        bidWindow = bidWindow_;
+        revealWindow = revealWindow_;
+        verificationFee = verificationFee_;
+        emit ParametersSet(feeBps_, collateralBps_, bidWindow_, revealWindow_, verificationFee_);
+    }
+
+    function _setSlashBps(IStaking.SlashReason reason, uint16 bps) internal {
+        if (bps > BPS) revert ParameterOutOfRange();
+        slashBps[reason] = bps;
+        emit SlashBpsSet(reason, bps);
+    }
+}

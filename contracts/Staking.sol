@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.28;
+
+import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
+import {IERC20Permit} from "@openzeppelin/contracts/token/ERC20/extensions/IERC20Permit.sol";
+import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
+import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+
+import {IStaking} from "./interfaces/IStaking.sol";
+
+/// @title Staking
+/// @notice The provider and verifier registry. Every ZEN this contract holds is someone's stake
+/// or unbonding stake: `balance == Σ staked + Σ unbonding` must never break.
+contract Staking is IStaking, AccessControl, ReentrancyGuard {
+    using SafeERC20 for IERC20;
+
+    /*//////////////////////////////////////////////////////////////
+                               CONSTANTS
+    //////////////////////////////////////////////////////////////*/
+
+    bytes32 public constant GOVERNOR_ROLE = keccak256("GOVERNOR_ROLE");
+    /// @notice Locks and unlocks collateral: the job market.
+    bytes32 public constant MARKET_ROLE = keccak256("MARKET_ROLE");
+    /// @notice Slashes: the job market and the verification contract.
+    bytes32 public constant SLASHER_ROLE = keccak256("SLASHER_ROLE");
+
+    uint256 internal constant BPS = 10_000;
+    uint256 public constant MAX_REPORTER_BPS = 5_000;
+
+    IERC20 public immutable zen;
+    address public immutable treasury;
+
+    /*//////////////////////////////////////////////////////////////
+                                STORAGE
+    //////////////////////////////////////////////////////////////*/
+
+    Tier[] private _tiers;
+    mapping(address account => Account) private _accounts;
+    mapping(address provider => Hardware) private _hardware;
+
+    uint64 public unbondingDelay;
+    uint16 public reporterBps;
+    uint256 public minVerifierStake;
+
+    /*//////////////////////////////////////////////////////////////
+                              CONSTRUCTOR
+    //////////////////////////////////////////////////////////////*/
+
+    constructor(
+        IERC20 zen_,
+        address treasury_,
+        address governor,
+        uint64 unbondingDelay_,
+        uint16 reporterBps_,
+        uint256 minVerifierStake_
+    ) {
+        if (address(zen_) == address(0) || treasury_ == address(0) || governor == address(0)) revert ZeroAddress();
+        zen = zen_;
+        treasury = treasury_;
+        _grantRole(DEFAULT_ADMIN_ROLE, governor);
+        _grantRole(GOVERNOR_ROLE, governor);
+        _setParameters(unbondingDelay_, reporterBps_, minVerifierStake_);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                          PROVIDERS AND VERIFIERS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IStaking
+    function registerProvider(uint8 tierId, Hardware calldata hw) external {
+        Account storage a = _accounts[msg.sender];
+        if (a.role != Role.None) revert AlreadyRegistered(msg.sender);
+        if (tierId >= _tiers.length) revert UnknownTier(tierId);
+        Tier storage t = _tiers[tierId];
+        if (hw.gpus < t.minGpus || hw.gpuMemoryGb < t.minGpuMemoryGb || hw.networkGbps < t.minNetworkGbps) {
+            revert HardwareBelowTier(tierId);
+        }
+        a.role = Role.Provider;
+        a.tier = tierId;
+        _hardware[msg.sender] = hw;
+        emit ProviderRegistered(msg.sender, tierId, hw.gpuModel, hw.gpus, hw.endpoint, hw.attestation);
+    }
+
+    /// @inheritdoc IStaking
+    function registerVerifier(string calldata endpoint) external {
+        Account storage a = _accounts[msg.sender];
+        if (a.role != Role.None) revert AlreadyRegistered(msg.sender);
+        a.role = Role.Verifier;
+        _hardware[msg.sender].endpoint = endpoint;
+        emit VerifierRegistered(msg.sender, endpoint);
+    }
+
+    /// @inheritdoc IStaking
+    function attestBenchmark(address provider, bytes32 resultHash, uint256 score) external {
+        if (!isActiveVerifier(msg.sender)) revert NotAnActiveVerifier(msg.sender);
+        if (provider == msg.sender) revert SelfAttestation();
+        Account storage a = _accounts[provider];
+        if (a.role != Role.Provider) revert NotAProvider(provider);
+        a.admitted = true;
+        emit BenchmarkAttested(provider, msg.sender, resultHash, score);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                 STAKE
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IStaking
+    function stake(uint256 amount) external nonReentrant {
+        _stake(msg.sender, amount);
+    }
+
+    /// @inheritdoc IStaking
+    function stakeWithPermit(uint256 amount, uint256 deadline, uint8 v, bytes32 r, bytes32 s) external nonReentrant {
+        // A front-run permit still leaves the allowance in place, so a failed permit is not fatal:
+        // the transfer below is what must succeed.
+        try IERC20Permit(address(zen)).permit(msg.sender, address(this), amount, deadline, v, r, s) {} catch {}
+        _stake(msg.sender, amount);
+    }
+
+    /// @inheritdoc IStaking
+    function requestUnstake(uint256 amount) external {
+        if (amount == 0) revert ZeroAmount();
+        Account storage a = _accounts[msg.sender];
+        uint256 free = a.staked - a.locked;
+        if (amount > free) revert InsufficientFreeStake(msg.sender, free, amount);
+        a.staked -= amount;
+        a.unbonding += amount;
+        uint64 ends = uint64(block.timestamp) + unbondingDelay;
+        a.unbondingEnds = ends;
+        emit UnstakeRequested(msg.sender, amount, ends);
+    }
+
+    /// @inheritdoc IStaking
+    function withdraw() external nonReentrant {
+        Account storage a = _accounts[msg.sender];
+        uint256 amount = a.unbonding;
+        if (amount == 0) revert NothingToWithdraw();
+        if (block.timestamp < a.unbondingEnds) revert UnbondingNotOver(a.unbondingEnds);
+        a.unbonding = 0;
+        emit Withdrawn(msg.sender, amount);
+        zen.safeTransfer(msg.sender, amount);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                        COLLATERAL AND SLASHING
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IStaking
+    function lock(address provider, uint256 amount) external onlyRole(MARKET_ROLE) {
+        Account storage a = _accounts[provider];
+        uint256 free = a.staked - a.locked;
+        if (amount > free) revert InsufficientFreeStake(provider, free, amount);
+        a.locked += amount;
+        emit CollateralLocked(provider, amount);
+    }
+
+    /// @inheritdoc IStaking
+    function unlock(address provider, uint256 amount) external onlyRole(MARKET_ROLE) {
+        Account storage a = _accounts[provider];
+        // A slash may already have consumed locked stake (and clamped `locked`), so release at most
+        // what is still locked rather than revert and strand the job that asks.
+        uint256 released = amount < a.locked ? amount : a.locked;
+        a.locked -= released;
+        emit CollateralUnlocked(provider, released);
+    }
+
+    /// @inheritdoc IStaking
+    function slash(address who, uint256 amount, SlashReason reason, address reporter)
+        external
+        onlyRole(SLASHER_ROLE)
+        nonReentrant
+        returns (uint256 slashed)
+    {
+        Account storage a = _accounts[who];
+        uint256 fromStake = amount < a.staked ? amount : a.staked;
+        uint256 rest = amount - fromStake;
+        uint256 fromUnbonding = rest < a.unbonding ? rest : a.unbonding;
+        a.staked -= fromStake;
+        a.unbonding -= fromUnbonding;
+        if (a.locked > a.staked) a.locked = a.staked;
+        slashed = fromStake + fromUnbonding;
+        if (slashed == 0) return 0;
+
+        uint256 reporterShare = reporter == address(0) ? 0 : slashed * reporterBps / BPS;
+        emit Slashed(who, reason, slashed, reporter, reporterShare);
+        if (reporterShare != 0) zen.safeTransfer(reporter, reporterShare);
+        zen.safeTransfer(treasury, slashed - reporterShare);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                               GOVERNANCE
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IStaking
+    function setTier(uint8 id, Tier calldata t) external onlyRole(GOVERNOR_ROLE) {
+        if (id > _tiers.length) revert UnknownTier(id);
+        if (t.uptimeSlaBps > BPS) revert BpsTooHigh(t.uptimeSlaBps, BPS);
+        if (id == _tiers.length) _tiers.push(t);
+        else _tiers[id] = t;
+        emit TierSet(id, t.name, t.minStake);
+    }
+
+    /// @inheritdoc IStaking
+    function setParameters(uint64 unbondingDelay_, uint16 reporterBps_, uint256 minVerifierStake_)
+        external
+        onlyRole(GOVERNOR_ROLE)
+    {
+        _setParameters(unbondingDelay_, reporterBps_, minVerifierStake_);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                 VIEWS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IStaking
+    function tier(uint8 id) external view returns (Tier memory) {
+        if (id >= _tiers.length) revert UnknownTier(id);
+        return _tiers[id];
+    }
+
+    /// @inheritdoc IStaking
+    function tierCount() external view returns (uint256) {
+        return _tiers.length;
+    }
+
+    /// @inheritdoc IStaking
+    function account(address who) external view returns (Account memory) {
+        return _accounts[who];
+    }
+
+    /// @inheritdoc IStaking
+    function hardware(address provider) external view returns (Hardware memory) {
+        return _hardware[provider];
+    }
+
+    /// @inheritdoc IStaking
+    function freeStake(address who) external view returns (uint256) {
+        Account storage a = _accounts[who];
+        return a.staked - a.locked;
+    }
+
+    /// @inheritdoc IStaking
+    function isActiveProvider(address provider, uint8 tierId) external view returns (bool) {
+        Account storage a = _accounts[provider];
+        return a.role == Role.Provider && a.admitted && a.tier == tierId && a.staked >= _tiers[tierId].minStake;
+    }
+
+    /// @inheritdoc IStaking
+    function isActiveVerifier(address verifier) public view returns (bool) {
+        Account storage a = _accounts[verifier];
+        return a.role == Role.Verifier && a.staked >= minVerifierStake;
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                INTERNAL
+    //////////////////////////////////////////////////////////////*/
+
+    function _stake(address who, uint256 amount) internal {
+        if (amount == 0) revert ZeroAmount();
+        Account storage a = _accounts[who];
+        if (a.role == Role.None) revert NotRegistered(who);
+        a.staked += amount;
+        emit Staked(who, amount);
+        zen.safeTransferFrom(who, address(this), amount);
+    }
+
+    function _setParameters(uint64 unbondingDelay_, uint16 reporterBps_, uint256 minVerifierStake_) internal {
+        if (reporterBps_ > MAX_REPORTER_BPS) revert BpsTooHigh(reporterBps_, MAX_REPORTER_BPS);
+        unbondingDelay = unbondingDelay_;
+        reporterBps = reporterBps_;
+        minVerifierStake = minVerifierStake_;
+        emit ParametersSet(unbondingDelay_, reporterBps_, minVerifierStake_);
+    }
+}

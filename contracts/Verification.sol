@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.28;
+
+import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+
+import {IJobMarket} from "./interfaces/IJobMarket.sol";
+import {IStaking} from "./interfaces/IStaking.sol";
+import {IVerification} from "./interfaces/IVerification.sol";
+
+/// @title Verification
+/// @notice Sampling, verifier results and disputes. Every open dispute or complaint is counted in
+/// `openDisputes`, which settlement waits on; every one of them closes, by an answer or by expiry.
+contract Verification is IVerification, AccessControl, ReentrancyGuard {
+    /*//////////////////////////////////////////////////////////////
+                               CONSTANTS
+    //////////////////////////////////////////////////////////////*/
+
+    bytes32 public constant GOVERNOR_ROLE = keccak256("GOVERNOR_ROLE");
+    uint256 internal constant BPS = 10_000;
+
+    IJobMarket public immutable market;
+    IStaking public immutable staking;
+
+    /*//////////////////////////////////////////////////////////////
+                                STORAGE
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IVerification
+    uint40 public verificationWindow;
+    /// @inheritdoc IVerification
+    uint40 public disputeWindow;
+    /// @notice ZEN wei slashed from a verifier whose failure report a second verifier refuted.
+    uint256 public falseReportSlash;
+
+    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Result))) private _results;
+    mapping(uint256 jobId => mapping(address provider => Complaint)) private _complaints;
+    /// @inheritdoc IVerification
+    mapping(uint256 jobId => uint256) public openDisputes;
+    /// @inheritdoc IVerification
+    mapping(uint256 jobId => uint256) public verificationCount;
+    /// @inheritdoc IVerification
+    mapping(uint256 jobId => mapping(address verifier => uint256)) public verificationsBy;
+
+    /*//////////////////////////////////////////////////////////////
+                              CONSTRUCTOR
+    //////////////////////////////////////////////////////////////*/
+
+    constructor(
+        IJobMarket market_,
+        IStaking staking_,
+        address governor,
+        uint40 verificationWindow_,
+        uint40 disputeWindow_,
+        uint256 falseReportSlash_
+    ) {
+        market = market_;
+        staking = staking_;
+        _grantRole(DEFAULT_ADMIN_ROLE, governor);
+        _grantRole(GOVERNOR_ROLE, governor);
+        _setParameters(verificationWindow_, disputeWindow_, falseReportSlash_);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                RESULTS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IVerification
+    function postResult(
+        uint256 jobId,
+        uint16 slot,
+        uint32 index,
+        IJobMarket.Unit calldata unit,
+        bool pass,
+        string calldata evidenceCid
+    ) external {
+        _checkVerifier(unit.provider);
+        _checkUnit(jobId, slot, index, unit);
+        // Strictly before the end: settlement may run at that very second.
+        uint256 closesAt = uint256(unit.committedAt) + verificationWindow;
+        if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
+        if (!_sampled(jobId, slot, index, unit.blockNumber)) revert NotSampled(jobId, slot, index);
+        Result storage r = _results[jobId][slot][index];
+        if (r.verdict != Verdict.None) revert AlreadyVerified(jobId, slot, index);
+
+        r.first = msg.sender;
+        emit ResultPosted(jobId, slot, index, msg.sender, pass, evidenceCid);
+        if (pass) {
+            r.verdict = Verdict.Passed;
+            _count(jobId, msg.sender);
+        } else {
+            r.verdict = Verdict.Disputed;
+            r.disputedAt = uint40(block.timestamp);
+            ++openDisputes[jobId];
+            emit DisputeOpened(jobId, slot, index, msg.sender);
+        }
+    }
+
+    /// @inheritdoc IVerification
+    function resolveDispute(
+        uint256 jobId,
+        uint16 slot,
+        uint32 index,
+        IJobMarket.Unit calldata unit,
+        bool pass,
+        string calldata evidenceCid
+    ) external nonReentrant {
+        Result storage r = _results[jobId][slot][index];
+        if (r.verdict != Verdict.Disputed) revert NoOpenDispute();
+        if (msg.sender == r.first) revert ConflictOfInterest(msg.sender);
+        _checkVerifier(unit.provider);
+        _checkUnit(jobId, slot, index, unit);
+        uint256 endsAt = uint256(r.disputedAt) + disputeWindow;
+        if (block.timestamp > endsAt) revert DisputeWindow(endsAt);
+
+        r.second = msg.sender;
+        --openDisputes[jobId];
+        emit DisputeResolved(jobId, slot, index, msg.sender, !pass, evidenceCid);
+        _count(jobId, msg.sender);
+        if (pass) {
+            r.verdict = Verdict.Passed;
+            staking.slash(r.first, falseReportSlash, IStaking.SlashReason.IncorrectComputation, msg.sender);
+        } else {
+            r.verdict = Verdict.Rejected;
+            _count(jobId, r.first);
+            market.rejectUnit(jobId, slot, index, unit, r.first);
+        }
+    }
+
+    /// @inheritdoc IVerification
+    function expireDispute(uint256 jobId, uint16 slot, uint32 index) external {
+        Result storage r = _results[jobId][slot][index];
+        if (r.verdict != Verdict.Disputed) revert NoOpenDispute();
+        uint256 endsAt = uint256(r.disputedAt) + disputeWindow;
+        if (block.timestamp <= endsAt) revert DisputeWindow(endsAt);
+        r.verdict = Verdict.Expired;
+        --openDisputes[jobId];
+        emit DisputeExpired(jobId, slot, index);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                          BANDWIDTH COMPLAINTS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IVerification
+    function complainBandwidth(uint256 jobId, address provider, string calldata evidenceCid) external {
+        _checkVerifier(provider);
+        IJobMarket.JobStatus status = market.status(jobId);
+        if (status != IJobMarket.JobStatus.Running && status != IJobMarket.JobStatus.Completed) {
+            revert NotAParticipant(provider);
+        }
+        if (market.participant(jobId, provider).state == IJobMarket.ParticipantState.None) {
+            revert NotAParticipant(provider);
+        }
+        Complaint storage c = _complaints[jobId][provider];
+        if (c.challenger != address(0)) revert AlreadyVerified(jobId, 0, 0);
+        c.challenger = msg.sender;
+        c.openedAt = uint40(block.timestamp);
+        ++openDisputes[jobId];
+        emit BandwidthComplaint(jobId, provider, msg.sender, evidenceCid);
+    }
+
+    /// @inheritdoc IVerification
+    function resolveBandwidthComplaint(uint256 jobId, address provider, bool confirmed) external nonReentrant {
+        Complaint memory c = _complaints[jobId][provider];
+        if (c.challenger == address(0)) revert NoOpenDispute();
+        if (msg.sender == c.challenger) revert ConflictOfInterest(msg.sender);
+        _checkVerifier(provider);
+        uint256 endsAt = uint256(c.openedAt) + disputeWindow;
+        if (block.timestamp > endsAt) revert DisputeWindow(endsAt);
+
+        delete _complaints[jobId][provider];
+        --openDisputes[jobId];
+        emit BandwidthComplaintClosed(jobId, provider, msg.sender, confirmed);
+        if (confirmed) {
+            market.penalize(jobId, provider, IStaking.SlashReason.BandwidthViolation, c.challenger);
+        } else {
+            staking.slash(c.challenger, falseReportSlash, IStaking.SlashReason.IncorrectComputation, msg.sender);
+        }
+    }
+
+    /// @inheritdoc IVerification
+    function expireBandwidthComplaint(uint256 jobId, address provider) external {
+        Complaint memory c = _complaints[jobId][provider];
+        if (c.challenger == address(0)) revert NoOpenDispute();
+        uint256 endsAt = uint256(c.openedAt) + disputeWindow;
+        if (block.timestamp <= endsAt) revert DisputeWindow(endsAt);
+        delete _complaints[jobId][provider];
+        --openDisputes[jobId];
+        emit BandwidthComplaintClosed(jobId, provider, address(0), false);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                               GOVERNANCE
+    //////////////////////////////////////////////////////////////*/
+
+    /// @notice Sets the verification and dispute windows and the false-report slash. Governance only.
+    function setParameters(uint40 verificationWindow_, uint40 disputeWindow_, uint256 falseReportSlash_)
+        external
+        onlyRole(GOVERNOR_ROLE)
+    {
+        _setParameters(verificationWindow_, disputeWindow_, falseReportSlash_);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                 VIEWS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @inheritdoc IVerification
+    function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool) {
+        return _sampled(jobId, slot, index, blockNumber);
+    }
+
+    /// @inheritdoc IVerification
+    function result(uint256 jobId, uint16 slot, uint32 index) external view returns (Result memory) {
+        return _results[jobId][slot][index];
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                INTERNAL
+    //////////////////////////////////////////////////////////////*/
+
+    /// @dev The seed is the hash of the block after the commitment, unknown when the provider
+    /// committed. Past 256 blocks the EVM forgets it; such a unit counts as sampled, since a lost
+    /// seed must never help a cheater.
+    function _sampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) internal view returns (bool) {
+        uint256 seedBlock = uint256(blockNumber) + 1;
+        if (block.number <= seedBlock) revert SampleNotReady(seedBlock + 1);
+        bytes32 seed = blockhash(seedBlock);
+        if (seed == 0) return true;
+        return uint256(keccak256(abi.encode(seed, jobId, slot, index))) % BPS < market.sampleRateBps(jobId);
+    }
+
+    function _checkVerifier(address provider) internal view {
+        if (!staking.isActiveVerifier(msg.sender)) revert NotAnActiveVerifier(msg.sender);
+        if (msg.sender == provider) revert ConflictOfInterest(msg.sender);
+    }
+
+    function _checkUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) internal view {
+        if (market.unitHash(jobId, slot, index) != keccak256(abi.encode(unit))) revert UnitMismatch();
+    }
+
+    function _count(uint256 jobId, address verifier) internal {
+        ++verificationCount[jobId];
+        ++verificationsBy[jobId][verifier];
+    }
+
+    function _setParameters(uint40 verificationWindow_, uint40 disputeWindow_, uint256 falseReportSlash_) internal {
+        if (verificationWindow_ == 0 || disputeWindow_ == 0) revert ParameterOutOfRange();
+        verificationWindow = verificationWindow_;
+        disputeWindow = disputeWindow_;
+        falseReportSlash = falseReportSlash_;
+        emit ParametersSet(verificationWindow_, disputeWindow_, falseReportSlash_);
+    }
+}

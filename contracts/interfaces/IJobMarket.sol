@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.28;
+
+import {IStaking} from "./IStaking.sol";
+
+/// @title Job market: escrow, sealed-bid reverse auctions, metering and settlement
+/// @notice A user escrows a budget for a training job of `nodes` slots. Providers of the job's
+/// tier commit sealed bids, reveal them, and the `nodes` lowest bids win at one uniform price (the
+/// highest winning bid). Each slot delivers `unitsPerNode` work units; every checkpoint is metered
+/// in GPU-seconds (bounded by block time and by the slot's share of the budget) and accrues pay.
+/// Settlement pays providers (pull), the network fee to the treasury and verifiers, and refunds the
+/// rest: escrow = payouts + fees + refund, to the wei.
+interface IJobMarket {
+    enum JobStatus {
+        None,
+        Open, // first auction running, no slot assigned yet
+        Running, // slots assigned; a re-auction may run for vacated slots
+        Completed, // every slot done or the job stopped; awaiting verification and settlement
+        Settled,
+        Cancelled // refunded in full before any slot was assigned
+    }
+
+    enum ParticipantState {
+        None,
+        Active,
+        Removed
+    }
+
+    /// @notice What a user asks for.
+    struct JobRequest {
+        string specCid; // IPFS CID of the job spec
+        uint8 tier;
+        uint16 nodes; // data-parallel slots
+        uint32 unitsPerNode; // work units each slot must deliver
+        uint32 checkpointInterval; // most seconds a slot may go without a checkpoint
+        uint16 sampleRateBps; // share of units verifiers re-run
+        uint96 maxPrice; // ZEN wei per GPU-hour
+        uint128 budget; // ZEN wei escrowed
+    }
+
+    /// @notice A job as stored. The first slot is what every bid, reveal and checkpoint reads.
+    struct Job {
+        uint8 tier;
+        uint16 nodes;
+        uint16 openSlots; // slots waiting for an auction winner
+        JobStatus status;
+        uint16 round;
+        uint16 winnerCount; // winners revealed so far this round
+        uint32 unitsPerNode;
+        uint32 checkpointInterval;
+        uint16 doneSlots;
+        uint40 bidDeadline;
+        uint40 revealDeadline;
+        uint16 sampleRateBps;
+        address user;
+        uint40 completedAt;
+        uint16 feeBps; // fixed when the budget is escrowed
+        uint96 maxPrice;
+        uint128 collateral; // per slot
+        uint128 budget;
+        uint128 verifierFeeEach; // set at settlement
+        string specCid;
+    }
+
+    /// @notice One of a job's data-parallel positions and whoever fills it now.
+    struct Slot {
+        address provider; // zero while vacant
+        uint96 price; // ZEN wei per GPU-hour for the current provider
+        uint40 lastCheckpointAt;
+        uint32 unitsDone;
+        uint16 gpus; // metering multiplier: GPUs of the provider, at least 1
+        bool done;
+        uint128 remaining; // the slot's share of the budget not yet accrued
+    }
+
+    /// @notice A provider's tenure in a job. Its pay is `startRemaining - endRemaining` (the slot's
+    /// `remaining` stands in for `endRemaining` while the tenure is active).
+    struct Participant {
+        uint128 startRemaining;
+        uint128 endRemaining;
+        uint16 slot;
+        ParticipantState state;
+    }
+
+    /// @notice A winning (or sentinel) bid.
+    struct Bid {
+        address bidder;
+        uint96 price;
+    }
+
+    /// @notice A committed work unit, as hashed on-chain. Verifiers rebuild it from the
+    /// `CheckpointCommitted` event and its block.
+    struct Unit {
+        address provider;
+        uint64 committedAt;
+        uint64 blockNumber;
+        uint128 amount; // pay accrued for this unit
+        uint128 remainingBefore; // the slot's remaining budget before this unit
+        bytes32 cidHash; // keccak256 of the checkpoint CID string
+        bytes32 stateHash; // the training engine's state hash of the checkpoint
+    }
+
+    /// @notice Thrown when a job id has no job.
+    error UnknownJob(uint256 jobId);
+    /// @notice Thrown when a job request is malformed (zero nodes, units, budget or price, or a bad tier).
+    error InvalidJobRequest();
+    /// @notice Thrown when the budget cannot fund a collateral-bearing slot.
+    error BudgetTooLow(uint256 budget, uint256 minimum);
+    /// @notice Thrown when an action does not fit the job's status.
+    error WrongJobStatus(uint256 jobId, JobStatus status);
+    /// @notice Thrown when no auction is running for the job.
+    error NoAuction(uint256 jobId);
+    /// @notice Thrown when a bid is committed after the bid window.
+    error BidWindowClosed(uint256 deadline);
+    /// @notice Thrown when a bid is revealed outside the reveal window.
+    error NotInRevealWindow(uint256 opensAfter, uint256 closesAt);
+    /// @notice Thrown when an auction is closed before its reveal window ends.
+    error RevealWindowOpen(uint256 closesAt);
+    /// @notice Thrown when a bidder is not an active provider of the job's tier.
+    error NotEligible(address provider, uint8 tier);
+    /// @notice Thrown when a bidder's free stake is below the job's collateral.
+    error InsufficientCollateral(address provider, uint256 free, uint256 needed);
+    /// @notice Thrown when a provider that holds or held a slot in the job bids again.
+    error AlreadyParticipating(address provider);
+    /// @notice Thrown when a revealed bid does not match its commitment.
+    error CommitmentMismatch();
+    /// @notice Thrown when a revealed price is above the job's maximum.
+    error PriceAboveMax(uint256 price, uint256 maxPrice);
+    /// @notice Thrown when someone other than the slot's provider commits a checkpoint.
+    error NotSlotProvider(uint256 jobId, uint256 slot);
+    /// @notice Thrown when a checkpoint is committed to a slot that has delivered all its units.
+    error SlotDone(uint256 jobId, uint256 slot);
+    /// @notice Thrown when metered GPU-seconds exceed what block time allows.
+    error MeteringExceedsElapsed(uint256 gpuSeconds, uint256 allowed);
+    /// @notice Thrown when downtime is reported before a slot's checkpoint deadline.
+    error NotOverdue(uint256 deadline);
+    /// @notice Thrown when a slot has no provider.
+    error SlotVacant(uint256 jobId, uint256 slot);
+    /// @notice Thrown when anyone but the job's user cancels it.
+    error NotJobUser(address caller);
+    /// @notice Thrown when settling before the verification window of the last unit ends.
+    error VerificationWindowOpen(uint256 until);
+    /// @notice Thrown when settling while a dispute is open.
+    error DisputesOpen(uint256 count);
+    /// @notice Thrown when a caller other than the verification contract calls a verification hook.
+    error NotVerification(address caller);
+    /// @notice Thrown when a unit record does not match what was committed.
+    error UnitMismatch();
+    /// @notice Thrown when there is nothing owed to withdraw or claim.
+    error NothingOwed();
+    /// @notice Thrown when verification fees for a job were already claimed.
+    error AlreadyClaimed();
+    /// @notice Thrown when a parameter is outside its allowed range.
+    error ParameterOutOfRange();
+
+    /// @notice Emitted when a job is created and its budget escrowed.
+    event JobCreated(
+        uint256 indexed jobId,
+        address indexed user,
+        uint8 indexed tier,
+        string specCid,
+        uint16 nodes,
+        uint32 unitsPerNode,
+        uint96 maxPrice,
+        uint128 budget,
+        uint128 collateral
+    );
+    /// @notice Emitted when an auction round opens.
+    event AuctionOpened(uint256 indexed jobId, uint16 round, uint16 slots, uint40 bidDeadline, uint40 revealDeadline);
+    /// @notice Emitted when a sealed bid is committed.
+    event BidCommitted(uint256 indexed jobId, uint16 round, address indexed provider, bytes32 commitment);
+    /// @notice Emitted when a bid is revealed.
+    event BidRevealed(uint256 indexed jobId, uint16 round, address indexed provider, uint96 price);
+    /// @notice Emitted when an auction round fills its slots at a uniform clearing price.
+    event AuctionCleared(uint256 indexed jobId, uint16 round, uint96 clearingPrice, uint16 winners);
+    /// @notice Emitted when a round ends with too few valid bids; a new round opens.
+    event AuctionFailed(uint256 indexed jobId, uint16 round, uint16 validBids);
+    /// @notice Emitted when a provider takes a slot.
+    event SlotAssigned(uint256 indexed jobId, uint16 indexed slot, address indexed provider, uint96 price);
+    /// @notice Emitted for every committed checkpoint (one work unit).
+    event CheckpointCommitted(
+        uint256 indexed jobId,
+        uint16 indexed slot,
+        uint32 indexed index,
+        address provider,
+        string cid,
+        bytes32 stateHash,
+        uint32 gpuSeconds,
+        uint128 amount,
+        uint128 remainingBefore
+    );
+    /// @notice Emitted when a slot has delivered all its units or spent its budget.
+    event SlotFinished(uint256 indexed jobId, uint16 indexed slot);
+    /// @notice Emitted when a provider loses its slot.
+    event ProviderRemoved(
+        uint256 indexed jobId, uint16 indexed slot, address indexed provider, IStaking.SlashReason reason
+    );
+    /// @notice Emitted when a failed unit's pay, and its provider's later pay in the job, is taken back.
+    event UnitRejected(uint256 indexed jobId, uint16 indexed slot, uint32 indexed index, uint128 clawedBack);
+    /// @notice Emitted when a job has nothing left to run.
+    event JobCompleted(uint256 indexed jobId);
+    /// @notice Emitted when a job is cancelled before any work, refunding the whole budget.
+    event JobCancelled(uint256 indexed jobId, uint128 refund);
+    /// @notice Emitted when a job is settled.
+    /// @param payment Pay accrued for accepted work (fees included).
+    /// @param fee The network fee taken from `payment`.
+    /// @param refund What went back to the user (`budget - payment`).
+    /// @param verifierPool The part of `fee` owed to verifiers.
+    event JobSettled(uint256 indexed jobId, uint256 payment, uint256 fee, uint256 refund, uint256 verifierPool);
+    /// @notice Emitted when owed ZEN is withdrawn.
+    event Withdrawn(address indexed account, uint256 amount);
+    /// @notice Emitted when a verifier's fees for a job become withdrawable.
+    event VerificationFeesClaimed(uint256 indexed jobId, address indexed verifier, uint256 amount);
+    /// @notice Emitted when governance changes market parameters.
+    event ParametersSet(
+        uint16 feeBps, uint16 collateralBps, uint40 bidWindow, uint40 revealWindow, uint128 verificationFee
+    );
+    /// @notice Emitted when governance sets the share of collateral a slash of `reason` takes.
+    event SlashBpsSet(IStaking.SlashReason reason, uint16 bps);
+
+    /// @notice Escrows `r.budget` ZEN (needs an allowance) and opens the first auction round.
+    function createJob(JobRequest calldata r) external returns (uint256 jobId);
+
+    /// @notice `createJob` with an ERC-2612 permit for the budget: one transaction, no approval.
+    function createJobWithPermit(JobRequest calldata r, uint256 deadline, uint8 v, bytes32 rs, bytes32 s)
+        external
+        returns (uint256 jobId);
+
+    /// @notice Commits a sealed bid `keccak256(abi.encode(price, salt, msg.sender, jobId))`.
+    function commitBid(uint256 jobId, bytes32 commitment) external;
+
+    /// @notice Reveals a committed bid; the lowest `openSlots` reveals are kept.
+    function revealBid(uint256 jobId, uint96 price, bytes32 salt) external;
+
+    /// @notice Ends the round after its reveal window: assigns the winners at the uniform price, or
+    /// opens a new round when too few valid bids were revealed. Anyone may call.
+    function closeAuction(uint256 jobId) external;
+
+    /// @notice Commits the next work unit of `slot`: its checkpoint CID and state hash, and the
+    /// GPU-seconds it metered. Accrues its pay.
+    function commitCheckpoint(uint256 jobId, uint16 slot, uint32 gpuSeconds, string calldata cid, bytes32 stateHash)
+        external;
+
+    /// @notice Reports a slot whose provider missed its checkpoint deadline: slashes it (Downtime,
+    /// the caller as reporter) and re-auctions the slot from its last accepted checkpoint.
+    function reportDowntime(uint256 jobId, uint16 slot) external;
+
+    /// @notice The user cancels: a full refund before any slot is assigned, or, while a slot waits for
+    /// a re-auction, stops the job so accepted work settles and the rest is refunded.
+    function cancelJob(uint256 jobId) external;
+
+    /// @notice Settles a completed job once its verification window is over and no dispute is open.
+    function settle(uint256 jobId) external;
+
+    /// @notice Makes the caller's verification fees for a settled job withdrawable.
+    function claimVerificationFees(uint256 jobId) external;
+
+    /// @notice Pays out what the caller is owed.
+    function withdraw() external;
+
+    /// @notice Rejects a unit whose failure a second verifier confirmed: takes back its provider's
+    /// pay from that unit on, slashes it (IncorrectComputation) and, if it still holds the slot,
+    /// rolls the slot back to that unit and re-auctions it. Verification contract only.
+    function rejectUnit(uint256 jobId, uint16 slot, uint32 index, Unit calldata unit, address reporter) external;
+
+    /// @notice Slashes a provider of a job for a confirmed violation other than wrong computation.
+    /// Verification contract only.
+    function penalize(uint256 jobId, address provider, IStaking.SlashReason reason, address reporter) external;
+
+    /// @notice The job with id `jobId`.
+    function job(uint256 jobId) external view returns (Job memory);
+
+    /// @notice The status of job `jobId`.
+    function status(uint256 jobId) external view returns (JobStatus);
+
+    /// @notice The share of job `jobId`'s units that verifiers re-run, in basis points.
+    function sampleRateBps(uint256 jobId) external view returns (uint16);
+
+    /// @notice Slot `slot` of job `jobId`.
+    function slot(uint256 jobId, uint16 slot) external view returns (Slot memory);
+
+    /// @notice `provider`'s tenure in job `jobId`.
+    function participant(uint256 jobId, address provider) external view returns (Participant memory);
+
+    /// @notice Every provider that has held a slot in job `jobId`.
+    function participants(uint256 jobId) external view returns (address[] memory);
+
+    /// @notice The hash committed for unit `index` of `slot`, zero if none or voided by a rollback.
+    function unitHash(uint256 jobId, uint16 slot, uint32 index) external view returns (bytes32);
+
+    /// @notice The current round's sealed bid of `provider`, zero if none or revealed.
+    function bidCommitment(uint256 jobId, address provider) external view returns (bytes32);
+
+    /// @notice What `account` can withdraw.
+    function owed(address account) external view returns (uint256);
+
+    /// @notice How many jobs exist (ids run from 1).
+    function jobCount() external view returns (uint256);
+
+    /// @notice The sealed-bid commitment for `price` and `salt` by `bidder` on `jobId`.
+    function bidCommitmentOf(uint96 price, bytes32 salt, address bidder, uint256 jobId)
+        external
+        pure
+        returns (bytes32);
+}

@@ -1,0 +1,137 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.28;
+
+import {IJobMarket} from "./IJobMarket.sol";
+
+/// @title Verification: random sampling of work units, verifier results and disputes
+/// @notice Which units are re-run is drawn from the hash of the block after the unit's commitment,
+/// which did not exist when the provider committed: a provider that fakes n units is caught with
+/// probability 1 - (1 - p)^n at sample rate p. A failed result opens a dispute that a second
+/// verifier settles: a confirmed failure slashes the provider, a refuted one slashes the first
+/// verifier. A sampled unit nobody verifies within the window counts as accepted, so no job is
+/// ever stuck.
+interface IVerification {
+    enum Verdict {
+        None,
+        Passed,
+        Disputed,
+        Rejected, // failure confirmed by a second verifier
+        Expired // dispute not answered in time: accepted, nobody slashed
+    }
+
+    /// @notice The verification state of one unit.
+    struct Result {
+        Verdict verdict;
+        uint40 disputedAt;
+        address first;
+        address second;
+    }
+
+    /// @notice An open bandwidth complaint against a job's provider.
+    struct Complaint {
+        address challenger;
+        uint40 openedAt;
+    }
+
+    /// @notice Thrown when the caller is not an active verifier.
+    error NotAnActiveVerifier(address caller);
+    /// @notice Thrown when a verifier checks work of its own or settles its own dispute.
+    error ConflictOfInterest(address caller);
+    /// @notice Thrown when a unit record does not match its on-chain commitment.
+    error UnitMismatch();
+    /// @notice Thrown when the block whose hash decides the sample does not exist yet.
+    error SampleNotReady(uint256 availableAtBlock);
+    /// @notice Thrown when a result is posted for a unit that was not sampled.
+    error NotSampled(uint256 jobId, uint16 slot, uint32 index);
+    /// @notice Thrown when a unit's verification window is over.
+    error VerificationWindowClosed(uint256 closedAt);
+    /// @notice Thrown when a unit already has a result.
+    error AlreadyVerified(uint256 jobId, uint16 slot, uint32 index);
+    /// @notice Thrown when no dispute or complaint is open where one is needed.
+    error NoOpenDispute();
+    /// @notice Thrown when a dispute is answered after its window, or expired before it.
+    error DisputeWindow(uint256 endsAt);
+    /// @notice Thrown when the bandwidth complaint names an account that never worked on the job.
+    error NotAParticipant(address provider);
+    /// @notice Thrown when a parameter is outside its allowed range.
+    error ParameterOutOfRange();
+
+    /// @notice Emitted when a verifier posts a result for a sampled unit.
+    event ResultPosted(
+        uint256 indexed jobId, uint16 indexed slot, uint32 indexed index, address verifier, bool pass, string evidenceCid
+    );
+    /// @notice Emitted when a failed result opens a dispute.
+    event DisputeOpened(uint256 indexed jobId, uint16 indexed slot, uint32 indexed index, address challenger);
+    /// @notice Emitted when a second verifier settles a dispute.
+    /// @param confirmed Whether the failure was confirmed (provider slashed) or refuted (first verifier slashed).
+    event DisputeResolved(
+        uint256 indexed jobId,
+        uint16 indexed slot,
+        uint32 indexed index,
+        address resolver,
+        bool confirmed,
+        string evidenceCid
+    );
+    /// @notice Emitted when a dispute expires unanswered.
+    event DisputeExpired(uint256 indexed jobId, uint16 indexed slot, uint32 indexed index);
+    /// @notice Emitted when a verifier complains that a provider broke its tier's network SLA.
+    event BandwidthComplaint(uint256 indexed jobId, address indexed provider, address challenger, string evidenceCid);
+    /// @notice Emitted when a bandwidth complaint is settled or expires.
+    event BandwidthComplaintClosed(uint256 indexed jobId, address indexed provider, address resolver, bool confirmed);
+    /// @notice Emitted when governance changes the parameters.
+    event ParametersSet(uint40 verificationWindow, uint40 disputeWindow, uint256 falseReportSlash);
+
+    /// @notice Posts a verifier's result for sampled unit `index` of `slot`. A failure opens a dispute.
+    function postResult(
+        uint256 jobId,
+        uint16 slot,
+        uint32 index,
+        IJobMarket.Unit calldata unit,
+        bool pass,
+        string calldata evidenceCid
+    ) external;
+
+    /// @notice A second verifier settles a dispute: `pass == false` confirms the failure.
+    function resolveDispute(
+        uint256 jobId,
+        uint16 slot,
+        uint32 index,
+        IJobMarket.Unit calldata unit,
+        bool pass,
+        string calldata evidenceCid
+    ) external;
+
+    /// @notice Closes a dispute nobody answered within the dispute window: the unit counts as accepted.
+    function expireDispute(uint256 jobId, uint16 slot, uint32 index) external;
+
+    /// @notice A verifier complains that `provider` broke its tier's network SLA in job `jobId`.
+    function complainBandwidth(uint256 jobId, address provider, string calldata evidenceCid) external;
+
+    /// @notice A second verifier settles a bandwidth complaint; `confirmed` slashes the provider,
+    /// otherwise the complaining verifier is slashed.
+    function resolveBandwidthComplaint(uint256 jobId, address provider, bool confirmed) external;
+
+    /// @notice Closes a bandwidth complaint nobody answered within the dispute window.
+    function expireBandwidthComplaint(uint256 jobId, address provider) external;
+
+    /// @notice Whether unit `index` of `slot`, committed in block `blockNumber`, is sampled.
+    function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool);
+
+    /// @notice The result of unit `index` of `slot`.
+    function result(uint256 jobId, uint16 slot, uint32 index) external view returns (Result memory);
+
+    /// @notice Seconds after a unit's commitment during which verifiers may post its result.
+    function verificationWindow() external view returns (uint40);
+
+    /// @notice Seconds a second verifier has to answer a dispute.
+    function disputeWindow() external view returns (uint40);
+
+    /// @notice Disputes and complaints open on job `jobId`; settlement waits for zero.
+    function openDisputes(uint256 jobId) external view returns (uint256);
+
+    /// @notice Paid verifications in job `jobId`.
+    function verificationCount(uint256 jobId) external view returns (uint256);
+
+    /// @notice Paid verifications by `verifier` in job `jobId`.
+    function verificationsBy(uint256 jobId, address verifier) external view returns (uint256);
+}
