@@ -139,11 +139,11 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         address[] storage list = _participantList[jobId];
         for (uint256 i; i < list.length; ++i) {
             address provider = list[i];
-            uint256 earned = _earned(jobId, provider);
-            uint256 providerFee = earned * j.feeBps / BPS;
-            payment += earned;
+            uint256 pay = _earned(jobId, provider);
+            uint256 providerFee = pay * j.feeBps / BPS;
+            payment += pay;
             fee += providerFee;
-            _owed[provider] += earned - providerFee;
+            _owed[provider] += pay - providerFee;
         }
 
         uint256 verifications = verification.verificationCount(jobId);
