@@ -1,0 +1,104 @@
+"""Run a local Anvil chain on loopback, on a free port, as a child process we can stop by pid."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from marketplace.chain.errors import ChainError
+from marketplace.chain.toolchain import foundry_binary
+
+log = logging.getLogger(__name__)
+
+LISTENING = re.compile(rb"Listening on 127\.0\.0\.1:(\d+)")
+ANVIL_MNEMONIC = "test test test test test test test test test test test junk"
+
+
+@dataclass
+class Anvil:
+    """An Anvil process. Use as a context manager, or call `start()` and `stop()`."""
+
+    accounts: int = 10
+    balance_eth: int = 10_000
+    block_time: float | None = None  # seconds; None mines a block per transaction
+    log_path: Path | None = None
+    process: subprocess.Popen | None = field(default=None, init=False)
+    port: int | None = field(default=None, init=False)
+
+    @property
+    def rpc_url(self) -> str:
+        if self.port is None:
+            raise ChainError("anvil is not running")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, timeout: float = 30.0) -> "Anvil":
+        """Start Anvil on 127.0.0.1 with port 0, and read back the port the kernel gave it."""
+        cmd = [
+            str(foundry_binary("anvil")),
+            "--host", "127.0.0.1",
+            "--port", "0",
+            "--accounts", str(self.accounts),
+            "--balance", str(self.balance_eth),
+            "--mnemonic", ANVIL_MNEMONIC,
+        ]
+        if self.block_time:
+            cmd += ["--block-time", str(self.block_time)]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        seen = b""
+        assert self.process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            seen += line
+            match = LISTENING.search(line)
+            if match:
+                self.port = int(match.group(1))
+                self._drain()
+                log.info("anvil pid %d listening on %s", self.process.pid, self.rpc_url)
+                return self
+        self.stop()
+        raise ChainError(f"anvil did not start: {seen.decode(errors='replace')[-500:]}")
+
+    def _drain(self) -> None:
+        """Keep reading anvil's output (to the log file, if any) so its pipe never fills."""
+        out = self.process.stdout
+
+        def pump() -> None:
+            sink = open(self.log_path, "ab") if self.log_path else None
+            try:
+                for chunk in iter(lambda: out.readline(), b""):
+                    if sink:
+                        sink.write(chunk)
+                        sink.flush()
+            finally:
+                if sink:
+                    sink.close()
+
+        threading.Thread(target=pump, name="anvil-log", daemon=True).start()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> "Anvil":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

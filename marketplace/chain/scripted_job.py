@@ -1,0 +1,161 @@
+"""A whole job lifecycle driven step by step on a devnet: the demo, the gas bench and the tests.
+
+Providers here are scripted accounts, not training daemons: they bid fixed prices and commit
+checkpoint records of deterministic bytes. Time moves with `evm_increaseTime`, so it needs Anvil.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from eth_account.signers.local import LocalAccount
+from web3.logs import DISCARD
+
+from marketplace.chain.deploy import ZEN
+from marketplace.chain.ledger import CommittedUnit, Hardware, JobRequest, Ledger
+from marketplace.ipfs.cid import CID
+from marketplace.ipfs.importer import FileImporter
+
+COMMUNITY = 0
+
+
+@dataclass(frozen=True)
+class Cast:
+    """Who plays which role."""
+
+    governor: LocalAccount  # deployer, ZEN distributor, keeper that closes auctions and settles
+    user: LocalAccount
+    providers: tuple[LocalAccount, ...]
+    verifiers: tuple[LocalAccount, ...]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    bids: tuple[int, ...] = (60 * ZEN, 70 * ZEN, 80 * ZEN)  # per GPU-hour, one per provider
+    nodes: int = 1
+    units: int = 10
+    gpu_seconds: int = 599  # metered per unit; not a whole hour share, so rounding shows
+    max_price: int = 100 * ZEN
+    budget: int = 5_000 * ZEN
+    sample_rate_bps: int = 5_000
+    checkpoint_interval: int = 3_600
+    provider_stake: int = 10_000 * ZEN
+    verifier_stake: int = 5_000 * ZEN
+    funding: int = 50_000 * ZEN
+
+
+@dataclass
+class Outcome:
+    job_id: int
+    winners: list[str]
+    clearing_price: int
+    units: list[CommittedUnit] = field(default_factory=list)
+    verified: list[tuple[int, int, str]] = field(default_factory=list)  # (slot, index, verifier)
+    settlement: dict = field(default_factory=dict)
+    gas: dict[str, list[int]] = field(default_factory=dict)
+
+    def record(self, step: str, receipt) -> None:
+        self.gas.setdefault(step, []).append(receipt["gasUsed"])
+
+
+def cid_of_bytes(data: bytes) -> str:
+    """The CIDv0 `ipfs add --only-hash` gives for `data`."""
+    importer = FileImporter(CID.of)
+    importer.write(data)
+    return str(importer.finish().cid)
+
+
+def checkpoint_bytes(job_id: int, slot: int, index: int) -> bytes:
+    """Stand-in checkpoint contents for a scripted provider."""
+    return f"job {job_id} slot {slot} unit {index}\n".encode()
+
+
+def onboard(ledger: Ledger, cast: Cast, scenario: Scenario) -> None:
+    """Fund every actor, register and stake providers and verifiers, admit the providers."""
+    for account in (cast.user, *cast.providers, *cast.verifiers):
+        ledger.transfer(cast.governor, account.address, scenario.funding)
+    for i, verifier in enumerate(cast.verifiers):
+        ledger.register_verifier(verifier, f"http://127.0.0.1/verifier/{i}")
+        ledger.stake(verifier, scenario.verifier_stake)
+    for i, provider in enumerate(cast.providers):
+        hardware = Hardware("cpu", 0, 0, 1, f"http://127.0.0.1/provider/{i}")
+        ledger.register_provider(provider, COMMUNITY, hardware)
+        ledger.stake(provider, scenario.provider_stake)
+        benchmark = hashlib.sha256(f"benchmark {provider.address}".encode()).digest()
+        ledger.attest_benchmark(cast.verifiers[0], provider.address, benchmark, 100)
+
+
+def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Outcome:
+    """Create a job, auction it, commit every unit, verify the sampled ones, settle, withdraw."""
+    request = JobRequest(
+        spec_cid=spec_cid, tier=COMMUNITY, nodes=scenario.nodes, units_per_node=scenario.units,
+        checkpoint_interval=scenario.checkpoint_interval, sample_rate_bps=scenario.sample_rate_bps,
+        max_price=scenario.max_price, budget=scenario.budget,
+    )
+    market = ledger.market.functions
+    ledger.approve(cast.user, ledger.market.address, request.budget)
+    receipt = ledger.send(market.createJob(request.as_struct()), cast.user)
+    job_id = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)[0]["args"]["jobId"]
+    outcome = Outcome(job_id=job_id, winners=[], clearing_price=0)
+    outcome.record("createJob", receipt)
+
+    bids = []
+    for provider, price in zip(cast.providers, scenario.bids):
+        bid = ledger.commit_bid(provider, job_id, price)
+        bids.append((provider, bid))
+    outcome.gas["commitBid"] = [
+        ledger.w3.eth.get_transaction_receipt(tx)["gasUsed"] for tx in _bid_txs(ledger, job_id, "BidCommitted")
+    ]
+    ledger.advance_time(ledger.market.functions.bidWindow().call() + 1)
+    for provider, bid in bids:
+        outcome.record("revealBid", ledger.reveal_bid(provider, bid))
+    ledger.advance_time(ledger.market.functions.revealWindow().call() + 1)
+    receipt = ledger.close_auction(cast.governor, job_id)
+    outcome.record("closeAuction", receipt)
+    cleared = ledger.market.events.AuctionCleared().process_receipt(receipt, errors=DISCARD)[0]["args"]
+    outcome.clearing_price = cleared["clearingPrice"]
+    assigned = ledger.market.events.SlotAssigned().process_receipt(receipt, errors=DISCARD)
+    slots = {e["args"]["provider"]: e["args"]["slot"] for e in assigned}
+    outcome.winners = list(slots)
+
+    by_address = {p.address: p for p in cast.providers}
+    for index in range(scenario.units):
+        ledger.advance_time(scenario.gpu_seconds)
+        for address, slot in slots.items():
+            cid = cid_of_bytes(checkpoint_bytes(job_id, slot, index))
+            state_hash = hashlib.sha256(checkpoint_bytes(job_id, slot, index)).digest()
+            fn = market.commitCheckpoint(job_id, slot, scenario.gpu_seconds, cid, state_hash)
+            receipt = ledger.send(fn, by_address[address])
+            outcome.record("commitCheckpoint", receipt)
+            event = ledger.market.events.CheckpointCommitted().process_receipt(receipt, errors=DISCARD)[0]
+            outcome.units.append(ledger.unit_from_event(event))
+
+    ledger.mine(2)  # the last unit is sampled by the next block's hash, readable once one more exists
+    for n, unit in enumerate(outcome.units):
+        if ledger.is_sampled(unit):
+            verifier = cast.verifiers[n % len(cast.verifiers)]
+            outcome.record("postResult", ledger.post_result(verifier, unit, True, cid_of_bytes(b"pass")))
+            outcome.verified.append((unit.slot, unit.index, verifier.address))
+
+    ledger.advance_time(ledger.verification.functions.verificationWindow().call() + 1)
+    receipt = ledger.send(market.settle(job_id), cast.governor)
+    outcome.record("settle", receipt)
+    outcome.settlement = dict(ledger.market.events.JobSettled().process_receipt(receipt, errors=DISCARD)[0]["args"]) | {
+        "tx": "0x" + receipt["transactionHash"].hex().removeprefix("0x"),
+        "block": receipt["blockNumber"],
+    }
+    for address in outcome.winners:
+        outcome.record("withdraw", ledger.withdraw(by_address[address]))
+    for verifier in {v for _, _, v in outcome.verified}:
+        account = next(a for a in cast.verifiers if a.address == verifier)
+        ledger.claim_verification_fees(account, job_id)
+        ledger.withdraw(account)
+    return outcome
+
+
+def _bid_txs(ledger: Ledger, job_id: int, event: str) -> list[bytes]:
+    logs = getattr(ledger.market.events, event)().get_logs(
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+    )
+    return [log["transactionHash"] for log in logs]

@@ -1,0 +1,48 @@
+"""Sign and send transactions from a local key, turning reverts into readable errors."""
+
+from __future__ import annotations
+
+from eth_account.signers.local import LocalAccount
+from web3 import Web3
+from web3.contract.contract import ContractConstructor, ContractFunction
+from web3.exceptions import ContractCustomError, ContractLogicError, ContractPanicError
+from web3.types import TxReceipt
+
+from marketplace.chain.errors import ChainError, explain
+
+REVERTS = (ContractCustomError, ContractLogicError, ContractPanicError)
+
+
+def send(
+    w3: Web3,
+    call: ContractFunction | ContractConstructor,
+    account: LocalAccount,
+    *,
+    gas: int | None = None,
+) -> TxReceipt:
+    """Sign `call` with `account`, send it and wait for its receipt.
+
+    Gas is estimated first, so a call that would revert fails here with the contract's custom
+    error instead of as a mined, failed transaction.
+    """
+    params = {"from": account.address, "nonce": w3.eth.get_transaction_count(account.address, "pending")}
+    try:
+        if gas is None:
+            gas = int(call.estimate_gas(params) * 1.2) + 10_000
+        tx = call.build_transaction({**params, "gas": gas})
+    except REVERTS as exc:
+        raise explain(exc) from None
+    signed = account.sign_transaction(tx)
+    tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
+    receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=120)
+    if receipt["status"] != 1:
+        raise ChainError(f"transaction {tx_hash.hex()} reverted in block {receipt['blockNumber']}")
+    return receipt
+
+
+def call(fn: ContractFunction, **kwargs):
+    """A read-only call, with reverts decoded."""
+    try:
+        return fn.call(kwargs or None)
+    except REVERTS as exc:
+        raise explain(exc) from None
