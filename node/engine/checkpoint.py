@@ -21,6 +21,7 @@ import io
 import json
 import logging
 import os
+import pickle
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +74,7 @@ class Checkpoint:
         try:
             raw = source if isinstance(source, bytes) else Path(source).read_bytes()
             payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError) as exc:
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
             raise CheckpointError(f"cannot read checkpoint: {exc}") from None
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise CheckpointError(f"not a {FORMAT} checkpoint")

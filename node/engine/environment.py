@@ -24,7 +24,7 @@ def capture(seed: int, num_threads: int, deterministic: bool, device: torch.devi
         "packages": _package_versions(),
         "python": platform.python_version(),
         "torch": {
-            "version": torch.__version__,
+            "version": str(torch.__version__),  # a str subclass that weights-only loading refuses
             "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from collections.abc import Callable
@@ -139,8 +140,9 @@ class Trainer:
         """Restore a `state()`; `state` itself is left untouched, so it can be loaded again."""
         self.optimizer.zero_grad(set_to_none=True)
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        # both keep references into what they load (Adam moments are then updated in place)
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        self.scheduler.load_state_dict(copy.deepcopy(state["scheduler"]))
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])

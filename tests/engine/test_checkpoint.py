@@ -1,0 +1,81 @@
+"""Checkpoint serialisation and the canonical state hash."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from node.engine import Checkpoint, CheckpointError, Shard, parse_spec, run_unit, state_hash
+
+from .conftest import SMALL, merge
+
+
+@pytest.fixture(scope="module")
+def unit():
+    spec = parse_spec(merge(SMALL, {"training": {"eval_batches": 0}}))
+    return run_unit(spec, None, Shard.of(spec, 0, 0, 40), 10)
+
+
+def flip_bit(tensor: torch.Tensor, byte: int = 0, bit: int = 0) -> None:
+    tensor.view(-1).view(torch.uint8)[byte] ^= 1 << bit
+
+
+def test_hash_matches_returned_hash_and_survives_bytes_and_files(unit, tmp_path):
+    ckpt, digest, _ = unit
+    assert ckpt.state_hash() == digest == ckpt.metadata["state_hash"]
+    assert Checkpoint.load(ckpt.to_bytes()).state_hash() == digest
+    ckpt.save(tmp_path / "unit.ckpt")
+    assert Checkpoint.load(tmp_path / "unit.ckpt").state_hash() == digest
+    assert Checkpoint.load(str(tmp_path / "unit.ckpt")).step == 10
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        lambda s: s["model"]["transformer.h.0.attn.c_attn.weight"],
+        lambda s: s["model"]["transformer.ln_f.bias"],
+        lambda s: s["optimizer"]["state"][0]["exp_avg_sq"],
+        lambda s: s["rng"]["torch"],
+    ],
+    ids=["weight", "bias", "adam-moment", "rng"],
+)
+def test_one_bit_changes_the_hash(unit, where):
+    ckpt, digest, _ = unit
+    copy = ckpt.clone()
+    flip_bit(where(copy.state), byte=5, bit=3)
+    assert copy.state_hash() != digest
+    assert ckpt.state_hash() == digest  # the original is untouched
+
+
+def test_progress_and_schedule_are_hashed(unit):
+    ckpt, digest, _ = unit
+    for path, value in [(("progress", "cursor"), 11), (("scheduler", "last_epoch"), 9)]:
+        copy = ckpt.clone()
+        copy.state[path[0]][path[1]] = value
+        assert copy.state_hash() != digest
+
+
+def test_hash_covers_dtype_and_shape_not_just_bytes():
+    base = {"t": torch.zeros(4, dtype=torch.float32)}
+    assert state_hash(base) != state_hash({"t": torch.zeros(2, 2, dtype=torch.float32)})
+    assert state_hash(base) != state_hash({"t": torch.zeros(4, dtype=torch.int32)})
+    assert state_hash({"a": 1, "b": 2.0}) == state_hash({"b": 2.0, "a": 1})
+    assert state_hash({"a": 1}) != state_hash({"a": 1.0})
+
+
+def test_metadata_records_the_environment(unit):
+    meta = unit.checkpoint.metadata
+    env = meta["environment"]
+    assert env["torch"]["version"] == torch.__version__
+    assert env["num_threads"] == 2 and env["seed"] == 7 and env["deterministic"] is True
+    assert len(env["code"]["engine_sha256"]) == 64
+    assert env["packages"]["torch"] and env["hardware"]["cpu_count"]
+    assert meta["unit"]["shard"]["index"] == 0 and meta["unit"]["steps"] == 10
+    assert all(len(d) == 64 for d in meta["unit"]["data_sha256"].values())
+
+
+def test_garbage_is_not_a_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError):
+        Checkpoint.load(b"not a checkpoint")
+    with pytest.raises(CheckpointError):
+        Checkpoint.load(tmp_path / "missing.ckpt")

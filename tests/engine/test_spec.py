@@ -1,0 +1,71 @@
+"""Job spec validation: the shipped examples load, bad specs fail with one clear error each."""
+
+from __future__ import annotations
+
+import pytest
+
+from node.engine import SpecError, load_spec, parse_spec
+
+from .conftest import SPECS, merge
+
+
+@pytest.mark.parametrize("path", sorted(SPECS.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_specs_load(path):
+    spec = load_spec(path)
+    assert spec.training.max_steps >= spec.checkpoint.every
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"model": {"architecture": "resnet"}}, "model.architecture", ["'resnet'", "gpt", "mlp"]),
+        ({"training": {"lr": -0.1}}, "training.lr", ["greater than 0"]),
+        ({"model": {"n_head": 5}}, "model.n_head", ["must divide n_embd (64)"]),
+        ({"data": None}, "data", ["dict"]),
+        ({"training": {"precision": "fp8"}}, "training.precision", ["'fp32'", "'bf16'"]),
+        ({"data": {"sources": []}}, "data.sources", ["at least 1"]),
+        ({"data": {"sources": [{"kind": "s3"}]}}, "data.sources[0]", ["'stdlib'", "'ipfs'"]),
+        ({"training": {"warmup_steps": 10_000}}, "training", ["warmup_steps (10000)"]),
+        ({"distributed": {"nodes": 2}}, "distributed", ["'ddp' or 'diloco'"]),
+        ({"training": {"learning_rate": 1}}, "training.learning_rate", ["not permitted"]),
+    ],
+)
+def test_bad_spec_names_the_field(tiny_raw, change, field, words):
+    with pytest.raises(SpecError) as caught:
+        parse_spec(merge(tiny_raw, change))
+    assert len(caught.value.errors) == 1
+    got_field, message = caught.value.errors[0]
+    assert got_field == field
+    for word in words:
+        assert word in message
+    assert str(caught.value).startswith(field + ": ")
+
+
+def test_missing_data_section(tiny_raw):
+    del tiny_raw["data"]
+    with pytest.raises(SpecError) as caught:
+        parse_spec(tiny_raw)
+    assert caught.value.errors == [("data", "Field required")]
+
+
+def test_yaml_syntax_error_is_a_spec_error():
+    with pytest.raises(SpecError, match="yaml"):
+        parse_spec("model: [unclosed")
+
+
+def test_unreadable_spec_file(tmp_path):
+    with pytest.raises(SpecError, match="cannot read"):
+        load_spec(tmp_path / "absent.yaml")
+
+
+def test_spec_hash_ignores_key_order_and_defaults(tiny_raw):
+    reordered = dict(reversed(list(tiny_raw.items())))
+    explicit = merge(tiny_raw, {"training": {"betas": [0.9, 0.95]}})
+    assert parse_spec(tiny_raw).sha256() == parse_spec(reordered).sha256()
+    assert parse_spec(tiny_raw).sha256() == parse_spec(explicit).sha256()
+    assert parse_spec(tiny_raw).sha256() != parse_spec(merge(tiny_raw, {"training": {"lr": 1e-3}})).sha256()
+
+
+def test_round_trip_through_dump(tiny_raw):
+    spec = parse_spec(tiny_raw)
+    assert parse_spec(spec.model_dump(mode="json")) == spec
