@@ -1,0 +1,143 @@
+"""RPC routes for files: add (streamed import), cat and get."""
+
+import asyncio
+import json
+import logging
+import tarfile
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from marketplace.ipfs import multipart, reader
+from marketplace.ipfs.api.deps import CidDep, RepoDep
+from marketplace.ipfs.cid import CID
+from marketplace.ipfs.errors import Unsupported
+from marketplace.ipfs.importer import FileImporter, Imported, parse_chunker
+from marketplace.ipfs.pinstore import RECURSIVE
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["files"])
+
+# Bytes gathered from the socket before handing them to the hashing thread: large enough that
+# the thread hop is rare, small enough to keep an add's memory to a few of these.
+_BATCH_BYTES = 1024 * 1024
+
+
+class AddOptions(BaseModel):
+    """`ipfs add` flags, named as Kubo names them on the wire."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    cid_version: int = Field(0, alias="cid-version", ge=0, le=1)
+    raw_leaves: bool | None = Field(None, alias="raw-leaves",
+                                    description="default: true with cid-version=1, as in Kubo")
+    chunker: str | None = Field(None, description="size-<bytes>, default size-262144")
+    pin: bool = True
+    only_hash: bool = Field(False, alias="only-hash")
+    hash: str = Field("sha2-256", description="only sha2-256")
+    trickle: bool = False
+    wrap_with_directory: bool = Field(False, alias="wrap-with-directory")
+    nocopy: bool = False
+    inline: bool = False
+
+    def importer(self, sink) -> FileImporter:
+        for flag in ("trickle", "wrap_with_directory", "nocopy", "inline"):
+            if getattr(self, flag):
+                raise Unsupported(f"{flag.replace('_', '-')} is not supported by this node")
+        if self.hash != "sha2-256":
+            raise Unsupported(f"hash {self.hash!r} is not supported, only sha2-256")
+        raw_leaves = self.raw_leaves if self.raw_leaves is not None else self.cid_version == 1
+        return FileImporter(sink, chunk_size=parse_chunker(self.chunker),
+                            cid_version=self.cid_version, raw_leaves=raw_leaves)
+
+
+def _write_pieces(importer: FileImporter, pieces: list[bytes]) -> None:
+    for piece in pieces:
+        importer.write(piece)
+
+
+def _finish(importer: FileImporter, pieces: list[bytes]) -> Imported:
+    _write_pieces(importer, pieces)
+    return importer.finish()
+
+
+async def _import(part: multipart.Part, importer: FileImporter) -> Imported:
+    """Receive on the event loop while a worker thread hashes and writes the previous batch
+    (hashlib and file writes release the GIL), so the two overlap."""
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future | None = None
+    batch: list[bytes] = []
+    batched = 0
+    try:
+        async for piece in part.chunks():
+            batch.append(piece)
+            batched += len(piece)
+            if batched >= _BATCH_BYTES:
+                if pending is not None:
+                    await pending
+                pending = loop.run_in_executor(None, _write_pieces, importer, batch)
+                batch, batched = [], 0
+        if pending is not None:
+            await pending
+            pending = None
+        return await loop.run_in_executor(None, _finish, importer, batch)
+    finally:
+        if pending is not None:  # the upload broke off: let the last write end before returning
+            await asyncio.wait({pending})
+
+
+@router.post("/add")
+async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Query()]) -> Response:
+    """Import each file part of a multipart body; one JSON line per file, as Kubo answers."""
+    sink = CID.of if options.only_hash else repo.blocks.add
+    boundary = multipart.boundary_of(request.headers.get("content-type"))
+    lines = []
+    await run_in_threadpool(repo.gc_lock.acquire_shared)
+    try:
+        async for part in multipart.MultipartReader(request.stream(), boundary).parts():
+            if part.is_directory:
+                raise Unsupported("adding directories is not supported by this node, add files")
+            imported = await _import(part, options.importer(sink))
+            if options.pin and not options.only_hash:
+                await run_in_threadpool(repo.pins.add, imported.cid, RECURSIVE)
+            name = part.filename or str(imported.cid)
+            log.debug("added %s as %s (%d bytes)", name, imported.cid, imported.filesize)
+            lines.append({"Name": name, "Hash": str(imported.cid), "Size": str(imported.size)})
+    finally:
+        repo.gc_lock.release_shared()
+    if not lines:
+        raise multipart.MalformedMultipart("the request carried no file")
+    body = "".join(json.dumps(line) + "\n" for line in lines)
+    return Response(body, media_type="application/json", headers={"X-Chunked-Output": "1"})
+
+
+@router.post("/cat")
+def cat(repo: RepoDep, cid: CidDep, offset: Annotated[int, Query(ge=0)] = 0,
+        length: Annotated[int | None, Query(ge=0)] = None) -> StreamingResponse:
+    reader.file_size(cid, repo.blocks.get)
+    return StreamingResponse(reader.iter_file(cid, repo.blocks.get, offset, length),
+                             media_type="text/plain", headers={"X-Stream-Output": "1"})
+
+
+def _tar(name: str, size: int, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """A one-file ustar/PAX stream; the header needs only the size, so the body streams."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = size, 0o644
+    yield info.tobuf(format=tarfile.PAX_FORMAT)
+    yield from chunks
+    yield b"\0" * (-size % tarfile.BLOCKSIZE) + b"\0" * (2 * tarfile.BLOCKSIZE)
+
+
+@router.post("/get")
+def get(repo: RepoDep, cid: CidDep, compress: bool = False) -> StreamingResponse:
+    """A tar holding the file under its CID, as Kubo's `get` sends it."""
+    if compress:
+        raise Unsupported("compressed get is not supported by this node")
+    size = reader.file_size(cid, repo.blocks.get)
+    return StreamingResponse(_tar(str(cid), size, reader.iter_file(cid, repo.blocks.get)),
+                             media_type="application/x-tar", headers={"X-Stream-Output": "1"})

@@ -1,0 +1,34 @@
+"""The trustless gateway: GET /ipfs/{cid} for a file's bytes, ?format=raw for one verifiable block."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header
+from fastapi.responses import Response, StreamingResponse
+
+from marketplace.ipfs import reader
+from marketplace.ipfs.api.deps import RepoDep
+from marketplace.ipfs.cid import CID
+from marketplace.ipfs.errors import Unsupported
+
+router = APIRouter(prefix="/ipfs", tags=["gateway"])
+
+RAW_BLOCK = "application/vnd.ipld.raw"
+_IMMUTABLE = "public, max-age=29030400, immutable"
+
+
+@router.api_route("/{path:path}", methods=["GET", "HEAD"])
+def fetch(repo: RepoDep, path: str, format: str | None = None,
+          accept: Annotated[str, Header()] = "") -> Response:
+    cid = CID.parse(path)
+    headers = {"X-Ipfs-Path": f"/ipfs/{cid}", "X-Ipfs-Roots": str(cid),
+               "Cache-Control": _IMMUTABLE}
+    if format == "raw" or (format is None and RAW_BLOCK in accept):
+        headers |= {"Etag": f'"{cid}.raw"', "X-Content-Type-Options": "nosniff",
+                    "Content-Disposition": f'attachment; filename="{cid}.bin"'}
+        return Response(repo.blocks.get(cid), media_type=RAW_BLOCK, headers=headers)
+    if format is not None:
+        raise Unsupported(f"format {format!r} is not supported, use raw or none")
+    size = reader.file_size(cid, repo.blocks.get)
+    headers |= {"Etag": f'"{cid}"', "Content-Length": str(size)}
+    return StreamingResponse(reader.iter_file(cid, repo.blocks.get),
+                             media_type="application/octet-stream", headers=headers)

@@ -1,0 +1,108 @@
+"""Blocks on disk, one file per block named by multihash (Kubo's flatfs layout), written atomically."""
+
+import base64
+import binascii
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from marketplace.ipfs import multihash
+from marketplace.ipfs.cid import CID, RAW
+from marketplace.ipfs.errors import BlockNotFound, HashMismatch, InvalidCid
+
+log = logging.getLogger(__name__)
+
+_SUFFIX = ".data"
+
+
+class CorruptBlock(HashMismatch):
+    """A stored block whose bytes no longer hash to its name (disk damage, a torn write)."""
+
+
+def _key(multihash: bytes) -> str:
+    """flatfs key: unpadded upper-case base32 of the multihash ("CIQ..." for sha2-256)."""
+    return base64.b32encode(multihash).decode().rstrip("=")
+
+
+class Blockstore:
+    """Content-addressed: a block is only ever written under the hash of the bytes being written,
+    so nothing can be stored under a wrong name, and every read is checked again. Writes go to a
+    per-thread temporary file renamed into place, so concurrent writers of the same block (two
+    adds sharing a chunk) each rename a complete file and a reader never sees a partial one."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._made_dirs: set[str] = set()
+
+    def path(self, cid: CID) -> Path:
+        """Where the block lives: blocks/<next-to-last two key characters>/<key>.data."""
+        key = _key(cid.multihash)
+        return self.root / key[-3:-1] / (key + _SUFFIX)
+
+    def has(self, cid: CID) -> bool:
+        return self.path(cid).exists()
+
+    def add(self, data: bytes | memoryview, codec: int, version: int = 1,
+            hash_code: int = multihash.SHA2_256) -> CID:
+        """Hash `data`, store it, and return its CID (a block already present is not rewritten)."""
+        cid = CID.of(data, codec, version, hash_code)
+        path = self.path(cid)
+        if path.exists():
+            return cid
+        shard = path.parent
+        if shard.name not in self._made_dirs:
+            shard.mkdir(exist_ok=True)
+            self._made_dirs.add(shard.name)
+        tmp = shard / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return cid
+
+    def get(self, cid: CID) -> bytes:
+        """The block's bytes, verified against the CID."""
+        try:
+            data = self.path(cid).read_bytes()
+        except FileNotFoundError:
+            raise BlockNotFound(cid) from None
+        try:
+            cid.verify(data)
+        except HashMismatch:
+            log.error("block %s is corrupt on disk (hash mismatch)", cid)
+            raise CorruptBlock(f"block {cid} is corrupt in this node's store (hash mismatch)") from None
+        return data
+
+    def size(self, cid: CID) -> int:
+        try:
+            return self.path(cid).stat().st_size
+        except FileNotFoundError:
+            raise BlockNotFound(cid) from None
+
+    def keys(self) -> Iterator[CID]:
+        """Every stored block as a CIDv1 raw: the store keeps multihashes, not codecs (as Kubo)."""
+        for shard in self.root.iterdir():
+            if not shard.is_dir():
+                continue
+            for entry in shard.iterdir():
+                if entry.name.endswith(_SUFFIX) and not entry.name.startswith("."):
+                    padded = entry.name[:-len(_SUFFIX)]
+                    padded += "=" * (-len(padded) % 8)
+                    try:
+                        yield CID(1, RAW, base64.b32decode(padded))
+                    except (binascii.Error, InvalidCid):
+                        log.warning("ignoring a file that is not a block: %s", entry)
+
+    def delete(self, cid: CID) -> None:
+        self.path(cid).unlink(missing_ok=True)
+
+    def remove_temporaries(self) -> int:
+        """Delete temporary files left by writes that never finished (a crash mid-add). Only
+        safe while no write is in flight, i.e. under the exclusive GC lock."""
+        count = 0
+        for tmp in self.root.glob("*/.*.tmp"):
+            tmp.unlink(missing_ok=True)
+            count += 1
+        return count

@@ -1,0 +1,87 @@
+"""The embedded node's HTTP server: the Kubo RPC subset and the gateway on one port."""
+
+import logging
+import os
+import socket
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException
+
+from marketplace.ipfs.api import blocks, files, gateway, node, pins
+from marketplace.ipfs.blockstore import CorruptBlock
+from marketplace.ipfs.errors import BlockNotFound, IpfsError
+from marketplace.ipfs.pinstore import NotPinned
+from marketplace.ipfs.repo import Repo
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v0"
+# A corrupt local block is reported like a missing one: this node cannot serve valid bytes
+# for the CID, and a client should try another replica.
+_NOT_FOUND = (BlockNotFound, NotPinned, CorruptBlock)
+
+
+def _error(request: Request, status: int, message: str) -> Response:
+    """Kubo's RPC error shape; the gateway answers in plain text, as gateways do."""
+    if request.url.path.startswith("/ipfs/"):
+        return PlainTextResponse(message, status)
+    return JSONResponse({"Message": message, "Code": 0, "Type": "error"}, status)
+
+
+async def _ipfs_error(request: Request, exc: IpfsError) -> Response:
+    return _error(request, 404 if isinstance(exc, _NOT_FOUND) else 400, str(exc))
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}"
+                         for e in exc.errors())
+    return _error(request, 400, problems)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    return _error(request, exc.status_code, str(exc.detail))
+
+
+def create_app(repo: Repo) -> FastAPI:
+    app = FastAPI(title="Zoo Compute IPFS node",
+                  description="The Kubo RPC subset the project uses, and a trustless gateway.")
+    app.state.repo = repo
+    for module in (files, blocks, pins, node):
+        app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(gateway.router)
+    app.add_exception_handler(IpfsError, _ipfs_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    return app
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind before serving so port 0 can be resolved and published in the repo's api file."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
+    """Run the node until SIGINT/SIGTERM. Once `<repo>/api` exists the port accepts requests
+    (the socket is listening before the file is written), which is the readiness signal."""
+    repo = Repo(repo_path)
+    try:
+        sock = _listen(host, port)
+        bound_port = sock.getsockname()[1]
+        proto = "ip6" if sock.family == socket.AF_INET6 else "ip4"
+        repo.write_api_file(f"/{proto}/{host}/tcp/{bound_port}")
+        log.info("IPFS RPC API listening on http://%s:%d%s (repo %s)", host, bound_port,
+                 API_PREFIX, repo.path)
+        config = uvicorn.Config(create_app(repo), log_level="warning", access_log=False,
+                                timeout_keep_alive=30)
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        repo.close()

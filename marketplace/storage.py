@@ -1,0 +1,241 @@
+"""The one way project code reaches IPFS: adds, CID-verified reads and replicated pins over Kubo RPC."""
+
+import io
+import logging
+import os
+import tempfile
+import urllib.parse
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import ipfshttpclient
+from ipfshttpclient import exceptions as rpc_errors
+
+from marketplace.errors import ZooError
+from marketplace.ipfs import errors as ipfs_errors
+from marketplace.ipfs import multihash, reader
+from marketplace.ipfs.cid import CID, CODEC_NAMES
+
+log = logging.getLogger(__name__)
+
+# ipfshttpclient 0.7.0 passes urllib3 2.x an argument it no longer needs; the warning says
+# nothing a user of this module can act on.
+warnings.filterwarnings("ignore", message="The 'strict' parameter is no longer needed",
+                        category=FutureWarning)
+
+API_ENV = "ZOO_IPFS_API"
+REPLICAS_ENV = "ZOO_IPFS_REPLICAS"  # comma-separated API addresses of the other known nodes
+DEFAULT_API = "/ip4/127.0.0.1/tcp/5001/http"
+
+# Bytes per write on the upload socket; ipfshttpclient's 8 KiB default costs a Python
+# round trip per 8 KiB of a multi-GiB checkpoint.
+_UPLOAD_CHUNK = 1024 * 1024
+
+
+class StorageError(ZooError):
+    """Base class for every storage failure."""
+
+
+class InvalidCid(StorageError, ValueError):
+    """A string that is not a CID."""
+
+
+class CidMismatch(StorageError, ValueError):
+    """Bytes a node returned (or stored) that do not hash to the CID asked for."""
+
+
+class ContentNotFound(StorageError, LookupError):
+    """No known node holds the content."""
+
+
+class NodeUnavailable(StorageError, ConnectionError):
+    """No known node could be reached."""
+
+
+class ReplicationError(StorageError):
+    """Fewer nodes than asked for hold a pin; `holders` says which do."""
+
+    def __init__(self, message: str, holders: list[str]) -> None:
+        super().__init__(message)
+        self.holders = holders
+
+
+def api_multiaddr(addr: str) -> str:
+    """Accept a Kubo-style multiaddr or an http(s) URL; ipfshttpclient wants the multiaddr."""
+    if addr.startswith("/"):
+        return addr
+    url = urllib.parse.urlsplit(addr)
+    if url.scheme not in ("http", "https") or not url.hostname or not url.port:
+        raise StorageError(f"IPFS API address {addr!r} is neither a multiaddr nor http(s)://host:port")
+    host = url.hostname
+    proto = "ip6" if ":" in host else "ip4" if host.replace(".", "").isdigit() else "dns"
+    return f"/{proto}/{host}/tcp/{url.port}/{url.scheme}"
+
+
+def _parse(cid: str) -> CID:
+    try:
+        return CID.parse(cid)
+    except ipfs_errors.InvalidCid as exc:
+        raise InvalidCid(str(exc)) from None
+
+
+def _translate(exc: rpc_errors.Error, node: str) -> StorageError:
+    """Map a client error to ours: 404 (or Kubo's not-found text) is missing content."""
+    if isinstance(exc, (rpc_errors.ConnectionError, rpc_errors.TimeoutError,
+                        rpc_errors.ProtocolError)):
+        return NodeUnavailable(f"IPFS node {node} unreachable: {exc}")
+    response = getattr(getattr(exc, "original", None), "response", None)
+    status = getattr(response, "status_code", None)
+    if status == 404 or "not found" in str(exc):
+        return ContentNotFound(f"{node}: {exc}")
+    return StorageError(f"{node}: {exc}")
+
+
+class Storage:
+    """A primary node (where adds go) and replica nodes (where pins are copied and reads fall
+    back). Reads fetch blocks one by one with block/get and check each against its CID, so a
+    wrong byte from any node, ours or a real Kubo, is caught; nothing is trusted on the node's
+    word. One instance is meant for one thread."""
+
+    def __init__(self, api_addr: str | None = None, replicas: list[str] | None = None) -> None:
+        primary = api_addr or os.environ.get(API_ENV) or DEFAULT_API
+        if replicas is None:
+            replicas = [a.strip() for a in os.environ.get(REPLICAS_ENV, "").split(",") if a.strip()]
+        self.nodes = list(dict.fromkeys([primary, *replicas]))
+        self._clients = {node: ipfshttpclient.Client(api_multiaddr(node), chunk_size=_UPLOAD_CHUNK,
+                                                     session=True)
+                         for node in self.nodes}
+        self._read_order = list(self.nodes)
+
+    @property
+    def api_addr(self) -> str:
+        return self.nodes[0]
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+
+    def __enter__(self) -> "Storage":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _call(self, node: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except rpc_errors.Error as exc:
+            raise _translate(exc, node) from exc
+
+    def add_bytes(self, data: bytes) -> str:
+        """Add and pin on the primary node; returns the CID (Kubo's defaults: CIDv0)."""
+        client = self._clients[self.api_addr]
+        return self._call(self.api_addr, client.add_bytes, data)
+
+    def add_file(self, path: str | os.PathLike) -> str:
+        """Add a file by streaming it from disk (never read whole into memory)."""
+        path = Path(path)
+        if not path.is_file():
+            raise StorageError(f"{path} is not a regular file")
+        client = self._clients[self.api_addr]
+        return self._call(self.api_addr, client.add, str(path))["Hash"]
+
+    def cat(self, cid: str) -> bytes:
+        """The whole content, verified block by block; for large content use read_to."""
+        return b"".join(self._verified_bytes(_parse(cid)))
+
+    def read_to(self, cid: str, path: str | os.PathLike) -> None:
+        """Stream the content to `path`. It is written beside it under a temporary name and
+        renamed only once every block checked out, so `path` never holds unverified bytes."""
+        root = _parse(cid)
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in self._verified_bytes(root):
+                    out.write(chunk)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    def _verified_bytes(self, root: CID) -> Iterator[bytes]:
+        try:
+            yield from reader.iter_file(root, self.get_block)
+        except ipfs_errors.IpfsError as exc:  # a block that verified but is not a file
+            raise StorageError(f"{root}: {exc}") from exc
+
+    def get_block(self, cid: CID) -> bytes:
+        """One block, verified, from the first node that has a good copy. A node that fails
+        moves to the back of the order, so a dead primary costs one attempt, not one per block."""
+        failures: list[StorageError] = []
+        for node in list(self._read_order):
+            try:
+                data = self._call(node, self._clients[node].block.get, str(cid))
+                cid.verify(data)
+                return data
+            except StorageError as exc:
+                failures.append(exc)
+            except ipfs_errors.HashMismatch:
+                log.warning("node %s returned bytes that do not match %s", node, cid)
+                failures.append(CidMismatch(f"{node} returned bytes that do not hash to {cid}"))
+            self._read_order.remove(node)
+            self._read_order.append(node)
+        for kind in (CidMismatch, ContentNotFound):
+            if any(isinstance(f, kind) for f in failures):
+                raise kind(f"no node has a valid copy of block {cid}: "
+                           + "; ".join(map(str, failures)))
+        raise NodeUnavailable("; ".join(map(str, failures)))
+
+    def pin(self, cid: str, replicas: int = 3) -> list[str]:
+        """Make sure `replicas` known nodes (primary first) pin the content, copying verified
+        blocks to nodes that lack them; returns the nodes that hold it. Raises
+        ReplicationError, carrying those holders, when fewer nodes could take it."""
+        root = _parse(cid)
+        if not 1 <= replicas <= len(self.nodes):
+            raise ReplicationError(f"asked for {replicas} replicas of {cid} but "
+                                   f"{len(self.nodes)} nodes are known", [])
+        holders: list[str] = []
+        for node in self.nodes:
+            if len(holders) == replicas:
+                break
+            try:
+                self._pin_on(node, root)
+                holders.append(node)
+            except StorageError as exc:
+                log.warning("could not pin %s on %s: %s", cid, node, exc)
+        if len(holders) < replicas:
+            raise ReplicationError(f"{cid} is pinned on {len(holders)} of {replicas} nodes",
+                                   holders)
+        return holders
+
+    def _pin_on(self, node: str, root: CID) -> None:
+        """Pin without letting a real Kubo search the network (offline), and if the node lacks
+        blocks, copy them in and pin again."""
+        client = self._clients[node]
+        try:
+            self._call(node, client.pin.add, str(root), offline=True)
+            return
+        except ContentNotFound:
+            log.info("copying %s to %s", root, node)
+        try:
+            for cid, block in reader.iter_blocks(root, self.get_block):
+                self._put_block(node, cid, block if block is not None else self.get_block(cid))
+        except ipfs_errors.IpfsError as exc:
+            raise StorageError(f"{root} cannot be copied: {exc}") from exc
+        self._call(node, client.pin.add, str(root), offline=True)
+
+    def _put_block(self, node: str, cid: CID, data: bytes) -> None:
+        """block/put names a block by hashing what it received; a name other than the one we
+        sent it under means the node stored something else, and is refused."""
+        code, _ = multihash.split(cid.multihash)
+        opts = {"mhtype": multihash.name_for(code)}
+        if cid.version == 0:
+            opts["format"] = "v0"
+        else:
+            opts["cid-codec"] = CODEC_NAMES[cid.codec]
+        answer = self._call(node, self._clients[node].block.put, io.BytesIO(data), opts=opts)
+        stored = _parse(answer["Key"])
+        if (stored.codec, stored.multihash) != (cid.codec, cid.multihash):
+            raise CidMismatch(f"{node} stored block {cid} as {stored}")

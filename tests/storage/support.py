@@ -1,0 +1,80 @@
+"""Helpers for storage tests: running node processes, test data, the ipfs_cid reference tool."""
+
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import ipfshttpclient
+import pytest
+
+CHUNK = 256 * 1024
+MAX_LINKS = 174
+IPFS_CID = shutil.which("ipfs_cid")
+
+needs_ipfs_cid = pytest.mark.skipif(
+    IPFS_CID is None, reason="ipfs_cid not found: install the Debian package ipfs-cid")
+
+
+def ipfs_cid(path: Path) -> dict[str, str]:
+    """CIDv0 and CIDv1 of a file as the independent Debian tool computes them. Its CIDv1 is
+    the CIDv0 DAG's root written as CIDv1, not Kubo's `--cid-version=1` (which changes links
+    and leaves), so only single-block files compare against our CIDv1 imports directly."""
+    out = subprocess.run([IPFS_CID, str(path)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def random_bytes(size: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+@dataclass
+class Node:
+    """A running node process and how to reach it."""
+
+    repo: Path
+    process: subprocess.Popen
+    multiaddr: str  # /ip4/127.0.0.1/tcp/N/http
+
+    @property
+    def url(self) -> str:
+        parts = self.multiaddr.split("/")
+        return f"http://{parts[2]}:{parts[4]}"
+
+    def client(self) -> ipfshttpclient.Client:
+        return ipfshttpclient.Client(self.multiaddr)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_node(repo: Path, timeout: float = 30) -> Node:
+    """Start `python -m marketplace.ipfs` on port 0; ready when it publishes `<repo>/api`."""
+    repo.mkdir(parents=True, exist_ok=True)
+    api_file = repo / "api"
+    api_file.unlink(missing_ok=True)
+    log = open(repo.parent / f"{repo.name}.log", "ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo), "--host", "127.0.0.1",
+         "--port", "0"], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while not api_file.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"IPFS node did not start: {(repo.parent / f'{repo.name}.log').read_text()}")
+        time.sleep(0.05)
+    return Node(repo, process, api_file.read_text().strip() + "/http")
+
+
