@@ -205,8 +205,8 @@ abstract contract BaseTest is Test {
         vm.warp(market.job(jobId).revealDeadline + 1);
     }
 
-    /// @dev Runs one whole auction round: every bidder commits, reveals, and the round is closed.
-    function _auction(uint256 jobId, address[] memory bidders, uint96[] memory prices) internal {
+    /// @dev Every bidder commits, then every bidder reveals.
+    function _commitAndReveal(uint256 jobId, address[] memory bidders, uint96[] memory prices) internal {
         for (uint256 i; i < bidders.length; ++i) {
             _commitBid(jobId, bidders[i], prices[i]);
         }
@@ -214,6 +214,11 @@ abstract contract BaseTest is Test {
         for (uint256 i; i < bidders.length; ++i) {
             _revealBid(jobId, bidders[i], prices[i]);
         }
+    }
+
+    /// @dev Runs one whole auction round and closes it.
+    function _auction(uint256 jobId, address[] memory bidders, uint96[] memory prices) internal {
+        _commitAndReveal(jobId, bidders, prices);
         _toAuctionEnd(jobId);
         market.closeAuction(jobId);
     }

@@ -1,0 +1,779 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.28;
+
+import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
+
+import {IJobMarket} from "../../contracts/interfaces/IJobMarket.sol";
+import {IStaking} from "../../contracts/interfaces/IStaking.sol";
+import {IVerification} from "../../contracts/interfaces/IVerification.sol";
+import {BaseTest} from "./Base.t.sol";
+
+contract JobMarketTest is BaseTest {
+    uint256 internal constant UNIT_PAY = uint256(UNIT_SECONDS) * PRICE / 1 hours;
+    uint256 internal constant COLLATERAL = BUDGET / 2;
+
+    function _expectInvalid(IJobMarket.JobRequest memory r) internal {
+        vm.startPrank(user);
+        zen.approve(address(market), r.budget);
+        vm.expectRevert(IJobMarket.InvalidJobRequest.selector);
+        market.createJob(r);
+        vm.stopPrank();
+    }
+
+    /// @dev A two-slot job won by provider1 and provider2 at PRICE.
+    function _startTwoSlotJob() internal returns (uint256 jobId) {
+        jobId = _createJob(_request(2, BUDGET));
+        address[] memory bidders = new address[](2);
+        uint96[] memory prices = new uint96[](2);
+        (bidders[0], bidders[1]) = (provider1, provider2);
+        (prices[0], prices[1]) = (PRICE, PRICE);
+        _auction(jobId, bidders, prices);
+    }
+
+    /// @dev provider1 delivers `units` units, then misses its deadline and provider3 reports it.
+    function _workThenGoDown(uint256 jobId, uint32 units) internal {
+        for (uint32 i; i < units; ++i) {
+            _checkpoint(jobId, 0);
+        }
+        skip(INTERVAL + 1);
+        vm.prank(provider3);
+        market.reportDowntime(jobId, 0);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                              CREATE JOB
+    //////////////////////////////////////////////////////////////*/
+
+    function test_createJob_escrowsBudgetAndOpensAuction() public {
+        vm.startPrank(user);
+        zen.approve(address(market), BUDGET);
+        vm.expectEmit(address(market));
+        emit IJobMarket.JobCreated(1, user, COMMUNITY, SPEC_CID, 1, UNITS, MAX_PRICE, BUDGET, uint128(COLLATERAL));
+        vm.expectEmit(address(market));
+        emit IJobMarket.AuctionOpened(
+            1, 1, 1, uint40(block.timestamp + 10 minutes), uint40(block.timestamp + 20 minutes)
+        );
+        uint256 jobId = market.createJob(_request(1, BUDGET));
+        vm.stopPrank();
+
+        assertEq(jobId, 1);
+        assertEq(market.jobCount(), 1);
+        assertEq(zen.balanceOf(address(market)), BUDGET);
+        assertEq(zen.balanceOf(user), USER_FUNDS - BUDGET);
+        IJobMarket.Job memory j = market.job(jobId);
+        assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Open));
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Open));
+        assertEq(j.user, user);
+        assertEq(j.feeBps, 500);
+        assertEq(j.openSlots, 1);
+        assertEq(j.round, 1);
+        assertEq(j.specCid, SPEC_CID);
+        assertEq(market.sampleRateBps(jobId), BPS);
+        assertEq(market.slot(jobId, 0).remaining, BUDGET);
+    }
+
+    function testFuzz_createJob_splitsBudgetPerSlot(uint128 budget, uint16 nodes) public {
+        nodes = uint16(bound(nodes, 1, market.MAX_NODES()));
+        budget = uint128(bound(budget, nodes, USER_FUNDS));
+        uint256 jobId = _createJob(_request(nodes, budget));
+        uint256 slotBudget = budget / nodes;
+        assertEq(market.slot(jobId, nodes - 1).remaining, slotBudget);
+        assertEq(market.job(jobId).collateral, slotBudget * 5_000 / BPS);
+        assertEq(zen.balanceOf(address(market)), budget);
+    }
+
+    function test_createJobWithPermit_needsNoApproval() public {
+        (uint8 v, bytes32 r, bytes32 s) = _permit(userKey, address(market), BUDGET, block.timestamp);
+        vm.prank(user);
+        uint256 jobId = market.createJobWithPermit(_request(1, BUDGET), block.timestamp, v, r, s);
+        assertEq(market.job(jobId).budget, BUDGET);
+        assertEq(zen.balanceOf(address(market)), BUDGET);
+    }
+
+    function test_RevertWhen_jobRequestMalformed() public {
+        IJobMarket.JobRequest memory r = _request(0, BUDGET);
+        _expectInvalid(r);
+        r.nodes = uint16(market.MAX_NODES() + 1);
+        _expectInvalid(r);
+        r = _request(1, BUDGET);
+        r.unitsPerNode = 0;
+        _expectInvalid(r);
+        r = _request(1, BUDGET);
+        r.maxPrice = 0;
+        _expectInvalid(r);
+        r = _request(1, BUDGET);
+        r.checkpointInterval = 0;
+        _expectInvalid(r);
+        r = _request(1, BUDGET);
+        r.sampleRateBps = uint16(BPS + 1);
+        _expectInvalid(r);
+        r = _request(1, BUDGET);
+        r.specCid = "";
+        _expectInvalid(r);
+        r = _request(1, BUDGET);
+        r.tier = 4;
+        _expectInvalid(r);
+    }
+
+    function test_RevertWhen_budgetCannotFundEverySlot() public {
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.BudgetTooLow.selector, 1, 2));
+        vm.prank(user);
+        market.createJob(_request(2, 1));
+    }
+
+    function test_RevertWhen_jobUnknown() public {
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.UnknownJob.selector, 7));
+        market.job(7);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                AUCTION
+    //////////////////////////////////////////////////////////////*/
+
+    function test_commitBid_recordsSealedBid() public {
+        uint256 jobId = _createJob();
+        bytes32 commitment = market.bidCommitmentOf(PRICE, _salt(provider1), provider1, jobId);
+        assertEq(commitment, keccak256(abi.encode(PRICE, _salt(provider1), provider1, jobId)));
+        vm.expectEmit(address(market));
+        emit IJobMarket.BidCommitted(jobId, 1, provider1, commitment);
+        vm.prank(provider1);
+        market.commitBid(jobId, commitment);
+        assertEq(market.bidCommitment(jobId, provider1), commitment);
+    }
+
+    function test_RevertWhen_bidAfterWindow() public {
+        uint256 jobId = _createJob();
+        uint40 deadline = market.job(jobId).bidDeadline;
+        vm.warp(deadline + 1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.BidWindowClosed.selector, deadline));
+        vm.prank(provider1);
+        market.commitBid(jobId, bytes32(uint256(1)));
+    }
+
+    function test_RevertWhen_bidOnUnknownJob() public {
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.UnknownJob.selector, 1));
+        vm.prank(provider1);
+        market.commitBid(1, bytes32(uint256(1)));
+    }
+
+    function test_RevertWhen_bidWithoutAuction() public {
+        uint256 jobId = _startJob();
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NoAuction.selector, jobId));
+        vm.prank(provider2);
+        market.commitBid(jobId, bytes32(uint256(1)));
+    }
+
+    function test_RevertWhen_bidderNotEligible() public {
+        uint256 jobId = _createJob();
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotEligible.selector, verifier1, COMMUNITY));
+        vm.prank(verifier1);
+        market.commitBid(jobId, bytes32(uint256(1)));
+    }
+
+    function test_RevertWhen_bidderLacksCollateral() public {
+        uint256 jobId = _createJob();
+        vm.prank(provider1);
+        staking.requestUnstake(PROVIDER_STAKE - 2_000 * ZEN);
+        vm.expectRevert(
+            abi.encodeWithSelector(IJobMarket.InsufficientCollateral.selector, provider1, 2_000 * ZEN, COLLATERAL)
+        );
+        vm.prank(provider1);
+        market.commitBid(jobId, bytes32(uint256(1)));
+    }
+
+    function test_RevertWhen_removedProviderBidsAgain() public {
+        uint256 jobId = _startJob();
+        _workThenGoDown(jobId, 1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.AlreadyParticipating.selector, provider1));
+        vm.prank(provider1);
+        market.commitBid(jobId, bytes32(uint256(1)));
+    }
+
+    function test_revealBid_keepsLowestBidsSorted() public {
+        uint256 jobId = _createJob(_request(2, BUDGET));
+        _commitBid(jobId, provider1, 50e18);
+        _commitBid(jobId, provider2, 30e18);
+        _commitBid(jobId, provider3, 40e18);
+        _toRevealWindow(jobId);
+        vm.expectEmit(address(market));
+        emit IJobMarket.BidRevealed(jobId, 1, provider1, 50e18);
+        _revealBid(jobId, provider1, 50e18);
+        _revealBid(jobId, provider2, 30e18);
+        _revealBid(jobId, provider3, 40e18);
+
+        IJobMarket.Bid[] memory bids = market.leadingBids(jobId);
+        assertEq(bids.length, 2);
+        assertEq(bids[0].bidder, provider2);
+        assertEq(bids[0].price, 30e18);
+        assertEq(bids[1].bidder, provider3);
+        assertEq(bids[1].price, 40e18);
+        assertEq(market.bidCommitment(jobId, provider1), 0, "a revealed bid is spent");
+    }
+
+    function test_RevertWhen_revealOutsideWindow() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, PRICE);
+        IJobMarket.Job memory j = market.job(jobId);
+        bytes memory err =
+            abi.encodeWithSelector(IJobMarket.NotInRevealWindow.selector, j.bidDeadline, j.revealDeadline);
+        vm.expectRevert(err);
+        _revealBid(jobId, provider1, PRICE);
+        vm.warp(j.revealDeadline + 1);
+        vm.expectRevert(err);
+        _revealBid(jobId, provider1, PRICE);
+    }
+
+    function test_RevertWhen_revealDoesNotMatchCommitment() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, PRICE);
+        _toRevealWindow(jobId);
+        vm.expectRevert(IJobMarket.CommitmentMismatch.selector);
+        _revealBid(jobId, provider1, PRICE - 1);
+        vm.expectRevert(IJobMarket.CommitmentMismatch.selector);
+        _revealBid(jobId, provider2, PRICE);
+    }
+
+    function test_RevertWhen_revealAboveMaxPrice() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, MAX_PRICE + 1);
+        _toRevealWindow(jobId);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.PriceAboveMax.selector, MAX_PRICE + 1, MAX_PRICE));
+        _revealBid(jobId, provider1, MAX_PRICE + 1);
+    }
+
+    function test_RevertWhen_revealWithoutAuction() public {
+        uint256 jobId = _startJob();
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NoAuction.selector, jobId));
+        _revealBid(jobId, provider1, PRICE);
+    }
+
+    function test_closeAuction_clearsAtHighestWinningBid() public {
+        uint256 jobId = _createJob(_request(2, BUDGET));
+        address[] memory bidders = new address[](3);
+        uint96[] memory prices = new uint96[](3);
+        (bidders[0], bidders[1], bidders[2]) = (provider1, provider2, provider3);
+        (prices[0], prices[1], prices[2]) = (30e18, 50e18, 40e18);
+        _commitAndReveal(jobId, bidders, prices);
+        _toAuctionEnd(jobId);
+        vm.expectEmit(address(market));
+        emit IJobMarket.SlotAssigned(jobId, 0, provider1, 40e18);
+        vm.expectEmit(address(market));
+        emit IJobMarket.SlotAssigned(jobId, 1, provider3, 40e18);
+        vm.expectEmit(address(market));
+        emit IJobMarket.AuctionCleared(jobId, 1, 40e18, 2);
+        market.closeAuction(jobId);
+
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Running));
+        IJobMarket.Slot memory s0 = market.slot(jobId, 0);
+        IJobMarket.Slot memory s1 = market.slot(jobId, 1);
+        assertEq(s0.provider, provider1);
+        assertEq(s1.provider, provider3);
+        assertEq(s0.price, 40e18);
+        assertEq(s1.price, 40e18);
+        assertEq(s0.gpus, 1);
+        assertEq(market.participants(jobId).length, 2);
+        assertEq(uint8(market.participant(jobId, provider3).state), uint8(IJobMarket.ParticipantState.Active));
+        assertEq(staking.account(provider2).locked, 0, "the loser locks nothing");
+        assertEq(staking.account(provider3).locked, BUDGET / 2 / 2);
+    }
+
+    function testFuzz_closeAuction_uniformPriceIsHighestWinningBid(uint96 a, uint96 b, uint96 c) public {
+        a = uint96(bound(a, 1, MAX_PRICE));
+        b = uint96(bound(b, 1, MAX_PRICE));
+        c = uint96(bound(c, 1, MAX_PRICE));
+        uint256 jobId = _createJob(_request(2, BUDGET));
+        address[] memory bidders = new address[](3);
+        uint96[] memory prices = new uint96[](3);
+        (bidders[0], bidders[1], bidders[2]) = (provider1, provider2, provider3);
+        (prices[0], prices[1], prices[2]) = (a, b, c);
+        _auction(jobId, bidders, prices);
+
+        uint96 highest = a > b ? (a > c ? a : c) : (b > c ? b : c);
+        uint96 lowest = a < b ? (a < c ? a : c) : (b < c ? b : c);
+        uint96 second = uint96(uint256(a) + b + c - highest - lowest);
+        assertEq(market.slot(jobId, 0).price, second);
+        assertEq(market.slot(jobId, 1).price, second);
+        assertLe(market.slot(jobId, 0).price, MAX_PRICE);
+    }
+
+    function test_closeAuction_tooFewBidsOpensNewRound() public {
+        uint256 jobId = _createJob(_request(2, BUDGET));
+        _commitBid(jobId, provider1, PRICE);
+        _toRevealWindow(jobId);
+        _revealBid(jobId, provider1, PRICE);
+        _toAuctionEnd(jobId);
+        vm.expectEmit(address(market));
+        emit IJobMarket.AuctionFailed(jobId, 1, 1);
+        market.closeAuction(jobId);
+
+        IJobMarket.Job memory j = market.job(jobId);
+        assertEq(j.round, 2);
+        assertEq(j.winnerCount, 0);
+        assertEq(j.bidDeadline, block.timestamp + 10 minutes);
+        assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Open));
+    }
+
+    function test_closeAuction_failsWhenWinnerCanNoLongerPostCollateral() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, PRICE);
+        _toRevealWindow(jobId);
+        _revealBid(jobId, provider1, PRICE);
+        vm.prank(provider1);
+        staking.requestUnstake(PROVIDER_STAKE - 1_000 * ZEN);
+        _toAuctionEnd(jobId);
+        market.closeAuction(jobId);
+        assertEq(market.job(jobId).round, 2);
+        assertEq(market.slot(jobId, 0).provider, address(0));
+    }
+
+    function test_RevertWhen_closeDuringRevealWindow() public {
+        uint256 jobId = _createJob();
+        uint40 closesAt = market.job(jobId).revealDeadline;
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.RevealWindowOpen.selector, closesAt));
+        market.closeAuction(jobId);
+    }
+
+    function test_RevertWhen_closeWithoutAuction() public {
+        uint256 jobId = _startJob();
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NoAuction.selector, jobId));
+        market.closeAuction(jobId);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                          WORK AND METERING
+    //////////////////////////////////////////////////////////////*/
+
+    function test_commitCheckpoint_accruesPayAndStoresUnit() public {
+        uint256 jobId = _startJob();
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+
+        assertEq(unit.provider, provider1);
+        assertEq(unit.amount, UNIT_PAY);
+        assertEq(unit.remainingBefore, BUDGET);
+        assertEq(market.unitHash(jobId, 0, 0), keccak256(abi.encode(unit)));
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.remaining, BUDGET - UNIT_PAY);
+        assertEq(s.unitsDone, 1);
+        assertEq(s.lastCheckpointAt, block.timestamp);
+        assertEq(market.earned(jobId, provider1), UNIT_PAY);
+    }
+
+    function testFuzz_commitCheckpoint_meteringBoundedByTimeAndBudget(uint32 elapsed, uint32 gpuSeconds, uint128 budget)
+        public
+    {
+        elapsed = uint32(bound(elapsed, 1, 30 days));
+        gpuSeconds = uint32(bound(gpuSeconds, 0, elapsed));
+        budget = uint128(bound(budget, 1, BUDGET));
+        uint256 jobId = _createJob(_request(1, budget));
+        _auction(jobId, provider1, PRICE);
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0, elapsed, gpuSeconds);
+        uint256 pay = _pay(gpuSeconds, PRICE);
+        assertEq(unit.amount, pay < budget ? pay : budget);
+        assertEq(market.slot(jobId, 0).remaining, budget - unit.amount);
+        assertEq(market.slot(jobId, 0).done, unit.amount == budget);
+    }
+
+    function test_commitCheckpoint_lastUnitCompletesJob() public {
+        uint256 jobId = _startJob();
+        for (uint32 i; i < UNITS - 1; ++i) {
+            _checkpoint(jobId, 0);
+        }
+        skip(UNIT_SECONDS);
+        vm.expectEmit(address(market));
+        emit IJobMarket.SlotFinished(jobId, 0);
+        vm.expectEmit(address(market));
+        emit IJobMarket.JobCompleted(jobId);
+        vm.prank(provider1);
+        market.commitCheckpoint(jobId, 0, UNIT_SECONDS, "bafylast", bytes32(0));
+
+        IJobMarket.Job memory j = market.job(jobId);
+        assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Completed));
+        assertEq(j.completedAt, block.timestamp);
+        assertEq(staking.account(provider1).locked, 0, "collateral released");
+        assertEq(market.earned(jobId, provider1), UNITS * UNIT_PAY);
+    }
+
+    function test_RevertWhen_meteringExceedsElapsed() public {
+        uint256 jobId = _startJob();
+        skip(100);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.MeteringExceedsElapsed.selector, 101, 100));
+        vm.prank(provider1);
+        market.commitCheckpoint(jobId, 0, 101, "bafy", bytes32(0));
+    }
+
+    function test_RevertWhen_checkpointByOtherThanSlotProvider() public {
+        uint256 jobId = _startJob();
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotSlotProvider.selector, jobId, 0));
+        vm.prank(provider2);
+        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
+    }
+
+    function test_RevertWhen_checkpointOnDoneSlot() public {
+        uint256 jobId = _startTwoSlotJob();
+        _completeSlot(jobId, 0);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.SlotDone.selector, jobId, 0));
+        vm.prank(provider1);
+        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
+    }
+
+    function test_RevertWhen_checkpointBeforeAuctionCleared() public {
+        uint256 jobId = _createJob();
+        vm.expectRevert(
+            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Open)
+        );
+        vm.prank(provider1);
+        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                        DOWNTIME AND RE-AUCTION
+    //////////////////////////////////////////////////////////////*/
+
+    function test_reportDowntime_slashesAndReauctionsFromLastCheckpoint() public {
+        uint256 jobId = _startJob();
+        _checkpoint(jobId, 0);
+        _checkpoint(jobId, 0);
+        skip(INTERVAL + 1);
+        uint256 slash = COLLATERAL * 2_000 / BPS;
+        vm.expectEmit(address(market));
+        emit IJobMarket.ProviderRemoved(jobId, 0, provider1, IStaking.SlashReason.Downtime);
+        vm.prank(provider3);
+        market.reportDowntime(jobId, 0);
+
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE - slash);
+        assertEq(staking.account(provider1).locked, 0);
+        assertEq(zen.balanceOf(provider3), slash * REPORTER_BPS / BPS);
+        assertEq(uint8(market.participant(jobId, provider1).state), uint8(IJobMarket.ParticipantState.Removed));
+        assertEq(market.job(jobId).openSlots, 1);
+        assertEq(market.job(jobId).round, 2);
+
+        _auction(jobId, provider2, PRICE + 1);
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.provider, provider2);
+        assertEq(s.unitsDone, 2, "the new provider resumes from the last checkpoint");
+        assertEq(market.participant(jobId, provider2).startRemaining, BUDGET - 2 * UNIT_PAY);
+        _completeSlot(jobId, 0);
+        assertEq(market.earned(jobId, provider1), 2 * UNIT_PAY);
+        assertEq(market.earned(jobId, provider2), (UNITS - 2) * _pay(UNIT_SECONDS, PRICE + 1));
+    }
+
+    function test_RevertWhen_reportBeforeDeadline() public {
+        uint256 jobId = _startJob();
+        uint256 deadline = block.timestamp + INTERVAL;
+        skip(INTERVAL);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotOverdue.selector, deadline));
+        market.reportDowntime(jobId, 0);
+    }
+
+    function test_RevertWhen_reportVacantSlot() public {
+        uint256 jobId = _startJob();
+        _workThenGoDown(jobId, 1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.SlotVacant.selector, jobId, 0));
+        market.reportDowntime(jobId, 0);
+    }
+
+    function test_RevertWhen_reportDoneSlot() public {
+        uint256 jobId = _startTwoSlotJob();
+        _completeSlot(jobId, 0);
+        skip(INTERVAL + 1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.SlotDone.selector, jobId, 0));
+        market.reportDowntime(jobId, 0);
+    }
+
+    function test_RevertWhen_reportOnJobNotRunning() public {
+        uint256 jobId = _createJob();
+        vm.expectRevert(
+            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Open)
+        );
+        market.reportDowntime(jobId, 0);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                              CANCELLATION
+    //////////////////////////////////////////////////////////////*/
+
+    function test_cancelJob_refundsInFullBeforeAssignment() public {
+        uint256 jobId = _createJob();
+        vm.expectEmit(address(market));
+        emit IJobMarket.JobCancelled(jobId, BUDGET);
+        vm.prank(user);
+        market.cancelJob(jobId);
+        assertEq(zen.balanceOf(user), USER_FUNDS);
+        assertEq(zen.balanceOf(address(market)), 0);
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Cancelled));
+    }
+
+    function test_cancelJob_stopsJobWaitingForReauction() public {
+        uint256 jobId = _startJob();
+        _workThenGoDown(jobId, 3);
+        vm.prank(user);
+        market.cancelJob(jobId);
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Completed));
+
+        _settle(jobId);
+        uint256 earned = 3 * UNIT_PAY;
+        assertEq(market.owed(provider1), earned - _fee(earned));
+        assertEq(zen.balanceOf(user), USER_FUNDS - earned);
+    }
+
+    function test_RevertWhen_cancelByOtherThanUser() public {
+        uint256 jobId = _createJob();
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotJobUser.selector, provider1));
+        vm.prank(provider1);
+        market.cancelJob(jobId);
+    }
+
+    function test_RevertWhen_cancelJobWithEverySlotFilled() public {
+        uint256 jobId = _startJob();
+        vm.expectRevert(
+            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running)
+        );
+        vm.prank(user);
+        market.cancelJob(jobId);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                              SETTLEMENT
+    //////////////////////////////////////////////////////////////*/
+
+    function test_settle_paysProvidersFeeAndRefund() public {
+        uint256 jobId = _startJob();
+        _completeSlot(jobId, 0);
+        uint256 payment = UNITS * UNIT_PAY;
+        uint256 fee = _fee(payment);
+        vm.warp(market.job(jobId).completedAt + VERIFICATION_WINDOW);
+        vm.expectEmit(address(market));
+        emit IJobMarket.JobSettled(jobId, payment, fee, BUDGET - payment, 0);
+        market.settle(jobId);
+
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Settled));
+        assertEq(market.owed(provider1), payment - fee);
+        assertEq(zen.balanceOf(address(treasury)), fee);
+        assertEq(zen.balanceOf(user), USER_FUNDS - payment);
+        assertEq(zen.balanceOf(address(market)), payment - fee);
+    }
+
+    function testFuzz_settle_conservesZen(uint96 price, uint128 budget, uint32 gpuSeconds, uint8 verified) public {
+        price = uint96(bound(price, 1, MAX_PRICE));
+        budget = uint128(bound(budget, 2, BUDGET));
+        gpuSeconds = uint32(bound(gpuSeconds, 0, 1 days));
+        verified = uint8(bound(verified, 0, 3));
+        uint256 jobId = _createJob(_request(2, budget));
+        address[] memory bidders = new address[](2);
+        uint96[] memory prices = new uint96[](2);
+        (bidders[0], bidders[1]) = (provider1, provider2);
+        (prices[0], prices[1]) = (price, price);
+        _auction(jobId, bidders, prices);
+        for (uint16 slotId; slotId < 2; ++slotId) {
+            for (uint32 i; !market.slot(jobId, slotId).done; ++i) {
+                IJobMarket.Unit memory unit = _checkpoint(jobId, slotId, gpuSeconds, gpuSeconds);
+                if (slotId == 0 && i < verified) {
+                    _rollToSample();
+                    _postResult(verifier1, jobId, slotId, i, unit, true);
+                }
+            }
+        }
+        _settle(jobId);
+
+        uint256 paid = market.owed(provider1) + market.owed(provider2);
+        uint256 pool = verification.verificationCount(jobId) * market.job(jobId).verifierFeeEach;
+        uint256 refund = zen.balanceOf(user) - (USER_FUNDS - budget);
+        assertEq(paid + zen.balanceOf(address(treasury)) + pool + refund, budget, "escrow = payouts + fees + refund");
+        assertEq(zen.balanceOf(address(market)), paid + pool);
+    }
+
+    function test_settle_paysVerifierPoolOutOfFee() public {
+        uint256 jobId = _startJob();
+        for (uint32 i; i < UNITS; ++i) {
+            IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+            if (i < 2) {
+                _rollToSample();
+                _postResult(i == 0 ? verifier1 : verifier2, jobId, 0, i, unit, true);
+            }
+        }
+        uint256 fee = _fee(UNITS * UNIT_PAY);
+        uint256 each = fee / 2 < 1e18 ? fee / 2 : 1e18;
+        _settle(jobId);
+        assertEq(market.job(jobId).verifierFeeEach, each);
+        assertEq(zen.balanceOf(address(treasury)), fee - 2 * each);
+
+        vm.expectEmit(address(market));
+        emit IJobMarket.VerificationFeesClaimed(jobId, verifier1, each);
+        vm.prank(verifier1);
+        market.claimVerificationFees(jobId);
+        assertEq(market.owed(verifier1), each);
+    }
+
+    function test_RevertWhen_settleBeforeVerificationWindowEnds() public {
+        uint256 jobId = _startJob();
+        _completeSlot(jobId, 0);
+        uint256 until = block.timestamp + VERIFICATION_WINDOW;
+        skip(VERIFICATION_WINDOW - 1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.VerificationWindowOpen.selector, until));
+        market.settle(jobId);
+    }
+
+    function test_RevertWhen_settleWithOpenDispute() public {
+        uint256 jobId = _startJob();
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+        _rollToSample();
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        _completeSlot(jobId, 0);
+        skip(VERIFICATION_WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.DisputesOpen.selector, 1));
+        market.settle(jobId);
+    }
+
+    function test_RevertWhen_settleRunningJob() public {
+        uint256 jobId = _startJob();
+        vm.expectRevert(
+            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running)
+        );
+        market.settle(jobId);
+    }
+
+    function test_RevertWhen_claimVerificationFeesTwice() public {
+        uint256 jobId = _startJob();
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+        _rollToSample();
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+        _completeSlot(jobId, 0);
+        _settle(jobId);
+        vm.startPrank(verifier1);
+        market.claimVerificationFees(jobId);
+        vm.expectRevert(IJobMarket.AlreadyClaimed.selector);
+        market.claimVerificationFees(jobId);
+        vm.stopPrank();
+    }
+
+    function test_RevertWhen_claimWithoutVerifications() public {
+        uint256 jobId = _startJob();
+        _completeSlot(jobId, 0);
+        _settle(jobId);
+        vm.expectRevert(IJobMarket.NothingOwed.selector);
+        vm.prank(verifier2);
+        market.claimVerificationFees(jobId);
+    }
+
+    function test_RevertWhen_claimBeforeSettlement() public {
+        uint256 jobId = _startJob();
+        vm.expectRevert(
+            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running)
+        );
+        vm.prank(verifier1);
+        market.claimVerificationFees(jobId);
+    }
+
+    function testFuzz_withdraw_paysExactlyOwed(uint32 units) public {
+        units = uint32(bound(units, 1, UNITS - 1));
+        uint256 jobId = _startJob();
+        _workThenGoDown(jobId, units);
+        vm.prank(user);
+        market.cancelJob(jobId);
+        _settle(jobId);
+        uint256 owed = market.owed(provider1);
+        vm.expectEmit(address(market));
+        emit IJobMarket.Withdrawn(provider1, owed);
+        vm.prank(provider1);
+        market.withdraw();
+        assertEq(zen.balanceOf(provider1), owed);
+        assertEq(market.owed(provider1), 0);
+    }
+
+    function test_RevertWhen_withdrawNothingOwed() public {
+        vm.expectRevert(IJobMarket.NothingOwed.selector);
+        vm.prank(provider1);
+        market.withdraw();
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                          VERIFICATION HOOKS
+    //////////////////////////////////////////////////////////////*/
+
+    function test_RevertWhen_hooksCalledByOtherThanVerification() public {
+        uint256 jobId = _startJob();
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+        vm.startPrank(verifier1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotVerification.selector, verifier1));
+        market.rejectUnit(jobId, 0, 0, unit, verifier1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotVerification.selector, verifier1));
+        market.penalize(jobId, provider1, IStaking.SlashReason.BandwidthViolation, verifier1);
+        vm.stopPrank();
+    }
+
+    function test_RevertWhen_rejectedUnitDoesNotMatch() public {
+        uint256 jobId = _startJob();
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+        unit.amount += 1;
+        vm.expectRevert(IJobMarket.UnitMismatch.selector);
+        vm.prank(address(verification));
+        market.rejectUnit(jobId, 0, 0, unit, verifier1);
+    }
+
+    function test_penalize_slashesShareOfCollateral() public {
+        uint256 jobId = _startJob();
+        vm.prank(address(verification));
+        market.penalize(jobId, provider1, IStaking.SlashReason.BandwidthViolation, verifier1);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE - COLLATERAL * 1_000 / BPS);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                               GOVERNANCE
+    //////////////////////////////////////////////////////////////*/
+
+    function test_RevertWhen_setVerificationTwice() public {
+        vm.expectRevert(IJobMarket.ParameterOutOfRange.selector);
+        vm.prank(governor);
+        market.setVerification(IVerification(address(1)));
+    }
+
+    function test_setParameters_runningJobsKeepTheirFee() public {
+        uint256 jobId = _createJob();
+        vm.expectEmit(address(market));
+        emit IJobMarket.ParametersSet(1_000, 2_000, 1 hours, 2 hours, 2e18);
+        vm.prank(governor);
+        market.setParameters(1_000, 2_000, 1 hours, 2 hours, 2e18);
+        assertEq(market.feeBps(), 1_000);
+        assertEq(market.collateralBps(), 2_000);
+        assertEq(market.bidWindow(), 1 hours);
+        assertEq(market.revealWindow(), 2 hours);
+        assertEq(market.verificationFee(), 2e18);
+        assertEq(market.job(jobId).feeBps, 500);
+        assertEq(market.job(_createJob()).feeBps, 1_000);
+    }
+
+    function test_RevertWhen_parametersOutOfRange() public {
+        vm.startPrank(governor);
+        vm.expectRevert(IJobMarket.ParameterOutOfRange.selector);
+        market.setParameters(1_001, 5_000, 1, 1, 0);
+        vm.expectRevert(IJobMarket.ParameterOutOfRange.selector);
+        market.setParameters(500, uint16(BPS + 1), 1, 1, 0);
+        vm.expectRevert(IJobMarket.ParameterOutOfRange.selector);
+        market.setParameters(500, 5_000, 0, 1, 0);
+        vm.expectRevert(IJobMarket.ParameterOutOfRange.selector);
+        market.setSlashBps(IStaking.SlashReason.Downtime, uint16(BPS + 1));
+        vm.stopPrank();
+    }
+
+    function test_setSlashBps_setsShare() public {
+        vm.expectEmit(address(market));
+        emit IJobMarket.SlashBpsSet(IStaking.SlashReason.Downtime, 3_000);
+        vm.prank(governor);
+        market.setSlashBps(IStaking.SlashReason.Downtime, 3_000);
+        assertEq(market.slashBps(IStaking.SlashReason.Downtime), 3_000);
+    }
+
+    function test_RevertWhen_governanceByOthers() public {
+        bytes memory err = abi.encodeWithSelector(
+            IAccessControl.AccessControlUnauthorizedAccount.selector, user, market.GOVERNOR_ROLE()
+        );
+        vm.startPrank(user);
+        vm.expectRevert(err);
+        market.setParameters(500, 5_000, 1, 1, 0);
+        vm.expectRevert(err);
+        market.setSlashBps(IStaking.SlashReason.Downtime, 0);
+        vm.expectRevert(err);
+        market.setVerification(IVerification(address(1)));
+        vm.stopPrank();
+    }
+}
