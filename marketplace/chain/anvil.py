@@ -40,7 +40,7 @@ class Anvil:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    def start(self, timeout: float = 30.0) -> "Anvil":
+    def start(self, timeout: float = 30.0) -> Anvil:
         """Start Anvil on 127.0.0.1 with port 0, and read back the port the kernel gave it."""
         cmd = [
             str(foundry_binary("anvil")),
@@ -75,15 +75,14 @@ class Anvil:
         out = self.process.stdout
 
         def pump() -> None:
-            sink = open(self.log_path, "ab") if self.log_path else None
-            try:
-                for chunk in iter(lambda: out.readline(), b""):
-                    if sink:
-                        sink.write(chunk)
-                        sink.flush()
-            finally:
-                if sink:
-                    sink.close()
+            if self.log_path is None:
+                for _ in iter(out.readline, b""):
+                    pass
+                return
+            with open(self.log_path, "ab") as sink:
+                for chunk in iter(out.readline, b""):
+                    sink.write(chunk)
+                    sink.flush()
 
         threading.Thread(target=pump, name="anvil-log", daemon=True).start()
 
@@ -97,7 +96,7 @@ class Anvil:
                 self.process.wait()
         self.process = None
 
-    def __enter__(self) -> "Anvil":
+    def __enter__(self) -> Anvil:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import tomllib
 from dataclasses import dataclass
 from functools import cache
-
-import tomllib
 
 import solcx
 

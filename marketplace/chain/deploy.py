@@ -93,7 +93,7 @@ class Deployment:
         return path
 
     @classmethod
-    def load(cls, path: Path) -> "Deployment":
+    def load(cls, path: Path) -> Deployment:
         try:
             data = json.loads(Path(path).read_text())
         except FileNotFoundError:
@@ -149,15 +149,16 @@ def deploy(
     )
 
     fns = staking.functions
+    market_role, slasher_role = fns.MARKET_ROLE().call(), fns.SLASHER_ROLE().call()
     wiring = [
         market.functions.setVerification(verification.address),
         market.functions.setParameters(
             params.fee_bps, params.collateral_bps, params.bid_window, params.reveal_window,
             params.verification_fee,
         ),
-        fns.grantRole(fns.MARKET_ROLE().call(), market.address),
-        fns.grantRole(fns.SLASHER_ROLE().call(), market.address),
-        fns.grantRole(fns.SLASHER_ROLE().call(), verification.address),
+        fns.grantRole(market_role, market.address),
+        fns.grantRole(slasher_role, market.address),
+        fns.grantRole(slasher_role, verification.address),
         *(fns.setTier(i, tier.as_struct()) for i, tier in enumerate(params.tiers)),
     ]
     for call in wiring:
@@ -174,5 +175,5 @@ def deploy(
         parameters={k: v for k, v in asdict(params).items() if k != "tiers"}
         | {"tiers": [asdict(t) for t in params.tiers]},
     )
-    deployment.write(manifest or manifest_path(deployment.chain_id))
+    deployment.write(Path(manifest) if manifest else manifest_path(deployment.chain_id))
     return deployment

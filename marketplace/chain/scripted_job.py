@@ -122,6 +122,7 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
     by_address = {p.address: p for p in cast.providers}
     for index in range(scenario.units):
         ledger.advance_time(scenario.gpu_seconds)
+        batch = []
         for address, slot in slots.items():
             cid = cid_of_bytes(checkpoint_bytes(job_id, slot, index))
             state_hash = hashlib.sha256(checkpoint_bytes(job_id, slot, index)).digest()
@@ -129,14 +130,9 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
             receipt = ledger.send(fn, by_address[address])
             outcome.record("commitCheckpoint", receipt)
             event = ledger.market.events.CheckpointCommitted().process_receipt(receipt, errors=DISCARD)[0]
-            outcome.units.append(ledger.unit_from_event(event))
-
-    ledger.mine(2)  # the last unit is sampled by the next block's hash, readable once one more exists
-    for n, unit in enumerate(outcome.units):
-        if ledger.is_sampled(unit):
-            verifier = cast.verifiers[n % len(cast.verifiers)]
-            outcome.record("postResult", ledger.post_result(verifier, unit, True, cid_of_bytes(b"pass")))
-            outcome.verified.append((unit.slot, unit.index, verifier.address))
+            batch.append(ledger.unit_from_event(event))
+        outcome.units += batch
+        verify_sampled(ledger, cast, batch, outcome)
 
     ledger.advance_time(ledger.verification.functions.verificationWindow().call() + 1)
     receipt = ledger.send(market.settle(job_id), cast.governor)
@@ -152,6 +148,16 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
         ledger.claim_verification_fees(account, job_id)
         ledger.withdraw(account)
     return outcome
+
+
+def verify_sampled(ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome) -> None:
+    """Verifiers post a passing result for each sampled unit, as soon as its sample is drawn."""
+    ledger.mine(2)  # a unit is sampled by the next block's hash, readable once one more exists
+    for unit in units:
+        if ledger.is_sampled(unit):
+            verifier = cast.verifiers[len(outcome.verified) % len(cast.verifiers)]
+            outcome.record("postResult", ledger.post_result(verifier, unit, True, cid_of_bytes(b"pass")))
+            outcome.verified.append((unit.slot, unit.index, verifier.address))
 
 
 def _bid_txs(ledger: Ledger, job_id: int, event: str) -> list[bytes]:

@@ -1,0 +1,25 @@
+"""The `zoo-compute` command line."""
+
+import click
+
+from marketplace.cli.chain import chain
+from marketplace.errors import ZooError
+
+
+class ZooGroup(click.Group):
+    """Shows our own errors as one line, without a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ZooError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=ZooGroup)
+@click.version_option(package_name="zoo-compute")
+def main() -> None:
+    """Zoo Compute: an open, blockchain-settled marketplace for AI training compute."""
+
+
+main.add_command(chain)

@@ -1,0 +1,90 @@
+"""Gas of each lifecycle step and of a whole job (3 bidders, 1 winner, 10 checkpoints), from real
+transaction receipts on Anvil, next to the targets.
+
+Two identical jobs run back to back: the first on a fresh deployment pays for first-ever storage
+(the treasury's first balance, each account's first `owed`), the second shows the steady state.
+The whole-job figure counts every transaction the job needs, verifications included.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from web3 import Web3
+
+from marketplace.chain.accounts import devnet_account
+from marketplace.chain.anvil import Anvil
+from marketplace.chain.deploy import ZEN, Parameters, deploy
+from marketplace.chain.ledger import Ledger
+from marketplace.chain.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
+
+TARGETS = {"commit_reveal_gas": 100_000, "checkpoint_gas": 60_000, "settle_gas": 120_000,
+           "whole_job_gas": 1_500_000}
+SCENARIO = Scenario(units=10, sample_rate_bps=1_000)
+
+
+def figures(gas: dict[str, list[int]]) -> dict[str, int]:
+    bids = len(gas["commitBid"])
+    return {
+        "commit_reveal_gas": round(statistics.mean(gas["commitBid"]) + max(gas["revealBid"])),
+        "checkpoint_gas": round(statistics.median(gas["commitCheckpoint"])),
+        "settle_gas": gas["settle"][0],
+        "whole_job_gas": sum(sum(v) for v in gas.values()),
+        "bidders": bids,
+        "verifications": len(gas.get("postResult", [])),
+    }
+
+
+def main() -> None:
+    with Anvil() as chain, tempfile.TemporaryDirectory() as tmp:
+        w3 = Web3(Web3.HTTPProvider(chain.rpc_url))
+        accounts = [devnet_account(i) for i in range(7)]
+        cast = Cast(accounts[0], accounts[1], tuple(accounts[2:5]), tuple(accounts[5:7]))
+        deployment = deploy(w3, cast.governor, Parameters(verification_fee=ZEN // 10),
+                            manifest=Path(tmp) / "manifest.json")
+        ledger = Ledger(w3, deployment)
+        onboard(ledger, cast, SCENARIO)
+        runs = [run_job(ledger, cast, SCENARIO, cid_of_bytes(f"spec {i}".encode())) for i in range(2)]
+
+    console = Console()
+    steps = Table(title="Gas per step (transaction receipts, 21,000 intrinsic included)")
+    for column in ("step", "first job", "steady state", "calls"):
+        steps.add_column(column, justify="right" if column != "step" else "left")
+    for step, values in runs[1].gas.items():
+        first = runs[0].gas.get(step, [])
+        steps.add_row(step, f"{max(first):,}" if first else "-", f"{max(values):,}", str(len(values)))
+    console.print(steps)
+
+    first, steady = figures(runs[0].gas), figures(runs[1].gas)
+    summary = Table(title="Against the targets")
+    for column in ("figure", "first job", "steady state", "target", "steady / target"):
+        summary.add_column(column, justify="right" if column != "figure" else "left")
+    for name, target in TARGETS.items():
+        ratio = steady[name] / target
+        mark = "[green]met[/]" if ratio <= 1 else "[red]over[/]"
+        summary.add_row(name, f"{first[name]:,}", f"{steady[name]:,}", f"{target:,}", f"{ratio:.2f} {mark}")
+    console.print(summary)
+    console.print(f"{steady['bidders']} bidders, 1 winner, {SCENARIO.units} checkpoints, "
+                  f"{steady['verifications']} sampled verification(s) at {SCENARIO.sample_rate_bps} bps")
+
+    result = {
+        "bench": "gas",
+        "figures": {
+            **{name: steady[name] for name in TARGETS},
+            **{f"first_job_{name}": first[name] for name in TARGETS},
+            **{f"{name.removesuffix('_gas')}_target_ratio": round(steady[name] / t, 3)
+               for name, t in TARGETS.items()},
+            "verifications": steady["verifications"],
+        },
+        "targets": {name: f"<= {t}" for name, t in TARGETS.items()},
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what the demo and the tests need on a fresh machine, and nothing twice: Debian
+# packages, the pinned npm toolchain (solc-js, Foundry, OpenZeppelin), and the Python venv.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+APT_PACKAGES=(ipfs-cid)
+SOLC_VERSION=0.8.28
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "setup: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+# py-solc-x and ape find compilers by version in SOLCX_BINARY_PATH: point them at the solc-js front.
+mkdir -p .solcx
+ln -sf ../scripts/solc ".solcx/solc-v$SOLC_VERSION"
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat .venv/.installed 2>/dev/null)" != "$want" ]; then
+  echo "setup: pip install (constraints.txt)"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -c constraints.txt -e ".[test]"
+  echo "$want" > .venv/.installed
+fi
