@@ -49,8 +49,11 @@ class Repo:
         self._lock_file.close()
 
     def write_api_file(self, multiaddr: str) -> None:
-        """Tell local tools where the RPC API is, as Kubo does with `$IPFS_PATH/api`."""
-        (self.path / "api").write_text(multiaddr)
+        """Tell local tools where the RPC API is, as Kubo does with `$IPFS_PATH/api`; renamed
+        into place, so whoever sees the file sees all of it."""
+        tmp = self.path / "api.tmp"
+        tmp.write_text(multiaddr)
+        os.replace(tmp, self.path / "api")
 
     def _identity(self) -> str:
         """A stable node ID, kept in `config`. This node speaks no libp2p, so the ID is a random

@@ -2,7 +2,9 @@
 
 import logging
 import os
+import signal
 import socket
+import threading
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -69,9 +71,18 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    """uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal; ending
+    with SystemExit instead of dying by the signal lets `serve` release the repo in `finally`."""
+    raise SystemExit(128 + signum)
+
+
 def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
     """Run the node until SIGINT/SIGTERM. Once `<repo>/api` exists the port accepts requests
     (the socket is listening before the file is written), which is the readiness signal."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _exit_on_signal)
     repo = Repo(repo_path)
     try:
         sock = _listen(host, port)

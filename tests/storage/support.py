@@ -1,14 +1,17 @@
 """Helpers for storage tests: running node processes, test data, the ipfs_cid reference tool."""
 
+import contextlib
 import json
 import random
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import ipfshttpclient
@@ -78,3 +81,41 @@ def start_node(repo: Path, timeout: float = 30) -> Node:
     return Node(repo, process, api_file.read_text().strip() + "/http")
 
 
+
+
+class _LyingHandler(BaseHTTPRequestHandler):
+    """Answers block/get with bytes that belong to no CID asked for, and block/put with a
+    name that is not the block's; everything else is 'not found'."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/api/v0/block/get"):
+            self._reply(200, b"tampered bytes", "application/octet-stream")
+        elif self.path.startswith("/api/v0/block/put"):
+            self._reply(200, json.dumps({"Key": "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku", "Size": 0}).encode(), "application/json")
+        else:
+            self._reply(404, b'{"Message": "not found", "Code": 0, "Type": "error"}', "application/json")
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def lying_node() -> Iterator[str]:
+    """A misbehaving node, for the client's own checks: the one stand-in in these tests, since
+    the real node verifies what it serves and cannot be made to lie."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _LyingHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"/ip4/127.0.0.1/tcp/{server.server_address[1]}/http"
+    finally:
+        server.shutdown()
+        server.server_close()

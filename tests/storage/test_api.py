@@ -1,0 +1,224 @@
+"""The embedded node over HTTP: the Kubo RPC subset through ipfshttpclient, and the gateway."""
+
+import io
+from pathlib import Path
+
+import ipfshttpclient
+import pytest
+import requests
+
+from marketplace.ipfs import dagpb
+from marketplace.ipfs.cid import CID, RAW
+
+from .support import CHUNK, Node, ipfs_cid, needs_ipfs_cid, random_bytes
+
+HELLO_V0 = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN"
+UNKNOWN = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEM"  # valid CID, content nobody added
+
+
+@pytest.fixture(scope="module")
+def client(shared_node: Node):
+    with ipfshttpclient.Client(shared_node.multiaddr) as client:
+        yield client
+
+
+def rpc(node: Node, command: str, **params) -> requests.Response:
+    return requests.post(f"{node.url}/api/v0/{command}", params=params, timeout=30)
+
+
+def test_version_is_kubo_shaped(client):
+    info = client.version()
+    assert set(info) >= {"Version", "Commit", "Repo", "System"}
+    assert tuple(map(int, info["Version"].split("-")[0].split("."))) >= (0, 8)
+
+
+def test_id_is_stable_across_calls(client):
+    assert client.id()["ID"] == client.id()["ID"].strip() != ""
+
+
+def test_add_and_cat_hello(client):
+    assert client.add_bytes(b"hello\n") == HELLO_V0
+    assert client.cat(HELLO_V0) == b"hello\n"
+    assert client.cat(f"/ipfs/{HELLO_V0}", offset=1, length=3) == b"ell"
+
+
+def test_add_reports_name_hash_and_cumulative_size(client, tmp_path: Path):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"hello\n")
+    assert client.add(str(path)) == {"Name": "notes.txt", "Hash": HELLO_V0, "Size": "14"}
+
+
+@needs_ipfs_cid
+def test_add_over_http_matches_ipfs_cid_at_the_two_level_boundary(client, two_level_file):
+    expected = ipfs_cid(two_level_file)
+    assert client.add(str(two_level_file))["Hash"] == expected["CIDv0"]
+    assert client.cat(expected["CIDv0"], offset=174 * CHUNK - 2) == two_level_file.read_bytes()[-3:]
+
+
+@needs_ipfs_cid
+@pytest.mark.parametrize("size", [0, 1, CHUNK, CHUNK + 1])
+def test_add_over_http_matches_ipfs_cid_at_chunk_edges(client, tmp_path: Path, size: int):
+    path = tmp_path / "edge.bin"
+    path.write_bytes(random_bytes(size, seed=size + 1))
+    expected = ipfs_cid(path)
+    assert client.add(str(path))["Hash"] == expected["CIDv0"]
+    if size <= CHUNK:  # one block: the tool's CIDv1 is Kubo's --cid-version=1 --raw-leaves=false
+        assert client.add(str(path), cid_version=1, raw_leaves=False)["Hash"] == expected["CIDv1"]
+
+
+def test_cid_version_1_implies_raw_leaves_like_kubo(client):
+    cid = client.add_bytes(b"hello\n", opts={"cid-version": 1})
+    assert cid == str(CID.of(b"hello\n", RAW))
+    assert client.add_bytes(b"hello\n", opts={"cid-version": 1, "raw-leaves": "false"}) == \
+        str(CID.parse(HELLO_V0).to_v1())
+
+
+def test_only_hash_stores_nothing(client):
+    data = random_bytes(1000, seed=11)
+    cid = client.add_bytes(data, opts={"only-hash": "true"})
+    with pytest.raises(ipfshttpclient.exceptions.ErrorResponse, match="not found"):
+        client.block.stat(cid)
+    assert client.add_bytes(data) == cid
+
+
+def test_small_chunker_builds_a_multi_block_file(client):
+    data = random_bytes(10_000, seed=12)
+    cid = client.add_bytes(data, opts={"chunker": "size-1000", "raw-leaves": "true"})
+    root = client.block.get(cid)
+    assert client.cat(cid) == data
+    assert root.count(b"\x01\x55\x12\x20") == 10  # ten raw-leaf links
+
+
+def test_get_returns_a_tar_named_by_cid(client, tmp_path: Path):
+    data = random_bytes(CHUNK + 7, seed=13)
+    cid = client.add_bytes(data)
+    client.get(cid, target=str(tmp_path))
+    assert (tmp_path / cid).read_bytes() == data
+
+
+def test_block_put_get_stat(client):
+    put = client.block.put(io.BytesIO(b"raw block"))
+    assert put == {"Key": str(CID.of(b"raw block", RAW)), "Size": 9}
+    assert client.block.get(put["Key"]) == b"raw block"
+    assert client.block.stat(put["Key"]) == put
+
+
+def test_block_put_legacy_v0_format_names_a_dag_pb_block(client):
+    client.add_bytes(b"hello\n")
+    block = client.block.get(HELLO_V0)
+    assert client.block.put(io.BytesIO(block), opts={"format": "v0"})["Key"] == HELLO_V0
+
+
+def test_block_put_refuses_a_dag_pb_block_that_does_not_decode(shared_node: Node):
+    files = {"file": ("block", b"\xff\xff not protobuf")}
+    response = requests.post(f"{shared_node.url}/api/v0/block/put",
+                             params={"cid-codec": "dag-pb"}, files=files, timeout=30)
+    assert response.status_code == 400
+    assert response.json()["Type"] == "error"
+
+
+def test_block_put_refuses_blocks_over_one_mib(shared_node: Node):
+    files = {"file": ("block", bytes(1024 * 1024 + 1))}
+    response = requests.post(f"{shared_node.url}/api/v0/block/put", files=files, timeout=30)
+    assert response.status_code == 400
+    assert "1048576" in response.json()["Message"]
+
+
+def test_pin_add_ls_rm(client):
+    cid = client.block.put(io.BytesIO(b"pin me"))["Key"]
+    assert cid not in client.pin.ls(type="recursive")["Keys"]
+    assert client.pin.add(cid) == {"Pins": [cid]}
+    assert client.pin.ls(cid)["Keys"] == {cid: {"Type": "recursive"}}
+    assert client.pin.rm(cid) == {"Pins": [cid]}
+    with pytest.raises(ipfshttpclient.exceptions.ErrorResponse, match="not pinned"):
+        client.pin.ls(cid)
+
+
+def test_pin_ls_lists_children_of_recursive_pins_as_indirect(client):
+    cid = client.add_bytes(random_bytes(2 * CHUNK + 1, seed=14))
+    children = {str(link.cid) for link in dagpb.decode(client.block.get(cid)).links}
+    assert len(children) == 3
+    assert children <= set(client.pin.ls(type="indirect")["Keys"])
+
+
+def test_pin_add_of_content_the_node_lacks_is_404(shared_node: Node):
+    response = rpc(shared_node, "pin/add", arg=UNKNOWN)
+    assert response.status_code == 404
+    assert response.json() == {"Message": response.json()["Message"], "Code": 0, "Type": "error"}
+    assert UNKNOWN in response.json()["Message"]
+
+
+@pytest.mark.parametrize("command", ["cat", "block/get", "block/stat", "get", "pin/add"])
+def test_invalid_cid_is_400_with_a_message(shared_node: Node, command: str):
+    response = rpc(shared_node, command, arg="not-a-cid")
+    assert response.status_code == 400
+    assert "invalid CID 'not-a-cid'" in response.json()["Message"]
+
+
+@pytest.mark.parametrize("command", ["cat", "block/get", "block/stat", "get"])
+def test_unknown_cid_is_404_in_kubos_error_shape(shared_node: Node, command: str):
+    response = rpc(shared_node, command, arg=UNKNOWN)
+    assert response.status_code == 404
+    body = response.json()
+    assert body["Type"] == "error" and "could not find" in body["Message"]
+
+
+def test_missing_argument_is_400(shared_node: Node):
+    response = rpc(shared_node, "cat")
+    assert response.status_code == 400
+    assert "required" in response.json()["Message"]
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"chunker": "rabin"}, "chunker"), ({"cid-version": "2"}, "cid-version"),
+    ({"trickle": "true"}, "trickle"), ({"hash": "blake3"}, "blake3"),
+    ({"pin": "maybe"}, "pin"),
+])
+def test_add_refuses_options_it_cannot_honour(shared_node: Node, params, message):
+    response = requests.post(f"{shared_node.url}/api/v0/add", params=params,
+                             files={"file": ("f", b"x")}, timeout=30)
+    assert response.status_code == 400
+    assert message in response.json()["Message"]
+
+
+@pytest.mark.parametrize("body, content_type", [
+    (b"plain body", "text/plain"),
+    (b"--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\ntruncated", "multipart/form-data; boundary=b"),
+    (b"--b--\r\n", "multipart/form-data; boundary=b"),
+])
+def test_add_refuses_malformed_bodies(shared_node: Node, body: bytes, content_type: str):
+    response = requests.post(f"{shared_node.url}/api/v0/add", data=body,
+                             headers={"Content-Type": content_type}, timeout=30)
+    assert response.status_code == 400
+    assert response.json()["Message"]
+
+
+def test_gateway_serves_files_and_raw_blocks(shared_node: Node, client):
+    data = random_bytes(3 * CHUNK + 5, seed=15)
+    cid = client.add_bytes(data)
+    response = requests.get(f"{shared_node.url}/ipfs/{cid}", timeout=30)
+    assert response.status_code == 200 and response.content == data
+    assert response.headers["Etag"] == f'"{cid}"'
+    raw = requests.get(f"{shared_node.url}/ipfs/{cid}?format=raw", timeout=30)
+    assert raw.headers["Content-Type"] == "application/vnd.ipld.raw"
+    CID.parse(cid).verify(raw.content)
+    accept = requests.get(f"{shared_node.url}/ipfs/{cid}",
+                          headers={"Accept": "application/vnd.ipld.raw"}, timeout=30)
+    assert accept.content == raw.content
+    head = requests.head(f"{shared_node.url}/ipfs/{cid}", timeout=30)
+    assert head.status_code == 200 and head.headers["Content-Length"] == str(len(data))
+
+
+@pytest.mark.parametrize("path, status", [("not-a-cid", 400), (UNKNOWN, 404),
+                                          (f"{HELLO_V0}/sub/path", 400),
+                                          (f"{HELLO_V0}?format=car", 400)])
+def test_gateway_errors_are_plain_4xx(shared_node: Node, client, path: str, status: int):
+    client.add_bytes(b"hello\n")
+    response = requests.get(f"{shared_node.url}/ipfs/{path}", timeout=30)
+    assert response.status_code == status
+    assert response.headers["Content-Type"].startswith("text/plain") and response.text
+
+
+def test_unknown_command_and_wrong_method_are_4xx(shared_node: Node):
+    assert rpc(shared_node, "swarm/peers").status_code == 404
+    assert requests.get(f"{shared_node.url}/api/v0/version", timeout=30).status_code == 405
