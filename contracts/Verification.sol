@@ -34,6 +34,9 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     uint256 public falseReportSlash;
 
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Result))) private _results;
+    /// @dev The unit each result is about: after a rollback the slot's next provider commits a new
+    /// unit at the same index, and that unit needs a result of its own.
+    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => bytes32 unitHash))) private _resultUnits;
     mapping(uint256 jobId => mapping(address provider => Complaint)) private _complaints;
     /// @inheritdoc IVerification
     mapping(uint256 jobId => uint256) public openDisputes;
@@ -81,8 +84,17 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
         if (!_sampled(jobId, slot, index, unit.blockNumber)) revert NotSampled(jobId, slot, index);
         Result storage r = _results[jobId][slot][index];
-        if (r.verdict != Verdict.None) revert AlreadyVerified(jobId, slot, index);
+        bytes32 unitHash = keccak256(abi.encode(unit));
+        if (r.verdict != Verdict.None) {
+            // A result about a unit voided by a rollback gives way to the unit that replaced it,
+            // unless it is an open dispute: that must still close, by expiry, for the job to settle.
+            if (r.verdict == Verdict.Disputed || _resultUnits[jobId][slot][index] == unitHash) {
+                revert AlreadyVerified(jobId, slot, index);
+            }
+            delete _results[jobId][slot][index];
+        }
 
+        _resultUnits[jobId][slot][index] = unitHash;
         r.first = msg.sender;
         emit ResultPosted(jobId, slot, index, msg.sender, pass, evidenceCid);
         if (pass) {
@@ -119,6 +131,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         _count(jobId, msg.sender);
         if (pass) {
             r.verdict = Verdict.Passed;
+            // slither-disable-next-line unused-return
             staking.slash(r.first, falseReportSlash, IStaking.SlashReason.IncorrectComputation, msg.sender);
         } else {
             r.verdict = Verdict.Rejected;
@@ -175,6 +188,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         if (confirmed) {
             market.penalize(jobId, provider, IStaking.SlashReason.BandwidthViolation, c.challenger);
         } else {
+            // slither-disable-next-line unused-return
             staking.slash(c.challenger, falseReportSlash, IStaking.SlashReason.IncorrectComputation, msg.sender);
         }
     }
@@ -228,6 +242,9 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         if (block.number <= seedBlock) revert SampleNotReady(seedBlock + 1);
         bytes32 seed = blockhash(seedBlock);
         if (seed == 0) return true;
+        // A block hash is a weak random source only against its block's producer; the sample has
+        // to be public and checkable on-chain, and the committing provider cannot know it.
+        // slither-disable-next-line weak-prng
         return uint256(keccak256(abi.encode(seed, jobId, slot, index))) % BPS < market.sampleRateBps(jobId);
     }
 
