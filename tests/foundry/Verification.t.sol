@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.28;
+
+import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
+
+import {IJobMarket} from "../../contracts/interfaces/IJobMarket.sol";
+import {IStaking} from "../../contracts/interfaces/IStaking.sol";
+import {IVerification} from "../../contracts/interfaces/IVerification.sol";
+import {BaseTest} from "./Base.t.sol";
+
+contract VerificationTest is BaseTest {
+    uint256 internal constant UNIT_PAY = uint256(UNIT_SECONDS) * PRICE / 1 hours;
+    uint256 internal constant COLLATERAL = BUDGET / 2;
+
+    uint256 internal jobId;
+
+    function setUp() public override {
+        super.setUp();
+        jobId = _startJob();
+    }
+
+    /// @dev provider1 commits `count` units; returns them, ready to be sampled.
+    function _units(uint32 count) internal returns (IJobMarket.Unit[] memory units) {
+        units = new IJobMarket.Unit[](count);
+        for (uint32 i; i < count; ++i) {
+            units[i] = _checkpoint(jobId, 0);
+        }
+        _rollToSample();
+    }
+
+    function _verdict(uint32 index) internal view returns (IVerification.Verdict) {
+        return verification.result(jobId, 0, index).verdict;
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                RESULTS
+    //////////////////////////////////////////////////////////////*/
+
+    function test_constructor_setsWindows() public view {
+        assertEq(address(verification.market()), address(market));
+        assertEq(address(verification.staking()), address(staking));
+        assertEq(verification.verificationWindow(), VERIFICATION_WINDOW);
+        assertEq(verification.disputeWindow(), DISPUTE_WINDOW);
+        assertEq(verification.falseReportSlash(), FALSE_REPORT_SLASH);
+    }
+
+    function test_postResult_passCountsVerification() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        vm.expectEmit(address(verification));
+        emit IVerification.ResultPosted(jobId, 0, 0, verifier1, true, "bafyevidence");
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Passed));
+        assertEq(verification.result(jobId, 0, 0).first, verifier1);
+        assertEq(verification.verificationCount(jobId), 1);
+        assertEq(verification.verificationsBy(jobId, verifier1), 1);
+        assertEq(verification.openDisputes(jobId), 0);
+    }
+
+    function test_postResult_failOpensDispute() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        vm.expectEmit(address(verification));
+        emit IVerification.DisputeOpened(jobId, 0, 0, verifier1);
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        IVerification.Result memory r = verification.result(jobId, 0, 0);
+        assertEq(uint8(r.verdict), uint8(IVerification.Verdict.Disputed));
+        assertEq(r.disputedAt, block.timestamp);
+        assertEq(verification.openDisputes(jobId), 1);
+        assertEq(verification.verificationCount(jobId), 0, "an open dispute is not yet a paid verification");
+    }
+
+    function test_RevertWhen_postByInactiveVerifier() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotAnActiveVerifier.selector, provider2));
+        _postResult(provider2, jobId, 0, 0, unit, true);
+    }
+
+    function test_RevertWhen_verifierChecksItself() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        unit.provider = verifier1;
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ConflictOfInterest.selector, verifier1));
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+    }
+
+    function test_RevertWhen_unitRecordDoesNotMatch() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        unit.stateHash = keccak256("forged");
+        vm.expectRevert(IVerification.UnitMismatch.selector);
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+    }
+
+    function test_RevertWhen_sampleNotReady() public {
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+        vm.roll(block.number + 1);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SampleNotReady.selector, unit.blockNumber + 2));
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+    }
+
+    function test_RevertWhen_unitNotSampled() public {
+        IJobMarket.JobRequest memory r = _request(1, BUDGET);
+        r.sampleRateBps = 0;
+        jobId = _createJob(r);
+        _auction(jobId, provider2, PRICE);
+        IJobMarket.Unit memory unit = _units(1)[0];
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotSampled.selector, jobId, 0, 0));
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+    }
+
+    function testFuzz_isSampled_drawsFromNextBlockHash(uint16 rate, uint32 units) public {
+        rate = uint16(bound(rate, 0, BPS));
+        units = uint32(bound(units, 1, UNITS));
+        IJobMarket.JobRequest memory r = _request(1, BUDGET);
+        r.sampleRateBps = rate;
+        jobId = _createJob(r);
+        _auction(jobId, provider2, PRICE);
+        IJobMarket.Unit[] memory list = _units(units);
+        for (uint32 i; i < units; ++i) {
+            bytes32 seed = blockhash(list[i].blockNumber + 1);
+            bool expected = uint256(keccak256(abi.encode(seed, jobId, uint16(0), i))) % BPS < rate;
+            assertEq(verification.isSampled(jobId, 0, i, list[i].blockNumber), expected);
+        }
+    }
+
+    function test_isSampled_lostSeedCountsAsSampled() public {
+        IJobMarket.JobRequest memory r = _request(1, BUDGET);
+        r.sampleRateBps = 0;
+        jobId = _createJob(r);
+        _auction(jobId, provider2, PRICE);
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+        vm.roll(block.number + 300);
+        assertTrue(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+    }
+
+    function test_RevertWhen_postAfterVerificationWindow() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        uint256 closesAt = unit.committedAt + VERIFICATION_WINDOW;
+        vm.warp(closesAt);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.VerificationWindowClosed.selector, closesAt));
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+    }
+
+    function test_RevertWhen_postTwice() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyVerified.selector, jobId, 0, 0));
+        _postResult(verifier2, jobId, 0, 0, unit, false);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                DISPUTES
+    //////////////////////////////////////////////////////////////*/
+
+    function test_resolveDispute_confirmSlashesProviderAndRollsBack() public {
+        IJobMarket.Unit[] memory units = _units(3);
+        _postResult(verifier1, jobId, 0, 1, units[1], false);
+
+        vm.expectEmit(address(verification));
+        emit IVerification.DisputeResolved(jobId, 0, 1, verifier2, true, "bafyevidence");
+        vm.expectEmit(address(market));
+        emit IJobMarket.UnitRejected(jobId, 0, 1, uint128(2 * UNIT_PAY));
+        _resolveDispute(verifier2, jobId, 0, 1, units[1], false);
+
+        assertEq(uint8(_verdict(1)), uint8(IVerification.Verdict.Rejected));
+        assertEq(verification.openDisputes(jobId), 0);
+        assertEq(verification.verificationCount(jobId), 2, "both verifiers did the work");
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE - COLLATERAL);
+        assertEq(staking.account(provider1).locked, 0);
+        assertEq(zen.balanceOf(verifier1), COLLATERAL * REPORTER_BPS / BPS, "the challenger reported it");
+
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.provider, address(0));
+        assertEq(s.unitsDone, 1);
+        assertEq(s.remaining, units[1].remainingBefore);
+        assertEq(market.unitHash(jobId, 0, 1), 0, "units from the failed one on are void");
+        assertEq(market.unitHash(jobId, 0, 2), 0);
+        assertEq(market.earned(jobId, provider1), UNIT_PAY);
+        assertEq(market.job(jobId).openSlots, 1, "re-auctioned from the last good checkpoint");
+    }
+
+    function test_resolveDispute_confirmReopensCompletedJob() public {
+        _completeSlot(jobId, 0);
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Completed));
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.unitsDone, UNITS);
+        // Rebuild the last unit from chain state, as a verifier joining late would.
+        IJobMarket.Unit memory unit = IJobMarket.Unit({
+            provider: provider1,
+            committedAt: uint64(block.timestamp),
+            blockNumber: uint64(block.number),
+            amount: uint128(UNIT_PAY),
+            remainingBefore: uint128(s.remaining + UNIT_PAY),
+            cidHash: keccak256(bytes(_cid(0, UNITS - 1))),
+            stateHash: keccak256(bytes(_cid(0, UNITS - 1)))
+        });
+        _rollToSample();
+        _postResult(verifier1, jobId, 0, UNITS - 1, unit, false);
+        _resolveDispute(verifier2, jobId, 0, UNITS - 1, unit, false);
+
+        IJobMarket.Job memory j = market.job(jobId);
+        assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Running));
+        assertEq(j.doneSlots, 0);
+        assertEq(j.openSlots, 1);
+        assertFalse(market.slot(jobId, 0).done);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE - COLLATERAL);
+    }
+
+    function test_resolveDispute_confirmClawsBackRemovedProvidersPay() public {
+        IJobMarket.Unit[] memory units = _units(3);
+        // Challenge late in unit 1's window so the dispute is still open when provider1 goes down.
+        skip(VERIFICATION_WINDOW - 2 * UNIT_SECONDS - 1);
+        _postResult(verifier1, jobId, 0, 1, units[1], false);
+        vm.warp(units[2].committedAt + INTERVAL + 1);
+        market.reportDowntime(jobId, 0);
+        uint256 stakedAfterDowntime = staking.account(provider1).staked;
+
+        vm.expectEmit(address(market));
+        emit IJobMarket.UnitRejected(jobId, 0, 1, uint128(2 * UNIT_PAY));
+        _resolveDispute(verifier2, jobId, 0, 1, units[1], false);
+        assertEq(market.earned(jobId, provider1), UNIT_PAY);
+        assertEq(market.participant(jobId, provider1).endRemaining, units[1].remainingBefore);
+        assertEq(staking.account(provider1).staked, stakedAfterDowntime - COLLATERAL);
+        assertEq(market.slot(jobId, 0).unitsDone, 3, "the slot is not rolled back under another provider");
+    }
+
+    function test_resolveDispute_refuteSlashesChallenger() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        vm.expectEmit(address(verification));
+        emit IVerification.DisputeResolved(jobId, 0, 0, verifier2, false, "bafyevidence");
+        _resolveDispute(verifier2, jobId, 0, 0, unit, true);
+
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Passed));
+        assertEq(verification.result(jobId, 0, 0).second, verifier2);
+        assertEq(staking.account(verifier1).staked, VERIFIER_STAKE - FALSE_REPORT_SLASH);
+        assertEq(zen.balanceOf(verifier2), FALSE_REPORT_SLASH * REPORTER_BPS / BPS);
+        assertEq(verification.verificationsBy(jobId, verifier1), 0);
+        assertEq(verification.verificationsBy(jobId, verifier2), 1);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE);
+    }
+
+    function test_RevertWhen_resolveWithoutDispute() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        vm.expectRevert(IVerification.NoOpenDispute.selector);
+        _resolveDispute(verifier2, jobId, 0, 0, unit, false);
+    }
+
+    function test_RevertWhen_challengerResolvesOwnDispute() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ConflictOfInterest.selector, verifier1));
+        _resolveDispute(verifier1, jobId, 0, 0, unit, false);
+    }
+
+    function test_RevertWhen_resolveAfterDisputeWindow() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        uint256 endsAt = block.timestamp + DISPUTE_WINDOW;
+        skip(DISPUTE_WINDOW + 1);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.DisputeWindow.selector, endsAt));
+        _resolveDispute(verifier2, jobId, 0, 0, unit, false);
+    }
+
+    function test_expireDispute_acceptsUnitAndSlashesNobody() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        skip(DISPUTE_WINDOW + 1);
+        vm.expectEmit(address(verification));
+        emit IVerification.DisputeExpired(jobId, 0, 0);
+        verification.expireDispute(jobId, 0, 0);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Expired));
+        assertEq(verification.openDisputes(jobId), 0);
+        assertEq(staking.account(verifier1).staked, VERIFIER_STAKE);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE);
+    }
+
+    function test_RevertWhen_expireDisputeEarly() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        uint256 endsAt = block.timestamp + DISPUTE_WINDOW;
+        skip(DISPUTE_WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.DisputeWindow.selector, endsAt));
+        verification.expireDispute(jobId, 0, 0);
+    }
+
+    function test_RevertWhen_expireWithoutDispute() public {
+        vm.expectRevert(IVerification.NoOpenDispute.selector);
+        verification.expireDispute(jobId, 0, 0);
+    }
+
+    /// @dev After a rollback the slot's next provider commits over the failed index: that new
+    /// unit must be as checkable as any other.
+    function test_postResult_checksUnitRedoneAfterRollback() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        _resolveDispute(verifier2, jobId, 0, 0, unit, false);
+        _auction(jobId, provider2, PRICE);
+        IJobMarket.Unit memory redone = _units(1)[0];
+        assertEq(redone.provider, provider2);
+
+        _postResult(verifier1, jobId, 0, 0, redone, true);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Passed));
+        assertEq(verification.result(jobId, 0, 0).first, verifier1);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                          BANDWIDTH COMPLAINTS
+    //////////////////////////////////////////////////////////////*/
+
+    function _complain() internal {
+        vm.expectEmit(address(verification));
+        emit IVerification.BandwidthComplaint(jobId, provider1, verifier1, "bafyiperf");
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+    }
+
+    function test_resolveBandwidthComplaint_confirmSlashesProvider() public {
+        _complain();
+        assertEq(verification.openDisputes(jobId), 1);
+        vm.expectEmit(address(verification));
+        emit IVerification.BandwidthComplaintClosed(jobId, provider1, verifier2, true);
+        vm.prank(verifier2);
+        verification.resolveBandwidthComplaint(jobId, provider1, true);
+        uint256 slash = COLLATERAL * 1_000 / BPS;
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE - slash);
+        assertEq(zen.balanceOf(verifier1), slash * REPORTER_BPS / BPS);
+        assertEq(verification.openDisputes(jobId), 0);
+    }
+
+    function test_resolveBandwidthComplaint_refuteSlashesChallenger() public {
+        _complain();
+        vm.prank(verifier2);
+        verification.resolveBandwidthComplaint(jobId, provider1, false);
+        assertEq(staking.account(verifier1).staked, VERIFIER_STAKE - FALSE_REPORT_SLASH);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE);
+    }
+
+    function test_expireBandwidthComplaint_closesIt() public {
+        _complain();
+        skip(DISPUTE_WINDOW + 1);
+        vm.expectEmit(address(verification));
+        emit IVerification.BandwidthComplaintClosed(jobId, provider1, address(0), false);
+        verification.expireBandwidthComplaint(jobId, provider1);
+        assertEq(verification.openDisputes(jobId), 0);
+    }
+
+    function test_RevertWhen_complaintAgainstNonParticipant() public {
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotAParticipant.selector, provider2));
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider2, "bafyiperf");
+
+        uint256 openJob = _createJob();
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotAParticipant.selector, provider1));
+        vm.prank(verifier1);
+        verification.complainBandwidth(openJob, provider1, "bafyiperf");
+    }
+
+    function test_RevertWhen_complaintAlreadyOpen() public {
+        _complain();
+        vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyVerified.selector, jobId, 0, 0));
+        vm.prank(verifier2);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+    }
+
+    function test_RevertWhen_complaintWindowsBreached() public {
+        vm.expectRevert(IVerification.NoOpenDispute.selector);
+        verification.resolveBandwidthComplaint(jobId, provider1, true);
+        vm.expectRevert(IVerification.NoOpenDispute.selector);
+        verification.expireBandwidthComplaint(jobId, provider1);
+
+        _complain();
+        uint256 endsAt = block.timestamp + DISPUTE_WINDOW;
+        vm.expectRevert(abi.encodeWithSelector(IVerification.DisputeWindow.selector, endsAt));
+        verification.expireBandwidthComplaint(jobId, provider1);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ConflictOfInterest.selector, verifier1));
+        vm.prank(verifier1);
+        verification.resolveBandwidthComplaint(jobId, provider1, true);
+        skip(DISPUTE_WINDOW + 1);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.DisputeWindow.selector, endsAt));
+        vm.prank(verifier2);
+        verification.resolveBandwidthComplaint(jobId, provider1, true);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                               GOVERNANCE
+    //////////////////////////////////////////////////////////////*/
+
+    function test_setParameters_updatesWindows() public {
+        vm.expectEmit(address(verification));
+        emit IVerification.ParametersSet(2 hours, 3 hours, 5 * ZEN);
+        vm.prank(governor);
+        verification.setParameters(2 hours, 3 hours, 5 * ZEN);
+        assertEq(verification.verificationWindow(), 2 hours);
+        assertEq(verification.disputeWindow(), 3 hours);
+        assertEq(verification.falseReportSlash(), 5 * ZEN);
+    }
+
+    function test_RevertWhen_windowZero() public {
+        vm.startPrank(governor);
+        vm.expectRevert(IVerification.ParameterOutOfRange.selector);
+        verification.setParameters(0, 1, 0);
+        vm.expectRevert(IVerification.ParameterOutOfRange.selector);
+        verification.setParameters(1, 0, 0);
+        vm.stopPrank();
+    }
+
+    function test_RevertWhen_setParametersByNonGovernor() public {
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IAccessControl.AccessControlUnauthorizedAccount.selector, user, verification.GOVERNOR_ROLE()
+            )
+        );
+        vm.prank(user);
+        verification.setParameters(1, 1, 0);
+    }
+}
