@@ -3,6 +3,7 @@
 import click
 
 from marketplace.cli.chain import chain
+from marketplace.cli.ipfs import ipfs
 from marketplace.errors import ZooError
 
 
@@ -23,3 +24,4 @@ def main() -> None:
 
 
 main.add_command(chain)
+main.add_command(ipfs)

@@ -4,8 +4,6 @@ import logging
 
 import click
 
-from marketplace.ipfs.repo import RepoLocked
-
 
 @click.group()
 def ipfs() -> None:
@@ -32,8 +30,6 @@ def serve(repo_path: str, host: str, port: int, log_level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         run_server(host, port, repo_path)
-    except RepoLocked as exc:
-        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot start the node on {host}:{port} with repo "
                                    f"{repo_path}: {exc.strerror or exc}") from None
