@@ -134,8 +134,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         j.status = JobStatus.Settled;
 
         // The fee is taken from each provider's payment, so every payment carries exactly feeBps.
-        uint256 payment;
-        uint256 fee;
+        uint256 payment = 0;
+        uint256 fee = 0;
         address[] storage list = _participantList[jobId];
         for (uint256 i; i < list.length; ++i) {
             address provider = list[i];
@@ -147,7 +147,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         }
 
         uint256 verifications = verification.verificationCount(jobId);
-        uint256 each;
+        uint256 each = 0;
         if (verifications != 0) {
             each = fee / verifications;
             if (each > verificationFee) each = verificationFee;
@@ -253,7 +253,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         }
 
         uint96 clearingPrice = _winners[jobId][places - 1].price;
-        uint16 next;
+        uint16 next = 0;
         for (uint256 i; i < places; ++i) {
             while (_slots[jobId][next].provider != address(0) || _slots[jobId][next].done) ++next;
             _assign(j, jobId, next, _winners[jobId][i].bidder, clearingPrice);
@@ -464,6 +464,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         j.user = msg.sender;
         j.feeBps = feeBps;
         j.maxPrice = r.maxPrice;
+        // Collateral is a share of what one slot can earn, so it divides the per-slot budget.
+        // slither-disable-next-line divide-before-multiply
         j.collateral = uint128(slotBudget * collateralBps / BPS);
         j.budget = r.budget;
         j.specCid = r.specCid;
@@ -585,15 +587,17 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         p.state = ParticipantState.Removed;
         s.provider = address(0);
         s.price = 0;
+        j.openSlots += 1;
+        if (j.openSlots == 1) _openRound(j, jobId);
         emit ProviderRemoved(jobId, slotId, provider, reason);
         // Release the collateral first so the slash can take it from stake like any other.
         if (unlockCollateral) staking.unlock(provider, j.collateral);
         _slash(j, provider, reason, reporter);
-        j.openSlots += 1;
-        if (j.openSlots == 1) _openRound(j, jobId);
     }
 
     function _slash(Job storage j, address provider, IStaking.SlashReason reason, address reporter) internal {
+        // What was actually taken (less if the provider holds less) is in Staking's Slashed event.
+        // slither-disable-next-line unused-return
         staking.slash(provider, uint256(j.collateral) * slashBps[reason] / BPS, reason, reporter);
     }
 
