@@ -19,9 +19,11 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# `npm install` with the committed lock installs exactly the locked versions. Not `npm ci`: it
+# refuses this lock because @foundry-rs lists platform packages the registry does not have.
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  echo "setup: npm ci"
-  npm ci --no-audit --no-fund --loglevel=error
+  echo "setup: npm install (package-lock.json)"
+  npm install --no-audit --no-fund --loglevel=error
 fi
 
 # py-solc-x and ape find compilers by version in SOLCX_BINARY_PATH: point them at the solc-js front.
