@@ -1,4 +1,4 @@
-"""The one way project code reaches IPFS: adds, CID-verified reads and replicated pins over Kubo RPC."""
+"""The one way project code reaches IPFS: adds, CID-verified reads, replicated pins (Kubo RPC)."""
 
 import io
 import logging

@@ -1,16 +1,17 @@
-"""Blocks on disk, one file per block named by multihash (Kubo's flatfs layout), written atomically."""
+"""Blocks on disk, one file per block named by its multihash (Kubo's flatfs layout)."""
 
 import base64
 import binascii
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from marketplace.ipfs import multihash
 from marketplace.ipfs.cid import CID, RAW
 from marketplace.ipfs.errors import BlockNotFound, HashMismatch, InvalidCid
+from marketplace.ipfs.multihash import Buffer
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +20,18 @@ _SUFFIX = ".data"
 
 class CorruptBlock(HashMismatch):
     """A stored block whose bytes no longer hash to its name (disk damage, a torn write)."""
+
+
+def _write_all(fd: int, parts: Sequence[Buffer]) -> None:
+    """writev until every byte is written (a short write is legal, if rare, on files)."""
+    pending = [memoryview(p).cast("B") for p in parts if len(p)]
+    while pending:
+        written = os.writev(fd, pending)
+        while pending and written >= len(pending[0]):
+            written -= len(pending[0])
+            pending.pop(0)
+        if pending and written:
+            pending[0] = pending[0][written:]
 
 
 def _key(multihash: bytes) -> str:
@@ -45,10 +58,12 @@ class Blockstore:
     def has(self, cid: CID) -> bool:
         return self.path(cid).exists()
 
-    def add(self, data: bytes | memoryview, codec: int, version: int = 1,
+    def add(self, parts: Sequence[Buffer], codec: int, version: int = 1,
             hash_code: int = multihash.SHA2_256) -> CID:
-        """Hash `data`, store it, and return its CID (a block already present is not rewritten)."""
-        cid = CID.of(data, codec, version, hash_code)
+        """Hash the block given as consecutive buffers, store it, and return its CID (a block
+        already present is not rewritten). The buffers are hashed and written as they are,
+        never joined: a chunk is not copied on its way to disk."""
+        cid = CID.of_parts(parts, codec, version, hash_code)
         path = self.path(cid)
         if path.exists():
             return cid
@@ -57,8 +72,11 @@ class Blockstore:
             shard.mkdir(exist_ok=True)
             self._made_dirs.add(shard.name)
         tmp = shard / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, parts)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
         return cid
 
@@ -72,7 +90,8 @@ class Blockstore:
             cid.verify(data)
         except HashMismatch:
             log.error("block %s is corrupt on disk (hash mismatch)", cid)
-            raise CorruptBlock(f"block {cid} is corrupt in this node's store (hash mismatch)") from None
+            raise CorruptBlock(f"block {cid} is corrupt in this node's store (hash mismatch)"
+                               ) from None
         return data
 
     def size(self, cid: CID) -> int:
@@ -81,7 +100,7 @@ class Blockstore:
         except FileNotFoundError:
             raise BlockNotFound(cid) from None
 
-    def keys(self) -> Iterator[CID]:
+    def cids(self) -> Iterator[CID]:
         """Every stored block as a CIDv1 raw: the store keeps multihashes, not codecs (as Kubo)."""
         for shard in self.root.iterdir():
             if not shard.is_dir():

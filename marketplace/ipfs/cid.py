@@ -1,9 +1,11 @@
 """Content identifiers (CIDv0 and CIDv1) as Kubo writes and parses them."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from marketplace.ipfs import multibase, multihash, varint
 from marketplace.ipfs.errors import InvalidCid
+from marketplace.ipfs.multihash import Buffer
 
 DAG_PB = 0x70
 RAW = 0x55
@@ -27,10 +29,16 @@ class CID:
             raise InvalidCid(f"unsupported CID version {self.version}")
 
     @classmethod
-    def of(cls, data: bytes | memoryview, codec: int, version: int = 1,
+    def of(cls, data: Buffer, codec: int, version: int = 1,
            hash_code: int = multihash.SHA2_256) -> "CID":
         """The CID of `data`: what a block's bytes are named by."""
-        return cls(version, codec, multihash.digest(data, hash_code))
+        return cls.of_parts([data], codec, version, hash_code)
+
+    @classmethod
+    def of_parts(cls, parts: Sequence[Buffer], codec: int, version: int = 1,
+                 hash_code: int = multihash.SHA2_256) -> "CID":
+        """The CID of a block given as consecutive buffers."""
+        return cls(version, codec, multihash.digest(parts, hash_code))
 
     @classmethod
     def parse(cls, text: str) -> "CID":

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from marketplace.ipfs import protobuf
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.errors import InvalidBlock, InvalidCid
+from marketplace.ipfs.multihash import Buffer
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,11 +21,11 @@ class Node:
     data: bytes | None
 
 
-def encode(links: list[Link], data_parts: list[bytes | memoryview] | None) -> bytes:
-    """Encode a node; links first, then data, as the dag-pb spec orders them. Name and Tsize
-    are always written (an empty name too), which is what go-merkledag does and so what
-    Kubo's CIDs are computed over."""
-    parts: list[bytes | memoryview] = []
+def encode(links: list[Link], data_parts: list[Buffer] | None) -> list[Buffer]:
+    """Encode a node as consecutive buffers (join them for the block's bytes); links first,
+    then data, as the dag-pb spec orders them. Name and Tsize are always written (an empty
+    name too), which is what go-merkledag does and so what Kubo's CIDs are computed over."""
+    parts: list[Buffer] = []
     for link in links:
         hash_bytes = bytes(link.cid)
         name = link.name.encode()
@@ -35,7 +36,7 @@ def encode(links: list[Link], data_parts: list[bytes | memoryview] | None) -> by
     if data_parts is not None:
         parts.append(protobuf.len_prefix(1, sum(len(p) for p in data_parts)))
         parts += data_parts
-    return b"".join(parts)
+    return parts
 
 
 def decode(block: bytes | memoryview) -> Node:

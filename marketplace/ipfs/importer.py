@@ -6,14 +6,15 @@ from dataclasses import dataclass
 from marketplace.ipfs import dagpb, unixfs
 from marketplace.ipfs.cid import CID, DAG_PB, RAW
 from marketplace.ipfs.errors import Unsupported
+from marketplace.ipfs.multihash import Buffer
 
 DEFAULT_CHUNK_SIZE = 256 * 1024
 MAX_CHUNK_SIZE = 1024 * 1024  # Kubo's limit: a block must fit the 1 MiB bitswap message
 MAX_LINKS = 174  # go-unixfs: 8 KiB of links per node / ~47 bytes per link
 
-# Stores (or only hashes) one block and returns its CID: Blockstore.add, or CID.of to
-# only hash.
-BlockSink = Callable[[bytes | memoryview, int, int], CID]
+# Stores (or only hashes) one block, given as consecutive buffers, and returns its CID:
+# Blockstore.add, or CID.of_parts to only hash.
+BlockSink = Callable[[list[Buffer], int, int], CID]
 
 
 def parse_chunker(spec: str | None) -> int:
@@ -44,7 +45,10 @@ class _Child:
 class FileImporter:
     """Feed bytes with `write`, then `finish` for the root. Full levels of the tree are closed
     only when one more child arrives, which yields exactly go-unixfs's balanced layout: every
-    leaf at the same depth, nodes filled to 174 links left to right, a lone chunk as the root."""
+    leaf at the same depth, nodes filled to 174 links left to right, a lone chunk as the root.
+
+    A chunk is kept as views of the buffers it arrived in until it is complete, so `write`
+    must be given buffers that do not change afterwards (bytes, or views of bytes)."""
 
     def __init__(self, sink: BlockSink, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  cid_version: int = 0, raw_leaves: bool = False) -> None:
@@ -52,28 +56,23 @@ class FileImporter:
         self._chunk_size = chunk_size
         self._version = cid_version
         self._raw_leaves = raw_leaves
-        self._pending = bytearray()
+        self._pending: list[memoryview] = []
+        self._pending_size = 0
         self._levels: list[list[_Child]] = []
 
-    def write(self, data: bytes | memoryview) -> None:
-        view = memoryview(data)
-        if self._pending:
-            take = self._chunk_size - len(self._pending)
-            self._pending += view[:take]
+    def write(self, data: Buffer) -> None:
+        view = memoryview(data).cast("B")
+        while view:
+            take = min(len(view), self._chunk_size - self._pending_size)
+            self._pending.append(view[:take])
+            self._pending_size += take
             view = view[take:]
-            if len(self._pending) < self._chunk_size:
-                return
-            self._add_leaf(bytes(self._pending))
-            self._pending.clear()
-        while len(view) >= self._chunk_size:
-            self._add_leaf(view[:self._chunk_size])
-            view = view[self._chunk_size:]
-        self._pending += view
+            if self._pending_size == self._chunk_size:
+                self._flush_leaf()
 
     def finish(self) -> Imported:
         if self._pending or not self._levels:
-            self._add_leaf(bytes(self._pending))
-            self._pending.clear()
+            self._flush_leaf()
         level = 0
         while level < len(self._levels) - 1 or len(self._levels[level]) > 1:
             self._push(level + 1, self._close(level))
@@ -81,15 +80,17 @@ class FileImporter:
         root = self._levels[level][0]
         return Imported(root.link.cid, root.link.tsize, root.filesize)
 
-    def _add_leaf(self, chunk: bytes | memoryview) -> None:
+    def _flush_leaf(self) -> None:
+        chunk, size = self._pending, self._pending_size
+        self._pending, self._pending_size = [], 0
         if self._raw_leaves:
             cid = self._sink(chunk, RAW, 1)
-            tsize = len(chunk)
+            tsize = size
         else:
-            block = dagpb.encode([], unixfs.encode_parts(unixfs.FILE, chunk, len(chunk), []))
+            block = dagpb.encode([], unixfs.encode_parts(unixfs.FILE, chunk, size, []))
             cid = self._sink(block, DAG_PB, self._version)
-            tsize = len(block)
-        self._push(0, _Child(dagpb.Link(cid, "", tsize), len(chunk)))
+            tsize = sum(len(part) for part in block)
+        self._push(0, _Child(dagpb.Link(cid, "", tsize), size))
 
     def _push(self, level: int, child: _Child) -> None:
         if level == len(self._levels):
@@ -104,7 +105,7 @@ class FileImporter:
         sizes = [c.filesize for c in children]
         filesize = sum(sizes)
         block = dagpb.encode([c.link for c in children],
-                             unixfs.encode_parts(unixfs.FILE, None, filesize, sizes))
+                             unixfs.encode_parts(unixfs.FILE, [], filesize, sizes))
         cid = self._sink(block, DAG_PB, self._version)
-        tsize = len(block) + sum(c.link.tsize for c in children)
+        tsize = sum(len(part) for part in block) + sum(c.link.tsize for c in children)
         return _Child(dagpb.Link(cid, "", tsize), filesize)

@@ -1,4 +1,4 @@
-"""The multibase encodings CIDs are written in: base58btc (CIDv0, `z`), base32 (`b`), base16 (`f`)."""
+"""The multibase encodings CIDs are written in: base58btc (`z`, CIDv0), base32 (`b`), base16."""
 
 import base64
 import binascii

@@ -1,12 +1,14 @@
 """Multihash: self-describing digests, and checking bytes against them."""
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from marketplace.ipfs import varint
 from marketplace.ipfs.errors import HashMismatch, InvalidCid
 
 SHA2_256 = 0x12
+
+Buffer = bytes | bytearray | memoryview
 
 # code -> (name, digest length, hash constructor); identity is handled apart because its
 # "digest" is the data itself.
@@ -45,10 +47,12 @@ def wrap(code: int, digest: bytes) -> bytes:
     return varint.encode(code) + varint.encode(len(digest)) + digest
 
 
-def digest(data: bytes | memoryview, code: int = SHA2_256) -> bytes:
-    """The multihash of `data` under hash function `code`."""
+def digest(parts: Sequence[Buffer], code: int = SHA2_256) -> bytes:
+    """The multihash of the concatenation of `parts` under hash function `code`; a block is
+    hashed from the buffers it arrived in, without joining them first."""
     hasher = new(code)
-    hasher.update(data)
+    for part in parts:
+        hasher.update(part)
     return wrap(code, hasher.digest())
 
 

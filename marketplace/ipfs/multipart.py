@@ -89,23 +89,33 @@ class MultipartReader:
                 headers[name.strip().lower()] = value.strip()
         return headers
 
-    async def body_chunks(self) -> AsyncIterator[bytes]:
-        """Yield the current part's bytes up to the next delimiter, then consume the
-        delimiter and note whether it closed the whole body."""
-        keep = len(self._delimiter) + 1
+    async def body_chunks(self) -> AsyncIterator[memoryview]:
+        """Yield the current part's bytes up to the next delimiter as views of the received
+        buffers (no copy), then consume the delimiter and note whether it closed the body.
+        Only a delimiter's length of bytes is held back between reads; the two reads around
+        it are joined only when a delimiter actually straddles them."""
+        keep = len(self._delimiter) - 1
         while True:
             idx = self._buf.find(self._delimiter)
             if idx >= 0:
                 if idx:
-                    yield self._buf[:idx]
+                    yield memoryview(self._buf)[:idx]
                 self._buf = self._buf[idx + len(self._delimiter):]
                 await self._after_delimiter()
                 return
+            tail = self._buf[-keep:] if len(self._buf) > keep else self._buf
             if len(self._buf) > keep:
-                yield self._buf[:-keep]
-                self._buf = self._buf[-keep:]
-            if not await self._fill():
-                raise MalformedMultipart("multipart body ended inside a part")
+                yield memoryview(self._buf)[:-keep]
+            try:
+                chunk = await self._stream.__anext__()
+            except StopAsyncIteration:
+                raise MalformedMultipart("multipart body ended inside a part") from None
+            if self._delimiter in tail + chunk[:keep]:
+                self._buf = tail + chunk
+            else:
+                if tail:
+                    yield memoryview(tail)
+                self._buf = chunk
 
     async def _after_delimiter(self) -> None:
         while len(self._buf) < 2:

@@ -60,7 +60,7 @@ def _walk(cid: CID, get_block: GetBlock, start: int, end: int | None) -> Iterato
     pos = len(node.data)
     if node.data and start < pos and (end is None or end > 0):
         yield node.data[max(start, 0):end]
-    for child, size in zip(node.children, node.child_sizes):
+    for child, size in zip(node.children, node.child_sizes, strict=True):
         if end is not None and pos >= end:
             return
         if pos + size > start:

@@ -33,7 +33,8 @@ class Repo:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.path / "repo.lock", "w")
+        # Held open for the node's life: the flock lasts as long as the open file.
+        self._lock_file = open(self.path / "repo.lock", "w")  # noqa: SIM115
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -78,7 +79,7 @@ class Repo:
         if codec == DAG_PB:
             dagpb.decode(data)
         with self.gc_lock.shared():
-            cid = self.blocks.add(data, codec, version, hash_code)
+            cid = self.blocks.add([data], codec, version, hash_code)
             if pin:
                 self._pin(cid, recursive=True)
         return cid
@@ -122,7 +123,7 @@ class Repo:
                     # A damaged pinned DAG must not turn GC into deleting what is left of it.
                     log.error("gc stopped: pinned DAG %s cannot be walked: %s", cid, exc)
                     raise
-            removed = [cid for cid in self.blocks.keys() if cid.multihash not in live]
+            removed = [cid for cid in self.blocks.cids() if cid.multihash not in live]
             for cid in removed:
                 self.blocks.delete(cid)
             self.blocks.remove_temporaries()

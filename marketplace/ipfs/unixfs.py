@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 from marketplace.ipfs import protobuf
 from marketplace.ipfs.errors import InvalidBlock
+from marketplace.ipfs.multihash import Buffer
 
 RAW, DIRECTORY, FILE, METADATA, SYMLINK, HAMT_SHARD = range(6)
 
@@ -16,13 +17,15 @@ class Data:
     blocksizes: list[int] = field(default_factory=list)
 
 
-def encode_parts(type_: int, data: bytes | memoryview | None, filesize: int,
-                 blocksizes: list[int]) -> list[bytes | memoryview]:
-    """The UnixFS message as parts to join, so file data is not copied twice. Field order
-    and presence match go-unixfs: Data only when non-empty, filesize always."""
-    parts: list[bytes | memoryview] = [protobuf.varint_field(1, type_)]
-    if data:
-        parts += [protobuf.len_prefix(2, len(data)), data]
+def encode_parts(type_: int, data: list[Buffer], filesize: int,
+                 blocksizes: list[int]) -> list[Buffer]:
+    """The UnixFS message as consecutive buffers, file data (itself given as buffers) left
+    uncopied. Field order and presence match go-unixfs: Data only when non-empty, filesize
+    always."""
+    parts: list[Buffer] = [protobuf.varint_field(1, type_)]
+    data_size = sum(len(part) for part in data)
+    if data_size:
+        parts += [protobuf.len_prefix(2, data_size), *data]
     parts.append(protobuf.varint_field(3, filesize))
     parts += [protobuf.varint_field(4, size) for size in blocksizes]
     return parts

@@ -1,11 +1,11 @@
 """Fixtures that run real embedded IPFS nodes as separate processes on free loopback ports."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .support import CHUNK, MAX_LINKS, Node, random_bytes, start_node
+from .support import CHUNK, MAX_LINKS, Node, random_bytes, start_nodes
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -13,34 +13,47 @@ def pytest_configure(config: pytest.Config) -> None:
         "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning")
 
 
+class NodeFactory:
+    """Starts nodes on demand (fresh repos, or a given one to test restarts) and stops them
+    all, by process id, at teardown."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp = tmp_path_factory
+        self.started: list[Node] = []
+
+    def start(self, repo: Path | None = None) -> Node:
+        return self.start_many(1, [repo] if repo else None)[0]
+
+    def start_many(self, count: int, repos: list[Path] | None = None) -> list[Node]:
+        repos = repos or [self._tmp.mktemp("ipfs") / "repo" for _ in range(count)]
+        nodes = start_nodes(repos)
+        self.started += nodes
+        return nodes
+
+    def stop_all(self) -> None:
+        for node in self.started:
+            node.stop()
+
+
 @pytest.fixture
-def node_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Node]]:
-    """Start nodes on demand (a fresh repo, or a given one to test restarts); all are
-    stopped, by process id, at teardown."""
-    started: list[Node] = []
-
-    def start(repo: Path | None = None) -> Node:
-        node = start_node(repo or tmp_path_factory.mktemp("ipfs") / "repo")
-        started.append(node)
-        return node
-
-    yield start
-    for node in started:
-        node.stop()
+def node_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeFactory]:
+    factory = NodeFactory(tmp_path_factory)
+    yield factory
+    factory.stop_all()
 
 
 @pytest.fixture(scope="session")
 def shared_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     """One node for tests that only add and read (no GC, no restarts)."""
-    node = start_node(tmp_path_factory.mktemp("shared") / "repo")
+    [node] = start_nodes([tmp_path_factory.mktemp("shared") / "repo"])
     yield node
     node.stop()
 
 
 @pytest.fixture
-def node(node_factory: Callable[..., Node]) -> Node:
+def node(node_factory: NodeFactory) -> Node:
     """A node of the test's own, for tests that collect garbage, corrupt or restart."""
-    return node_factory()
+    return node_factory.start()
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ import pytest
 CHUNK = 256 * 1024
 MAX_LINKS = 174
 IPFS_CID = shutil.which("ipfs_cid")
+EMPTY_RAW_CID = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"  # sha2-256 of b""
 
 needs_ipfs_cid = pytest.mark.skipif(
     IPFS_CID is None, reason="ipfs_cid not found: install the Debian package ipfs-cid")
@@ -63,24 +64,32 @@ class Node:
                 self.process.wait()
 
 
-def start_node(repo: Path, timeout: float = 30) -> Node:
-    """Start `python -m marketplace.ipfs` on port 0; ready when it publishes `<repo>/api`."""
+def launch_node(repo: Path) -> subprocess.Popen:
+    """Start `python -m marketplace.ipfs` on port 0, logging beside the repo."""
     repo.mkdir(parents=True, exist_ok=True)
-    api_file = repo / "api"
-    api_file.unlink(missing_ok=True)
-    log = open(repo.parent / f"{repo.name}.log", "ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo), "--host", "127.0.0.1",
-         "--port", "0"], stdout=log, stderr=subprocess.STDOUT)
+    (repo / "api").unlink(missing_ok=True)
+    with open(repo.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo), "--host", "127.0.0.1",
+             "--port", "0"], stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_ready(repo: Path, process: subprocess.Popen, timeout: float = 30) -> Node:
+    """A node is ready once it has published `<repo>/api` (written after it listens)."""
     deadline = time.monotonic() + timeout
-    while not api_file.exists():
+    while not (repo / "api").exists():
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            raise RuntimeError(f"IPFS node did not start: {(repo.parent / f'{repo.name}.log').read_text()}")
+            process.wait()
+            raise RuntimeError(f"IPFS node did not start: {repo.with_suffix('.log').read_text()}")
         time.sleep(0.05)
-    return Node(repo, process, api_file.read_text().strip() + "/http")
+    return Node(repo, process, (repo / "api").read_text().strip() + "/http")
 
 
+def start_nodes(repos: list[Path]) -> list[Node]:
+    """Launch all, then wait for each, so several nodes start in the time of one."""
+    processes = [launch_node(repo) for repo in repos]
+    return [wait_ready(repo, process) for repo, process in zip(repos, processes, strict=True)]
 
 
 class _LyingHandler(BaseHTTPRequestHandler):
@@ -92,11 +101,12 @@ class _LyingHandler(BaseHTTPRequestHandler):
         if self.path.startswith("/api/v0/block/get"):
             self._reply(200, b"tampered bytes", "application/octet-stream")
         elif self.path.startswith("/api/v0/block/put"):
-            self._reply(200, json.dumps({"Key": "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku", "Size": 0}).encode(), "application/json")
+            self._reply(200, json.dumps({"Key": EMPTY_RAW_CID, "Size": 0}).encode())
         else:
-            self._reply(404, b'{"Message": "not found", "Code": 0, "Type": "error"}', "application/json")
+            self._reply(404, b'{"Message": "not found", "Code": 0, "Type": "error"}')
 
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+    def _reply(self, status: int, body: bytes,
+               content_type: str = "application/json") -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

@@ -183,7 +183,8 @@ def test_add_refuses_options_it_cannot_honour(shared_node: Node, params, message
 
 @pytest.mark.parametrize("body, content_type", [
     (b"plain body", "text/plain"),
-    (b"--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\ntruncated", "multipart/form-data; boundary=b"),
+    (b"--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\ntruncated",
+     "multipart/form-data; boundary=b"),
     (b"--b--\r\n", "multipart/form-data; boundary=b"),
 ])
 def test_add_refuses_malformed_bodies(shared_node: Node, body: bytes, content_type: str):

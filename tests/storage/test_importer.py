@@ -9,22 +9,24 @@ from marketplace.ipfs import dagpb, reader, unixfs
 from marketplace.ipfs.cid import CID, DAG_PB, RAW
 from marketplace.ipfs.errors import Unsupported
 from marketplace.ipfs.importer import FileImporter, parse_chunker
+
 from .support import CHUNK, MAX_LINKS, ipfs_cid, needs_ipfs_cid, random_bytes
 
 
 class MemoryStore(dict):
     """A dict of blocks standing in for the block store, for importer unit tests."""
 
-    def add(self, data, codec: int, version: int) -> CID:
-        cid = CID.of(data, codec, version)
-        self[cid] = bytes(data)
+    def add(self, parts, codec: int, version: int) -> CID:
+        block = b"".join(parts)
+        cid = CID.of(block, codec, version)
+        self[cid] = block
         return cid
 
 
 def import_bytes(data: bytes, store: MemoryStore | None = None, write_size: int = 100_000,
                  **options) -> CID:
     """Import in uneven writes, as a network stream delivers them."""
-    importer = FileImporter(store.add if store is not None else CID.of, **options)
+    importer = FileImporter(store.add if store is not None else CID.of_parts, **options)
     for start in range(0, len(data), write_size):
         importer.write(data[start:start + write_size])
     return importer.finish().cid

@@ -21,7 +21,7 @@ def block_path(node, cid: str):
 
 
 def test_pins_and_blocks_survive_a_restart(node_factory):
-    node = node_factory()
+    node = node_factory.start()
     data = random_bytes(3 * CHUNK, seed=21)
     with node.client() as client:
         cid = client.add_bytes(data)
@@ -29,7 +29,7 @@ def test_pins_and_blocks_survive_a_restart(node_factory):
         peer_id = client.id()["ID"]
     node.stop()
     assert not (node.repo / "api").exists()
-    again = node_factory(node.repo)
+    again = node_factory.start(node.repo)
     with again.client() as client:
         assert client.pin.ls(type="recursive")["Keys"].keys() >= {cid, loose}
         assert client.cat(cid) == data
@@ -72,7 +72,7 @@ def test_concurrent_adds_sharing_chunks_are_all_intact(node):
         cids = [f.result() for f in futures]
     with node.client() as client:
         client.repo.gc()
-        for cid, data in zip(cids, payloads):
+        for cid, data in zip(cids, payloads, strict=True):
             assert client.cat(cid) == data
     assert not list((node.repo / "blocks").glob("*/.*.tmp"))
 
@@ -91,10 +91,10 @@ def test_a_corrupt_block_on_disk_is_detected_not_served(node):
     assert "corrupt" in response.json()["Message"]
     gateway = requests.get(f"{node.url}/ipfs/{leaf}?format=raw", timeout=30)
     assert gateway.status_code == 404
-    with requests.post(f"{node.url}/api/v0/cat", params={"arg": cid}, stream=True,
-                       timeout=30) as streamed:
-        with pytest.raises(requests.exceptions.ChunkedEncodingError):
-            b"".join(streamed.iter_content(None))
+    with (requests.post(f"{node.url}/api/v0/cat", params={"arg": cid}, stream=True,
+                        timeout=30) as streamed,
+          pytest.raises(requests.exceptions.ChunkedEncodingError)):
+        b"".join(streamed.iter_content(None))
 
 
 def test_a_second_node_on_the_same_repo_is_refused(node):

@@ -20,7 +20,7 @@ from .support import CHUNK, lying_node, random_bytes
 
 @pytest.fixture
 def three_nodes(node_factory):
-    return [node_factory() for _ in range(3)]
+    return node_factory.start_many(3)
 
 
 def corrupt_every_block(node) -> None:

@@ -13,7 +13,8 @@ def get_repo(request: Request) -> Repo:
     return request.app.state.repo
 
 
-def get_cids(arg: Annotated[list[str], Query(description="CIDs or /ipfs/ paths")] = []) -> list[CID]:
+def get_cids(arg: Annotated[list[str] | None, Query(description="CIDs or /ipfs/ paths")] = None
+             ) -> list[CID]:
     """Kubo passes positional arguments as repeated `arg` query parameters."""
     if not arg:
         raise InvalidCid("argument \"cid\" is required")

@@ -4,7 +4,9 @@ import asyncio
 import json
 import logging
 import tarfile
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -16,16 +18,17 @@ from marketplace.ipfs import multipart, reader
 from marketplace.ipfs.api.deps import CidDep, RepoDep
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.errors import Unsupported
-from marketplace.ipfs.importer import FileImporter, Imported, parse_chunker
+from marketplace.ipfs.importer import BlockSink, FileImporter, Imported, parse_chunker
 from marketplace.ipfs.pinstore import RECURSIVE
 
 log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["files"])
 
-# Bytes gathered from the socket before handing them to the hashing thread: large enough that
-# the thread hop is rare, small enough to keep an add's memory to a few of these.
+# Bytes gathered from the socket before handing them to the add's worker thread, and how many
+# such batches may wait for it: the receive loop runs ahead of hashing by at most a few MiB.
 _BATCH_BYTES = 1024 * 1024
+_MAX_IN_FLIGHT = 4
 
 
 class AddOptions(BaseModel):
@@ -45,56 +48,62 @@ class AddOptions(BaseModel):
     nocopy: bool = False
     inline: bool = False
 
-    def importer(self, sink) -> FileImporter:
+    def check_supported(self) -> None:
+        """Refuse what this node cannot honour before any of the body is read."""
         for flag in ("trickle", "wrap_with_directory", "nocopy", "inline"):
             if getattr(self, flag):
                 raise Unsupported(f"{flag.replace('_', '-')} is not supported by this node")
         if self.hash != "sha2-256":
             raise Unsupported(f"hash {self.hash!r} is not supported, only sha2-256")
+        parse_chunker(self.chunker)
+
+    def importer(self, sink: BlockSink) -> FileImporter:
         raw_leaves = self.raw_leaves if self.raw_leaves is not None else self.cid_version == 1
         return FileImporter(sink, chunk_size=parse_chunker(self.chunker),
                             cid_version=self.cid_version, raw_leaves=raw_leaves)
 
 
-def _write_pieces(importer: FileImporter, pieces: list[bytes]) -> None:
+def _write_pieces(importer: FileImporter, pieces: list[memoryview]) -> None:
     for piece in pieces:
         importer.write(piece)
 
 
-def _finish(importer: FileImporter, pieces: list[bytes]) -> Imported:
+def _finish(importer: FileImporter, pieces: list[memoryview]) -> Imported:
     _write_pieces(importer, pieces)
     return importer.finish()
 
 
 async def _import(part: multipart.Part, importer: FileImporter) -> Imported:
-    """Receive on the event loop while a worker thread hashes and writes the previous batch
-    (hashlib and file writes release the GIL), so the two overlap."""
+    """Receive on the event loop while the add's own worker thread hashes and writes earlier
+    batches (hashlib and file writes release the GIL), so the two overlap. One worker per add
+    keeps the batches in order; the bounded queue keeps memory flat however large the file."""
     loop = asyncio.get_running_loop()
-    pending: asyncio.Future | None = None
-    batch: list[bytes] = []
+    in_flight: deque[asyncio.Future] = deque()
+    batch: list[memoryview] = []
     batched = 0
-    try:
-        async for piece in part.chunks():
-            batch.append(piece)
-            batched += len(piece)
-            if batched >= _BATCH_BYTES:
-                if pending is not None:
-                    await pending
-                pending = loop.run_in_executor(None, _write_pieces, importer, batch)
-                batch, batched = [], 0
-        if pending is not None:
-            await pending
-            pending = None
-        return await loop.run_in_executor(None, _finish, importer, batch)
-    finally:
-        if pending is not None:  # the upload broke off: let the last write end before returning
-            await asyncio.wait({pending})
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipfs-add") as worker:
+        try:
+            async for piece in part.chunks():
+                batch.append(piece)
+                batched += len(piece)
+                if batched >= _BATCH_BYTES:
+                    if len(in_flight) == _MAX_IN_FLIGHT:
+                        await in_flight.popleft()
+                    in_flight.append(loop.run_in_executor(worker, _write_pieces, importer, batch))
+                    batch, batched = [], 0
+            while in_flight:
+                await in_flight.popleft()
+            return await loop.run_in_executor(worker, _finish, importer, batch)
+        finally:
+            if in_flight:  # the upload broke off: let queued writes end before the worker goes
+                await asyncio.wait(in_flight)
 
 
 @router.post("/add")
 async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Query()]) -> Response:
     """Import each file part of a multipart body; one JSON line per file, as Kubo answers."""
-    sink = CID.of if options.only_hash else repo.blocks.add
+    options.check_supported()
+    sink = CID.of_parts if options.only_hash else repo.blocks.add
     boundary = multipart.boundary_of(request.headers.get("content-type"))
     lines = []
     await run_in_threadpool(repo.gc_lock.acquire_shared)

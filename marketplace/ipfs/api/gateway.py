@@ -1,4 +1,4 @@
-"""The trustless gateway: GET /ipfs/{cid} for a file's bytes, ?format=raw for one verifiable block."""
+"""The trustless gateway: GET /ipfs/{cid} for a file, ?format=raw for one verifiable block."""
 
 from typing import Annotated
 

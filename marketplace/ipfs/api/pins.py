@@ -31,7 +31,7 @@ def pin_rm(repo: RepoDep, cids: CidsDep, recursive: bool = True) -> dict:
 
 
 @router.post("/pin/ls")
-def pin_ls(repo: RepoDep, arg: Annotated[list[str], Query()] = [],
+def pin_ls(repo: RepoDep, arg: Annotated[list[str] | None, Query()] = None,
            type: Annotated[str, Query(description="all, direct, indirect or recursive")] = "all"
            ) -> dict:
     if type not in _PIN_TYPES:
