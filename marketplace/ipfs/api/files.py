@@ -10,12 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from marketplace.ipfs import multipart, reader
 from marketplace.ipfs.api.deps import CidDep, RepoDep
+from marketplace.ipfs.api.streaming import FileStream
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.errors import Unsupported
 from marketplace.ipfs.importer import BlockSink, FileImporter, Imported, parse_chunker
@@ -127,9 +128,9 @@ async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Qu
 
 @router.post("/cat")
 def cat(repo: RepoDep, cid: CidDep, offset: Annotated[int, Query(ge=0)] = 0,
-        length: Annotated[int | None, Query(ge=0)] = None) -> StreamingResponse:
+        length: Annotated[int | None, Query(ge=0)] = None) -> FileStream:
     reader.file_size(cid, repo.blocks.get)
-    return StreamingResponse(reader.iter_file(cid, repo.blocks.get, offset, length),
+    return FileStream(reader.iter_file(cid, repo.blocks.get, offset, length),
                              media_type="text/plain", headers={"X-Stream-Output": "1"})
 
 
@@ -143,10 +144,10 @@ def _tar(name: str, size: int, chunks: Iterator[bytes]) -> Iterator[bytes]:
 
 
 @router.post("/get")
-def get(repo: RepoDep, cid: CidDep, compress: bool = False) -> StreamingResponse:
+def get(repo: RepoDep, cid: CidDep, compress: bool = False) -> FileStream:
     """A tar holding the file under its CID, as Kubo's `get` sends it."""
     if compress:
         raise Unsupported("compressed get is not supported by this node")
     size = reader.file_size(cid, repo.blocks.get)
-    return StreamingResponse(_tar(str(cid), size, reader.iter_file(cid, repo.blocks.get)),
+    return FileStream(_tar(str(cid), size, reader.iter_file(cid, repo.blocks.get)),
                              media_type="application/x-tar", headers={"X-Stream-Output": "1"})

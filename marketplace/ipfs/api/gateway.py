@@ -3,10 +3,11 @@
 from typing import Annotated
 
 from fastapi import APIRouter, Header
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from marketplace.ipfs import reader
 from marketplace.ipfs.api.deps import RepoDep
+from marketplace.ipfs.api.streaming import FileStream
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.errors import Unsupported
 
@@ -30,5 +31,5 @@ def fetch(repo: RepoDep, path: str, format: str | None = None,
         raise Unsupported(f"format {format!r} is not supported, use raw or none")
     size = reader.file_size(cid, repo.blocks.get)
     headers |= {"Etag": f'"{cid}"', "Content-Length": str(size)}
-    return StreamingResponse(reader.iter_file(cid, repo.blocks.get),
+    return FileStream(reader.iter_file(cid, repo.blocks.get),
                              media_type="application/octet-stream", headers=headers)
