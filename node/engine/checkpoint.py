@@ -88,7 +88,13 @@ def state_hash(state: Mapping[str, Any]) -> str:
         if isinstance(leaf, torch.Tensor):
             flat = leaf.detach().to("cpu").contiguous()
             nbytes = flat.numel() * flat.element_size()
-            header = [path, "tensor", str(flat.dtype).removeprefix("torch."), list(flat.shape), nbytes]
+            header = [
+                path,
+                "tensor",
+                str(flat.dtype).removeprefix("torch."),
+                list(flat.shape),
+                nbytes,
+            ]
             digest.update(json.dumps(header).encode() + b"\n")
             if nbytes:
                 # hash the tensor's memory in place rather than copying it out

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
 import random
 import sysconfig
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -75,29 +75,53 @@ class Corpus:
 
 
 def load_corpora(data: DataSpec, storage: ContentStore | None = None) -> list[Corpus]:
-    """Read every source of `data` and split each into train and eval bytes."""
+    """Read every source of `data` and split each into train and eval bytes.
+
+    Recent corpora are kept in memory, so the units of one job read and digest their data
+    once; a file is read again when its size or modification time changes.
+    """
     corpora = []
     for i, source in enumerate(data.sources):
-        raw = _read(source, storage, f"data.sources[{i}]")
-        n_eval = max(data.seq_len + 1, int(len(raw) * data.eval_fraction))
-        if len(raw) - n_eval < data.seq_len + 1:
-            raise DataError(
-                f"data.sources[{i}] ({source.name}) has {len(raw)} bytes; seq_len "
-                f"{data.seq_len} with eval_fraction {data.eval_fraction} needs at least "
-                f"{n_eval + data.seq_len + 1}"
-            )
-        tensor = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-        corpora.append(
-            Corpus(
-                name=source.name,
-                weight=source.weight,
-                sha256=hashlib.sha256(raw).hexdigest(),
-                train=tensor[:-n_eval],
-                eval=tensor[-n_eval:],
-            )
-        )
-        logger.debug("loaded %s: %d bytes", source.name, len(raw))
+        key = (source, data.seq_len, data.eval_fraction, _file_version(source))
+        corpus = _CACHE.pop(key, None) or _split(source, data, storage, f"data.sources[{i}]")
+        _CACHE[key] = corpus
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+        corpora.append(corpus)
     return corpora
+
+
+_CACHE: OrderedDict[tuple[Any, ...], Corpus] = OrderedDict()  # least recently used first
+_CACHE_SIZE = 4
+
+
+def _file_version(source: Source) -> tuple[int, int] | None:
+    if not isinstance(source, FileSource):
+        return None
+    try:
+        stat = os.stat(source.path)
+    except OSError:
+        return None  # _read reports it
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _split(source: Source, data: DataSpec, storage: ContentStore | None, field: str) -> Corpus:
+    raw = _read(source, storage, field)
+    n_eval = max(data.seq_len + 1, int(len(raw) * data.eval_fraction))
+    if len(raw) - n_eval < data.seq_len + 1:
+        raise DataError(
+            f"{field} ({source.name}) has {len(raw)} bytes; seq_len {data.seq_len} with "
+            f"eval_fraction {data.eval_fraction} needs at least {n_eval + data.seq_len + 1}"
+        )
+    tensor = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    logger.debug("loaded %s: %d bytes", source.name, len(raw))
+    return Corpus(
+        name=source.name,
+        weight=source.weight,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        train=tensor[:-n_eval],
+        eval=tensor[-n_eval:],
+    )
 
 
 class Sampler:
@@ -158,13 +182,14 @@ def _read(source: Source, storage: ContentStore | None, field: str) -> bytes:
     raise DataError(f"{field}: unsupported source kind {source.kind!r}")
 
 
-@functools.cache
 def _stdlib_bytes() -> bytes:
     """The standard library's .py files (site-packages excluded), concatenated in sorted order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__")]
+        dirnames[:] = [
+            d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__")
+        ]
         files += [Path(dirpath, f) for f in filenames if f.endswith(".py")]
     files.sort(key=lambda p: p.relative_to(root).as_posix())
     if not files:
@@ -172,7 +197,6 @@ def _stdlib_bytes() -> bytes:
     return b"".join(p.read_bytes() for p in files)
 
 
-@functools.cache
 def _synthetic_bytes(generator: str, num_bytes: int, seed: int) -> bytes:
     rng = random.Random(seed)  # random() sequences are stable across Python versions
     if generator == "markov":

@@ -17,7 +17,9 @@ import torch
 _PACKAGES = ("zoo-compute", "torch", "numpy", "pydantic", "pyyaml")
 
 
-def capture(seed: int, num_threads: int, deterministic: bool, device: torch.device) -> dict[str, Any]:
+def capture(
+    seed: int, num_threads: int, deterministic: bool, device: torch.device
+) -> dict[str, Any]:
     """What a verifier needs to judge whether it can reproduce a unit's bits."""
     return {
         "code": _code_version(),
@@ -26,7 +28,9 @@ def capture(seed: int, num_threads: int, deterministic: bool, device: torch.devi
         "torch": {
             "version": str(torch.__version__),  # a str subclass that weights-only loading refuses
             "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            "cudnn": torch.backends.cudnn.version()
+            if torch.backends.cudnn.is_available()
+            else None,
         },
         "hardware": _hardware(device),
         "seed": seed,
@@ -43,14 +47,27 @@ def _code_version() -> dict[str, Any]:
     digest = hashlib.sha256()
     for path in sorted(here.glob("*.py")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    version: dict[str, Any] = {"engine_sha256": digest.hexdigest(), "git_commit": None, "git_dirty": None}
+    version: dict[str, Any] = {
+        "engine_sha256": digest.hexdigest(),
+        "git_commit": None,
+        "git_dirty": None,
+    }
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+            ["git", "rev-parse", "HEAD"],
+            check=False,
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--", "."],
-            cwd=here, capture_output=True, text=True, timeout=10,
+            check=False,
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
         return version

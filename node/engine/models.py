@@ -99,13 +99,13 @@ class GPT(nn.Module):
         super().__init__()
         self.block_size = block_size
         self.transformer = nn.ModuleDict(
-            dict(
-                wte=nn.Embedding(VOCAB_SIZE, spec.n_embd),
-                wpe=nn.Embedding(block_size, spec.n_embd),
-                drop=nn.Dropout(spec.dropout),
-                h=nn.ModuleList([Block(spec) for _ in range(spec.n_layer)]),
-                ln_f=nn.LayerNorm(spec.n_embd, bias=spec.bias),
-            )
+            {
+                "wte": nn.Embedding(VOCAB_SIZE, spec.n_embd),
+                "wpe": nn.Embedding(block_size, spec.n_embd),
+                "drop": nn.Dropout(spec.dropout),
+                "h": nn.ModuleList([Block(spec) for _ in range(spec.n_layer)]),
+                "ln_f": nn.LayerNorm(spec.n_embd, bias=spec.bias),
+            }
         )
         self.lm_head = nn.Linear(spec.n_embd, VOCAB_SIZE, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
@@ -118,7 +118,7 @@ class GPT(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        B, T = idx.size()
+        T = idx.size(1)
         pos = torch.arange(T, dtype=torch.long, device=idx.device)  # (T,)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
         for block in self.transformer.h:
@@ -144,7 +144,7 @@ class MLP(nn.Module):
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        B, T = idx.size()
+        T = idx.size(1)
         # left-pad with byte 0 so the first positions also see a full window
         padded = F.pad(idx, (self.context, 0), value=0)  # (B, context + T)
         windows = padded.unfold(1, self.context, 1)[:, 1 : T + 1]  # (B, T, context), ends at idx[t]

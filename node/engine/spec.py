@@ -12,8 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
-from pydantic import model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from . import models  # noqa: F401  (registers the built-in architectures)
@@ -202,7 +209,9 @@ def parse_spec(source: str | bytes | Mapping[str, Any]) -> JobSpec:
         except yaml.YAMLError as exc:
             raise SpecError([("yaml", str(exc).replace("\n", " "))]) from None
     if not isinstance(source, Mapping):
-        raise SpecError([("spec", f"expected a mapping at the top level, got {type(source).__name__}")])
+        raise SpecError(
+            [("spec", f"expected a mapping at the top level, got {type(source).__name__}")]
+        )
     try:
         return JobSpec.model_validate(source)
     except ValidationError as exc:

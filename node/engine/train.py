@@ -89,7 +89,9 @@ class Trainer:
         grad_norm = None
         if self.spec.training.grad_clip > 0:
             grad_norm = float(
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.training.grad_clip)
+                torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), self.spec.training.grad_clip
+                )
             )
         return float(total) / accum, grad_norm
 

@@ -100,7 +100,9 @@ def run_unit(
     }
     result.metadata = {
         "state_hash": digest,
-        "environment": environment.capture(repro.seed, repro.num_threads, repro.deterministic, device),
+        "environment": environment.capture(
+            repro.seed, repro.num_threads, repro.deterministic, device
+        ),
         "unit": {
             "shard": shard.to_dict(),
             "start_step": start,
@@ -112,7 +114,13 @@ def run_unit(
     }
     logger.info(
         "unit %d..%d on shard %d: loss %.4f eval %s, %d rollbacks, hash %s",
-        start, trainer.step, shard.index, metrics["loss"], eval_loss, record["rollbacks"], digest[:12],
+        start,
+        trainer.step,
+        shard.index,
+        metrics["loss"],
+        eval_loss,
+        record["rollbacks"],
+        digest[:12],
     )
     return UnitResult(result, digest, metrics)
 
@@ -138,7 +146,11 @@ def _train(trainer: Trainer, good: dict[str, Any], end: int) -> dict[str, Any]:
             trainer.load(good)
             logger.warning(
                 "loss spike %.4g at step %d: back to step %d, skipping batches %d..%d",
-                loss, start + len(losses), trainer.step, trainer.cursor, resume_at - 1,
+                loss,
+                start + len(losses),
+                trainer.step,
+                trainer.cursor,
+                resume_at - 1,
             )
             skipped += resume_at - trainer.cursor
             trainer.cursor = resume_at

@@ -17,7 +17,13 @@ SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
 SMALL = {
     "model": {"architecture": "gpt", "n_layer": 1, "n_embd": 32, "n_head": 2},
     "data": {"seq_len": 32, "sources": [{"kind": "stdlib", "max_bytes": 2_000_000}]},
-    "training": {"lr": 1.0e-2, "batch_size": 8, "max_steps": 40, "warmup_steps": 5, "eval_batches": 2},
+    "training": {
+        "lr": 1.0e-2,
+        "batch_size": 8,
+        "max_steps": 40,
+        "warmup_steps": 5,
+        "eval_batches": 2,
+    },
     "checkpoint": {"every": 10},
     "reproducibility": {"seed": 7, "num_threads": 2},
 }

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 
@@ -58,7 +61,12 @@ def test_mixing_follows_the_weights(tmp_path, small_spec):
 
 def test_eval_batches_come_from_the_held_out_tail(tmp_path, small_spec):
     (tmp_path / "data.bin").write_bytes(b"t" * 9_000 + b"e" * 1_000)
-    spec = small_spec(data={"sources": [{"kind": "file", "path": str(tmp_path / "data.bin")}], "eval_fraction": 0.1})
+    spec = small_spec(
+        data={
+            "sources": [{"kind": "file", "path": str(tmp_path / "data.bin")}],
+            "eval_fraction": 0.1,
+        }
+    )
     sampler = Sampler(load_corpora(spec.data), seq_len=32, batch_size=4, seed=0)
     assert all(torch.all(x == ord("e")) for x, _ in sampler.eval_batches(3))
     assert torch.all(sampler.batch(0, 0, 0)[0] == ord("t"))
@@ -87,7 +95,9 @@ def test_ipfs_source_reads_through_the_given_storage(small_spec):
 
 
 def test_missing_file_names_the_source(small_spec, tmp_path):
-    spec = small_spec(data={"sources": [{"kind": "stdlib"}, {"kind": "file", "path": str(tmp_path / "nope")}]})
+    spec = small_spec(
+        data={"sources": [{"kind": "stdlib"}, {"kind": "file", "path": str(tmp_path / "nope")}]}
+    )
     with pytest.raises(DataError, match=r"data.sources\[1\]: cannot read file .*nope"):
         load_corpora(spec.data)
 
@@ -112,3 +122,15 @@ def test_shard_is_named_by_sources_index_and_steps(small_spec):
         Shard.of(spec, index=0, start_step=5, end_step=5)
     with pytest.raises(DataError, match="index"):
         Shard.of(spec, index=-1, start_step=0, end_step=5)
+
+
+def test_ipfs_source_without_storage_uses_the_marketplace_default(small_spec, monkeypatch):
+    cid = "bafkreidefaultdefaultdefaultdefaultdefaultdefaultdefaultx"
+    store = FakeStore({cid: b"abcdefghij" * 1000})
+    module = types.ModuleType("marketplace.storage")
+    module.Storage = lambda api_addr=None: store
+    monkeypatch.setitem(sys.modules, "marketplace.storage", module)
+    spec = small_spec(data={"sources": [{"kind": "ipfs", "cid": cid}]})
+    (corpus,) = load_corpora(spec.data)
+    assert store.asked == [cid]
+    assert bytes(corpus.train[:10].tolist()) == b"abcdefghij"

@@ -15,7 +15,11 @@ from .conftest import SMALL
 
 
 @pytest.mark.parametrize(
-    "spec", [GPTSpec(architecture="gpt", n_layer=2, n_embd=32, n_head=4), MLPSpec(architecture="mlp", context=4)]
+    "spec",
+    [
+        GPTSpec(architecture="gpt", n_layer=2, n_embd=32, n_head=4),
+        MLPSpec(architecture="mlp", context=4),
+    ],
 )
 def test_forward_shapes_loss_and_causality(spec):
     torch.manual_seed(0)

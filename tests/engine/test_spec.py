@@ -63,7 +63,10 @@ def test_spec_hash_ignores_key_order_and_defaults(tiny_raw):
     explicit = merge(tiny_raw, {"training": {"betas": [0.9, 0.95]}})
     assert parse_spec(tiny_raw).sha256() == parse_spec(reordered).sha256()
     assert parse_spec(tiny_raw).sha256() == parse_spec(explicit).sha256()
-    assert parse_spec(tiny_raw).sha256() != parse_spec(merge(tiny_raw, {"training": {"lr": 1e-3}})).sha256()
+    assert (
+        parse_spec(tiny_raw).sha256()
+        != parse_spec(merge(tiny_raw, {"training": {"lr": 1e-3}})).sha256()
+    )
 
 
 def test_round_trip_through_dump(tiny_raw):

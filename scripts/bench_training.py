@@ -1,0 +1,284 @@
+"""Throughput and peak memory of the engine's work units next to a plain PyTorch loop.
+
+Both train the same model from the same seed on the same batches with the same optimizer,
+schedule, clipping and eval; the plain loop leaves out everything that makes a unit
+verifiable (per-step loss checks, snapshots, state copies, hashing, environment capture).
+Rounds alternate which of the two runs first; throughputs are medians over rounds and the
+ratio is the median of the per-round ratios.
+
+    python scripts/bench_training.py                     # tiny spec, CPU
+    python scripts/bench_training.py --spec node/specs/gpt-small.yaml --steps 50 --rounds 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from torch.optim.lr_scheduler import LambdaLR
+
+from node.engine import Checkpoint, JobSpec, Shard, load_spec, run_unit
+from node.engine.data import Sampler, load_corpora
+from node.engine.train import build_optimizer, lr_schedule
+
+logger = logging.getLogger("bench_training")
+
+DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "node" / "specs" / "tiny.yaml"
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class PlainLoop:
+    """The hand-written loop: model, AdamW, LambdaLR, clipping, autocast, nothing else."""
+
+    def __init__(self, spec: JobSpec, device: torch.device):
+        self.spec = spec
+        self.device = device
+        torch.manual_seed(spec.reproducibility.seed)
+        self.model = spec.model.build(spec.data.seq_len).to(device)
+        self.optimizer = build_optimizer(self.model, spec.training)
+        self.scheduler = LambdaLR(self.optimizer, lr_schedule(spec.training))
+        self.autocast = torch.autocast(
+            device.type, dtype=torch.bfloat16, enabled=spec.training.precision == "bf16"
+        )
+
+    def train(self, steps: list[list[Batch]], eval_batches: list[Batch]) -> float:
+        accum = self.spec.training.grad_accum_steps
+        for micro_batches in steps:
+            for x, y in micro_batches:
+                with self.autocast:
+                    _, loss = self.model(x.to(self.device), y.to(self.device))
+                (loss / accum).backward()
+            if self.spec.training.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(
+                    self.model.parameters(), self.spec.training.grad_clip
+                )
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()
+        with torch.no_grad(), self.autocast:
+            eval_loss = sum(
+                float(self.model(x.to(self.device), y.to(self.device))[1]) for x, y in eval_batches
+            )
+        self.model.train()
+        return eval_loss / max(1, len(eval_batches))
+
+
+def plan_batches(
+    spec: JobSpec, shard: Shard, first_step: int, steps: int
+) -> tuple[list[list[Batch]], list[Batch]]:
+    """The exact batches the engine draws for those steps (no spikes expected), and its eval set."""
+    sampler = Sampler(
+        load_corpora(spec.data),
+        spec.data.seq_len,
+        spec.training.batch_size,
+        spec.reproducibility.seed,
+    )
+    accum = spec.training.grad_accum_steps
+    train = [
+        [sampler.batch(shard.index, s, m) for m in range(accum)]
+        for s in range(first_step, first_step + steps)
+    ]
+    return train, sampler.eval_batches(spec.training.eval_batches)
+
+
+def configure(spec: JobSpec) -> None:
+    """The settings run_unit applies, so the plain loop runs under the same kernels and threads."""
+    torch.set_num_threads(spec.reproducibility.num_threads)
+    torch.use_deterministic_algorithms(spec.reproducibility.deterministic)
+
+
+def tokens_per_step(spec: JobSpec) -> int:
+    return spec.training.batch_size * spec.training.grad_accum_steps * spec.data.seq_len
+
+
+def measure_throughput(
+    spec: JobSpec, steps: int, rounds: int, device: torch.device
+) -> tuple[list[float], list[float]]:
+    """Tokens/s of each side per round; the two sides of a round run back to back."""
+    total_steps = steps * (rounds + 1)
+    shard = Shard.of(spec, 0, 0, total_steps)
+    configure(spec)  # run_unit applies the same settings itself and restores these on exit
+    plain = PlainLoop(spec, device)
+    checkpoint: Checkpoint | None = None
+    engine_rates, plain_rates = [], []
+    for r in range(rounds + 1):  # round 0 warms caches and is not counted
+        batches, eval_batches = plan_batches(spec, shard, r * steps, steps)
+        seconds = {}
+        for side in ("engine", "plain") if r % 2 else ("plain", "engine"):
+            began = time.perf_counter()
+            if side == "engine":
+                checkpoint, _, _ = run_unit(spec, checkpoint, shard, steps, device=device)
+            else:
+                plain.train(batches, eval_batches)
+            _sync(device)
+            seconds[side] = time.perf_counter() - began
+        if r:
+            engine_rates.append(steps * tokens_per_step(spec) / seconds["engine"])
+            plain_rates.append(steps * tokens_per_step(spec) / seconds["plain"])
+            logger.info(
+                "round %d: engine %.0f tok/s, plain %.0f tok/s",
+                r,
+                engine_rates[-1],
+                plain_rates[-1],
+            )
+    return engine_rates, plain_rates
+
+
+def measure_memory(spec_path: Path, steps: int, device: torch.device) -> tuple[float, float]:
+    """Peak memory in MB while training: CUDA allocator peaks in-process, else the growth of
+    peak RSS in a fresh process for each side, from after torch and the data are loaded."""
+    if device.type == "cuda":
+        spec = load_spec(spec_path)
+        shard = Shard.of(spec, 0, 0, steps)
+        configure(spec)
+        peaks = []
+        for side in ("engine", "plain"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+            _run_side(side, spec, shard, steps, device)
+            _sync(device)
+            peaks.append(torch.cuda.max_memory_allocated(device) / 2**20)
+        return peaks[0], peaks[1]
+    # glibc would otherwise keep freed tensor memory in its heap, so RSS would stop tracking
+    # what is live; mapping every block over 64 KiB on its own returns it on free
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    peaks = []
+    for side in ("engine", "plain"):
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--spec",
+                str(spec_path),
+                "--steps",
+                str(steps),
+                "--memory-of",
+                side,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
+        peaks.append(float(out.stdout.strip().splitlines()[-1]))
+    return peaks[0], peaks[1]
+
+
+def _run_side(side: str, spec: JobSpec, shard: Shard, steps: int, device: torch.device) -> None:
+    if side == "engine":
+        run_unit(spec, None, shard, steps, device=device)
+    else:
+        PlainLoop(spec, device).train(*plan_batches(spec, shard, 0, steps))
+
+
+def _reset_peak_rss() -> float:
+    """Restart the kernel's high-water mark of this process's RSS (Linux >= 4.0); return it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        logger.warning("cannot reset peak RSS; the figure includes start-up")
+        return 0.0
+    return _peak_rss_mb()
+
+
+def _peak_rss_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC, help="job spec to train")
+    parser.add_argument(
+        "--steps", type=int, help="optimizer steps per round (default: checkpoint.every)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=8, help="timed rounds of each, after one warm-up round"
+    )
+    parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--memory-of", choices=["engine", "plain"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    spec = load_spec(args.spec)
+    steps = args.steps or spec.checkpoint.every
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+    if args.memory_of:  # child process of measure_memory
+        configure(spec)
+        load_corpora(spec.data)  # reading the corpus is not training; both sides share it
+        baseline = _reset_peak_rss()
+        _run_side(args.memory_of, spec, Shard.of(spec, 0, 0, steps), steps, device)
+        print(_peak_rss_mb() - baseline)
+        return
+
+    engine_rates, plain_rates = measure_throughput(spec, steps, args.rounds, device)
+    engine_mem, plain_mem = measure_memory(args.spec, steps, device)
+    engine_tps, plain_tps = statistics.median(engine_rates), statistics.median(plain_rates)
+    # paired: each round's two sides ran back to back, so load from elsewhere hits both alike
+    ratio = statistics.median(e / p for e, p in zip(engine_rates, plain_rates))
+
+    memory_kind = "CUDA peak allocated" if device.type == "cuda" else "RSS growth while training"
+    table = Table(
+        title=f"training throughput: {spec.name} on {device}, {steps} steps x {args.rounds} rounds"
+    )
+    table.add_column("loop")
+    table.add_column("tokens/s (median)", justify="right")
+    table.add_column("min .. max", justify="right")
+    table.add_column(f"memory MB ({memory_kind})", justify="right")
+    table.add_row(
+        "engine (run_unit)",
+        f"{engine_tps:,.0f}",
+        f"{min(engine_rates):,.0f} .. {max(engine_rates):,.0f}",
+        f"{engine_mem:,.1f}",
+    )
+    table.add_row(
+        "plain PyTorch loop",
+        f"{plain_tps:,.0f}",
+        f"{min(plain_rates):,.0f} .. {max(plain_rates):,.0f}",
+        f"{plain_mem:,.1f}",
+    )
+    table.add_row(
+        "engine / plain (median of rounds)", f"{ratio:.3f}", "", f"{engine_mem / plain_mem:.3f}"
+    )
+    Console().print(table)
+    print(
+        json.dumps(
+            {
+                "bench": "training",
+                "figures": {
+                    "engine_tokens_per_s": round(engine_tps, 1),
+                    "plain_tokens_per_s": round(plain_tps, 1),
+                    "throughput_ratio": round(ratio, 4),
+                    "engine_peak_mem_mb": round(engine_mem, 1),
+                    "plain_peak_mem_mb": round(plain_mem, 1),
+                },
+                "targets": {"throughput_ratio": ">= 0.97"},
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
