@@ -1,0 +1,40 @@
+"""One validated configuration for every Zoo Compute process, from ZOO_* environment variables."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from marketplace.chain.deploy import Deployment, manifest_path
+
+
+class Settings(BaseSettings):
+    """Where the chain, IPFS, Redis and this process's own state are.
+
+    Every field reads from `ZOO_<FIELD>` (e.g. ZOO_RPC_URL); the devnet writes an env file that
+    sets them all for the processes it starts.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ZOO_", env_file=None, extra="ignore")
+
+    rpc_url: str = "http://127.0.0.1:8545"  # JSON-RPC endpoint of the chain
+    manifest: Path | None = None  # deployment manifest; default deployments/<chain id>.json
+    ipfs_api: str = "/ip4/127.0.0.1/tcp/5001/http"  # this process's IPFS node (Kubo RPC API)
+    ipfs_replicas: list[str] = Field(default_factory=list)  # other nodes to pin replicas on
+    redis_url: str = "redis://127.0.0.1:6379/0"  # Celery broker and result backend
+    home: Path = Path.home() / ".zoo-compute"  # wallets, journals and caches of this process
+    wallet: Path | None = None  # keystore file; default: the only one under home/keystore
+    wallet_password: SecretStr | None = None  # never a flag; or wallet_password_file
+    wallet_password_file: Path | None = None
+    poll_interval: float = 1.0  # seconds between chain polls
+    confirmations: int = 0  # blocks a log must be buried under before a daemon acts on it
+
+    @cached_property
+    def keystore_dir(self) -> Path:
+        return self.home / "keystore"
+
+    def deployment(self, chain_id: int) -> Deployment:
+        return Deployment.load(self.manifest or manifest_path(chain_id))
