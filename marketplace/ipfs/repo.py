@@ -96,14 +96,14 @@ class Repo:
             raise BlockNotFound(cid)
         self.pins.add(cid, RECURSIVE if recursive else DIRECT)
 
-    def pinned(self) -> dict[CID, str]:
-        """Every pinned CID with its pin type; blocks kept only through a recursive pin are
-        `indirect`."""
+    def pinned(self, with_indirect: bool = True) -> dict[CID, str]:
+        """Every pinned CID with its pin type, and (walking each recursive pin's DAG, so only
+        when asked) the blocks kept only through one, as `indirect`."""
         result: dict[CID, str] = {}
         indirect: dict[CID, str] = {}
         for cid, kind in self.pins.items():
             result[cid] = kind
-            if kind == RECURSIVE:
+            if kind == RECURSIVE and with_indirect:
                 for child, _ in reader.iter_blocks(cid, self.blocks.get):
                     if child != cid:
                         indirect.setdefault(child, "indirect")

@@ -36,7 +36,8 @@ def pin_ls(repo: RepoDep, arg: Annotated[list[str] | None, Query()] = None,
            ) -> dict:
     if type not in _PIN_TYPES:
         raise Unsupported(f"invalid pin type {type!r}, use one of {', '.join(_PIN_TYPES)}")
-    pinned = {cid.multihash: (cid, kind) for cid, kind in repo.pinned().items()}
+    with_indirect = type in ("all", "indirect")
+    pinned = {cid.multihash: (cid, kind) for cid, kind in repo.pinned(with_indirect).items()}
     if arg:
         wanted = [CID.parse(text) for text in arg]
         missing = [cid for cid in wanted if cid.multihash not in pinned]
