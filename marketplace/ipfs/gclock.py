@@ -17,8 +17,19 @@ class GcLock:
 
     def acquire_shared(self) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: not self._collecting and not self._gc_waiting)
+            self._cond.wait_for(self._open_to_writers)
             self._writers += 1
+
+    def try_acquire_shared(self) -> bool:
+        """Take a shared hold only if that needs no waiting (for callers that must not block)."""
+        with self._cond:
+            if not self._open_to_writers():
+                return False
+            self._writers += 1
+            return True
+
+    def _open_to_writers(self) -> bool:
+        return not self._collecting and not self._gc_waiting
 
     def release_shared(self) -> None:
         with self._cond:

@@ -4,6 +4,7 @@ adds, corruption detected on read, one node per repo."""
 import io
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import ipfshttpclient
@@ -12,6 +13,7 @@ import requests
 
 from marketplace.ipfs.blockstore import Blockstore
 from marketplace.ipfs.cid import CID
+from marketplace.ipfs.gclock import GcLock
 
 from .support import CHUNK, random_bytes
 
@@ -104,3 +106,22 @@ def test_a_second_node_on_the_same_repo_is_refused(node):
     assert result.returncode != 0
     assert "in use by another node" in result.stderr
     assert requests.post(f"{node.url}/api/v0/version", timeout=30).ok
+
+
+def test_gc_lock_waits_for_writers_and_turns_new_ones_away():
+    lock = GcLock()
+    lock.acquire_shared()
+    collected = threading.Event()
+
+    def collect() -> None:
+        with lock.exclusive():
+            collected.set()
+
+    gc = threading.Thread(target=collect)
+    gc.start()
+    assert not collected.wait(0.1)
+    assert not lock.try_acquire_shared()  # a waiting GC is not starved by new adds
+    lock.release_shared()
+    gc.join(timeout=5)
+    assert collected.is_set()
+    assert lock.try_acquire_shared()

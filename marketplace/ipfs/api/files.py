@@ -30,6 +30,7 @@ router = APIRouter(tags=["files"])
 # such batches may wait for it: the receive loop runs ahead of hashing by at most a few MiB.
 _BATCH_BYTES = 1024 * 1024
 _MAX_IN_FLIGHT = 4
+_GC_WAIT_S = 0.05
 
 
 class AddOptions(BaseModel):
@@ -107,7 +108,9 @@ async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Qu
     sink = CID.of_parts if options.only_hash else repo.blocks.add
     boundary = multipart.boundary_of(request.headers.get("content-type"))
     lines = []
-    await run_in_threadpool(repo.gc_lock.acquire_shared)
+    # Polled rather than awaited in a thread: a cancelled wait must not leave the lock taken.
+    while not repo.gc_lock.try_acquire_shared():
+        await asyncio.sleep(_GC_WAIT_S)
     try:
         async for part in multipart.MultipartReader(request.stream(), boundary).parts():
             if part.is_directory:
@@ -131,7 +134,7 @@ def cat(repo: RepoDep, cid: CidDep, offset: Annotated[int, Query(ge=0)] = 0,
         length: Annotated[int | None, Query(ge=0)] = None) -> FileStream:
     reader.file_size(cid, repo.blocks.get)
     return FileStream(reader.iter_file(cid, repo.blocks.get, offset, length),
-                             media_type="text/plain", headers={"X-Stream-Output": "1"})
+                      media_type="text/plain", headers={"X-Stream-Output": "1"})
 
 
 def _tar(name: str, size: int, chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -150,4 +153,4 @@ def get(repo: RepoDep, cid: CidDep, compress: bool = False) -> FileStream:
         raise Unsupported("compressed get is not supported by this node")
     size = reader.file_size(cid, repo.blocks.get)
     return FileStream(_tar(str(cid), size, reader.iter_file(cid, repo.blocks.get)),
-                             media_type="application/x-tar", headers={"X-Stream-Output": "1"})
+                      media_type="application/x-tar", headers={"X-Stream-Output": "1"})

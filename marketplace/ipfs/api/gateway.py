@@ -32,4 +32,4 @@ def fetch(repo: RepoDep, path: str, format: str | None = None,
     size = reader.file_size(cid, repo.blocks.get)
     headers |= {"Etag": f'"{cid}"', "Content-Length": str(size)}
     return FileStream(reader.iter_file(cid, repo.blocks.get),
-                             media_type="application/octet-stream", headers=headers)
+                      media_type="application/octet-stream", headers=headers)
