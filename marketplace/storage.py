@@ -73,6 +73,14 @@ def api_multiaddr(addr: str) -> str:
     return f"/{proto}/{host}/tcp/{url.port}/{url.scheme}"
 
 
+def _client(node: str) -> ipfshttpclient.Client:
+    """A client keeping its connection open: a read is one block/get per 256 KiB."""
+    try:
+        return ipfshttpclient.Client(api_multiaddr(node), chunk_size=_UPLOAD_CHUNK, session=True)
+    except rpc_errors.AddressError as exc:
+        raise StorageError(f"IPFS API address {node!r} is not usable: {exc}") from None
+
+
 def _parse(cid: str) -> CID:
     try:
         return CID.parse(cid)
@@ -103,9 +111,7 @@ class Storage:
         if replicas is None:
             replicas = [a.strip() for a in os.environ.get(REPLICAS_ENV, "").split(",") if a.strip()]
         self.nodes = list(dict.fromkeys([primary, *replicas]))
-        self._clients = {node: ipfshttpclient.Client(api_multiaddr(node), chunk_size=_UPLOAD_CHUNK,
-                                                     session=True)
-                         for node in self.nodes}
+        self._clients = {node: _client(node) for node in self.nodes}
         self._read_order = list(self.nodes)
 
     @property
@@ -142,8 +148,13 @@ class Storage:
         return self._call(self.api_addr, client.add, str(path))["Hash"]
 
     def cat(self, cid: str) -> bytes:
-        """The whole content, verified block by block; for large content use read_to."""
-        return b"".join(self._verified_bytes(_parse(cid)))
+        """The whole content, verified block by block; for large content use read_to. Built in
+        a BytesIO, whose getvalue() hands over its buffer: the content is held once, not as
+        a list of blocks and their join."""
+        out = io.BytesIO()
+        for chunk in self._verified_bytes(_parse(cid)):
+            out.write(chunk)
+        return out.getvalue()
 
     def read_to(self, cid: str, path: str | os.PathLike) -> None:
         """Stream the content to `path`. It is written beside it under a temporary name and

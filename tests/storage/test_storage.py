@@ -62,9 +62,10 @@ def test_api_addresses_as_url_or_multiaddr(url, multiaddr):
     assert api_multiaddr(url) == multiaddr
 
 
-def test_bad_address_is_a_storage_error():
-    with pytest.raises(StorageError, match="neither a multiaddr"):
-        Storage("localhost:5001")
+@pytest.mark.parametrize("addr", ["localhost:5001", "/ip4/127.0.0.1/udp/5001"])
+def test_bad_address_is_a_storage_error(addr):
+    with pytest.raises(StorageError, match=addr):
+        Storage(addr)
 
 
 def test_invalid_and_unknown_cids(shared_node):

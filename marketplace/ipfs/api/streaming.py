@@ -1,4 +1,4 @@
-"""Streamed file responses that break the connection, rather than end cleanly, when a block fails."""
+"""Streamed file responses that break the connection, not end cleanly, when a block fails."""
 
 import logging
 
