@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {Test, Vm} from "forge-std/Test.sol";
+import {Test} from "forge-std/Test.sol";
 
 import {JobMarket} from "../../contracts/JobMarket.sol";
 import {Staking} from "../../contracts/Staking.sol";
@@ -10,6 +10,7 @@ import {Verification} from "../../contracts/Verification.sol";
 import {ZenToken} from "../../contracts/ZenToken.sol";
 import {IJobMarket} from "../../contracts/interfaces/IJobMarket.sol";
 import {IStaking} from "../../contracts/interfaces/IStaking.sol";
+import {LedgerRecords} from "./utils/LedgerRecords.sol";
 
 /// @notice Deploys the ledger the way production does and funds, stakes and admits the actors.
 abstract contract BaseTest is Test {
@@ -125,18 +126,7 @@ abstract contract BaseTest is Test {
         view
         returns (uint8 v, bytes32 r, bytes32 s)
     {
-        address owner = vm.addr(key);
-        bytes32 structHash = keccak256(
-            abi.encode(
-                keccak256("Permit(address owner,address spender,uint256 value,uint256 nonce,uint256 deadline)"),
-                owner,
-                spender,
-                value,
-                zen.nonces(owner),
-                deadline
-            )
-        );
-        return vm.sign(key, keccak256(abi.encodePacked("\x19\x01", zen.DOMAIN_SEPARATOR(), structHash)));
+        return vm.sign(key, LedgerRecords.permitDigest(zen, vm.addr(key), spender, value, deadline));
     }
 
     function _registerVerifier(address who) internal {
@@ -258,30 +248,12 @@ abstract contract BaseTest is Test {
         string memory cid = _cid(slotId, s.unitsDone);
         vm.prank(s.provider);
         market.commitCheckpoint(jobId, slotId, gpuSeconds, cid, keccak256(bytes(cid)));
-        unit = _unitFromLogs(vm.getRecordedLogs());
+        unit = LedgerRecords.unitFromLogs(vm.getRecordedLogs());
     }
 
     /// @dev A unit of UNIT_SECONDS on a one-GPU node.
     function _checkpoint(uint256 jobId, uint16 slotId) internal returns (IJobMarket.Unit memory) {
         return _checkpoint(jobId, slotId, UNIT_SECONDS, UNIT_SECONDS);
-    }
-
-    function _unitFromLogs(Vm.Log[] memory logs) internal view returns (IJobMarket.Unit memory unit) {
-        for (uint256 i; i < logs.length; ++i) {
-            if (logs[i].topics[0] != IJobMarket.CheckpointCommitted.selector) continue;
-            (address provider, string memory cid, bytes32 stateHash,, uint128 amount, uint128 remainingBefore) =
-                abi.decode(logs[i].data, (address, string, bytes32, uint32, uint128, uint128));
-            return IJobMarket.Unit({
-                provider: provider,
-                committedAt: uint64(block.timestamp),
-                blockNumber: uint64(block.number),
-                amount: amount,
-                remainingBefore: remainingBefore,
-                cidHash: keccak256(bytes(cid)),
-                stateHash: stateHash
-            });
-        }
-        revert("no CheckpointCommitted");
     }
 
     /// @dev Commits every remaining unit of the slot.
@@ -296,9 +268,14 @@ abstract contract BaseTest is Test {
         vm.roll(block.number + 2);
     }
 
-    function _postResult(address verifier, uint256 jobId, uint16 slotId, uint32 index, IJobMarket.Unit memory unit, bool pass)
-        internal
-    {
+    function _postResult(
+        address verifier,
+        uint256 jobId,
+        uint16 slotId,
+        uint32 index,
+        IJobMarket.Unit memory unit,
+        bool pass
+    ) internal {
         vm.prank(verifier);
         verification.postResult(jobId, slotId, index, unit, pass, "bafyevidence");
     }

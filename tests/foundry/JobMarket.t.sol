@@ -418,9 +418,7 @@ contract JobMarketTest is BaseTest {
 
     function test_RevertWhen_checkpointBeforeAuctionCleared() public {
         uint256 jobId = _createJob();
-        vm.expectRevert(
-            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Open)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Open));
         vm.prank(provider1);
         market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
     }
@@ -482,9 +480,7 @@ contract JobMarketTest is BaseTest {
 
     function test_RevertWhen_reportOnJobNotRunning() public {
         uint256 jobId = _createJob();
-        vm.expectRevert(
-            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Open)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Open));
         market.reportDowntime(jobId, 0);
     }
 
@@ -525,9 +521,7 @@ contract JobMarketTest is BaseTest {
 
     function test_RevertWhen_cancelJobWithEverySlotFilled() public {
         uint256 jobId = _startJob();
-        vm.expectRevert(
-            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running));
         vm.prank(user);
         market.cancelJob(jobId);
     }
@@ -626,9 +620,7 @@ contract JobMarketTest is BaseTest {
 
     function test_RevertWhen_settleRunningJob() public {
         uint256 jobId = _startJob();
-        vm.expectRevert(
-            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running));
         market.settle(jobId);
     }
 
@@ -657,9 +649,7 @@ contract JobMarketTest is BaseTest {
 
     function test_RevertWhen_claimBeforeSettlement() public {
         uint256 jobId = _startJob();
-        vm.expectRevert(
-            abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running));
         vm.prank(verifier1);
         market.claimVerificationFees(jobId);
     }

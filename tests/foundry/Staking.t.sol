@@ -276,7 +276,9 @@ contract StakingTest is BaseTest {
 
     function test_RevertWhen_lockAboveFreeStake() public {
         vm.expectRevert(
-            abi.encodeWithSelector(IStaking.InsufficientFreeStake.selector, provider1, PROVIDER_STAKE, PROVIDER_STAKE + 1)
+            abi.encodeWithSelector(
+                IStaking.InsufficientFreeStake.selector, provider1, PROVIDER_STAKE, PROVIDER_STAKE + 1
+            )
         );
         vm.prank(address(market));
         staking.lock(provider1, PROVIDER_STAKE + 1);
