@@ -241,27 +241,18 @@ def main() -> None:
 
     memory_kind = "CUDA peak allocated" if device.type == "cuda" else "RSS growth while training"
     table = Table(
-        title=f"training throughput: {spec.name} on {device}, {steps} steps x {args.rounds} rounds"
+        title=f"{spec.name} on {device}: {steps} steps x {args.rounds} rounds",
+        caption=f"tokens/s: median over rounds; ratio: median of per-round ratios; "
+        f"memory: {memory_kind}",
     )
-    table.add_column("loop")
-    table.add_column("tokens/s (median)", justify="right")
-    table.add_column("min .. max", justify="right")
-    table.add_column(f"memory MB ({memory_kind})", justify="right")
-    table.add_row(
-        "engine (run_unit)",
-        f"{engine_tps:,.0f}",
-        f"{min(engine_rates):,.0f} .. {max(engine_rates):,.0f}",
-        f"{engine_mem:,.1f}",
-    )
-    table.add_row(
-        "plain PyTorch loop",
-        f"{plain_tps:,.0f}",
-        f"{min(plain_rates):,.0f} .. {max(plain_rates):,.0f}",
-        f"{plain_mem:,.1f}",
-    )
-    table.add_row(
-        "engine / plain (median of rounds)", f"{ratio:.3f}", "", f"{engine_mem / plain_mem:.3f}"
-    )
+    for column in ("loop", "tokens/s", "min .. max", "memory MB"):
+        table.add_column(column, justify="left" if column == "loop" else "right")
+    for name, tps, rates, mem in [
+        ("engine (run_unit)", engine_tps, engine_rates, engine_mem),
+        ("plain PyTorch loop", plain_tps, plain_rates, plain_mem),
+    ]:
+        table.add_row(name, f"{tps:,.0f}", f"{min(rates):,.0f} .. {max(rates):,.0f}", f"{mem:,.1f}")
+    table.add_row("engine / plain", f"{ratio:.3f}", "", f"{engine_mem / plain_mem:.3f}")
     Console().print(table)
     print(
         json.dumps(

@@ -142,12 +142,12 @@ def _train(trainer: Trainer, good: dict[str, Any], end: int) -> dict[str, Any]:
                 raise TrainingDiverged(
                     f"loss {loss:.4g} at step {trainer.step} after {spike.max_rollbacks} rollbacks"
                 )
-            resume_at = trainer.cursor + 1 + spike.skip_batches
+            spike_step, resume_at = trainer.step, trainer.cursor + 1 + spike.skip_batches
             trainer.load(good)
             logger.warning(
                 "loss spike %.4g at step %d: back to step %d, skipping batches %d..%d",
                 loss,
-                start + len(losses),
+                spike_step,
                 trainer.step,
                 trainer.cursor,
                 resume_at - 1,

@@ -116,6 +116,17 @@ def test_loss_spike_rolls_back_and_skips_the_window(small_spec, monkeypatch):
     assert again.state_hash == digest
 
 
+def test_resume_matches_an_uninterrupted_run_through_a_rollback(small_spec, monkeypatch):
+    spec = small_spec(data=MARKOV, training=SPIKY)
+    corrupt_batch_at(monkeypatch, 25)
+    shard = Shard.of(spec, 0, 0, 40)
+    whole = run_unit(spec, None, shard, 40)
+    half, _, _ = run_unit(spec, None, shard, 20)
+    resumed = run_unit(spec, Checkpoint.load(half.to_bytes()), shard, 20)
+    assert resumed.metrics["rollbacks"] == whole.metrics["rollbacks"] == 1
+    assert resumed.state_hash == whole.state_hash
+
+
 def test_endless_spikes_stop_the_unit(small_spec, monkeypatch):
     spec = small_spec(data=MARKOV, training=merge(SPIKY, {"loss_spike": {"max_rollbacks": 0}}))
     corrupt_batch_at(monkeypatch, 25)
