@@ -4,9 +4,13 @@ import io
 import logging
 import os
 import tempfile
+import threading
 import urllib.parse
 import warnings
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 
 import ipfshttpclient
@@ -28,6 +32,8 @@ API_ENV = "ZOO_IPFS_API"
 REPLICAS_ENV = "ZOO_IPFS_REPLICAS"  # comma-separated API addresses of the other known nodes
 DEFAULT_API = "/ip4/127.0.0.1/tcp/5001/http"
 
+# Block requests a read keeps in flight.
+_READ_AHEAD = 4
 # Bytes per write on the upload socket; ipfshttpclient's 8 KiB default costs a Python
 # round trip per 8 KiB of a multi-GiB checkpoint.
 _UPLOAD_CHUNK = 1024 * 1024
@@ -102,25 +108,40 @@ def _translate(exc: rpc_errors.Error, node: str) -> StorageError:
 
 class Storage:
     """A primary node (where adds go) and replica nodes (where pins are copied and reads fall
-    back). Reads fetch blocks one by one with block/get and check each against its CID, so a
-    wrong byte from any node, ours or a real Kubo, is caught; nothing is trusted on the node's
-    word. One instance is meant for one thread."""
+    back). Reads fetch blocks with block/get and check each against its CID, so a wrong byte
+    from any node, ours or a real Kubo, is caught; nothing is trusted on the node's word.
+    Reads keep a few blocks in flight on worker threads, each with its own connections."""
 
     def __init__(self, api_addr: str | None = None, replicas: list[str] | None = None) -> None:
         primary = api_addr or os.environ.get(API_ENV) or DEFAULT_API
         if replicas is None:
             replicas = [a.strip() for a in os.environ.get(REPLICAS_ENV, "").split(",") if a.strip()]
         self.nodes = list(dict.fromkeys([primary, *replicas]))
-        self._clients = {node: _client(node) for node in self.nodes}
+        self._lock = threading.Lock()  # guards the two below
         self._read_order = list(self.nodes)
+        self._all_clients: list[ipfshttpclient.Client] = []
+        self._local = threading.local()
+        self._thread_clients()  # fails early on a bad address
+        self._pool = ThreadPoolExecutor(_READ_AHEAD, thread_name_prefix="ipfs-read")
 
     @property
     def api_addr(self) -> str:
         return self.nodes[0]
 
+    def _thread_clients(self) -> dict[str, ipfshttpclient.Client]:
+        """This thread's clients: requests sessions are not meant to be shared by threads."""
+        clients = getattr(self._local, "clients", None)
+        if clients is None:
+            clients = self._local.clients = {node: _client(node) for node in self.nodes}
+            with self._lock:
+                self._all_clients += clients.values()
+        return clients
+
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
+        self._pool.shutdown()
+        with self._lock:
+            for client in self._all_clients:
+                client.close()
 
     def __enter__(self) -> "Storage":
         return self
@@ -136,7 +157,7 @@ class Storage:
 
     def add_bytes(self, data: bytes) -> str:
         """Add and pin on the primary node; returns the CID (Kubo's defaults: CIDv0)."""
-        client = self._clients[self.api_addr]
+        client = self._thread_clients()[self.api_addr]
         return self._call(self.api_addr, client.add_bytes, data)
 
     def add_file(self, path: str | os.PathLike) -> str:
@@ -144,7 +165,7 @@ class Storage:
         path = Path(path)
         if not path.is_file():
             raise StorageError(f"{path} is not a regular file")
-        client = self._clients[self.api_addr]
+        client = self._thread_clients()[self.api_addr]
         return self._call(self.api_addr, client.add, str(path))["Hash"]
 
     def cat(self, cid: str) -> bytes:
@@ -173,17 +194,32 @@ class Storage:
 
     def _verified_bytes(self, root: CID) -> Iterator[bytes]:
         try:
-            yield from reader.iter_file(root, self.get_block)
+            yield from reader.iter_file(root, self.get_block, fetch_many=self._fetch_ahead)
         except ipfs_errors.IpfsError as exc:  # a block that verified but is not a file
             raise StorageError(f"{root}: {exc}") from exc
+
+    def _fetch_ahead(self, cids: list[CID]) -> Iterator[bytes]:
+        """Blocks in order, with up to _READ_AHEAD requests in flight: per-request latency,
+        not bandwidth, is what bounds a block-by-block read."""
+        pending = iter(cids)
+        window = deque(self._pool.submit(self.get_block, cid)
+                       for cid in islice(pending, _READ_AHEAD))
+        while window:
+            block = window.popleft().result()
+            for cid in islice(pending, 1):
+                window.append(self._pool.submit(self.get_block, cid))
+            yield block
 
     def get_block(self, cid: CID) -> bytes:
         """One block, verified, from the first node that has a good copy. A node that fails
         moves to the back of the order, so a dead primary costs one attempt, not one per block."""
         failures: list[StorageError] = []
-        for node in list(self._read_order):
+        clients = self._thread_clients()
+        with self._lock:
+            order = list(self._read_order)
+        for node in order:
             try:
-                data = self._call(node, self._clients[node].block.get, str(cid))
+                data = self._call(node, clients[node].block.get, str(cid))
                 cid.verify(data)
                 return data
             except StorageError as exc:
@@ -191,8 +227,9 @@ class Storage:
             except ipfs_errors.HashMismatch:
                 log.warning("node %s returned bytes that do not match %s", node, cid)
                 failures.append(CidMismatch(f"{node} returned bytes that do not hash to {cid}"))
-            self._read_order.remove(node)
-            self._read_order.append(node)
+            with self._lock:
+                self._read_order.remove(node)
+                self._read_order.append(node)
         for kind in (CidMismatch, ContentNotFound):
             if any(isinstance(f, kind) for f in failures):
                 raise kind(f"no node has a valid copy of block {cid}: "
@@ -224,7 +261,7 @@ class Storage:
     def _pin_on(self, node: str, root: CID) -> None:
         """Pin without letting a real Kubo search the network (offline), and if the node lacks
         blocks, copy them in and pin again."""
-        client = self._clients[node]
+        client = self._thread_clients()[node]
         try:
             self._call(node, client.pin.add, str(root), offline=True)
             return
@@ -246,7 +283,8 @@ class Storage:
             opts["format"] = "v0"
         else:
             opts["cid-codec"] = CODEC_NAMES[cid.codec]
-        answer = self._call(node, self._clients[node].block.put, io.BytesIO(data), opts=opts)
+        client = self._thread_clients()[node]
+        answer = self._call(node, client.block.put, io.BytesIO(data), opts=opts)
         stored = _parse(answer["Key"])
         if (stored.codec, stored.multihash) != (cid.codec, cid.multihash):
             raise CidMismatch(f"{node} stored block {cid} as {stored}")

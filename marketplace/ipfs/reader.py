@@ -1,6 +1,6 @@
 """Walking a UnixFS file DAG: its bytes in order (with a byte range), or every block it spans."""
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from marketplace.ipfs import dagpb, unixfs
@@ -9,6 +9,8 @@ from marketplace.ipfs.errors import InvalidBlock, NotAFile, Unsupported
 
 # Returns a block's bytes already checked against the CID; the walkers never re-verify.
 GetBlock = Callable[[CID], bytes]
+# Returns the blocks of the given CIDs, verified, in the same order.
+FetchMany = Callable[[list[CID]], Iterable[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,26 +48,39 @@ def file_size(cid: CID, get_block: GetBlock) -> int:
     return decode_file_node(cid, get_block(cid)).filesize
 
 
-def iter_file(cid: CID, get_block: GetBlock, offset: int = 0,
-              length: int | None = None) -> Iterator[bytes]:
+def fetch_in_order(get_block: GetBlock) -> FetchMany:
+    """Fetch siblings one after another: the default, and right for a local block store."""
+    return lambda cids: map(get_block, cids)
+
+
+def iter_file(cid: CID, get_block: GetBlock, offset: int = 0, length: int | None = None,
+              fetch_many: FetchMany | None = None) -> Iterator[bytes]:
     """Yield the file's bytes from `offset`, at most `length` of them, one block at a time;
-    subtrees wholly before the range are skipped by their recorded sizes, never fetched."""
+    subtrees wholly before the range are skipped by their recorded sizes, never fetched.
+    `fetch_many` fetches a node's children (in order); a remote reader can fetch ahead."""
     end = None if length is None else offset + length
-    yield from _walk(cid, get_block, offset, end)
+    fetch_many = fetch_many or fetch_in_order(get_block)
+    yield from _walk(cid, get_block(cid), fetch_many, offset, end)
 
 
-def _walk(cid: CID, get_block: GetBlock, start: int, end: int | None) -> Iterator[bytes]:
+def _walk(cid: CID, block: bytes, fetch_many: FetchMany, start: int,
+          end: int | None) -> Iterator[bytes]:
     """Bytes of the subtree at `cid` within [start, end), positions relative to the subtree."""
-    node = decode_file_node(cid, get_block(cid))
+    node = decode_file_node(cid, block)
     pos = len(node.data)
     if node.data and start < pos and (end is None or end > 0):
         yield node.data[max(start, 0):end]
+    wanted = []  # (child, its first byte's position) for children overlapping the range
     for child, size in zip(node.children, node.child_sizes, strict=True):
         if end is not None and pos >= end:
-            return
+            break
         if pos + size > start:
-            yield from _walk(child, get_block, start - pos, None if end is None else end - pos)
+            wanted.append((child, pos))
         pos += size
+    blocks = fetch_many([child for child, _ in wanted])
+    for (child, child_pos), child_block in zip(wanted, blocks, strict=True):
+        yield from _walk(child, child_block, fetch_many, start - child_pos,
+                         None if end is None else end - child_pos)
 
 
 def iter_blocks(cid: CID, get_block: GetBlock) -> Iterator[tuple[CID, bytes | None]]:
