@@ -1,0 +1,184 @@
+"""`zoo-compute node`: register, stake, run and inspect this machine as a compute provider."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from marketplace.chain.deploy import ZEN
+from marketplace.chain.ledger import Hardware
+from marketplace.cli.wallet import amount, open_ledger
+from marketplace.config import Settings
+from marketplace.storage import Storage
+from marketplace.wallet import address_of, keystore_path, load_account
+
+TIERS = {"community": 0, "bronze": 1, "silver": 2, "gold": 3}
+
+console = Console()
+
+
+def journal_path(settings: Settings) -> Path:
+    return settings.home / "node" / "journal.sqlite3"
+
+
+def _zen(text: str) -> int:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise click.BadParameter(f"{text!r} is not a number of ZEN") from None
+    if value <= 0:
+        raise click.BadParameter("must be more than 0")
+    return int(value * ZEN)
+
+
+replicas_option = click.option(
+    "--replicas", default=3, show_default=True, type=click.IntRange(1),
+    help="IPFS nodes to pin on: ZOO_IPFS_API first, then ZOO_IPFS_REPLICAS.")
+device_option = click.option(
+    "--device", default=None, help="Torch device, e.g. cpu or cuda:0 [default: cuda if present, else cpu].")
+
+
+@click.group()
+def node() -> None:
+    """Run this machine as a compute provider.
+
+    Configuration comes from ZOO_* environment variables (ZOO_RPC_URL, ZOO_MANIFEST, ZOO_IPFS_API,
+    ZOO_IPFS_REPLICAS, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD or ZOO_WALLET_PASSWORD_FILE).
+    """
+
+
+@node.command("register")
+@click.option("--tier", type=click.Choice(list(TIERS)), default="community", show_default=True,
+              help="Tier to sell in; the hardware must meet its minimums.")
+@click.option("--gpu-type", default="cpu", show_default=True, help="GPU model, or cpu for a CPU node.")
+@click.option("--gpus", default=0, show_default=True, type=click.IntRange(0), help="GPU count (0 for a CPU node).")
+@click.option("--memory", default=0, show_default=True, type=click.IntRange(0), help="Memory per GPU in GB.")
+@click.option("--network-gbps", default=1, show_default=True, type=click.IntRange(0), help="Network bandwidth in Gbit/s.")
+@click.option("--endpoint", default="", help="Where this node can be reached, e.g. https://node.example:8443.")
+@replicas_option
+@device_option
+def register_command(tier: str, gpu_type: str, gpus: int, memory: int, network_gbps: int,
+                     endpoint: str, replicas: int, device: str | None) -> None:
+    """Run the admission benchmark, pin its report and register with it as the attestation.
+
+    A verifier then checks the report and attests it; `node start` waits for that.
+    """
+    from node.daemon.onboarding import publish_benchmark, register
+
+    settings = Settings()
+    account = load_account(settings)
+    ledger = open_ledger(settings)
+    with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
+        with console.status("running the matmul benchmark and pinning its report"):
+            report, cid = publish_benchmark(storage, replicas, device)
+    hardware = Hardware(gpu_type, gpus, memory, network_gbps, endpoint)
+    with console.status("registering"):
+        register(ledger, account, TIERS[tier], hardware, cid)
+    console.print(f"registered {account.address} in tier {tier}: benchmark {report.gflops} GFLOP/s, "
+                  f"report {cid}; waiting for a verifier's attestation")
+
+
+@node.command("stake")
+@click.option("--amount", "zen", required=True, help="ZEN to stake, e.g. 1000 or 1500.5.")
+def stake_command(zen: str) -> None:
+    """Stake ZEN in one transaction (an ERC-2612 permit signed by the wallet)."""
+    from node.daemon.onboarding import stake_with_permit
+
+    wei = _zen(zen)
+    settings = Settings()
+    account = load_account(settings)
+    ledger = open_ledger(settings)
+    with console.status(f"staking {amount(wei)} ZEN"):
+        stake_with_permit(ledger, account, wei)
+    console.print(f"staked {amount(wei)} ZEN; total {amount(ledger.staking_account(account.address)['staked'])}")
+
+
+@node.command("start")
+@click.option("--cost-floor", default="1", show_default=True,
+              help="Your cost of one GPU-hour in ZEN (a CPU node counts as 1 GPU); never bids below it.")
+@click.option("--margin-bps", default=2_000, show_default=True, type=click.IntRange(0),
+              help="Asked above the cost floor, in basis points, as far as a job's max price allows.")
+@replicas_option
+@device_option
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]), help="How much the daemon logs.")
+def start_command(cost_floor: str, margin_bps: int, replicas: int, device: str | None, log_level: str) -> None:
+    """Run the provider daemon in the foreground until SIGTERM or Ctrl-C.
+
+    It waits for the benchmark attestation, then bids, trains what it wins, commits checkpoints
+    and collects its pay. Its journal lives in ZOO_HOME/node/journal.sqlite3.
+    """
+    from node.daemon import NodeConfig, Pricing, ProviderDaemon
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    account = load_account(settings)
+    ledger = open_ledger(settings)
+    config = NodeConfig(
+        pricing=Pricing(_zen(cost_floor), margin_bps),
+        journal_path=journal_path(settings), ipfs_api=settings.ipfs_api,
+        ipfs_replicas=tuple(settings.ipfs_replicas), replicas=replicas, device=device,
+        poll_interval=settings.poll_interval, confirmations=settings.confirmations,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    daemon = ProviderDaemon(ledger, account, config)
+    daemon.run(stop, on_ready=lambda message: click.echo(message, nl=True))
+    click.echo("stopped")
+
+
+@node.command("status")
+def status_command() -> None:
+    """Show this provider's tier, stake, admission, held job slots and pay owed."""
+    settings = Settings()
+    address = address_of(keystore_path(settings))
+    ledger = open_ledger(settings)
+    account = ledger.staking_account(address)
+    tier_name = next((name for name, i in TIERS.items() if i == account["tier"]), str(account["tier"]))
+    table = Table(title=f"provider {address}", show_header=False)
+    table.add_row("registered", "yes" if account["role"] == 1 else "no")
+    table.add_row("tier", tier_name)
+    table.add_row("admitted", "yes" if account["admitted"] else "no (awaiting a verifier's attestation)")
+    table.add_row("staked ZEN", amount(account["staked"]))
+    table.add_row("locked ZEN", amount(account["locked"]))
+    table.add_row("unbonding ZEN", amount(account["unbonding"]))
+    table.add_row("jobs held", ", ".join(f"job {j} slot {s}" for j, s in _held(settings, ledger, address)) or "none")
+    table.add_row("owed ZEN", amount(ledger.owed(address)))
+    console.print(table)
+
+
+def _held(settings: Settings, ledger, address: str) -> list[tuple[int, int]]:
+    """Slots the journal says this node works, confirmed against the chain."""
+    from node.daemon.journal import Journal
+
+    path = journal_path(settings)
+    if not path.exists():
+        return []
+    journal = Journal(path)
+    try:
+        return [(j, s) for j, s in journal.held_slots() if ledger.slot(j, s)["provider"] == address]
+    finally:
+        journal.close()
+
+
+@node.command("withdraw")
+def withdraw_command() -> None:
+    """Withdraw the pay owed to this provider by settled jobs."""
+    settings = Settings()
+    account = load_account(settings)
+    ledger = open_ledger(settings)
+    owed = ledger.owed(account.address)
+    if not owed:
+        console.print("nothing owed")
+        return
+    with console.status(f"withdrawing {amount(owed)} ZEN"):
+        ledger.withdraw(account)
+    console.print(f"withdrew {amount(owed)} ZEN")

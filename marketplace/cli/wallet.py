@@ -1,0 +1,75 @@
+"""`zoo-compute wallet`: create, import and inspect the encrypted keystore this machine signs with."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from web3 import Web3
+
+from marketplace import wallet as keystore
+from marketplace.chain.ledger import Ledger
+from marketplace.cli.chain import connect
+from marketplace.config import Settings
+
+ETHER = 10**18
+
+
+def open_ledger(settings: Settings) -> Ledger:
+    """The ledger at ZOO_RPC_URL, from ZOO_MANIFEST (default deployments/<chain id>.json)."""
+    w3 = connect(settings.rpc_url)
+    return Ledger(w3, settings.deployment(w3.eth.chain_id))
+
+
+def amount(wei: int) -> str:
+    """A wei amount of an 18-decimal token, for people."""
+    return f"{wei / ETHER:,.6f}"
+
+
+@click.group()
+def wallet() -> None:
+    """The keystore this machine signs with.
+
+    Keystores live under ZOO_HOME/keystore (default ~/.zoo-compute/keystore). The password
+    comes from ZOO_WALLET_PASSWORD, the file ZOO_WALLET_PASSWORD_FILE names, or a prompt.
+    """
+
+
+@wallet.command("new")
+def new_command() -> None:
+    """Create a key and save it encrypted."""
+    settings = Settings()
+    account, path = keystore.create(settings, keystore.resolve_password(settings, confirm=True))
+    click.echo(f"{account.address}  (keystore {path})")
+
+
+@wallet.command("import")
+def import_command() -> None:
+    """Import a private key read from a hidden prompt, or from stdin when it is piped."""
+    settings = Settings()
+    if sys.stdin.isatty():
+        key = click.prompt("Private key (hex)", hide_input=True)
+    else:
+        key = sys.stdin.readline()
+    account, path = keystore.import_key(settings, key, keystore.resolve_password(settings, confirm=True))
+    click.echo(f"{account.address}  (keystore {path})")
+
+
+@wallet.command("address")
+def address_command() -> None:
+    """Print the wallet's address (no password needed)."""
+    click.echo(keystore.address_of(keystore.keystore_path(Settings())))
+
+
+@wallet.command("balance")
+def balance_command() -> None:
+    """Show the wallet's ETH (for gas) and ZEN on the chain at ZOO_RPC_URL."""
+    settings = Settings()
+    address = keystore.address_of(keystore.keystore_path(settings))
+    ledger = open_ledger(settings)
+    eth = ledger.w3.eth.get_balance(Web3.to_checksum_address(address))
+    console = Console()
+    console.print(f"{address}")
+    console.print(f"ETH {amount(eth):>24}")
+    console.print(f"ZEN {amount(ledger.balance(address)):>24}")

@@ -1,0 +1,135 @@
+"""Sealed bids on time: commit in the bid window, reveal in the reveal window, close if nobody did."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+
+from eth_account.signers.local import LocalAccount
+
+from marketplace.chain.errors import ChainError
+from marketplace.chain.ledger import Ledger
+from marketplace.chain.tx import call
+from marketplace.errors import ZooError
+
+from .chainview import revert_name
+from .journal import Auction, Bid, Journal
+from .outbox import Outbox
+from .pricing import Pricing
+
+log = logging.getLogger(__name__)
+
+# Refusals that only mean "too early": the next tick tries again.
+NOT_YET = {"NotInRevealWindow", "RevealWindowOpen"}
+
+
+class Bidder:
+    """Drives every auction this provider takes part in from the journal, so a restart resumes
+    each one where it was: a journaled bid is never replaced by a second one, and a committed
+    bid is revealed as long as the reveal window is open."""
+
+    def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, outbox: Outbox,
+                 pricing: Pricing, check_job: Callable[[dict], None]):
+        self.ledger = ledger
+        self.account = account
+        self.journal = journal
+        self.outbox = outbox
+        self.pricing = pricing
+        self.check_job = check_job  # raises a ZooError for a job this node should not take
+
+    def on_auction_opened(self, args: dict, tier: int) -> None:
+        """Track an auction of this provider's tier that it has not already taken part in."""
+        job = self.ledger.job(args["jobId"])
+        market = self.ledger.market.functions
+        state = call(market.participant(args["jobId"], self.account.address))[3]
+        if job["tier"] != tier or state != 0:
+            return
+        self.journal.add_auction(Auction(args["jobId"], args["round"], args["bidDeadline"],
+                                         args["revealDeadline"]))
+
+    def tick(self, now: int) -> None:
+        for auction in self.journal.open_auctions():
+            try:
+                self._advance(auction, now)
+            except ChainError as exc:
+                if revert_name(exc) not in NOT_YET:
+                    log.warning("auction job=%d round=%d: %s", auction.job_id, auction.round, exc)
+
+    def _advance(self, auction: Auction, now: int) -> None:
+        job = self.ledger.job(auction.job_id)
+        if job["round"] != auction.round or job["openSlots"] == 0:
+            self.journal.end_auction(auction.job_id, auction.round, "closed")
+            return
+        bid = self.journal.bid(auction.job_id, auction.round)
+        if now <= auction.bid_deadline:
+            if bid is None:
+                bid = self._seal(auction, job)
+            if bid is not None:
+                self._commit(bid)
+        elif bid is None or not self.outbox.sent(_key("bid", bid)):
+            log.info("job=%d round=%d: bid window passed without a bid of ours", auction.job_id, auction.round)
+            self.journal.end_auction(auction.job_id, auction.round, "skipped")
+        elif now <= auction.reveal_deadline:
+            self._reveal(bid)
+        else:
+            self._close(auction)
+
+    def _seal(self, auction: Auction, job: dict) -> Bid | None:
+        """Price the job and journal the sealed bid, salt included, before any transaction."""
+        try:
+            self.check_job(job)
+            price = self.pricing.quote(job["maxPrice"])
+        except ZooError as exc:
+            log.info("job=%d: not bidding: %s", auction.job_id, exc)
+            self.journal.end_auction(auction.job_id, auction.round, "skipped")
+            return None
+        salt = secrets.token_bytes(32)
+        market = self.ledger.market.functions
+        commitment = call(market.bidCommitmentOf(price, salt, self.account.address, auction.job_id))
+        bid = Bid(auction.job_id, auction.round, price, salt, bytes(commitment))
+        self.journal.add_bid(bid)
+        return bid
+
+    def _commit(self, bid: Bid) -> None:
+        key = _key("bid", bid)
+        outgoing = self.journal.outgoing(key)
+        if outgoing is not None and outgoing.done:
+            return
+        try:
+            self.outbox.send(key, self.ledger.market.functions.commitBid(bid.job_id, bid.commitment))
+        except ChainError as exc:
+            log.warning("job=%d: bid not committed: %s", bid.job_id, exc)
+            self.journal.end_auction(bid.job_id, bid.round, "skipped")
+            return
+        log.info("job=%d round=%d: committed sealed bid price=%d", bid.job_id, bid.round, bid.price)
+
+    def _reveal(self, bid: Bid) -> None:
+        key = _key("reveal", bid)
+        outgoing = self.journal.outgoing(key)
+        if outgoing is not None and outgoing.done:
+            return
+        market = self.ledger.market.functions
+        if outgoing is None and call(market.bidCommitment(bid.job_id, self.account.address)) != bid.commitment:
+            log.warning("job=%d round=%d: our commitment is not on chain; nothing to reveal",
+                        bid.job_id, bid.round)
+            self.journal.end_auction(bid.job_id, bid.round, "skipped")
+            return
+        self.outbox.send(key, market.revealBid(bid.job_id, bid.price, bid.salt))
+        log.info("job=%d round=%d: revealed bid price=%d", bid.job_id, bid.round, bid.price)
+
+    def _close(self, auction: Auction) -> None:
+        """Anyone may close an auction after its reveal window; a bidder has most reason to."""
+        fn = self.ledger.market.functions.closeAuction(auction.job_id)
+        try:
+            self.outbox.send(f"close:{auction.job_id}:{auction.round}", fn)
+            log.info("job=%d round=%d: closed the auction", auction.job_id, auction.round)
+        except ChainError as exc:
+            if revert_name(exc) in NOT_YET:
+                raise
+            log.info("job=%d round=%d: auction already closed (%s)", auction.job_id, auction.round, exc)
+        self.journal.end_auction(auction.job_id, auction.round, "closed")
+
+
+def _key(action: str, bid: Bid) -> str:
+    return f"{action}:{bid.job_id}:{bid.round}"

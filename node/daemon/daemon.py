@@ -1,0 +1,165 @@
+"""The provider's loop: follow the market's events, then let bidding, work and settlement act."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from eth_account.signers.local import LocalAccount
+from web3.types import EventData
+
+from marketplace.chain.events import EventCursor
+from marketplace.chain.ledger import Ledger
+from marketplace.errors import ZooError
+from marketplace.storage import Storage, StorageError
+
+from .bidding import Bidder
+from .chainview import chain_time
+from .journal import Journal
+from .outbox import Outbox
+from .pricing import Pricing
+from .settlement import Settler
+from .worker import Specs, Worker
+
+log = logging.getLogger(__name__)
+
+PROVIDER_ROLE = 1
+# What one failed tick may raise without stopping the daemon: the next tick retries.
+TRANSIENT = (ZooError, requests.RequestException, TimeoutError, ConnectionError)
+
+
+class NotAProvider(ZooError):
+    """The wallet is not registered as a provider."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    pricing: Pricing
+    journal_path: Path  # home/node/journal.sqlite3
+    ipfs_api: str | None = None
+    ipfs_replicas: tuple[str, ...] = ()
+    replicas: int = 3  # IPFS nodes each checkpoint is pinned on
+    device: str | None = None  # torch device; default CUDA when present, else CPU
+    poll_interval: float = 1.0  # seconds between ticks
+    confirmations: int = 0
+    stop_grace: float = 30.0  # seconds a stop waits for a unit in training before leaving it
+
+
+class ProviderDaemon:
+    """One provider account on one ledger. `run` blocks until `stop` is set.
+
+    Everything it must not forget lives in the journal and on chain, so it may be killed at any
+    moment: started again, it reads the journal's cursor, auctions, bids, held slots and pinned
+    units, checks them against the chain's views, and carries on.
+    """
+
+    def __init__(self, ledger: Ledger, account: LocalAccount, config: NodeConfig):
+        self.ledger = ledger
+        self.account = account
+        self.config = config
+        self.journal = Journal(config.journal_path)
+        self.outbox = Outbox(ledger.w3, account, self.journal)
+        replicas = list(config.ipfs_replicas)
+        self._main_storage = Storage(config.ipfs_api, replicas)
+        if len(self._main_storage.nodes) < config.replicas:
+            raise StorageError(f"checkpoints are pinned on {config.replicas} IPFS nodes but only "
+                               f"{len(self._main_storage.nodes)} are known: name the others in "
+                               "ZOO_IPFS_REPLICAS")
+        specs = Specs(self._main_storage)
+        self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing, specs.check_job)
+        self.worker = Worker(ledger, account, self.journal, self.outbox, specs,
+                             Storage(config.ipfs_api, replicas), config.replicas, config.device)
+        self.settler = Settler(ledger, account, self.journal, self.outbox)
+        self._training: threading.Thread | None = None
+
+    def run(self, stop: threading.Event, on_ready: Callable[[str], None] | None = None) -> None:
+        try:
+            tier = self._await_admission(stop)
+            if stop.is_set():
+                return
+            cursor = EventCursor(self.ledger.w3, [self.ledger.market],
+                                 self.journal.next_block(self.ledger.deployment.deploy_block),
+                                 self.config.confirmations)
+            message = (f"provider {self.account.address} ready: tier {tier}, watching JobMarket "
+                       f"{self.ledger.market.address} from block {cursor.next_block}, journal "
+                       f"{self.journal.path}")
+            log.info(message)
+            if on_ready is not None:
+                on_ready(message)
+            while not stop.is_set():
+                try:
+                    self._tick(cursor, tier, stop)
+                except TRANSIENT as exc:
+                    log.warning("tick failed, retrying: %s", exc)
+                stop.wait(self.config.poll_interval)
+        finally:
+            self._shutdown()
+
+    def _await_admission(self, stop: threading.Event) -> int:
+        """A provider may bid only once a verifier attested its benchmark: wait for that."""
+        account = self.ledger.staking_account(self.account.address)
+        if account["role"] != PROVIDER_ROLE:
+            raise NotAProvider(f"{self.account.address} is not a registered provider: run "
+                               "`zoo-compute node register` first")
+        if not account["admitted"]:
+            log.info("waiting for a verifier to attest the benchmark of %s", self.account.address)
+        while not account["admitted"] and not stop.wait(self.config.poll_interval):
+            account = self.ledger.staking_account(self.account.address)
+        return account["tier"]
+
+    def _tick(self, cursor: EventCursor, tier: int, stop: threading.Event) -> None:
+        for event in cursor.poll():
+            self._dispatch(event, tier)
+        # Handling is idempotent, so a crash before this line only replays a few events.
+        self.journal.set_next_block(cursor.next_block)
+        now = chain_time(self.ledger.w3)
+        self.bidder.tick(now)
+        self._start_training(stop)
+        self.settler.tick(now)
+
+    def _dispatch(self, event: EventData, tier: int) -> None:
+        args = event["args"]
+        name = event["event"]
+        if name == "AuctionOpened":
+            self.bidder.on_auction_opened(args, tier)
+        elif name == "SlotAssigned" and args["provider"] == self.account.address:
+            log.info("job=%d: won slot %d at price=%d", args["jobId"], args["slot"], args["price"])
+            self.journal.hold_slot(args["jobId"], args["slot"])
+        elif name == "ProviderRemoved" and args["provider"] == self.account.address:
+            log.warning("job=%d: removed from slot %d (reason %d)", args["jobId"], args["slot"], args["reason"])
+            self.journal.end_slot(args["jobId"], args["slot"], "lost")
+
+    def _start_training(self, stop: threading.Event) -> None:
+        """One unit at a time, in its own thread, so bids and reveals stay on time meanwhile."""
+        if self._training is not None and self._training.is_alive():
+            return
+        held = self.journal.held_slots()
+        if not held or stop.is_set():
+            return
+        job_id, slot_id = held[0]
+        self._training = threading.Thread(target=self._train_one, args=(job_id, slot_id),
+                                          name=f"unit-{job_id}-{slot_id}", daemon=True)
+        self._training.start()
+
+    def _train_one(self, job_id: int, slot_id: int) -> None:
+        try:
+            self.worker.step(job_id, slot_id)
+        except TRANSIENT as exc:
+            log.warning("job=%d slot=%d: unit failed, retrying: %s", job_id, slot_id, exc)
+        except Exception:
+            log.exception("job=%d slot=%d: unit failed, retrying", job_id, slot_id)
+
+    def _shutdown(self) -> None:
+        if self._training is not None and self._training.is_alive():
+            log.info("stopping: waiting up to %.0fs for the unit in training", self.config.stop_grace)
+            self._training.join(self.config.stop_grace)
+            if self._training.is_alive():
+                log.warning("stopping with a unit unfinished; it is trained again on restart")
+        self.journal.close()
+        self._main_storage.close()
+        self.worker.storage.close()
+        log.info("provider %s stopped", self.account.address)

@@ -1,0 +1,176 @@
+"""The provider's local journal (SQLite): what it must remember across a crash that the chain cannot tell it."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS auctions (
+    job_id INTEGER, round INTEGER, bid_deadline INTEGER, reveal_deadline INTEGER,
+    state TEXT NOT NULL DEFAULT 'open',  -- open | skipped | closed
+    PRIMARY KEY (job_id, round));
+CREATE TABLE IF NOT EXISTS bids (
+    job_id INTEGER, round INTEGER, price TEXT NOT NULL, salt BLOB NOT NULL, commitment BLOB NOT NULL,
+    PRIMARY KEY (job_id, round));
+CREATE TABLE IF NOT EXISTS outbox (
+    key TEXT PRIMARY KEY, tx_hash TEXT NOT NULL, raw BLOB NOT NULL, done INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS slots (
+    job_id INTEGER, slot INTEGER,
+    state TEXT NOT NULL DEFAULT 'held',  -- held | finished | lost
+    PRIMARY KEY (job_id, slot));
+CREATE TABLE IF NOT EXISTS units (
+    job_id INTEGER, slot INTEGER, idx INTEGER, cid TEXT NOT NULL, state_hash TEXT NOT NULL,
+    seconds REAL NOT NULL,  -- wall-clock seconds the unit trained, what it meters
+    PRIMARY KEY (job_id, slot, idx));
+CREATE TABLE IF NOT EXISTS payouts (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL);  -- settled | withdrawn
+"""
+
+
+@dataclass(frozen=True)
+class Auction:
+    job_id: int
+    round: int
+    bid_deadline: int
+    reveal_deadline: int
+
+
+@dataclass(frozen=True)
+class Bid:
+    job_id: int
+    round: int
+    price: int
+    salt: bytes
+    commitment: bytes
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A signed transaction recorded before it was broadcast."""
+
+    key: str
+    tx_hash: str
+    raw: bytes
+    done: bool
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A trained, pinned checkpoint, recorded before its commit so it is never trained twice."""
+
+    job_id: int
+    slot: int
+    index: int
+    cid: str
+    state_hash: str
+    seconds: float
+
+
+class Journal:
+    """One SQLite file, written in autocommit so each record is durable once its call returns.
+
+    Shared by the daemon's loop and its training thread, hence one connection behind a lock.
+    """
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _run(self, sql: str, *args) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # --- cursor ----------------------------------------------------------------------------
+
+    def next_block(self, default: int) -> int:
+        rows = self._run("SELECT value FROM meta WHERE key = 'next_block'")
+        return int(rows[0][0]) if rows else default
+
+    def set_next_block(self, block: int) -> None:
+        self._run("INSERT OR REPLACE INTO meta VALUES ('next_block', ?)", str(block))
+
+    # --- auctions and bids ------------------------------------------------------------------
+
+    def add_auction(self, auction: Auction) -> None:
+        self._run("INSERT OR IGNORE INTO auctions (job_id, round, bid_deadline, reveal_deadline) "
+                  "VALUES (?, ?, ?, ?)", auction.job_id, auction.round, auction.bid_deadline,
+                  auction.reveal_deadline)
+
+    def open_auctions(self) -> list[Auction]:
+        rows = self._run("SELECT job_id, round, bid_deadline, reveal_deadline FROM auctions "
+                         "WHERE state = 'open' ORDER BY job_id, round")
+        return [Auction(*row) for row in rows]
+
+    def end_auction(self, job_id: int, round_: int, state: str) -> None:
+        self._run("UPDATE auctions SET state = ? WHERE job_id = ? AND round = ?", state, job_id, round_)
+
+    def add_bid(self, bid: Bid) -> None:
+        """Recorded before the commit transaction exists, so a crash can never orphan its salt."""
+        self._run("INSERT INTO bids VALUES (?, ?, ?, ?, ?)", bid.job_id, bid.round, str(bid.price),
+                  bid.salt, bid.commitment)
+
+    def bid(self, job_id: int, round_: int) -> Bid | None:
+        rows = self._run("SELECT job_id, round, price, salt, commitment FROM bids "
+                         "WHERE job_id = ? AND round = ?", job_id, round_)
+        if not rows:
+            return None
+        job, rnd, price, salt, commitment = rows[0]
+        return Bid(job, rnd, int(price), bytes(salt), bytes(commitment))
+
+    # --- transactions ------------------------------------------------------------------------
+
+    def outgoing(self, key: str) -> Outgoing | None:
+        rows = self._run("SELECT key, tx_hash, raw, done FROM outbox WHERE key = ?", key)
+        return Outgoing(rows[0][0], rows[0][1], bytes(rows[0][2]), bool(rows[0][3])) if rows else None
+
+    def add_outgoing(self, key: str, tx_hash: str, raw: bytes) -> None:
+        self._run("INSERT OR REPLACE INTO outbox (key, tx_hash, raw) VALUES (?, ?, ?)", key, tx_hash, raw)
+
+    def finish_outgoing(self, key: str) -> None:
+        self._run("UPDATE outbox SET done = 1 WHERE key = ?", key)
+
+    def forget_outgoing(self, key: str) -> None:
+        self._run("DELETE FROM outbox WHERE key = ?", key)
+
+    # --- slots and units ----------------------------------------------------------------------
+
+    def hold_slot(self, job_id: int, slot: int) -> None:
+        self._run("INSERT OR REPLACE INTO slots VALUES (?, ?, 'held')", job_id, slot)
+
+    def end_slot(self, job_id: int, slot: int, state: str) -> None:
+        self._run("UPDATE slots SET state = ? WHERE job_id = ? AND slot = ?", state, job_id, slot)
+
+    def held_slots(self) -> list[tuple[int, int]]:
+        return self._run("SELECT job_id, slot FROM slots WHERE state = 'held' ORDER BY job_id, slot")
+
+    def worked_jobs(self) -> list[int]:
+        """Jobs this provider held a slot in whose pay it has not yet withdrawn."""
+        rows = self._run("SELECT DISTINCT job_id FROM slots WHERE job_id NOT IN "
+                         "(SELECT job_id FROM payouts WHERE state = 'withdrawn') ORDER BY job_id")
+        return [row[0] for row in rows]
+
+    def add_unit(self, unit: Unit) -> None:
+        self._run("INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?, ?)", unit.job_id, unit.slot,
+                  unit.index, unit.cid, unit.state_hash, unit.seconds)
+
+    def unit(self, job_id: int, slot: int, index: int) -> Unit | None:
+        rows = self._run("SELECT job_id, slot, idx, cid, state_hash, seconds FROM units "
+                         "WHERE job_id = ? AND slot = ? AND idx = ?", job_id, slot, index)
+        return Unit(*rows[0]) if rows else None
+
+    # --- payouts ----------------------------------------------------------------------------
+
+    def set_payout(self, job_id: int, state: str) -> None:
+        self._run("INSERT OR REPLACE INTO payouts VALUES (?, ?)", job_id, state)
