@@ -1,5 +1,6 @@
 """Fixtures that run real embedded IPFS nodes as separate processes on free loopback ports."""
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +32,10 @@ class NodeFactory:
         return nodes
 
     def stop_all(self) -> None:
+        """Signal every node first, then wait: they shut down side by side."""
+        for node in self.started:
+            if node.process.poll() is None:
+                node.process.send_signal(signal.SIGTERM)
         for node in self.started:
             node.stop()
 
