@@ -115,18 +115,18 @@ class Blockstore:
                     padded = entry.name[:-len(_SUFFIX)]
                     padded += "=" * (-len(padded) % 8)
                     try:
-                        yield CID(1, RAW, base64.b32decode(padded))
+                        mh = base64.b32decode(padded)
+                        multihash.split(mh)
                     except (binascii.Error, InvalidCid):
                         log.warning("ignoring a file that is not a block: %s", entry)
+                        continue
+                    yield CID(1, RAW, mh)
 
     def delete(self, cid: CID) -> None:
         self.path(cid).unlink(missing_ok=True)
 
-    def remove_temporaries(self) -> int:
+    def remove_temporaries(self) -> None:
         """Delete temporary files left by writes that never finished (a crash mid-add). Only
         safe while no write is in flight, i.e. under the exclusive GC lock."""
-        count = 0
         for tmp in self.root.glob("*/.*.tmp"):
             tmp.unlink(missing_ok=True)
-            count += 1
-        return count

@@ -110,19 +110,16 @@ class Repo:
         return indirect | result
 
     def gc(self) -> list[CID]:
-        """Delete every block no pin keeps; return what was removed."""
+        """Delete every block no pin keeps; return what was removed. The live set is complete
+        before anything is deleted, so a pinned DAG that cannot be walked (a missing or
+        corrupt block) stops GC with that error rather than costing the rest of the DAG."""
         with self.gc_lock.exclusive():
             live: set[bytes] = set()
             for cid, kind in self.pins.items():
                 if kind == DIRECT:
                     live.add(cid.multihash)
-                    continue
-                try:
+                else:
                     live.update(c.multihash for c, _ in reader.iter_blocks(cid, self.blocks.get))
-                except IpfsError as exc:
-                    # A damaged pinned DAG must not turn GC into deleting what is left of it.
-                    log.error("gc stopped: pinned DAG %s cannot be walked: %s", cid, exc)
-                    raise
             removed = [cid for cid in self.blocks.cids() if cid.multihash not in live]
             for cid in removed:
                 self.blocks.delete(cid)
