@@ -11,10 +11,14 @@ a verifier recomputes by running the same unit again.
     blob = ckpt.to_bytes(); same = Checkpoint.load(blob); same.state_hash() == state_hash
 
 `run_unit(spec, checkpoint, shard, steps, *, storage=None, device=None) -> UnitResult`
-returns `(checkpoint, state_hash, metrics)`. Errors: `SpecError` (bad spec, names the field),
-`DataError` (unreadable source, shard that does not fit), `CheckpointError` (unreadable
-checkpoint, or one from another job), `TrainingDiverged` (loss spikes beyond the rollbacks
-allowed). New architectures plug in with `@register("name")` on a `ModelSpec` subclass.
+returns `(checkpoint, state_hash, metrics)`. A checkpoint's metadata records the unit that
+made it (shard, start step, steps; `Shard.from_dict(ckpt.metadata["unit"]["shard"])`), so a
+verifier can rerun that unit from the previous checkpoint and compare hashes.
+
+Errors: `SpecError` (bad spec; names the field), `DataError` (unreadable source, or a shard
+that does not fit), `CheckpointError` (unreadable checkpoint, or one from another job),
+`TrainingDiverged` (loss spikes beyond the rollbacks allowed). New architectures plug in
+with `@register("name")` on a `ModelSpec` subclass.
 """
 
 from .checkpoint import Checkpoint, CheckpointError, state_hash

@@ -54,6 +54,16 @@ class Shard:
         """The shard of `spec`'s data with the given index and step range."""
         return cls(tuple(s.name for s in spec.data.sources), index, start_step, end_step)
 
+    @classmethod
+    def from_dict(cls, fields: dict[str, Any]) -> Shard:
+        """The inverse of `to_dict`, for shards recorded in JSON or checkpoint metadata."""
+        return cls(
+            tuple(fields["sources"]),
+            int(fields["index"]),
+            int(fields["start_step"]),
+            int(fields["end_step"]),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "sources": list(self.sources),

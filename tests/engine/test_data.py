@@ -118,6 +118,7 @@ def test_shard_is_named_by_sources_index_and_steps(small_spec):
         "start_step": 10,
         "end_step": 20,
     }
+    assert Shard.from_dict(shard.to_dict()) == shard
     with pytest.raises(DataError, match="empty"):
         Shard.of(spec, index=0, start_step=5, end_step=5)
     with pytest.raises(DataError, match="index"):
