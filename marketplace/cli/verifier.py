@@ -1,0 +1,115 @@
+"""`zoo-compute verifier`: register and stake a verifier, run its watcher daemon and its workers."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from decimal import Decimal, InvalidOperation
+
+import click
+from rich.console import Console
+
+from marketplace.chain.deploy import ZEN
+from marketplace.cli.wallet import open_ledger
+from marketplace.config import Settings
+from marketplace.storage import Storage
+from marketplace.wallet import load_account
+
+console = Console()
+
+
+def _zen(text: str) -> int:
+    try:
+        amount = Decimal(text)
+    except InvalidOperation:
+        raise click.BadParameter(f"{text!r} is not a number of ZEN") from None
+    if amount <= 0:
+        raise click.BadParameter("must be more than 0 ZEN")
+    return int(amount * ZEN)
+
+
+@click.group()
+def verifier() -> None:
+    """Verify sampled work units: register, stake, run the daemon and its workers.
+
+    Settings come from ZOO_* environment variables: ZOO_RPC_URL, ZOO_MANIFEST, ZOO_IPFS_API,
+    ZOO_IPFS_REPLICAS, ZOO_REDIS_URL, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD(_FILE),
+    ZOO_POLL_INTERVAL, ZOO_CONFIRMATIONS.
+    """
+
+
+@verifier.command("register")
+@click.option("--endpoint", required=True, help="URL where this verifier can be reached, as published on-chain.")
+def register_command(endpoint: str) -> None:
+    """Register the wallet's account as a verifier."""
+    settings = Settings()
+    account = load_account(settings)
+    open_ledger(settings).register_verifier(account, endpoint)
+    console.print(f"registered verifier {account.address} at {endpoint}")
+
+
+@verifier.command("stake")
+@click.option("--amount", required=True, help="ZEN to add to the stake, e.g. 5000 or 0.5.")
+def stake_command(amount: str) -> None:
+    """Stake ZEN as a verifier (approve + stake); a verifier is active from the minimum stake."""
+    settings = Settings()
+    account = load_account(settings)
+    ledger = open_ledger(settings)
+    ledger.stake(account, _zen(amount))
+    staked = ledger.staking_account(account.address)["staked"]
+    console.print(f"{account.address} stakes {Decimal(staked) / ZEN} ZEN")
+
+
+@verifier.command("start")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="How much the daemon logs.")
+def start_command(log_level: str) -> None:
+    """Run the watcher daemon in the foreground until SIGTERM or Ctrl-C.
+
+    It queues sampled units for `verifier worker` processes over Redis, posts their verdicts,
+    answers other verifiers' disputes, attests benchmarks of registering providers and reports
+    overdue slots. Its journal lives in ZOO_HOME/verifier.sqlite3. Prints a line starting
+    "verifier ready" once it is watching.
+    """
+    from verifier.celery_app import configure
+    from verifier.daemon import VerifierDaemon
+    from verifier.journal import Journal
+
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    account = load_account(settings)
+    ledger = open_ledger(settings)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    journal = Journal(settings.home / "verifier.sqlite3")
+    storage = Storage(settings.ipfs_api, settings.ipfs_replicas)
+    try:
+        daemon = VerifierDaemon(ledger, account, journal, storage, configure(settings.redis_url),
+                                confirmations=settings.confirmations)
+        console.print(f"verifier ready: {account.address} watching {settings.rpc_url} "
+                      f"from block {daemon.cursor.next_block}", highlight=False)
+        daemon.run(stop, settings.poll_interval)
+    finally:
+        storage.close()
+        journal.close()
+    console.print("verifier stopped")
+
+
+@verifier.command("worker")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1),
+              help="Units re-run at once; each takes the threads its job spec fixes.")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="How much the worker logs.")
+def worker_command(concurrency: int, log_level: str) -> None:
+    """Run a Celery worker that re-runs units queued by `verifier start` (broker: ZOO_REDIS_URL).
+
+    Celery prints "ready." once it takes tasks; SIGTERM lets the current unit finish, then exits.
+    """
+    from verifier.celery_app import QUEUE, configure
+
+    app = configure(Settings().redis_url)
+    app.worker_main(["worker", "--concurrency", str(concurrency), "--loglevel", log_level,
+                     "--queues", QUEUE, "--without-gossip", "--without-mingle", "--hostname",
+                     "verifier@%h"])

@@ -1,0 +1,236 @@
+"""The verifier daemon: watch the ledger, queue sampled units for re-runs, post what workers find.
+
+One loop, one thread: each tick reads new events, draws the samples that became drawable,
+collects finished re-runs and posts them, and reports providers that missed a checkpoint
+deadline. Re-runs happen in Celery workers, so a slow unit never delays a post that is due.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from celery import Celery
+from celery.result import AsyncResult
+from eth_account.signers.local import LocalAccount
+from web3.types import EventData
+
+from marketplace.chain.errors import ChainError, ContractRevert
+from marketplace.chain.events import EventCursor
+from marketplace.chain.ledger import CommittedUnit, JobStatus, Ledger
+from marketplace.storage import Storage, StorageError
+from verifier import journal as j
+from verifier.admission import admit
+from verifier.journal import Journal, Work
+from verifier.recompute import UnitInputs
+from verifier.tasks import verify_unit
+from verifier.views import view
+
+log = logging.getLogger(__name__)
+
+ZERO_ADDRESS = "0x" + "00" * 20
+# Reverts that mean the work is moot (someone was first, the window closed, a rollback voided the
+# unit): the work is dropped, not retried.
+MOOT = {"AlreadyVerified", "VerificationWindowClosed", "UnitMismatch", "NotSampled", "NoOpenDispute",
+        "DisputeWindow", "ConflictOfInterest"}
+# Reverts of reportDowntime that mean there is nothing (more) to report.
+NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone"}
+
+
+class VerifierDaemon:
+    """Watches market, staking and verification events as one verifier account."""
+
+    def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, storage: Storage,
+                 celery: Celery, *, confirmations: int = 0, downtime_every: float = 10.0):
+        self.ledger = ledger
+        self.account = account
+        self.journal = journal
+        self.storage = storage
+        self.celery = celery
+        self.downtime_every = downtime_every
+        self._last_downtime_check = 0.0
+        start = journal.next_block(ledger.deployment.deploy_block)
+        contracts = [ledger.market, ledger.staking, ledger.verification]
+        self.cursor = EventCursor(ledger.w3, contracts, start, confirmations)
+        self._handlers = {
+            "JobCreated": self._on_job_created,
+            "CheckpointCommitted": self._on_checkpoint,
+            "DisputeOpened": self._on_dispute,
+            "ProviderRegistered": self._on_registration,
+            "SlotAssigned": self._on_slot_assigned,
+            "ProviderRemoved": self._on_slot_released,
+            "SlotFinished": self._on_slot_released,
+            "JobCompleted": self._on_job_over,
+            "JobCancelled": self._on_job_over,
+        }
+
+    @property
+    def address(self) -> str:
+        return self.account.address
+
+    def run(self, stop: threading.Event, poll_interval: float) -> None:
+        """Tick until `stop` is set; chain and storage failures are logged and retried next tick."""
+        while not stop.is_set():
+            try:
+                self.tick()
+            except (ChainError, StorageError, ConnectionError, TimeoutError) as exc:
+                log.warning("tick failed, retrying: %s", exc)
+            stop.wait(poll_interval)
+
+    def tick(self) -> None:
+        self.read_events()
+        self.draw_samples()
+        self.collect()
+        self.post()
+        if time.monotonic() - self._last_downtime_check >= self.downtime_every:
+            self.report_downtime()
+            self._last_downtime_check = time.monotonic()
+
+    # --- events --------------------------------------------------------------------------
+
+    def read_events(self) -> None:
+        """Journal every new event and the next block in one transaction; on failure, reread."""
+        start = self.cursor.next_block
+        try:
+            events = self.cursor.poll()
+            with self.journal.transaction():
+                for event in events:
+                    handler = self._handlers.get(event["event"])
+                    if handler is not None:
+                        handler(event)
+                self.journal.set_next_block(self.cursor.next_block)
+        except BaseException:
+            self.cursor.next_block = start
+            raise
+
+    def _on_job_created(self, event: EventData) -> None:
+        self.journal.add_job(event["args"]["jobId"], event["args"]["specCid"])
+
+    def _on_checkpoint(self, event: EventData) -> None:
+        unit = self.ledger.unit_from_event(event)
+        self.journal.add_unit(unit, event["logIndex"])
+        self.journal.add_work(j.RESULT, unit, event["logIndex"])
+
+    def _on_dispute(self, event: EventData) -> None:
+        args = event["args"]
+        if args["challenger"] == self.address:
+            return
+        found = self.journal.latest_unit(args["jobId"], args["slot"], args["index"], event["blockNumber"])
+        if found is None:
+            log.warning("dispute on job %d slot %d unit %d, committed before this journal began",
+                        args["jobId"], args["slot"], args["index"])
+            return
+        self.journal.add_work(j.DISPUTE, *found)
+
+    def _on_registration(self, event: EventData) -> None:
+        args = event["args"]
+        if args["provider"] != self.address:
+            admit(self.ledger, self.account, self.storage, args["provider"], args["attestation"])
+
+    def _on_slot_assigned(self, event: EventData) -> None:
+        args = event["args"]
+        self.journal.hold_slot(args["jobId"], args["slot"], args["provider"])
+
+    def _on_slot_released(self, event: EventData) -> None:
+        self.journal.release_slot(event["args"]["jobId"], event["args"]["slot"])
+
+    def _on_job_over(self, event: EventData) -> None:
+        self.journal.release_job(event["args"]["jobId"])
+
+    # --- sampling and re-runs ------------------------------------------------------------
+
+    def draw_samples(self) -> None:
+        """Queue each new unit whose sample is drawable and drawn; disputes are queued at once."""
+        head = self.ledger.w3.eth.block_number
+        for work in self.journal.work(j.NEW):
+            unit = work.unit
+            if work.kind == j.RESULT:
+                if head < unit.block_number + 2:
+                    continue  # the seed block's hash is readable once one more block exists
+                if unit.provider == self.address or not self.ledger.is_sampled(unit):
+                    self.journal.update(work, j.SKIPPED)
+                    continue
+            inputs = self._inputs(unit)
+            if inputs is None:
+                log.warning("job %d was created before this journal began: its units are not checked",
+                            unit.job_id)
+                self.journal.update(work, j.SKIPPED, note="job spec unknown")
+                continue
+            task = verify_unit.apply_async(args=[inputs.to_json()])
+            self.journal.update(work, j.QUEUED, task_id=task.id)
+            log.info("queued %s of job %d slot %d unit %d as task %s", work.kind, unit.job_id,
+                     unit.slot, unit.index, task.id)
+
+    def _inputs(self, unit: CommittedUnit) -> UnitInputs | None:
+        spec_cid = self.journal.spec_cid(unit.job_id)
+        if spec_cid is None:
+            return None
+        previous = None
+        if unit.index > 0:
+            previous = self.journal.latest_unit(unit.job_id, unit.slot, unit.index - 1, unit.block_number)
+        return UnitInputs(
+            job_id=unit.job_id, slot=unit.slot, index=unit.index, provider=unit.provider,
+            spec_cid=spec_cid, cid=unit.cid, state_hash=unit.state_hash.hex(),
+            previous_cid=previous[0].cid if previous else None,
+            previous_state_hash=previous[0].state_hash.hex() if previous else None,
+        )
+
+    def collect(self) -> None:
+        """Take in finished re-runs; a re-run without a verdict is dropped, never posted."""
+        for work in self.journal.work(j.QUEUED):
+            task = AsyncResult(work.task_id, app=self.celery)
+            if not task.ready():
+                continue
+            if task.failed():
+                log.error("task %s for job %d unit %d failed: %r", work.task_id, work.unit.job_id,
+                          work.unit.index, task.result)
+                self.journal.update(work, j.DROPPED, note=f"task failed: {task.result!r}")
+                continue
+            verdict = task.result
+            if verdict["pass"] is None:
+                self.journal.update(work, j.DROPPED, note=verdict["reason"])
+                continue
+            self.journal.update(work, j.READY, passed=verdict["pass"], evidence_cid=verdict["evidence_cid"])
+
+    def post(self) -> None:
+        """Send each verdict in hand; POSTING marks a send a crash may have interrupted."""
+        for work in self.journal.work(j.READY, j.POSTING):
+            self.journal.update(work, j.POSTING)
+            send = self.ledger.post_result if work.kind == j.RESULT else self.ledger.resolve_dispute
+            try:
+                send(self.account, work.unit, work.passed, work.evidence_cid)
+            except ContractRevert as exc:
+                if exc.name not in MOOT:
+                    raise
+                state = j.POSTED if self._posted_before(work) else j.DROPPED
+                self.journal.update(work, state, note=str(exc))
+                continue
+            self.journal.update(work, j.POSTED)
+            log.info("posted %s of job %d slot %d unit %d: %s, evidence %s", work.kind, work.unit.job_id,
+                     work.unit.slot, work.unit.index, "pass" if work.passed else "FAIL", work.evidence_cid)
+
+    def _posted_before(self, work: Work) -> bool:
+        """Whether the chain already holds this daemon's answer (a send a restart interrupted)."""
+        u = work.unit
+        result = view(self.ledger.verification, "result", u.job_id, u.slot, u.index)
+        return self.address == result["first" if work.kind == j.RESULT else "second"]
+
+    # --- downtime ------------------------------------------------------------------------
+
+    def report_downtime(self) -> None:
+        """Report every held slot past its checkpoint deadline (the reporter earns a share)."""
+        now = self.ledger.w3.eth.get_block("latest")["timestamp"]
+        for job_id, slot_id in self.journal.held_slots():
+            job = self.ledger.job(job_id)
+            slot = self.ledger.slot(job_id, slot_id)
+            if (job["status"] != JobStatus.RUNNING or slot["provider"] == ZERO_ADDRESS or slot["done"]
+                    or now <= slot["lastCheckpointAt"] + job["checkpointInterval"]):
+                continue
+            try:
+                self.ledger.send(self.ledger.market.functions.reportDowntime(job_id, slot_id), self.account)
+            except ContractRevert as exc:
+                if exc.name not in NOT_OVERDUE:
+                    raise
+                continue
+            log.info("reported downtime of %s in job %d slot %d", slot["provider"], job_id, slot_id)

@@ -1,0 +1,137 @@
+"""Re-run one committed work unit from its inputs by CID and judge it against its commitment."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from marketplace.storage import CidMismatch, ContentNotFound, NodeUnavailable, Storage
+from node.engine import (
+    Checkpoint,
+    CheckpointError,
+    DataError,
+    SpecError,
+    TrainingDiverged,
+    parse_spec,
+    run_unit,
+)
+from node.work import unit_shard, unit_steps
+from verifier.errors import InputsUnavailable
+
+log = logging.getLogger(__name__)
+
+EVIDENCE_FORMAT = "zoo-compute/verification-evidence-v1"
+# Failures to fetch that another attempt (or another node) may cure; never grounds for a verdict.
+TRANSIENT = (ContentNotFound, NodeUnavailable, CidMismatch)
+
+
+@dataclass(frozen=True)
+class UnitInputs:
+    """Everything a worker needs to re-run a unit, all of it read from the chain by the daemon.
+
+    `previous_*` name the checkpoint committed as unit `index - 1` of the slot before this unit
+    (None for unit 0, which starts from the spec's seed).
+    """
+
+    job_id: int
+    slot: int
+    index: int
+    provider: str
+    spec_cid: str
+    cid: str  # the checkpoint this unit committed
+    state_hash: str  # hex, as committed
+    previous_cid: str | None = None
+    previous_state_hash: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> UnitInputs:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """`passed` is None when the unit could not be judged: nothing should be posted then."""
+
+    passed: bool | None
+    reason: str
+    recomputed_state_hash: str | None = None
+    metrics: dict[str, Any] | None = None
+    environment: dict[str, Any] | None = None
+
+    def evidence(self, inputs: UnitInputs) -> dict[str, Any]:
+        """The document pinned to IPFS and named on-chain: enough for anyone to redo the check."""
+        return {
+            "format": EVIDENCE_FORMAT,
+            "job": inputs.job_id,
+            "slot": inputs.slot,
+            "index": inputs.index,
+            "provider": inputs.provider,
+            "spec_cid": inputs.spec_cid,
+            "checkpoint_cid": inputs.cid,
+            "previous_cid": inputs.previous_cid,
+            "committed_state_hash": inputs.state_hash,
+            "recomputed_state_hash": self.recomputed_state_hash,
+            "pass": self.passed,
+            "reason": self.reason,
+            "metrics": self.metrics,
+            "environment": self.environment,
+        }
+
+
+def _fetch(storage: Storage, cid: str, what: str) -> bytes:
+    try:
+        return storage.cat(cid)
+    except TRANSIENT as exc:
+        raise InputsUnavailable(f"{what} {cid}: {exc}") from exc
+
+
+def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
+    """Re-run the unit on the CPU with the job's deterministic settings and compare hashes.
+
+    Fails the unit only on grounds every honest verifier reaches from the same content-addressed
+    inputs: a recomputed hash that differs, a committed checkpoint that is unreadable or does not
+    hold the committed state, or a re-run that diverges. Inputs it cannot fetch raise
+    InputsUnavailable; inputs that are wrong through no fault of this unit (a bad spec, or a
+    previous checkpoint not matching its own commitment) give an inconclusive verdict.
+    """
+    try:
+        spec = parse_spec(_fetch(storage, inputs.spec_cid, "job spec").decode())
+        shard, steps = unit_shard(spec, inputs.slot), unit_steps(spec, inputs.index)
+    except (SpecError, DataError, ValueError) as exc:
+        return Verdict(None, f"the job spec cannot be run: {exc}")
+
+    previous = None
+    if inputs.index > 0:
+        if inputs.previous_cid is None:
+            return Verdict(None, "no committed checkpoint for the previous unit")
+        try:
+            previous = Checkpoint.load(_fetch(storage, inputs.previous_cid, "previous checkpoint"))
+        except CheckpointError as exc:
+            return Verdict(None, f"previous checkpoint unreadable: {exc}")
+        if previous.state_hash() != inputs.previous_state_hash:
+            return Verdict(None, "previous checkpoint does not hold its committed state")
+
+    try:
+        result = run_unit(spec, previous, shard, steps, storage=storage, device="cpu")
+    except TrainingDiverged as exc:
+        return Verdict(False, f"the unit diverges when re-run: {exc}")
+    except TRANSIENT as exc:
+        raise InputsUnavailable(f"job data: {exc}") from exc
+    except (DataError, CheckpointError) as exc:
+        return Verdict(None, f"the unit cannot be re-run: {exc}")
+    judged = dict(recomputed_state_hash=result.state_hash, metrics=result.metrics,
+                  environment=result.checkpoint.metadata["environment"])
+    if result.state_hash != inputs.state_hash:
+        return Verdict(False, "recomputed state hash differs from the committed one", **judged)
+
+    try:
+        committed = Checkpoint.load(_fetch(storage, inputs.cid, "committed checkpoint"))
+    except CheckpointError as exc:
+        return Verdict(False, f"committed checkpoint unreadable: {exc}", **judged)
+    if committed.state_hash() != inputs.state_hash:
+        return Verdict(False, "committed checkpoint does not hold the committed state", **judged)
+    return Verdict(True, "recomputed state hash matches the commitment", **judged)

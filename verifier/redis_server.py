@@ -1,0 +1,89 @@
+"""Run a redis-server on a unix socket in its own folder, for tests and the devnet; stop it by pid."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from verifier.errors import VerifierError
+
+log = logging.getLogger(__name__)
+
+
+class RedisUnavailable(VerifierError, RuntimeError):
+    """redis-server is not installed, or did not start."""
+
+
+@dataclass
+class RedisServer:
+    """A redis-server listening only on `<folder>/redis.sock` (no TCP port), persisting nothing.
+
+    A socket in a folder of our own cannot collide with another server the way a port can, and
+    nothing off the machine can reach it. Use as a context manager, or `start()` and `stop()`.
+    """
+
+    folder: Path
+    process: subprocess.Popen | None = field(default=None, init=False)
+
+    @property
+    def socket(self) -> Path:
+        return self.folder / "redis.sock"
+
+    @property
+    def url(self) -> str:
+        """The URL Celery (broker and result backend) and redis-py both accept."""
+        return f"redis+socket://{self.socket}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def argv(self) -> list[str]:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RedisUnavailable("redis-server not found: apt-get install -y redis-server")
+        return [binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
+                "--save", "", "--appendonly", "no", "--dir", str(self.folder),
+                "--logfile", str(self.folder / "redis.log")]
+
+    def start(self, timeout: float = 15.0) -> RedisServer:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.socket.unlink(missing_ok=True)
+        self.process = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        client = redis.Redis(unix_socket_path=str(self.socket))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                client.ping()
+                log.info("redis-server pid %d on %s", self.process.pid, self.socket)
+                return self
+            except redis.ConnectionError:
+                time.sleep(0.05)
+            finally:
+                client.close()
+        self.stop()
+        raise RedisUnavailable(f"redis-server did not start: see {self.folder / 'redis.log'}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
