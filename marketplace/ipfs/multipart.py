@@ -40,7 +40,7 @@ class Part:
     def is_directory(self) -> bool:
         return self.headers.get("content-type", "").startswith("application/x-directory")
 
-    def chunks(self) -> AsyncIterator[bytes]:
+    def chunks(self) -> AsyncIterator[memoryview]:
         return self._reader.body_chunks()
 
 
@@ -110,8 +110,8 @@ class MultipartReader:
                 chunk = await self._stream.__anext__()
             except StopAsyncIteration:
                 raise MalformedMultipart("multipart body ended inside a part") from None
-            if self._delimiter in tail + chunk[:keep]:
-                self._buf = tail + chunk
+            if len(chunk) < keep or self._delimiter in tail + chunk[:keep]:
+                self._buf = tail + chunk  # short reads, or a delimiter across the seam
             else:
                 if tail:
                     yield memoryview(tail)
