@@ -69,6 +69,15 @@ def start_node(repo: Path) -> tuple[subprocess.Popen, str]:
     return process, (repo / "api").read_text() + "/http"
 
 
+def filesystem_of(path: str) -> str:
+    """The file system type holding `path`, from the longest matching mount point."""
+    mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
+    real = os.path.realpath(path)
+    matching = [(point, fstype) for point, fstype in mounts
+                if real == point or real.startswith(point.rstrip("/") + "/")]
+    return max(matching, key=lambda m: len(m[0]))[1] if matching else "unknown"
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -124,7 +133,7 @@ def report(size_mib: int, repo_dir: str, runs: list[Run], idle_kib: int, cid: st
     hash_cpu_s = size_mib / sha
     rows = [
         ("file added", f"{size_mib} MiB", f"CID {cid}"),
-        ("node repo", repo_dir, "tmpfs measures the node, not the disk"),
+        ("node repo", repo_dir, f"{filesystem_of(repo_dir)} (tmpfs: the node's cost, no disk)"),
         ("add via HTTP API", f"{best.add_mb_per_s:.0f} MB/s",
          "runs: " + ", ".join(f"{r.add_mb_per_s:.0f}" for r in runs)),
         ("hashlib.sha256", f"{sha:.0f} MB/s",
