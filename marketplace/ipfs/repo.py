@@ -40,6 +40,8 @@ class Repo:
         except BlockingIOError:
             self._lock_file.close()
             raise RepoLocked(f"{self.path} is in use by another node") from None
+        # Holding the lock, any api file is a dead node's: readers must not find its port.
+        (self.path / "api").unlink(missing_ok=True)
         self.blocks = Blockstore(self.path / "blocks")
         self.pins = PinStore(self.path / "pins.json")
         self.gc_lock = GcLock()
