@@ -45,17 +45,19 @@ class RedisServer:
         return self.process.pid if self.process else None
 
     def argv(self) -> list[str]:
+        """The command line, logging to stdout: a supervisor that captures output (the devnet)
+        can spawn it itself and wait for redis's "Ready to accept connections" line."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisUnavailable("redis-server not found: apt-get install -y redis-server")
         return [binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-                "--save", "", "--appendonly", "no", "--dir", str(self.folder),
-                "--logfile", str(self.folder / "redis.log")]
+                "--save", "", "--appendonly", "no", "--dir", str(self.folder)]
 
     def start(self, timeout: float = 15.0) -> RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
-        self.process = subprocess.Popen(self.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        with open(self.folder / "redis.log", "ab") as log_file:
+            self.process = subprocess.Popen(self.argv(), stdout=log_file, stderr=subprocess.STDOUT)
         client = redis.Redis(unix_socket_path=str(self.socket))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

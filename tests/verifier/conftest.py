@@ -153,6 +153,11 @@ def spec() -> JobSpec:
 
 
 @pytest.fixture
+def spec_cid(storage) -> str:
+    return storage.add_bytes(SPEC.encode())
+
+
+@pytest.fixture
 def make_daemon(ledger, storage, celery, tmp_path) -> Iterator[Callable[..., VerifierDaemon]]:
     """Daemons of given verifier accounts, each with its own journal unless one is named."""
     journals: list[Journal] = []
@@ -218,13 +223,13 @@ class ScriptedProvider:
 
 
 @pytest.fixture
-def job(ledger, cast, storage) -> Callable[..., ScriptedProvider]:
+def job(ledger, cast, storage, spec_cid) -> Callable[..., ScriptedProvider]:
     """Onboards the cast, creates a job of SPEC at a sample rate, auctions it to providers[0]."""
 
     def create(sample_rate_bps: int) -> ScriptedProvider:
         onboard(ledger, cast, Scenario())
         request = JobRequest(
-            spec_cid=storage.add_bytes(SPEC.encode()), tier=COMMUNITY, nodes=1, units_per_node=UNITS,
+            spec_cid=spec_cid, tier=COMMUNITY, nodes=1, units_per_node=UNITS,
             checkpoint_interval=3_600, sample_rate_bps=sample_rate_bps, max_price=100 * ZEN,
             budget=5_000 * ZEN,
         )

@@ -1,0 +1,77 @@
+"""The detection law 1 - (1 - p)^n, checked empirically, and no false failures on honest work."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import replace
+
+import pytest
+
+from marketplace.chain.tx import call
+from node.engine import run_unit
+from node.work import unit_shard, unit_steps, units_per_node
+from verifier.recompute import UnitInputs, recompute
+from verifier.sampling import binomial_stderr, detection_probability, is_sampled, simulate_caught
+
+JOBS = 4_000  # simulated jobs per (p, n): the binomial standard error stays under 0.8%
+
+
+@pytest.mark.anvil
+def test_python_sampling_rule_matches_the_contract(job):
+    """Over a few hundred (unit, block) pairs, the Python rule and Verification.isSampled agree."""
+    provider = job(2_500)
+    ledger = provider.ledger
+    ledger.mine(60)
+    head = ledger.w3.eth.block_number
+    rng = random.Random(5)
+    agreed = sampled = 0
+    for block in range(1, head - 1):
+        seed = bytes(ledger.w3.eth.get_block(block + 1)["hash"])
+        for _ in range(4):
+            slot, index = rng.randrange(4), rng.randrange(1_000)
+            expected = call(ledger.verification.functions.isSampled(provider.job_id, slot, index, block))
+            assert is_sampled(seed, provider.job_id, slot, index, 2_500) == expected
+            agreed += 1
+            sampled += expected
+    assert agreed >= 300
+    assert 0 < sampled < agreed  # both outcomes occurred, so the comparison meant something
+
+
+@pytest.mark.parametrize("rate_bps", [500, 2_000])
+@pytest.mark.parametrize("faked_units", [1, 3, 10])
+def test_fraction_of_cheaters_caught_matches_the_law(rate_bps, faked_units):
+    caught = simulate_caught(rate_bps, faked_units, JOBS, random.Random(rate_bps * 100 + faked_units))
+    expected = detection_probability(rate_bps, faked_units)
+    assert abs(caught / JOBS - expected) <= 4 * binomial_stderr(expected, JOBS)
+
+
+def test_detection_probability_closed_form():
+    assert detection_probability(10_000, 1) == 1
+    assert detection_probability(0, 50) == 0
+    assert detection_probability(1_000, 2) == pytest.approx(0.19)
+
+
+def test_unknown_block_hash_counts_as_sampled():
+    assert is_sampled(bytes(32), 1, 0, 0, 0)
+
+
+@pytest.mark.slow
+def test_honest_reruns_never_fail_and_a_faked_unit_always_does(spec, spec_cid, storage):
+    """Every honest unit of three slots passes its re-run; each with a faked hash fails."""
+    verdicts = []
+    for slot in range(3):
+        previous = None
+        for index in range(units_per_node(spec)):
+            result = run_unit(spec, previous, unit_shard(spec, slot), unit_steps(spec, index), device="cpu")
+            cid = storage.add_bytes(result.checkpoint.to_bytes())
+            honest = UnitInputs(
+                job_id=1, slot=slot, index=index, provider="0x" + "11" * 20, spec_cid=spec_cid, cid=cid,
+                state_hash=result.state_hash,
+                previous_cid=previous_cid if previous else None,
+                previous_state_hash=previous.state_hash() if previous else None,
+            )
+            faked = replace(honest, state_hash=hashlib.sha256(cid.encode()).hexdigest())
+            verdicts.append((recompute(honest, storage).passed, recompute(faked, storage).passed))
+            previous, previous_cid = result.checkpoint, cid
+    assert verdicts == [(True, False)] * 9
