@@ -10,6 +10,7 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 import {IJobMarket} from "./interfaces/IJobMarket.sol";
 import {IStaking} from "./interfaces/IStaking.sol";
 import {IVerification} from "./interfaces/IVerification.sol";
+import {unitCommitment} from "./libraries/UnitCommitment.sol";
 
 /// @title JobMarket
 /// @notice Escrow, auctions, metering and settlement. ZEN held here is always open escrow plus what
@@ -52,7 +53,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     mapping(uint256 jobId => mapping(uint16 slot => Slot)) private _slots;
     mapping(uint256 jobId => mapping(address provider => Participant)) private _participants;
     mapping(uint256 jobId => address[]) private _participantList;
-    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => bytes32))) private _units;
+    /// @dev Two 128-bit unit commitments per slot: unit `index` is half `index % 2` of pair `index / 2`.
+    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 pair => bytes32))) private _units;
     mapping(uint256 jobId => mapping(uint16 round => mapping(address provider => bytes32))) private _commitments;
     mapping(uint256 jobId => mapping(uint256 place => Bid)) private _winners;
     mapping(uint256 jobId => mapping(address verifier => bool)) private _feesClaimed;
@@ -191,12 +193,14 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         Job storage j = _job(jobId);
         if (j.openSlots == 0) revert NoAuction(jobId);
         if (block.timestamp > j.bidDeadline) revert BidWindowClosed(j.bidDeadline);
-        if (!staking.isActiveProvider(msg.sender, j.tier)) revert NotEligible(msg.sender, j.tier);
-        uint256 free = staking.freeStake(msg.sender);
+        // The GPU count matters only once a slot is assigned.
+        // slither-disable-next-line unused-return
+        (bool active, uint256 free,) = staking.providerStanding(msg.sender, j.tier);
+        if (!active) revert NotEligible(msg.sender, j.tier);
         if (free < j.collateral) revert InsufficientCollateral(msg.sender, free, j.collateral);
         if (_participants[jobId][msg.sender].state != ParticipantState.None) revert AlreadyParticipating(msg.sender);
         _commitments[jobId][j.round][msg.sender] = commitment;
-        emit BidCommitted(jobId, j.round, msg.sender, commitment);
+        emit BidCommitted(jobId, msg.sender, commitment);
     }
 
     /// @inheritdoc IJobMarket
@@ -213,18 +217,13 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         }
         if (price > j.maxPrice) revert PriceAboveMax(price, j.maxPrice);
         delete _commitments[jobId][round][msg.sender];
-        emit BidRevealed(jobId, round, msg.sender, price);
+        emit BidRevealed(jobId, msg.sender, price);
 
-        // Keep the `openSlots` lowest bids sorted ascending; ties go to the earlier reveal.
-        uint256 places = j.openSlots;
-        uint256 place = j.winnerCount;
+        // Keep the `openSlots` lowest bids sorted ascending, in places pre-filled with NO_BID;
+        // ties go to the earlier reveal.
         mapping(uint256 => Bid) storage winners = _winners[jobId];
-        if (place < places) {
-            j.winnerCount = uint16(place + 1);
-        } else {
-            place = places - 1;
-            if (price >= winners[place].price) return;
-        }
+        uint256 place = j.openSlots - 1;
+        if (price >= winners[place].price) return;
         while (place > 0 && winners[place - 1].price > price) {
             winners[place] = winners[place - 1];
             --place;
@@ -241,13 +240,16 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
 
         // A winner whose stake fell since it bid can no longer post collateral: the round fails
         // rather than fill part of a data-parallel job.
-        bool filled = j.winnerCount == places;
+        uint16 revealed = _revealedWinners(jobId, places);
+        bool filled = revealed == places;
+        uint32[] memory gpus = new uint32[](places);
         for (uint256 i; filled && i < places; ++i) {
-            address bidder = _winners[jobId][i].bidder;
-            filled = staking.isActiveProvider(bidder, j.tier) && staking.freeStake(bidder) >= j.collateral;
+            (bool active, uint256 free, uint32 count) = staking.providerStanding(_winners[jobId][i].bidder, j.tier);
+            filled = active && free >= j.collateral;
+            gpus[i] = count;
         }
         if (!filled) {
-            emit AuctionFailed(jobId, j.round, j.winnerCount);
+            emit AuctionFailed(jobId, j.round, revealed);
             _openRound(j, jobId);
             return;
         }
@@ -256,7 +258,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         uint16 next = 0;
         for (uint256 i; i < places; ++i) {
             while (_slots[jobId][next].provider != address(0) || _slots[jobId][next].done) ++next;
-            _assign(j, jobId, next, _winners[jobId][i].bidder, clearingPrice);
+            _assign(j, jobId, next, _winners[jobId][i].bidder, clearingPrice, gpus[i]);
         }
         j.openSlots = 0;
         j.status = JobStatus.Running;
@@ -298,7 +300,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         onlyVerification
         nonReentrant
     {
-        if (_liveUnit(jobId, slotId, index) != keccak256(abi.encode(unit))) revert UnitMismatch();
+        if (_liveUnit(jobId, slotId, index) != unitCommitment(unit)) revert UnitMismatch();
         Job storage j = _jobs[jobId];
         Slot storage s = _slots[jobId][slotId];
         Participant storage p = _participants[jobId][unit.provider];
@@ -405,7 +407,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IJobMarket
-    function unitHash(uint256 jobId, uint16 slotId, uint32 index) external view returns (bytes32) {
+    function unitHash(uint256 jobId, uint16 slotId, uint32 index) external view returns (bytes16) {
         return _liveUnit(jobId, slotId, index);
     }
 
@@ -416,8 +418,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
 
     /// @notice The current round's leading bids, lowest first.
     function leadingBids(uint256 jobId) external view returns (Bid[] memory bids) {
-        Job storage j = _jobs[jobId];
-        bids = new Bid[](j.winnerCount);
+        bids = new Bid[](_revealedWinners(jobId, _jobs[jobId].openSlots));
         for (uint256 i; i < bids.length; ++i) bids[i] = _winners[jobId][i];
     }
 
@@ -468,7 +469,6 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         // slither-disable-next-line divide-before-multiply
         j.collateral = uint128(slotBudget * collateralBps / BPS);
         j.budget = r.budget;
-        j.specCid = r.specCid;
         j.status = JobStatus.Open;
         j.openSlots = r.nodes;
         for (uint16 i; i < r.nodes; ++i) {
@@ -484,7 +484,6 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     function _openRound(Job storage j, uint256 jobId) internal {
         uint16 round = j.round + 1;
         j.round = round;
-        j.winnerCount = 0;
         j.bidDeadline = uint40(block.timestamp + bidWindow);
         j.revealDeadline = uint40(block.timestamp + bidWindow + revealWindow);
         for (uint256 i; i < j.openSlots; ++i) {
@@ -493,20 +492,19 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         emit AuctionOpened(jobId, round, j.openSlots, j.bidDeadline, j.revealDeadline);
     }
 
-    function _assign(Job storage j, uint256 jobId, uint16 slotId, address provider, uint96 price) internal {
+    function _assign(Job storage j, uint256 jobId, uint16 slotId, address provider, uint96 price, uint32 gpus)
+        internal
+    {
         Slot storage s = _slots[jobId][slotId];
-        uint32 gpus = staking.hardware(provider).gpus;
         s.provider = provider;
         s.price = price;
         s.lastCheckpointAt = uint40(block.timestamp);
         // A CPU node meters as one compute unit.
         s.gpus = gpus == 0 ? 1 : uint16(gpus > type(uint16).max ? type(uint16).max : gpus);
-        _participants[jobId][provider] = Participant({
-            startRemaining: s.remaining,
-            endRemaining: 0,
-            slot: slotId,
-            state: ParticipantState.Active
-        });
+        Participant storage p = _participants[jobId][provider];
+        p.startRemaining = s.remaining;
+        p.slot = slotId;
+        p.state = ParticipantState.Active;
         _participantList[jobId].push(provider);
         emit SlotAssigned(jobId, slotId, provider, price);
         staking.lock(provider, j.collateral);
@@ -523,7 +521,10 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     ) internal returns (uint32 index) {
         Unit memory unit = _meter(s, gpuSeconds, cid, stateHash);
         index = s.unitsDone;
-        _units[jobId][slotId][index] = keccak256(abi.encode(unit));
+        bytes32 pair = _units[jobId][slotId][index / 2];
+        _units[jobId][slotId][index / 2] = index % 2 == 0
+            ? bytes32(unitCommitment(unit)) | (pair & bytes32(uint256(type(uint128).max)))
+            : (pair & ~bytes32(uint256(type(uint128).max))) | (bytes32(unitCommitment(unit)) >> 128);
         // unit.amount <= unit.remainingBefore: _meter caps it.
         unchecked {
             s.remaining = unit.remainingBefore - unit.amount;
@@ -587,8 +588,10 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         p.state = ParticipantState.Removed;
         s.provider = address(0);
         s.price = 0;
+        // A round already running for other slots restarts with one more place: its bids were
+        // for fewer slots.
         j.openSlots += 1;
-        if (j.openSlots == 1) _openRound(j, jobId);
+        _openRound(j, jobId);
         emit ProviderRemoved(jobId, slotId, provider, reason);
         // Release the collateral first so the slash can take it from stake like any other.
         if (unlockCollateral) staking.unlock(provider, j.collateral);
@@ -609,9 +612,15 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     }
 
     /// @dev Units past a rollback are void until the slot's new provider commits over them.
-    function _liveUnit(uint256 jobId, uint16 slotId, uint32 index) internal view returns (bytes32) {
+    function _liveUnit(uint256 jobId, uint16 slotId, uint32 index) internal view returns (bytes16) {
         if (index >= _slots[jobId][slotId].unitsDone) return 0;
-        return _units[jobId][slotId][index];
+        bytes32 pair = _units[jobId][slotId][index / 2];
+        return bytes16(index % 2 == 0 ? pair : pair << 128);
+    }
+
+    /// @dev How many of the `places` leading places hold a revealed bid.
+    function _revealedWinners(uint256 jobId, uint16 places) internal view returns (uint16 count) {
+        while (count < places && _winners[jobId][count].price != NO_BID) ++count;
     }
 
     function _job(uint256 jobId) internal view returns (Job storage j) {

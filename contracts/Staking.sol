@@ -35,7 +35,8 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
                                 STORAGE
     //////////////////////////////////////////////////////////////*/
 
-    Tier[] private _tiers;
+    mapping(uint8 id => Tier) private _tiers;
+    uint8 private _tierCount;
     mapping(address account => Account) private _accounts;
     mapping(address provider => Hardware) private _hardware;
 
@@ -71,13 +72,14 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     function registerProvider(uint8 tierId, Hardware calldata hw) external {
         Account storage a = _accounts[msg.sender];
         if (a.role != Role.None) revert AlreadyRegistered(msg.sender);
-        if (tierId >= _tiers.length) revert UnknownTier(tierId);
+        if (tierId >= _tierCount) revert UnknownTier(tierId);
         Tier storage t = _tiers[tierId];
         if (hw.gpus < t.minGpus || hw.gpuMemoryGb < t.minGpuMemoryGb || hw.networkGbps < t.minNetworkGbps) {
             revert HardwareBelowTier(tierId);
         }
         a.role = Role.Provider;
         a.tier = tierId;
+        a.gpus = hw.gpus;
         _hardware[msg.sender] = hw;
         emit ProviderRegistered(msg.sender, tierId, hw.gpuModel, hw.gpus, hw.endpoint, hw.attestation);
     }
@@ -194,10 +196,10 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
 
     /// @inheritdoc IStaking
     function setTier(uint8 id, Tier calldata t) external onlyRole(GOVERNOR_ROLE) {
-        if (id > _tiers.length) revert UnknownTier(id);
+        if (id > _tierCount) revert UnknownTier(id);
         if (t.uptimeSlaBps > BPS) revert BpsTooHigh(t.uptimeSlaBps, BPS);
-        if (id == _tiers.length) _tiers.push(t);
-        else _tiers[id] = t;
+        if (id == _tierCount) ++_tierCount;
+        _tiers[id] = t;
         emit TierSet(id, t.name, t.minStake);
     }
 
@@ -215,13 +217,13 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
 
     /// @inheritdoc IStaking
     function tier(uint8 id) external view returns (Tier memory) {
-        if (id >= _tiers.length) revert UnknownTier(id);
+        if (id >= _tierCount) revert UnknownTier(id);
         return _tiers[id];
     }
 
     /// @inheritdoc IStaking
     function tierCount() external view returns (uint256) {
-        return _tiers.length;
+        return _tierCount;
     }
 
     /// @inheritdoc IStaking
@@ -241,9 +243,19 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IStaking
-    function isActiveProvider(address provider, uint8 tierId) external view returns (bool) {
+    function isActiveProvider(address provider, uint8 tierId) public view returns (bool) {
         Account storage a = _accounts[provider];
         return a.role == Role.Provider && a.admitted && a.tier == tierId && a.staked >= _tiers[tierId].minStake;
+    }
+
+    /// @inheritdoc IStaking
+    function providerStanding(address provider, uint8 tierId)
+        external
+        view
+        returns (bool active, uint256 free, uint32 gpus)
+    {
+        Account storage a = _accounts[provider];
+        return (isActiveProvider(provider, tierId), a.staked - a.locked, a.gpus);
     }
 
     /// @inheritdoc IStaking

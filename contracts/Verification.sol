@@ -7,6 +7,7 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 import {IJobMarket} from "./interfaces/IJobMarket.sol";
 import {IStaking} from "./interfaces/IStaking.sol";
 import {IVerification} from "./interfaces/IVerification.sol";
+import {unitCommitment} from "./libraries/UnitCommitment.sol";
 
 /// @title Verification
 /// @notice Sampling, verifier results and disputes. Every open dispute or complaint is counted in
@@ -34,9 +35,6 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     uint256 public falseReportSlash;
 
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Result))) private _results;
-    /// @dev The unit each result is about: after a rollback the slot's next provider commits a new
-    /// unit at the same index, and that unit needs a result of its own.
-    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => bytes32 unitHash))) private _resultUnits;
     mapping(uint256 jobId => mapping(address provider => Complaint)) private _complaints;
     /// @inheritdoc IVerification
     mapping(uint256 jobId => uint256) public openDisputes;
@@ -84,17 +82,17 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
         if (!_sampled(jobId, slot, index, unit.blockNumber)) revert NotSampled(jobId, slot, index);
         Result storage r = _results[jobId][slot][index];
-        bytes32 unitHash = keccak256(abi.encode(unit));
         if (r.verdict != Verdict.None) {
-            // A result about a unit voided by a rollback gives way to the unit that replaced it,
-            // unless it is an open dispute: that must still close, by expiry, for the job to settle.
-            if (r.verdict == Verdict.Disputed || _resultUnits[jobId][slot][index] == unitHash) {
+            // A result about a unit voided by a rollback gives way to the unit that replaced it (a
+            // later commitment, so a later block), unless it is an open dispute: that must still
+            // close, by expiry, for the job to settle.
+            if (r.verdict == Verdict.Disputed || r.unitBlock == unit.blockNumber) {
                 revert AlreadyVerified(jobId, slot, index);
             }
             delete _results[jobId][slot][index];
         }
 
-        _resultUnits[jobId][slot][index] = unitHash;
+        r.unitBlock = uint40(unit.blockNumber);
         r.first = msg.sender;
         emit ResultPosted(jobId, slot, index, msg.sender, pass, evidenceCid);
         if (pass) {
@@ -254,7 +252,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     }
 
     function _checkUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) internal view {
-        if (market.unitHash(jobId, slot, index) != keccak256(abi.encode(unit))) revert UnitMismatch();
+        if (market.unitHash(jobId, slot, index) != unitCommitment(unit)) revert UnitMismatch();
     }
 
     function _count(uint256 jobId, address verifier) internal {

@@ -3,7 +3,8 @@ transaction receipts on Anvil, next to the targets.
 
 Two identical jobs run back to back: the first on a fresh deployment pays for first-ever storage
 (the treasury's first balance, each account's first `owed`), the second shows the steady state.
-The whole-job figure counts every transaction the job needs, verifications included.
+The whole-job figure counts every transaction of the job; the randomly sampled verifications
+are reported apart.
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ def figures(gas: dict[str, list[int]]) -> dict[str, int]:
     bids = len(gas["commitBid"])
     return {
         "commit_reveal_gas": round(statistics.mean(gas["commitBid"]) + max(gas["revealBid"])),
-        "checkpoint_gas": round(statistics.median(gas["commitCheckpoint"])),
+        # Two unit commitments share a storage slot: even units open it, odd ones fill it.
+        "checkpoint_gas": round(statistics.mean(gas["commitCheckpoint"])),
+        "checkpoint_max_gas": max(gas["commitCheckpoint"]),
         "settle_gas": gas["settle"][0],
-        "whole_job_gas": sum(sum(v) for v in gas.values()),
+        # Everything the job itself needs; verifications are sampled at random, so they are
+        # counted apart (a job at 10% sampling expects one).
+        "whole_job_gas": sum(sum(v) for step, v in gas.items() if step != "postResult"),
         "bidders": bids,
-        "verifications": len(gas.get("postResult", [])),
     }
 
 
@@ -61,6 +65,7 @@ def main() -> None:
     console.print(steps)
 
     first, steady = figures(runs[0].gas), figures(runs[1].gas)
+    posts = runs[0].gas.get("postResult", []) + runs[1].gas.get("postResult", [])
     summary = Table(title="Against the targets")
     for column in ("figure", "first job", "steady state", "target", "steady / target"):
         summary.add_column(column, justify="right" if column != "figure" else "left")
@@ -69,8 +74,11 @@ def main() -> None:
         mark = "[green]met[/]" if ratio <= 1 else "[red]over[/]"
         summary.add_row(name, f"{first[name]:,}", f"{steady[name]:,}", f"{target:,}", f"{ratio:.2f} {mark}")
     console.print(summary)
-    console.print(f"{steady['bidders']} bidders, 1 winner, {SCENARIO.units} checkpoints, "
-                  f"{steady['verifications']} sampled verification(s) at {SCENARIO.sample_rate_bps} bps")
+    console.print(f"checkpoint_gas is the mean over the job's checkpoints; the costliest was "
+                  f"{steady['checkpoint_max_gas']:,} (the one that completes the job)")
+    console.print(f"{steady['bidders']} bidders, 1 winner, {SCENARIO.units} checkpoints; "
+                  f"{len(posts)} sampled verification(s) over both jobs at {SCENARIO.sample_rate_bps} bps"
+                  + (f", {round(statistics.mean(posts)):,} gas each" if posts else ""))
 
     result = {
         "bench": "gas",
@@ -79,7 +87,8 @@ def main() -> None:
             **{f"first_job_{name}": first[name] for name in TARGETS},
             **{f"{name.removesuffix('_gas')}_target_ratio": round(steady[name] / t, 3)
                for name, t in TARGETS.items()},
-            "verifications": steady["verifications"],
+            "checkpoint_max_gas": steady["checkpoint_max_gas"],
+            "post_result_gas": round(statistics.mean(posts)) if posts else None,
         },
         "targets": {name: f"<= {t}" for name, t in TARGETS.items()},
     }

@@ -38,14 +38,14 @@ interface IJobMarket {
         uint128 budget; // ZEN wei escrowed
     }
 
-    /// @notice A job as stored. The first slot is what every bid, reveal and checkpoint reads.
+    /// @notice A job as stored. The first slot is what every bid, reveal and checkpoint reads. The
+    /// spec CID is in the `JobCreated` event only: nothing on-chain reads it.
     struct Job {
         uint8 tier;
         uint16 nodes;
         uint16 openSlots; // slots waiting for an auction winner
         JobStatus status;
         uint16 round;
-        uint16 winnerCount; // winners revealed so far this round
         uint32 unitsPerNode;
         uint32 checkpointInterval;
         uint16 doneSlots;
@@ -59,7 +59,6 @@ interface IJobMarket {
         uint128 collateral; // per slot
         uint128 budget;
         uint128 verifierFeeEach; // set at settlement
-        string specCid;
     }
 
     /// @notice One of a job's data-parallel positions and whoever fills it now.
@@ -77,9 +76,9 @@ interface IJobMarket {
     /// `remaining` stands in for `endRemaining` while the tenure is active).
     struct Participant {
         uint128 startRemaining;
-        uint128 endRemaining;
         uint16 slot;
         ParticipantState state;
+        uint128 endRemaining; // written only when the tenure ends
     }
 
     /// @notice A winning (or sentinel) bid.
@@ -102,9 +101,10 @@ interface IJobMarket {
 
     /// @notice Thrown when a job id has no job.
     error UnknownJob(uint256 jobId);
-    /// @notice Thrown when a job request is malformed (zero nodes, units, budget or price, or a bad tier).
+    /// @notice Thrown when a job request is malformed (zero or too many nodes, zero units, price or
+    /// checkpoint interval, a sample rate above 100%, no spec CID, or an unknown tier).
     error InvalidJobRequest();
-    /// @notice Thrown when the budget cannot fund a collateral-bearing slot.
+    /// @notice Thrown when the budget leaves a slot nothing to pay for (less than one wei per slot).
     error BudgetTooLow(uint256 budget, uint256 minimum);
     /// @notice Thrown when an action does not fit the job's status.
     error WrongJobStatus(uint256 jobId, JobStatus status);
@@ -168,9 +168,9 @@ interface IJobMarket {
     /// @notice Emitted when an auction round opens.
     event AuctionOpened(uint256 indexed jobId, uint16 round, uint16 slots, uint40 bidDeadline, uint40 revealDeadline);
     /// @notice Emitted when a sealed bid is committed.
-    event BidCommitted(uint256 indexed jobId, uint16 round, address indexed provider, bytes32 commitment);
+    event BidCommitted(uint256 indexed jobId, address indexed provider, bytes32 commitment);
     /// @notice Emitted when a bid is revealed.
-    event BidRevealed(uint256 indexed jobId, uint16 round, address indexed provider, uint96 price);
+    event BidRevealed(uint256 indexed jobId, address indexed provider, uint96 price);
     /// @notice Emitted when an auction round fills its slots at a uniform clearing price.
     event AuctionCleared(uint256 indexed jobId, uint16 round, uint96 clearingPrice, uint16 winners);
     /// @notice Emitted when a round ends with too few valid bids; a new round opens.
@@ -181,7 +181,7 @@ interface IJobMarket {
     event CheckpointCommitted(
         uint256 indexed jobId,
         uint16 indexed slot,
-        uint32 indexed index,
+        uint32 index,
         address provider,
         string cid,
         bytes32 stateHash,
@@ -285,8 +285,9 @@ interface IJobMarket {
     /// @notice Every provider that has held a slot in job `jobId`.
     function participants(uint256 jobId) external view returns (address[] memory);
 
-    /// @notice The hash committed for unit `index` of `slot`, zero if none or voided by a rollback.
-    function unitHash(uint256 jobId, uint16 slot, uint32 index) external view returns (bytes32);
+    /// @notice The commitment (`unitCommitment` of its record) of unit `index` of `slot`, zero if
+    /// none or voided by a rollback.
+    function unitHash(uint256 jobId, uint16 slot, uint32 index) external view returns (bytes16);
 
     /// @notice The current round's sealed bid of `provider`, zero if none or revealed.
     function bidCommitment(uint256 jobId, address provider) external view returns (bytes32);

@@ -45,6 +45,7 @@ interface IStaking {
         Role role;
         uint8 tier;
         bool admitted; // a verifier attested the provider's benchmark
+        uint32 gpus; // declared GPU count, here so the market reads it with the role
         uint64 unbondingEnds;
         uint256 staked; // includes `locked`
         uint256 locked; // collateral committed to running jobs
@@ -193,6 +194,13 @@ interface IStaking {
 
     /// @notice Whether `provider` is admitted in `tier` and staked at least the tier minimum.
     function isActiveProvider(address provider, uint8 tier) external view returns (bool);
+
+    /// @notice What the market needs to know of a bidder, in one call: whether it is an active
+    /// provider of `tier`, its free stake, and its GPU count.
+    function providerStanding(address provider, uint8 tier)
+        external
+        view
+        returns (bool active, uint256 free, uint32 gpus);
 
     /// @notice Whether `verifier` is registered and staked at least the verifier minimum.
     function isActiveVerifier(address verifier) external view returns (bool);

@@ -24,6 +24,7 @@ interface IVerification {
         Verdict verdict;
         uint40 disputedAt;
         address first;
+        uint40 unitBlock; // block the unit was committed in: a unit redone after a rollback is a new one
         address second;
     }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass
 from enum import IntEnum
@@ -13,6 +14,7 @@ from web3.logs import DISCARD
 from web3.types import TxReceipt
 
 from marketplace.chain.deploy import Deployment
+from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call, send
 
 
@@ -126,11 +128,12 @@ class Ledger:
         return self.send(self.staking.functions.attestBenchmark(provider, result_hash, score), verifier)
 
     def staking_account(self, address: str) -> dict:
-        role, tier, admitted, unbonding_ends, staked, locked, unbonding = (
+        role, tier, admitted, gpus, unbonding_ends, staked, locked, unbonding = (
             self.staking.functions.account(address).call()
         )
-        return {"role": role, "tier": tier, "admitted": admitted, "unbonding_ends": unbonding_ends,
-                "staked": staked, "locked": locked, "unbonding": unbonding}
+        return {"role": role, "tier": tier, "admitted": admitted, "gpus": gpus,
+                "unbonding_ends": unbonding_ends, "staked": staked, "locked": locked,
+                "unbonding": unbonding}
 
     # --- jobs and auctions ---------------------------------------------------------------
 
@@ -154,9 +157,19 @@ class Ledger:
         return self.send(self.market.functions.closeAuction(job_id), account)
 
     def job(self, job_id: int) -> dict:
+        """The job as stored, plus its spec CID (which only the JobCreated event carries)."""
         values = call(self.market.functions.job(job_id))
         names = [o["name"] for o in self._abi_outputs(self.market, "job")[0]["components"]]
-        return dict(zip(names, values))
+        return dict(zip(names, values)) | {"specCid": self.spec_cid(job_id)}
+
+    @functools.cache  # noqa: B019 - a ledger lives as long as its process; job specs never change
+    def spec_cid(self, job_id: int) -> str:
+        logs = self.market.events.JobCreated().get_logs(
+            from_block=self.deployment.deploy_block, argument_filters={"jobId": job_id}
+        )
+        if not logs:
+            raise ChainError(f"job {job_id} does not exist")
+        return logs[0]["args"]["specCid"]
 
     def slot(self, job_id: int, slot: int) -> dict:
         values = call(self.market.functions.slot(job_id, slot))

@@ -61,7 +61,7 @@ class Outcome:
 
 def cid_of_bytes(data: bytes) -> str:
     """The CIDv0 `ipfs add --only-hash` gives for `data`."""
-    importer = FileImporter(CID.of)
+    importer = FileImporter(CID.of_parts)
     importer.write(data)
     return str(importer.finish().cid)
 

@@ -6,6 +6,7 @@ import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol"
 import {IJobMarket} from "../../contracts/interfaces/IJobMarket.sol";
 import {IStaking} from "../../contracts/interfaces/IStaking.sol";
 import {IVerification} from "../../contracts/interfaces/IVerification.sol";
+import {unitCommitment} from "../../contracts/libraries/UnitCommitment.sol";
 import {BaseTest} from "./Base.t.sol";
 
 contract JobMarketTest is BaseTest {
@@ -67,7 +68,6 @@ contract JobMarketTest is BaseTest {
         assertEq(j.feeBps, 500);
         assertEq(j.openSlots, 1);
         assertEq(j.round, 1);
-        assertEq(j.specCid, SPEC_CID);
         assertEq(market.sampleRateBps(jobId), BPS);
         assertEq(market.slot(jobId, 0).remaining, BUDGET);
     }
@@ -135,7 +135,7 @@ contract JobMarketTest is BaseTest {
         bytes32 commitment = market.bidCommitmentOf(PRICE, _salt(provider1), provider1, jobId);
         assertEq(commitment, keccak256(abi.encode(PRICE, _salt(provider1), provider1, jobId)));
         vm.expectEmit(address(market));
-        emit IJobMarket.BidCommitted(jobId, 1, provider1, commitment);
+        emit IJobMarket.BidCommitted(jobId, provider1, commitment);
         vm.prank(provider1);
         market.commitBid(jobId, commitment);
         assertEq(market.bidCommitment(jobId, provider1), commitment);
@@ -196,7 +196,7 @@ contract JobMarketTest is BaseTest {
         _commitBid(jobId, provider3, 40e18);
         _toRevealWindow(jobId);
         vm.expectEmit(address(market));
-        emit IJobMarket.BidRevealed(jobId, 1, provider1, 50e18);
+        emit IJobMarket.BidRevealed(jobId, provider1, 50e18);
         _revealBid(jobId, provider1, 50e18);
         _revealBid(jobId, provider2, 30e18);
         _revealBid(jobId, provider3, 40e18);
@@ -308,7 +308,7 @@ contract JobMarketTest is BaseTest {
 
         IJobMarket.Job memory j = market.job(jobId);
         assertEq(j.round, 2);
-        assertEq(j.winnerCount, 0);
+        assertEq(market.leadingBids(jobId).length, 0);
         assertEq(j.bidDeadline, block.timestamp + 10 minutes);
         assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Open));
     }
@@ -350,7 +350,7 @@ contract JobMarketTest is BaseTest {
         assertEq(unit.provider, provider1);
         assertEq(unit.amount, UNIT_PAY);
         assertEq(unit.remainingBefore, BUDGET);
-        assertEq(market.unitHash(jobId, 0, 0), keccak256(abi.encode(unit)));
+        assertEq(market.unitHash(jobId, 0, 0), unitCommitment(unit));
         IJobMarket.Slot memory s = market.slot(jobId, 0);
         assertEq(s.remaining, BUDGET - UNIT_PAY);
         assertEq(s.unitsDone, 1);

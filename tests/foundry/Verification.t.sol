@@ -170,8 +170,8 @@ contract VerificationTest is BaseTest {
         assertEq(s.provider, address(0));
         assertEq(s.unitsDone, 1);
         assertEq(s.remaining, units[1].remainingBefore);
-        assertEq(market.unitHash(jobId, 0, 1), 0, "units from the failed one on are void");
-        assertEq(market.unitHash(jobId, 0, 2), 0);
+        assertEq(market.unitHash(jobId, 0, 1), bytes16(0), "units from the failed one on are void");
+        assertEq(market.unitHash(jobId, 0, 2), bytes16(0));
         assertEq(market.earned(jobId, provider1), UNIT_PAY);
         assertEq(market.job(jobId).openSlots, 1, "re-auctioned from the last good checkpoint");
     }

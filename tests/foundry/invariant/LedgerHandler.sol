@@ -12,6 +12,7 @@ import {ZenToken} from "../../../contracts/ZenToken.sol";
 import {IJobMarket} from "../../../contracts/interfaces/IJobMarket.sol";
 import {IStaking} from "../../../contracts/interfaces/IStaking.sol";
 import {IVerification} from "../../../contracts/interfaces/IVerification.sol";
+import {unitCommitment} from "../../../contracts/libraries/UnitCommitment.sol";
 import {LedgerRecords} from "../utils/LedgerRecords.sol";
 
 /// @notice Drives whole job lifecycles through the ledger (escrow, auction, work, downtime,
@@ -458,7 +459,7 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
     }
 
     function _live(Record memory rec) internal view returns (bool) {
-        return market.unitHash(rec.jobId, rec.slot, rec.index) == keccak256(abi.encode(rec.unit));
+        return market.unitHash(rec.jobId, rec.slot, rec.index) == unitCommitment(rec.unit);
     }
 
     function _openDispute(uint256 seed) internal view returns (uint256 i, IVerification.Result memory r) {

@@ -16,8 +16,8 @@ library LedgerRecords {
     function unitFromLogs(Vm.Log[] memory logs) internal view returns (IJobMarket.Unit memory) {
         for (uint256 i; i < logs.length; ++i) {
             if (logs[i].topics[0] != IJobMarket.CheckpointCommitted.selector) continue;
-            (address provider, string memory cid, bytes32 stateHash,, uint128 amount, uint128 remainingBefore) =
-                abi.decode(logs[i].data, (address, string, bytes32, uint32, uint128, uint128));
+            (, address provider, string memory cid, bytes32 stateHash,, uint128 amount, uint128 remainingBefore) =
+                abi.decode(logs[i].data, (uint32, address, string, bytes32, uint32, uint128, uint128));
             return IJobMarket.Unit({
                 provider: provider,
                 committedAt: uint64(block.timestamp),
