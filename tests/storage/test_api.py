@@ -32,8 +32,10 @@ def test_version_is_kubo_shaped(client):
     assert tuple(map(int, info["Version"].split("-")[0].split("."))) >= (0, 8)
 
 
-def test_id_is_stable_across_calls(client):
-    assert client.id()["ID"] == client.id()["ID"].strip() != ""
+def test_id_looks_like_a_libp2p_ed25519_peer_id_and_is_stable(client):
+    peer_id = client.id()["ID"]
+    assert peer_id.startswith("12D3KooW")
+    assert client.id()["ID"] == peer_id
 
 
 def test_add_and_cat_hello(client):

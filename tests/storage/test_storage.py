@@ -112,7 +112,7 @@ def test_reads_fall_back_when_the_primary_is_down(three_nodes):
         assert storage.cat(cid) == data
         with pytest.raises(ReplicationError) as failed:
             storage.pin(cid, replicas=3)
-        assert failed.value.holders == [b.multiaddr, c.multiaddr][:len(failed.value.holders)]
+        assert failed.value.holders == [b.multiaddr, c.multiaddr]
 
 
 def test_reads_fall_back_past_a_node_with_corrupt_blocks(three_nodes):
@@ -159,7 +159,7 @@ def test_asking_for_more_replicas_than_known_nodes(shared_node):
         assert storage.pin(cid, replicas=1) == [shared_node.multiaddr]
 
 
-def test_unreachable_nodes(tmp_path):
+def test_unreachable_nodes():
     with Storage("/ip4/127.0.0.1/tcp/9/http") as storage:
         with pytest.raises(NodeUnavailable):
             storage.cat("QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN")
