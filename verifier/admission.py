@@ -22,7 +22,9 @@ def report_cid(attestation: bytes) -> str:
     return str(CID(0, DAG_PB, SHA2_256 + bytes(attestation)))
 
 
-def admit(ledger: Ledger, verifier: LocalAccount, storage: Storage, provider: str, attestation: bytes) -> bool:
+def admit(
+    ledger: Ledger, verifier: LocalAccount, storage: Storage, provider: str, attestation: bytes
+) -> bool:
     """Attest `provider`'s benchmark if its report checks out; True if it is admitted now.
 
     A report that cannot be fetched or fails the check is logged and not attested: admission
@@ -40,5 +42,11 @@ def admit(ledger: Ledger, verifier: LocalAccount, storage: Storage, provider: st
         log.warning("provider %s not admitted: benchmark report %s: %s", provider, cid, exc)
         return False
     ledger.attest_benchmark(verifier, provider, bytes(attestation), int(report.gflops))
-    log.info("provider %s admitted: %s GFLOP/s on %s (report %s)", provider, report.gflops, report.device, cid)
+    log.info(
+        "provider %s admitted: %s GFLOP/s on %s (report %s)",
+        provider,
+        report.gflops,
+        report.device,
+        cid,
+    )
     return True

@@ -32,8 +32,15 @@ log = logging.getLogger(__name__)
 ZERO_ADDRESS = "0x" + "00" * 20
 # Reverts that mean the work is moot (someone was first, the window closed, a rollback voided the
 # unit): the work is dropped, not retried.
-MOOT = {"AlreadyVerified", "VerificationWindowClosed", "UnitMismatch", "NotSampled", "NoOpenDispute",
-        "DisputeWindow", "ConflictOfInterest"}
+MOOT = {
+    "AlreadyVerified",
+    "VerificationWindowClosed",
+    "UnitMismatch",
+    "NotSampled",
+    "NoOpenDispute",
+    "DisputeWindow",
+    "ConflictOfInterest",
+}
 # Reverts of reportDowntime that mean there is nothing (more) to report.
 NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone"}
 
@@ -41,8 +48,17 @@ NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone"}
 class VerifierDaemon:
     """Watches market, staking and verification events as one verifier account."""
 
-    def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, storage: Storage,
-                 celery: Celery, *, confirmations: int = 0, downtime_every: float = 10.0):
+    def __init__(
+        self,
+        ledger: Ledger,
+        account: LocalAccount,
+        journal: Journal,
+        storage: Storage,
+        celery: Celery,
+        *,
+        confirmations: int = 0,
+        downtime_every: float = 10.0,
+    ):
         self.ledger = ledger
         self.account = account
         self.journal = journal
@@ -116,10 +132,16 @@ class VerifierDaemon:
         args = event["args"]
         if args["challenger"] == self.address:
             return
-        found = self.journal.latest_unit(args["jobId"], args["slot"], args["index"], event["blockNumber"])
+        found = self.journal.latest_unit(
+            args["jobId"], args["slot"], args["index"], event["blockNumber"]
+        )
         if found is None:
-            log.warning("dispute on job %d slot %d unit %d, committed before this journal began",
-                        args["jobId"], args["slot"], args["index"])
+            log.warning(
+                "dispute on job %d slot %d unit %d, committed before this journal began",
+                args["jobId"],
+                args["slot"],
+                args["index"],
+            )
             return
         self.journal.add_work(j.DISPUTE, *found)
 
@@ -153,14 +175,22 @@ class VerifierDaemon:
                     continue
             inputs = self._inputs(unit)
             if inputs is None:
-                log.warning("job %d was created before this journal began: its units are not checked",
-                            unit.job_id)
+                log.warning(
+                    "job %d was created before this journal began: its units are not checked",
+                    unit.job_id,
+                )
                 self.journal.update(work, j.SKIPPED, note="job spec unknown")
                 continue
             task = verify_unit.apply_async(args=[inputs.to_json()])
             self.journal.update(work, j.QUEUED, task_id=task.id)
-            log.info("queued %s of job %d slot %d unit %d as task %s", work.kind, unit.job_id,
-                     unit.slot, unit.index, task.id)
+            log.info(
+                "queued %s of job %d slot %d unit %d as task %s",
+                work.kind,
+                unit.job_id,
+                unit.slot,
+                unit.index,
+                task.id,
+            )
 
     def _inputs(self, unit: CommittedUnit) -> UnitInputs | None:
         spec_cid = self.journal.spec_cid(unit.job_id)
@@ -168,10 +198,17 @@ class VerifierDaemon:
             return None
         previous = None
         if unit.index > 0:
-            previous = self.journal.latest_unit(unit.job_id, unit.slot, unit.index - 1, unit.block_number)
+            previous = self.journal.latest_unit(
+                unit.job_id, unit.slot, unit.index - 1, unit.block_number
+            )
         return UnitInputs(
-            job_id=unit.job_id, slot=unit.slot, index=unit.index, provider=unit.provider,
-            spec_cid=spec_cid, cid=unit.cid, state_hash=unit.state_hash.hex(),
+            job_id=unit.job_id,
+            slot=unit.slot,
+            index=unit.index,
+            provider=unit.provider,
+            spec_cid=spec_cid,
+            cid=unit.cid,
+            state_hash=unit.state_hash.hex(),
             previous_cid=previous[0].cid if previous else None,
             previous_state_hash=previous[0].state_hash.hex() if previous else None,
         )
@@ -183,15 +220,22 @@ class VerifierDaemon:
             if not task.ready():
                 continue
             if task.failed():
-                log.error("task %s for job %d unit %d failed: %r", work.task_id, work.unit.job_id,
-                          work.unit.index, task.result)
+                log.error(
+                    "task %s for job %d unit %d failed: %r",
+                    work.task_id,
+                    work.unit.job_id,
+                    work.unit.index,
+                    task.result,
+                )
                 self.journal.update(work, j.DROPPED, note=f"task failed: {task.result!r}")
                 continue
             verdict = task.result
             if verdict["pass"] is None:
                 self.journal.update(work, j.DROPPED, note=verdict["reason"])
                 continue
-            self.journal.update(work, j.READY, passed=verdict["pass"], evidence_cid=verdict["evidence_cid"])
+            self.journal.update(
+                work, j.READY, passed=verdict["pass"], evidence_cid=verdict["evidence_cid"]
+            )
 
     def post(self) -> None:
         """Send each verdict in hand; POSTING marks a send a crash may have interrupted."""
@@ -207,8 +251,15 @@ class VerifierDaemon:
                 self.journal.update(work, state, note=str(exc))
                 continue
             self.journal.update(work, j.POSTED)
-            log.info("posted %s of job %d slot %d unit %d: %s, evidence %s", work.kind, work.unit.job_id,
-                     work.unit.slot, work.unit.index, "pass" if work.passed else "FAIL", work.evidence_cid)
+            log.info(
+                "posted %s of job %d slot %d unit %d: %s, evidence %s",
+                work.kind,
+                work.unit.job_id,
+                work.unit.slot,
+                work.unit.index,
+                "pass" if work.passed else "FAIL",
+                work.evidence_cid,
+            )
 
     def _posted_before(self, work: Work) -> bool:
         """Whether the chain already holds this daemon's answer (a send a restart interrupted)."""
@@ -224,11 +275,17 @@ class VerifierDaemon:
         for job_id, slot_id in self.journal.held_slots():
             job = self.ledger.job(job_id)
             slot = self.ledger.slot(job_id, slot_id)
-            if (job["status"] != JobStatus.RUNNING or slot["provider"] == ZERO_ADDRESS or slot["done"]
-                    or now <= slot["lastCheckpointAt"] + job["checkpointInterval"]):
+            if (
+                job["status"] != JobStatus.RUNNING
+                or slot["provider"] == ZERO_ADDRESS
+                or slot["done"]
+                or now <= slot["lastCheckpointAt"] + job["checkpointInterval"]
+            ):
                 continue
             try:
-                self.ledger.send(self.ledger.market.functions.reportDowntime(job_id, slot_id), self.account)
+                self.ledger.send(
+                    self.ledger.market.functions.reportDowntime(job_id, slot_id), self.account
+                )
             except ContractRevert as exc:
                 if exc.name not in NOT_OVERDUE:
                     raise

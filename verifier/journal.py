@@ -1,4 +1,4 @@
-"""The daemon's SQLite journal: units seen, work enqueued and posted, and where the chain was read to.
+"""The daemon's SQLite journal: units seen, work queued and posted, and how far the chain was read.
 
 Everything the daemon learns from one poll is written in one transaction together with the
 block the next poll starts from, so a restart neither replays nor skips an event; every piece
@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS work (
     PRIMARY KEY (kind, job, slot, idx, block, log_index)
 );
 CREATE TABLE IF NOT EXISTS jobs (job INTEGER PRIMARY KEY, spec_cid TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS slots (job INTEGER, slot INTEGER, provider TEXT, PRIMARY KEY (job, slot));
+CREATE TABLE IF NOT EXISTS slots (
+    job INTEGER, slot INTEGER, provider TEXT, PRIMARY KEY (job, slot)
+);
 """
 
 # Work kinds: a sampled unit's first result, or the second opinion on someone else's failure.
@@ -95,20 +97,34 @@ class Journal:
     def add_unit(self, unit: CommittedUnit, log_index: int) -> None:
         self.db.execute(
             "INSERT OR IGNORE INTO units VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (unit.job_id, unit.slot, unit.index, unit.block_number, log_index, unit.provider,
-             unit.cid, unit.state_hash, unit.gpu_seconds, str(unit.amount),
-             str(unit.remaining_before), unit.committed_at),
+            (
+                unit.job_id,
+                unit.slot,
+                unit.index,
+                unit.block_number,
+                log_index,
+                unit.provider,
+                unit.cid,
+                unit.state_hash,
+                unit.gpu_seconds,
+                str(unit.amount),
+                str(unit.remaining_before),
+                unit.committed_at,
+            ),
         )
 
-    def latest_unit(self, job: int, slot: int, index: int, at_block: int) -> tuple[CommittedUnit, int] | None:
-        """The last commitment of unit `index` of the slot in or before `at_block`, and its log index.
+    def latest_unit(
+        self, job: int, slot: int, index: int, at_block: int
+    ) -> tuple[CommittedUnit, int] | None:
+        """The last commitment of unit `index` of the slot up to `at_block`, and its log index.
 
         After a rollback a slot's index is committed again; what counts for a later unit or a
         dispute is the commitment that was live at that block.
         """
         row = self.db.execute(
             "SELECT * FROM units WHERE job = ? AND slot = ? AND idx = ? AND block <= ? "
-            "ORDER BY block DESC, log_index DESC LIMIT 1", (job, slot, index, at_block),
+            "ORDER BY block DESC, log_index DESC LIMIT 1",
+            (job, slot, index, at_block),
         ).fetchone()
         return (_unit(row), row[4]) if row else None
 
@@ -124,28 +140,61 @@ class Journal:
     def work(self, *states: str) -> list[Work]:
         marks = ",".join("?" * len(states))
         rows = self.db.execute(
-            "SELECT w.kind, w.state, w.task_id, w.passed, w.evidence_cid, u.* FROM work w JOIN units u "
+            "SELECT w.kind, w.state, w.task_id, w.passed, w.evidence_cid, u.* "
+            "FROM work w JOIN units u "
             "USING (job, slot, idx, block, log_index) "
-            f"WHERE w.state IN ({marks}) ORDER BY u.block, u.log_index", states,
+            f"WHERE w.state IN ({marks}) ORDER BY u.block, u.log_index",
+            states,
         ).fetchall()
-        return [Work(kind=r[0], unit=_unit(r[5:]), log_index=r[9], state=r[1], task_id=r[2],
-                     passed=None if r[3] is None else bool(r[3]), evidence_cid=r[4]) for r in rows]
+        return [
+            Work(
+                kind=r[0],
+                unit=_unit(r[5:]),
+                log_index=r[9],
+                state=r[1],
+                task_id=r[2],
+                passed=None if r[3] is None else bool(r[3]),
+                evidence_cid=r[4],
+            )
+            for r in rows
+        ]
 
-    def update(self, work: Work, state: str, *, task_id: str | None = None, passed: bool | None = None,
-               evidence_cid: str | None = None, note: str | None = None) -> None:
+    def update(
+        self,
+        work: Work,
+        state: str,
+        *,
+        task_id: str | None = None,
+        passed: bool | None = None,
+        evidence_cid: str | None = None,
+        note: str | None = None,
+    ) -> None:
         u = work.unit
         self.db.execute(
-            "UPDATE work SET state = ?, task_id = coalesce(?, task_id), passed = coalesce(?, passed), "
+            "UPDATE work SET state = ?, task_id = coalesce(?, task_id), "
+            "passed = coalesce(?, passed), "
             "evidence_cid = coalesce(?, evidence_cid), note = coalesce(?, note) "
             "WHERE kind = ? AND job = ? AND slot = ? AND idx = ? AND block = ? AND log_index = ?",
-            (state, task_id, passed, evidence_cid, note, work.kind, u.job_id, u.slot, u.index,
-             u.block_number, work.log_index),
+            (
+                state,
+                task_id,
+                passed,
+                evidence_cid,
+                note,
+                work.kind,
+                u.job_id,
+                u.slot,
+                u.index,
+                u.block_number,
+                work.log_index,
+            ),
         )
 
     def states(self) -> dict[tuple[str, int, int, int], str]:
         """(kind, job, slot, index) -> state of the latest work of each, for status and tests."""
         rows = self.db.execute(
-            "SELECT kind, job, slot, idx, state FROM work ORDER BY block, log_index").fetchall()
+            "SELECT kind, job, slot, idx, state FROM work ORDER BY block, log_index"
+        ).fetchall()
         return {tuple(r[:4]): r[4] for r in rows}
 
     # --- slots held, for downtime reports ------------------------------------------------
@@ -165,6 +214,16 @@ class Journal:
 
 def _unit(row) -> CommittedUnit:
     job, slot, idx, block, _, provider, cid, state_hash, gpu_seconds, amount, remaining, at = row
-    return CommittedUnit(job_id=job, slot=slot, index=idx, provider=provider, cid=cid,
-                         state_hash=bytes(state_hash), gpu_seconds=gpu_seconds, amount=int(amount),
-                         remaining_before=int(remaining), committed_at=at, block_number=block)
+    return CommittedUnit(
+        job_id=job,
+        slot=slot,
+        index=idx,
+        provider=provider,
+        cid=cid,
+        state_hash=bytes(state_hash),
+        gpu_seconds=gpu_seconds,
+        amount=int(amount),
+        remaining_before=int(remaining),
+        committed_at=at,
+        block_number=block,
+    )

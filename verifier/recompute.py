@@ -123,8 +123,11 @@ def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
         raise InputsUnavailable(f"job data: {exc}") from exc
     except (DataError, CheckpointError) as exc:
         return Verdict(None, f"the unit cannot be re-run: {exc}")
-    judged = dict(recomputed_state_hash=result.state_hash, metrics=result.metrics,
-                  environment=result.checkpoint.metadata["environment"])
+    judged = {
+        "recomputed_state_hash": result.state_hash,
+        "metrics": result.metrics,
+        "environment": result.checkpoint.metadata["environment"],
+    }
     if result.state_hash != inputs.state_hash:
         return Verdict(False, "recomputed state hash differs from the committed one", **judged)
 

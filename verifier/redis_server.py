@@ -1,4 +1,4 @@
-"""Run a redis-server on a unix socket in its own folder, for tests and the devnet; stop it by pid."""
+"""A redis-server on a unix socket in a folder of its own, for tests and devnets; stopped by pid."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import redis
 
@@ -50,8 +51,21 @@ class RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisUnavailable("redis-server not found: apt-get install -y redis-server")
-        return [binary, "--port", "0", "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-                "--save", "", "--appendonly", "no", "--dir", str(self.folder)]
+        return [
+            binary,
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket),
+            "--unixsocketperm",
+            "700",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.folder),
+        ]
 
     def start(self, timeout: float = 15.0) -> RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -84,7 +98,7 @@ class RedisServer:
                 self.process.wait()
         self.process = None
 
-    def __enter__(self) -> RedisServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

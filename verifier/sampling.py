@@ -47,6 +47,9 @@ def simulate_caught(rate_bps: int, faked_units: int, jobs: int, rng: random.Rand
     caught = 0
     for _ in range(jobs):
         job_id, slot = rng.randrange(1, 2**32), rng.randrange(8)
-        if any(is_sampled(rng.randbytes(32), job_id, slot, index, rate_bps) for index in range(faked_units)):
+        if any(
+            is_sampled(rng.randbytes(32), job_id, slot, index, rate_bps)
+            for index in range(faked_units)
+        ):
             caught += 1
     return caught

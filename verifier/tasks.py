@@ -32,16 +32,35 @@ def verify_unit(self, inputs: dict) -> dict:
             verdict = recompute(unit, storage)
         except InputsUnavailable as exc:
             if self.request.retries < self.max_retries:
-                log.warning("job %d slot %d unit %d: %s; retrying", unit.job_id, unit.slot, unit.index, exc)
+                log.warning(
+                    "job %d slot %d unit %d: %s; retrying", unit.job_id, unit.slot, unit.index, exc
+                )
                 raise self.retry(countdown=RETRY_DELAY_S) from exc
-            return {"pass": None, "evidence_cid": None, "reason": str(exc), "recomputed_state_hash": None}
+            return {
+                "pass": None,
+                "evidence_cid": None,
+                "reason": str(exc),
+                "recomputed_state_hash": None,
+            }
         evidence_cid = None
         if verdict.passed is not None:
-            evidence_cid = pin_evidence(storage, json.dumps(verdict.evidence(unit), sort_keys=True).encode())
-    log.info("job %d slot %d unit %d: %s (%s)", unit.job_id, unit.slot, unit.index,
-             {True: "pass", False: "FAIL", None: "no verdict"}[verdict.passed], verdict.reason)
-    return {"pass": verdict.passed, "evidence_cid": evidence_cid, "reason": verdict.reason,
-            "recomputed_state_hash": verdict.recomputed_state_hash}
+            evidence_cid = pin_evidence(
+                storage, json.dumps(verdict.evidence(unit), sort_keys=True).encode()
+            )
+    log.info(
+        "job %d slot %d unit %d: %s (%s)",
+        unit.job_id,
+        unit.slot,
+        unit.index,
+        {True: "pass", False: "FAIL", None: "no verdict"}[verdict.passed],
+        verdict.reason,
+    )
+    return {
+        "pass": verdict.passed,
+        "evidence_cid": evidence_cid,
+        "reason": verdict.reason,
+        "recomputed_state_hash": verdict.recomputed_state_hash,
+    }
 
 
 def pin_evidence(storage: Storage, document: bytes) -> str:

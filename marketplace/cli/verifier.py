@@ -40,7 +40,11 @@ def verifier() -> None:
 
 
 @verifier.command("register")
-@click.option("--endpoint", required=True, help="URL where this verifier can be reached, as published on-chain.")
+@click.option(
+    "--endpoint",
+    required=True,
+    help="URL where this verifier can be reached, as published on-chain.",
+)
 def register_command(endpoint: str) -> None:
     """Register the wallet's account as a verifier."""
     settings = Settings()
@@ -62,8 +66,13 @@ def stake_command(amount: str) -> None:
 
 
 @verifier.command("start")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="How much the daemon logs.")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    help="How much the daemon logs.",
+)
 def start_command(log_level: str) -> None:
     """Run the watcher daemon in the foreground until SIGTERM or Ctrl-C.
 
@@ -86,10 +95,19 @@ def start_command(log_level: str) -> None:
     journal = Journal(settings.home / "verifier.sqlite3")
     storage = Storage(settings.ipfs_api, settings.ipfs_replicas)
     try:
-        daemon = VerifierDaemon(ledger, account, journal, storage, configure(settings.redis_url),
-                                confirmations=settings.confirmations)
-        console.print(f"verifier ready: {account.address} watching {settings.rpc_url} "
-                      f"from block {daemon.cursor.next_block}", highlight=False)
+        daemon = VerifierDaemon(
+            ledger,
+            account,
+            journal,
+            storage,
+            configure(settings.redis_url),
+            confirmations=settings.confirmations,
+        )
+        console.print(
+            f"verifier ready: {account.address} watching {settings.rpc_url} "
+            f"from block {daemon.cursor.next_block}",
+            highlight=False,
+        )
         daemon.run(stop, settings.poll_interval)
     finally:
         storage.close()
@@ -98,10 +116,20 @@ def start_command(log_level: str) -> None:
 
 
 @verifier.command("worker")
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1),
-              help="Units re-run at once; each takes the threads its job spec fixes.")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]), help="How much the worker logs.")
+@click.option(
+    "--concurrency",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Units re-run at once; each takes the threads its job spec fixes.",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    help="How much the worker logs.",
+)
 def worker_command(concurrency: int, log_level: str) -> None:
     """Run a Celery worker that re-runs units queued by `verifier start` (broker: ZOO_REDIS_URL).
 
@@ -110,6 +138,18 @@ def worker_command(concurrency: int, log_level: str) -> None:
     from verifier.celery_app import QUEUE, configure
 
     app = configure(Settings().redis_url)
-    app.worker_main(["worker", "--concurrency", str(concurrency), "--loglevel", log_level,
-                     "--queues", QUEUE, "--without-gossip", "--without-mingle", "--hostname",
-                     "verifier@%h"])
+    app.worker_main(
+        [
+            "worker",
+            "--concurrency",
+            str(concurrency),
+            "--loglevel",
+            log_level,
+            "--queues",
+            QUEUE,
+            "--without-gossip",
+            "--without-mingle",
+            "--hostname",
+            "verifier@%h",
+        ]
+    )

@@ -1,4 +1,4 @@
-"""Real parts for the verifier tests: Anvil with the ledger, an IPFS node, Redis, a Celery worker."""
+"""Real parts for the verifier tests: Anvil and the ledger, an IPFS node, Redis, a Celery worker."""
 
 from __future__ import annotations
 
@@ -44,11 +44,13 @@ PARAMETERS = Parameters(verification_fee=ZEN // 10, false_report_slash=100 * ZEN
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning")
+        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning"
+    )
 
 
-def _wait(ready: Callable[[], bool], process: subprocess.Popen, log: Path, what: str,
-          timeout: float = 60) -> None:
+def _wait(
+    ready: Callable[[], bool], process: subprocess.Popen, log: Path, what: str, timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -69,6 +71,7 @@ def _stop(process: subprocess.Popen) -> None:
 
 # --- the services, one of each per session --------------------------------------------------
 
+
 @pytest.fixture(scope="session")
 def anvil() -> Iterator[Anvil]:
     with Anvil() as chain:
@@ -82,7 +85,9 @@ def w3(anvil) -> Web3:
 
 @pytest.fixture(scope="session")
 def deployment(w3, tmp_path_factory):
-    return deploy(w3, devnet_account(0), PARAMETERS, manifest=tmp_path_factory.mktemp("deploy") / "31337.json")
+    return deploy(
+        w3, devnet_account(0), PARAMETERS, manifest=tmp_path_factory.mktemp("deploy") / "31337.json"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -92,8 +97,20 @@ def ipfs_api(tmp_path_factory) -> Iterator[str]:
     log = repo.with_suffix(".log")
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo), "--host", "127.0.0.1",
-             "--port", "0"], stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "marketplace.ipfs",
+                "--repo",
+                str(repo),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     _wait((repo / "api").exists, process, log, "IPFS node")
     yield (repo / "api").read_text().strip() + "/http"
     _stop(process)
@@ -114,17 +131,25 @@ def celery(redis_url):
 def worker(redis_url, ipfs_api, tmp_path_factory) -> Iterator[subprocess.Popen]:
     """`zoo-compute verifier worker` as its own process, ready once Celery says so."""
     log = tmp_path_factory.mktemp("worker") / "worker.log"
-    env = os.environ | {"ZOO_REDIS_URL": redis_url, "ZOO_IPFS_API": ipfs_api, "ZOO_IPFS_REPLICAS": "[]"}
+    env = os.environ | {
+        "ZOO_REDIS_URL": redis_url,
+        "ZOO_IPFS_API": ipfs_api,
+        "ZOO_IPFS_REPLICAS": "[]",
+    }
     with open(log, "ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "marketplace.cli", "verifier", "worker", "--concurrency", "1"],
-            env=env, stdout=out, stderr=subprocess.STDOUT)
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     _wait(lambda: "ready." in log.read_text(errors="replace"), process, log, "Celery worker")
     yield process
     _stop(process)
 
 
 # --- per-test state -------------------------------------------------------------------------
+
 
 @pytest.fixture
 def ledger(w3, deployment) -> Iterator[Ledger]:
@@ -137,8 +162,12 @@ def ledger(w3, deployment) -> Iterator[Ledger]:
 @pytest.fixture
 def cast() -> Cast:
     accounts = [devnet_account(i) for i in range(1, 7)]
-    return Cast(governor=devnet_account(0), user=accounts[0], providers=tuple(accounts[1:4]),
-                verifiers=tuple(accounts[4:6]))
+    return Cast(
+        governor=devnet_account(0),
+        user=accounts[0],
+        providers=tuple(accounts[1:4]),
+        verifiers=tuple(accounts[4:6]),
+    )
 
 
 @pytest.fixture
@@ -191,6 +220,7 @@ def drive() -> Callable[..., None]:
 
 # --- a job with a scripted provider that really trains ---------------------------------------
 
+
 @dataclass
 class ScriptedProvider:
     """Trains units with the real engine, pins each checkpoint and commits it through the ledger."""
@@ -205,16 +235,27 @@ class ScriptedProvider:
 
     def train(self, index: int) -> Checkpoint:
         spec = self.spec
-        result = run_unit(spec, self.checkpoint, unit_shard(spec, self.slot), unit_steps(spec, index),
-                          device="cpu")
+        result = run_unit(
+            spec,
+            self.checkpoint,
+            unit_shard(spec, self.slot),
+            unit_steps(spec, index),
+            device="cpu",
+        )
         return result.checkpoint
 
     def commit(self, checkpoint: Checkpoint, state_hash: str | None = None) -> CommittedUnit:
         """Commit `checkpoint`, under its own state hash unless a (faked) one is given."""
         cid = self.storage.add_bytes(checkpoint.to_bytes())
         self.ledger.advance_time(GPU_SECONDS)
-        unit = self.ledger.commit_checkpoint(self.account, self.job_id, self.slot, GPU_SECONDS, cid,
-                                             bytes.fromhex(state_hash or checkpoint.state_hash()))
+        unit = self.ledger.commit_checkpoint(
+            self.account,
+            self.job_id,
+            self.slot,
+            GPU_SECONDS,
+            cid,
+            bytes.fromhex(state_hash or checkpoint.state_hash()),
+        )
         self.checkpoint = checkpoint
         return unit
 
@@ -229,8 +270,13 @@ def job(ledger, cast, storage, spec_cid) -> Callable[..., ScriptedProvider]:
     def create(sample_rate_bps: int) -> ScriptedProvider:
         onboard(ledger, cast, Scenario())
         request = JobRequest(
-            spec_cid=spec_cid, tier=COMMUNITY, nodes=1, units_per_node=UNITS,
-            checkpoint_interval=3_600, sample_rate_bps=sample_rate_bps, max_price=100 * ZEN,
+            spec_cid=spec_cid,
+            tier=COMMUNITY,
+            nodes=1,
+            units_per_node=UNITS,
+            checkpoint_interval=3_600,
+            sample_rate_bps=sample_rate_bps,
+            max_price=100 * ZEN,
             budget=5_000 * ZEN,
         )
         job_id = ledger.create_job(cast.user, request)

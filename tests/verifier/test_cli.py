@@ -29,9 +29,16 @@ def env(ledger, anvil, deployment, ipfs_api, redis_url, cast, tmp_path) -> dict[
     save(Settings(home=home), cast.verifiers[1], PASSWORD)
     manifest = tmp_path / "manifest.json"
     deployment.write(manifest)
-    return {"ZOO_HOME": str(home), "ZOO_WALLET_PASSWORD": PASSWORD, "ZOO_RPC_URL": anvil.rpc_url,
-            "ZOO_MANIFEST": str(manifest), "ZOO_IPFS_API": ipfs_api, "ZOO_IPFS_REPLICAS": "[]",
-            "ZOO_REDIS_URL": redis_url, "ZOO_POLL_INTERVAL": "0.2"}
+    return {
+        "ZOO_HOME": str(home),
+        "ZOO_WALLET_PASSWORD": PASSWORD,
+        "ZOO_RPC_URL": anvil.rpc_url,
+        "ZOO_MANIFEST": str(manifest),
+        "ZOO_IPFS_API": ipfs_api,
+        "ZOO_IPFS_REPLICAS": "[]",
+        "ZOO_REDIS_URL": redis_url,
+        "ZOO_POLL_INTERVAL": "0.2",
+    }
 
 
 def test_register_and_stake(ledger, cast, env):
@@ -65,8 +72,12 @@ def test_daemon_process_posts_a_result_and_stops_on_sigterm(job, env, tmp_path):
     unit = provider.honest(0)
     log = tmp_path / "verifier.log"
     with open(log, "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "marketplace.cli", "verifier", "start"],
-                                   env=os.environ | env, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "marketplace.cli", "verifier", "start"],
+            env=os.environ | env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     posted = ledger.verification.events.ResultPosted()
     try:
         deadline = time.monotonic() + 90

@@ -6,12 +6,11 @@ import json
 from dataclasses import replace
 
 import pytest
-from web3.logs import DISCARD
 
+from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import SLASH_REASONS
 from marketplace.chain.ledger import Hardware
 from marketplace.chain.scripted_job import COMMUNITY
-from marketplace.chain.accounts import devnet_account
 from marketplace.ipfs.cid import CID
 from node.benchmark import run_benchmark
 from verifier import journal as j
@@ -25,17 +24,26 @@ ZERO_ADDRESS = "0x" + "00" * 20
 
 
 def results(ledger, job_id):
-    return [e["args"] for e in ledger.verification.events.ResultPosted().get_logs(
-        from_block=0, argument_filters={"jobId": job_id})]
+    return [
+        e["args"]
+        for e in ledger.verification.events.ResultPosted().get_logs(
+            from_block=0, argument_filters={"jobId": job_id}
+        )
+    ]
 
 
 def settled(daemon, kind, count):
     """True once `count` pieces of work of `kind` reached a final state in the daemon's journal."""
     final = (j.POSTED, j.SKIPPED, j.DROPPED)
-    return lambda: sum(1 for (k, *_), s in daemon.journal.states().items() if k == kind and s in final) >= count
+    return lambda: (
+        sum(1 for (k, *_), s in daemon.journal.states().items() if k == kind and s in final)
+        >= count
+    )
 
 
-def test_honest_units_pass_with_evidence_of_the_recomputed_hash(job, make_daemon, drive, cast, storage, tmp_path):
+def test_honest_units_pass_with_evidence_of_the_recomputed_hash(
+    job, make_daemon, drive, cast, storage, tmp_path
+):
     provider = job(ALWAYS)
     units = [provider.honest(i) for i in range(3)]
     daemon = make_daemon(cast.verifiers[0], tmp_path / "journal.sqlite3")
@@ -44,13 +52,27 @@ def test_honest_units_pass_with_evidence_of_the_recomputed_hash(job, make_daemon
 
     posted = results(daemon.ledger, provider.job_id)
     assert [(r["index"], r["pass"], r["verifier"]) for r in posted] == [
-        (i, True, cast.verifiers[0].address) for i in range(3)]
-    for unit, result in zip(units, posted):
+        (i, True, cast.verifiers[0].address) for i in range(3)
+    ]
+    for unit, result in zip(units, posted, strict=True):
         evidence = json.loads(storage.cat(result["evidenceCid"]))
-        assert evidence["recomputed_state_hash"] == evidence["committed_state_hash"] == unit.state_hash.hex()
-        assert (evidence["job"], evidence["index"], evidence["pass"]) == (provider.job_id, unit.index, True)
+        assert (
+            evidence["recomputed_state_hash"]
+            == evidence["committed_state_hash"]
+            == unit.state_hash.hex()
+        )
+        assert (evidence["job"], evidence["index"], evidence["pass"]) == (
+            provider.job_id,
+            unit.index,
+            True,
+        )
         assert evidence["environment"]["deterministic"] is True
-        assert view(daemon.ledger.verification, "result", unit.job_id, unit.slot, unit.index)["verdict"] == PASSED
+        assert (
+            view(daemon.ledger.verification, "result", unit.job_id, unit.slot, unit.index)[
+                "verdict"
+            ]
+            == PASSED
+        )
 
     # A restart on the same journal resumes where it stopped: nothing is queued or posted again.
     restarted = make_daemon(cast.verifiers[0], tmp_path / "journal.sqlite3")
@@ -79,7 +101,8 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
     assert view(ledger.verification, "result", provider.job_id, 0, 1)["verdict"] == REJECTED
 
     slashes = ledger.staking.events.Slashed().get_logs(
-        from_block=0, argument_filters={"account": provider.account.address})
+        from_block=0, argument_filters={"account": provider.account.address}
+    )
     assert [s["args"]["reason"] for s in slashes] == [SLASH_REASONS["IncorrectComputation"]]
     assert slashes[0]["args"]["reporter"] == posted[1]["verifier"]
     # The slot is rolled back to the last good unit and re-auctioned.
@@ -87,8 +110,9 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
     assert (slot["provider"], slot["unitsDone"]) == (ZERO_ADDRESS, 1)
     assert not any(ledger.market.functions.unitHash(provider.job_id, 0, faked.index).call())
     rounds = ledger.market.events.AuctionOpened().get_logs(
-        from_block=0, argument_filters={"jobId": provider.job_id})
-    assert [r["args"]["round"] for r in rounds][-1] > [r["args"]["round"] for r in rounds][0]
+        from_block=0, argument_filters={"jobId": provider.job_id}
+    )
+    assert rounds[-1]["args"]["round"] > rounds[0]["args"]["round"]
 
 
 def test_benchmark_admission_attests_only_a_valid_report(ledger, cast, storage, make_daemon):
@@ -98,7 +122,9 @@ def test_benchmark_admission_attests_only_a_valid_report(ledger, cast, storage, 
     for account, document in ((honest, report), (forger, forged)):
         ledger.transfer(cast.governor, account.address, 5_000 * 10**18)
         digest = CID.parse(storage.add_bytes(document.to_bytes())).multihash[2:]
-        ledger.register_provider(account, COMMUNITY, Hardware("cpu", 0, 0, 1, "http://127.0.0.1/p", digest))
+        ledger.register_provider(
+            account, COMMUNITY, Hardware("cpu", 0, 0, 1, "http://127.0.0.1/p", digest)
+        )
     ledger.transfer(cast.governor, cast.verifiers[0].address, 5_000 * 10**18)
     ledger.register_verifier(cast.verifiers[0], "http://127.0.0.1/v")
     ledger.stake(cast.verifiers[0], 2_000 * 10**18)

@@ -30,7 +30,9 @@ def test_python_sampling_rule_matches_the_contract(job):
         seed = bytes(ledger.w3.eth.get_block(block + 1)["hash"])
         for _ in range(4):
             slot, index = rng.randrange(4), rng.randrange(1_000)
-            expected = call(ledger.verification.functions.isSampled(provider.job_id, slot, index, block))
+            expected = call(
+                ledger.verification.functions.isSampled(provider.job_id, slot, index, block)
+            )
             assert is_sampled(seed, provider.job_id, slot, index, 2_500) == expected
             agreed += 1
             sampled += expected
@@ -41,7 +43,9 @@ def test_python_sampling_rule_matches_the_contract(job):
 @pytest.mark.parametrize("rate_bps", [500, 2_000])
 @pytest.mark.parametrize("faked_units", [1, 3, 10])
 def test_fraction_of_cheaters_caught_matches_the_law(rate_bps, faked_units):
-    caught = simulate_caught(rate_bps, faked_units, JOBS, random.Random(rate_bps * 100 + faked_units))
+    caught = simulate_caught(
+        rate_bps, faked_units, JOBS, random.Random(rate_bps * 100 + faked_units)
+    )
     expected = detection_probability(rate_bps, faked_units)
     assert abs(caught / JOBS - expected) <= 4 * binomial_stderr(expected, JOBS)
 
@@ -61,14 +65,21 @@ def test_honest_reruns_never_fail_and_a_faked_unit_always_does(spec, spec_cid, s
     """Every honest unit of three slots passes its re-run; each with a faked hash fails."""
     verdicts = []
     for slot in range(3):
-        previous = None
+        previous, previous_cid = None, None
         for index in range(units_per_node(spec)):
-            result = run_unit(spec, previous, unit_shard(spec, slot), unit_steps(spec, index), device="cpu")
+            result = run_unit(
+                spec, previous, unit_shard(spec, slot), unit_steps(spec, index), device="cpu"
+            )
             cid = storage.add_bytes(result.checkpoint.to_bytes())
             honest = UnitInputs(
-                job_id=1, slot=slot, index=index, provider="0x" + "11" * 20, spec_cid=spec_cid, cid=cid,
+                job_id=1,
+                slot=slot,
+                index=index,
+                provider="0x" + "11" * 20,
+                spec_cid=spec_cid,
+                cid=cid,
                 state_hash=result.state_hash,
-                previous_cid=previous_cid if previous else None,
+                previous_cid=previous_cid,
                 previous_state_hash=previous.state_hash() if previous else None,
             )
             faked = replace(honest, state_hash=hashlib.sha256(cid.encode()).hexdigest())
