@@ -78,6 +78,11 @@ def filesystem_of(path: str) -> str:
     return max(matching, key=lambda m: len(m[0]))[1] if matching else "unknown"
 
 
+def _fs_note(fstype: str) -> str:
+    return f"{fstype}: " + ("the node's own cost, no disk" if fstype == "tmpfs"
+                            else "this disk's speed included")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -133,7 +138,7 @@ def report(size_mib: int, repo_dir: str, runs: list[Run], idle_kib: int, cid: st
     hash_cpu_s = size_mib / sha
     rows = [
         ("file added", f"{size_mib} MiB", f"CID {cid}"),
-        ("node repo", repo_dir, f"{filesystem_of(repo_dir)} (tmpfs: the node's cost, no disk)"),
+        ("node repo", repo_dir, _fs_note(filesystem_of(repo_dir))),
         ("add via HTTP API", f"{best.add_mb_per_s:.0f} MB/s",
          "runs: " + ", ".join(f"{r.add_mb_per_s:.0f}" for r in runs)),
         ("hashlib.sha256", f"{sha:.0f} MB/s",
