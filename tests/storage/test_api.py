@@ -7,7 +7,7 @@ import ipfshttpclient
 import pytest
 import requests
 
-from marketplace.ipfs import dagpb
+from marketplace.ipfs import dagpb, unixfs
 from marketplace.ipfs.cid import CID, RAW
 
 from .support import CHUNK, Node, ipfs_cid, needs_ipfs_cid, random_bytes
@@ -225,3 +225,11 @@ def test_gateway_errors_are_plain_4xx(shared_node: Node, client, path: str, stat
 def test_unknown_command_and_wrong_method_are_4xx(shared_node: Node):
     assert rpc(shared_node, "swarm/peers").status_code == 404
     assert requests.get(f"{shared_node.url}/api/v0/version", timeout=30).status_code == 405
+
+
+def test_cat_of_a_directory_is_400(shared_node: Node, client):
+    directory = b"".join(dagpb.encode([], unixfs.encode_parts(unixfs.DIRECTORY, [], 0, [])))
+    cid = client.block.put(io.BytesIO(directory), opts={"format": "v0"})["Key"]
+    response = rpc(shared_node, "cat", arg=cid)
+    assert response.status_code == 400
+    assert "directory" in response.json()["Message"]
