@@ -164,7 +164,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
             revert NotAParticipant(provider);
         }
         Complaint storage c = _complaints[jobId][provider];
-        if (c.challenger != address(0)) revert AlreadyVerified(jobId, 0, 0);
+        if (c.challenger != address(0)) revert ComplaintOpen(jobId, provider);
         c.challenger = msg.sender;
         c.openedAt = uint40(block.timestamp);
         ++openDisputes[jobId];

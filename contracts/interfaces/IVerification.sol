@@ -48,6 +48,8 @@ interface IVerification {
     error VerificationWindowClosed(uint256 closedAt);
     /// @notice Thrown when a unit already has a result.
     error AlreadyVerified(uint256 jobId, uint16 slot, uint32 index);
+    /// @notice Thrown when a bandwidth complaint against `provider` in `jobId` is already open.
+    error ComplaintOpen(uint256 jobId, address provider);
     /// @notice Thrown when no dispute or complaint is open where one is needed.
     error NoOpenDispute();
     /// @notice Thrown when a dispute is answered after its window, or expired before it.

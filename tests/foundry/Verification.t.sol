@@ -355,7 +355,7 @@ contract VerificationTest is BaseTest {
 
     function test_RevertWhen_complaintAlreadyOpen() public {
         _complain();
-        vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyVerified.selector, jobId, 0, 0));
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ComplaintOpen.selector, jobId, provider1));
         vm.prank(verifier2);
         verification.complainBandwidth(jobId, provider1, "bafyiperf");
     }
