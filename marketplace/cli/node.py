@@ -18,6 +18,7 @@ from marketplace.cli.wallet import amount, open_ledger
 from marketplace.config import Settings
 from marketplace.storage import Storage
 from marketplace.wallet import address_of, keystore_path, load_account
+from node.daemon.chainview import staking_account
 
 TIERS = {"community": 0, "bronze": 1, "silver": 2, "gold": 3}
 
@@ -97,7 +98,7 @@ def stake_command(zen: str) -> None:
     ledger = open_ledger(settings)
     with console.status(f"staking {amount(wei)} ZEN"):
         stake_with_permit(ledger, account, wei)
-    console.print(f"staked {amount(wei)} ZEN; total {amount(ledger.staking_account(account.address)['staked'])}")
+    console.print(f"staked {amount(wei)} ZEN; total {amount(staking_account(ledger, account.address)['staked'])}")
 
 
 @node.command("start")
@@ -141,7 +142,7 @@ def status_command() -> None:
     settings = Settings()
     address = address_of(keystore_path(settings))
     ledger = open_ledger(settings)
-    account = ledger.staking_account(address)
+    account = staking_account(ledger, address)
     tier_name = next((name for name, i in TIERS.items() if i == account["tier"]), str(account["tier"]))
     table = Table(title=f"provider {address}", show_header=False)
     table.add_row("registered", "yes" if account["role"] == 1 else "no")

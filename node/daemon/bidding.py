@@ -13,7 +13,7 @@ from marketplace.chain.ledger import Ledger
 from marketplace.chain.tx import call
 from marketplace.errors import ZooError
 
-from .chainview import revert_name
+from .chainview import revert_name, struct
 from .journal import Auction, Bid, Journal
 from .outbox import Outbox
 from .pricing import Pricing
@@ -30,7 +30,7 @@ class Bidder:
     bid is revealed as long as the reveal window is open."""
 
     def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, outbox: Outbox,
-                 pricing: Pricing, check_job: Callable[[dict], None]):
+                 pricing: Pricing, check_job: Callable[[int, dict], None]):
         self.ledger = ledger
         self.account = account
         self.journal = journal
@@ -41,9 +41,8 @@ class Bidder:
     def on_auction_opened(self, args: dict, tier: int) -> None:
         """Track an auction of this provider's tier that it has not already taken part in."""
         job = self.ledger.job(args["jobId"])
-        market = self.ledger.market.functions
-        state = call(market.participant(args["jobId"], self.account.address))[3]
-        if job["tier"] != tier or state != 0:
+        participant = struct(self.ledger.market, "participant", args["jobId"], self.account.address)
+        if job["tier"] != tier or participant["state"] != 0:
             return
         self.journal.add_auction(Auction(args["jobId"], args["round"], args["bidDeadline"],
                                          args["revealDeadline"]))
@@ -78,7 +77,7 @@ class Bidder:
     def _seal(self, auction: Auction, job: dict) -> Bid | None:
         """Price the job and journal the sealed bid, salt included, before any transaction."""
         try:
-            self.check_job(job)
+            self.check_job(auction.job_id, job)
             price = self.pricing.quote(job["maxPrice"])
         except ZooError as exc:
             log.info("job=%d: not bidding: %s", auction.job_id, exc)

@@ -18,7 +18,7 @@ from marketplace.errors import ZooError
 from marketplace.storage import Storage, StorageError
 
 from .bidding import Bidder
-from .chainview import chain_time
+from .chainview import chain_time, staking_account
 from .journal import Journal
 from .outbox import Outbox
 from .pricing import Pricing
@@ -69,7 +69,7 @@ class ProviderDaemon:
             raise StorageError(f"checkpoints are pinned on {config.replicas} IPFS nodes but only "
                                f"{len(self._main_storage.nodes)} are known: name the others in "
                                "ZOO_IPFS_REPLICAS")
-        specs = Specs(self._main_storage)
+        specs = Specs(ledger, self._main_storage)
         self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing, specs.check_job)
         self.worker = Worker(ledger, account, self.journal, self.outbox, specs,
                              Storage(config.ipfs_api, replicas), config.replicas, config.device)
@@ -101,14 +101,14 @@ class ProviderDaemon:
 
     def _await_admission(self, stop: threading.Event) -> int:
         """A provider may bid only once a verifier attested its benchmark: wait for that."""
-        account = self.ledger.staking_account(self.account.address)
+        account = staking_account(self.ledger, self.account.address)
         if account["role"] != PROVIDER_ROLE:
             raise NotAProvider(f"{self.account.address} is not a registered provider: run "
                                "`zoo-compute node register` first")
         if not account["admitted"]:
             log.info("waiting for a verifier to attest the benchmark of %s", self.account.address)
         while not account["admitted"] and not stop.wait(self.config.poll_interval):
-            account = self.ledger.staking_account(self.account.address)
+            account = staking_account(self.ledger, self.account.address)
         return account["tier"]
 
     def _tick(self, cursor: EventCursor, tier: int, stop: threading.Event) -> None:

@@ -16,7 +16,7 @@ from marketplace.storage import Storage
 from node.engine import Checkpoint, JobSpec, SpecError, parse_spec, run_unit
 from node.work import unit_shard, unit_steps, units_per_node
 
-from .chainview import chain_time
+from .chainview import chain_time, spec_cid
 from .journal import Journal, Unit
 from .outbox import Outbox
 
@@ -30,26 +30,28 @@ class JobUnfit(ZooError, ValueError):
 
 
 class Specs:
-    """Job specs by CID, parsed once. Bidding and training read them from different threads,
+    """Job specs by job id (fetched by the CID the job was created with), parsed once. Bidding and training read them from different threads,
     and a Storage serves one thread, so reads go through a lock."""
 
-    def __init__(self, storage: Storage):
+    def __init__(self, ledger: Ledger, storage: Storage):
+        self._ledger = ledger
         self._storage = storage
-        self._parsed: dict[str, JobSpec] = {}
+        self._parsed: dict[int, JobSpec] = {}
         self._lock = threading.Lock()
 
-    def get(self, cid: str) -> JobSpec:
+    def of_job(self, job_id: int) -> JobSpec:
         with self._lock:
-            if cid not in self._parsed:
+            if job_id not in self._parsed:
+                cid = spec_cid(self._ledger, job_id)
                 try:
-                    self._parsed[cid] = parse_spec(self._storage.cat(cid).decode())
+                    self._parsed[job_id] = parse_spec(self._storage.cat(cid).decode())
                 except (SpecError, UnicodeDecodeError) as exc:
                     raise JobUnfit(f"spec {cid} is not a job spec: {exc}") from None
-            return self._parsed[cid]
+            return self._parsed[job_id]
 
-    def check_job(self, job: dict) -> None:
+    def check_job(self, job_id: int, job: dict) -> None:
         """Refuse, before bidding, a job whose units this node could not compute."""
-        spec = self.get(job["specCid"])
+        spec = self.of_job(job_id)
         if job["unitsPerNode"] > units_per_node(spec):
             raise JobUnfit(f"the job asks {job['unitsPerNode']} units per node; its spec has "
                            f"{units_per_node(spec)}")
@@ -91,7 +93,7 @@ class Worker:
         self._commit(unit, slot, job["checkpointInterval"])
 
     def _train(self, job_id: int, job: dict, slot_id: int, index: int) -> Unit:
-        spec = self.specs.get(job["specCid"])
+        spec = self.specs.of_job(job_id)
         start = self._checkpoint(job_id, slot_id, index - 1) if index else None
         began = time.monotonic()
         result = run_unit(spec, start, unit_shard(spec, slot_id), unit_steps(spec, index),
@@ -111,10 +113,10 @@ class Worker:
         the CID of its latest CheckpointCommitted (a re-auctioned slot resumes another's work)."""
         if self._last is not None and self._last[0] == (job_id, slot_id, index):
             return self._last[1]
-        events = self.ledger.market.events.CheckpointCommitted().get_logs(
+        events = [e for e in self.ledger.market.events.CheckpointCommitted().get_logs(
             from_block=self.ledger.deployment.deploy_block,
-            argument_filters={"jobId": job_id, "slot": slot_id, "index": index},
-        )
+            argument_filters={"jobId": job_id, "slot": slot_id},
+        ) if e["args"]["index"] == index]
         if not events:
             raise ChainError(f"job {job_id} slot {slot_id}: no checkpoint committed as unit {index}")
         cid = events[-1]["args"]["cid"]

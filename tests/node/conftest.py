@@ -1,0 +1,142 @@
+"""A real chain, three real IPFS nodes and an onboarded provider wallet for the node tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from daemon_support import PASSWORD, Daemon, IpfsNode
+from eth_account.signers.local import LocalAccount
+from web3 import Web3
+
+from marketplace.chain.accounts import devnet_account
+from marketplace.chain.anvil import Anvil
+from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
+from marketplace.chain.ledger import Ledger
+from marketplace.chain.scripted_job import Cast, Scenario, onboard
+from marketplace.cli import main
+from marketplace.config import Settings
+from marketplace.wallet import import_key
+
+PARAMETERS = Parameters(bid_window=8, reveal_window=12, verification_window=4, verification_fee=ZEN // 10)
+
+
+@pytest.fixture(scope="session")
+def ipfs_nodes(tmp_path_factory) -> Iterator[list[IpfsNode]]:
+    """Three, since every checkpoint is pinned on three."""
+    root = tmp_path_factory.mktemp("ipfs")
+    nodes = [IpfsNode(root / f"repo{i}") for i in range(3)]
+    for node in nodes:
+        node.wait_ready()
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
+@pytest.fixture(scope="session")
+def anvil() -> Iterator[Anvil]:
+    with Anvil() as chain:
+        yield chain
+
+
+@pytest.fixture(scope="session")
+def w3(anvil) -> Web3:
+    return Web3(Web3.HTTPProvider(anvil.rpc_url))
+
+
+@pytest.fixture(scope="session")
+def manifest(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("deploy") / "31337.json"
+
+
+@pytest.fixture(scope="session")
+def deployment(w3, manifest) -> Deployment:
+    return deploy(w3, devnet_account(0), PARAMETERS, manifest=manifest)
+
+
+@pytest.fixture(scope="session")
+def ledger(w3, deployment) -> Ledger:
+    return Ledger(w3, deployment)
+
+
+@pytest.fixture(scope="session")
+def cast() -> Cast:
+    """Scripted rivals: two providers that always bid high, a user, a verifier."""
+    return Cast(governor=devnet_account(0), user=devnet_account(1),
+                providers=(devnet_account(2), devnet_account(3)), verifiers=(devnet_account(4),))
+
+
+@pytest.fixture(scope="session")
+def provider() -> LocalAccount:
+    """The daemon's own account."""
+    return devnet_account(7)
+
+
+@dataclass
+class NodeEnv:
+    """What a provider process is given: ZOO_* variables, and its keystore."""
+
+    base: dict[str, str]
+    keystore: Path
+
+    def with_home(self, home: Path) -> dict[str, str]:
+        return self.base | {"ZOO_HOME": str(home)}
+
+
+@pytest.fixture(scope="session")
+def node_env(tmp_path_factory, anvil, manifest, deployment, ipfs_nodes) -> NodeEnv:
+    home = tmp_path_factory.mktemp("provider")
+    settings = Settings(home=home)
+    _, keystore = import_key(settings, devnet_account(7).key.hex(), PASSWORD)
+    base = {
+        "ZOO_RPC_URL": anvil.rpc_url,
+        "ZOO_MANIFEST": str(manifest),
+        "ZOO_IPFS_API": ipfs_nodes[0].multiaddr,
+        "ZOO_IPFS_REPLICAS": json.dumps([n.multiaddr for n in ipfs_nodes[1:]]),
+        "ZOO_WALLET": str(keystore),
+        "ZOO_WALLET_PASSWORD": PASSWORD,
+        "ZOO_POLL_INTERVAL": "0.5",
+    }
+    return NodeEnv(base, keystore)
+
+
+@pytest.fixture(scope="session")
+def onboarded(w3, ledger, cast, provider, node_env, tmp_path_factory) -> LocalAccount:
+    """Rivals onboarded by script; the daemon's provider through `node register` and `node stake`,
+    then attested the way a verifier would. Interval mining starts after, so deadlines pass in
+    real time while the daemon runs."""
+    onboard(ledger, cast, Scenario(funding=20_000 * ZEN))
+    ledger.transfer(cast.governor, provider.address, 20_000 * ZEN)
+    env = node_env.with_home(tmp_path_factory.mktemp("onboard"))
+    runner = CliRunner()
+    registered = runner.invoke(main, ["node", "register", "--tier", "community"], env=env)
+    assert registered.exit_code == 0, registered.output
+    staked = runner.invoke(main, ["node", "stake", "--amount", "5000"], env=env)
+    assert staked.exit_code == 0, staked.output
+    (event,) = ledger.staking.events.ProviderRegistered().get_logs(
+        from_block=0, argument_filters={"provider": provider.address})
+    attestation = event["args"]["attestation"]
+    ledger.attest_benchmark(cast.verifiers[0], provider.address, attestation, 1)
+    w3.provider.make_request("evm_setIntervalMining", [1])
+    return provider
+
+
+@pytest.fixture
+def start_daemon(onboarded, node_env, tmp_path) -> Iterator:
+    """Starts daemons sharing one home (one journal) per test; kills leftovers at teardown."""
+    started: list[Daemon] = []
+    env = node_env.with_home(tmp_path / "home")
+
+    def start() -> Daemon:
+        daemon = Daemon(env, tmp_path / "daemon.log")
+        started.append(daemon)
+        daemon.wait_ready()
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop()

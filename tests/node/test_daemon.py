@@ -1,0 +1,119 @@
+"""The provider daemon against a real chain, real IPFS nodes and the real engine."""
+
+from __future__ import annotations
+
+import pytest
+from daemon_support import PASSWORD, SPEC, wait_for
+
+from marketplace.chain.deploy import ZEN
+from marketplace.chain.ledger import JobRequest, Ledger
+from marketplace.chain.scripted_job import Cast
+from marketplace.storage import Storage
+from node.daemon.chainview import chain_time
+from node.engine import Checkpoint, load_spec, run_unit
+from node.work import unit_shard, unit_steps, units_per_node
+
+pytestmark = [pytest.mark.slow, pytest.mark.anvil]
+
+RIVAL_BIDS = (50 * ZEN, 60 * ZEN)  # the daemon asks 1.2 ZEN (floor 1, margin 20%): it wins
+
+
+@pytest.fixture(scope="module")
+def expected_hashes() -> list[str]:
+    """The state hash of each unit of slot 0, trained here in one go."""
+    spec = load_spec(SPEC)
+    checkpoint, hashes = None, []
+    for index in range(units_per_node(spec)):
+        checkpoint, state_hash, _ = run_unit(spec, checkpoint, unit_shard(spec, 0), unit_steps(spec, index))
+        hashes.append(state_hash)
+    return hashes
+
+
+@pytest.fixture(scope="module")
+def storage(ipfs_nodes):
+    with Storage(ipfs_nodes[0].multiaddr, []) as client:
+        yield client
+
+
+def create_job(ledger: Ledger, cast: Cast, storage: Storage) -> int:
+    request = JobRequest(spec_cid=storage.add_bytes(SPEC.read_bytes()), tier=0, nodes=1, units_per_node=3,
+                         checkpoint_interval=300, sample_rate_bps=0, max_price=100 * ZEN, budget=1_000 * ZEN)
+    return ledger.create_job(cast.user, request)
+
+
+def rivals_bid(ledger: Ledger, cast: Cast, job_id: int) -> list:
+    return [(p, ledger.commit_bid(p, job_id, price)) for p, price in zip(cast.providers, RIVAL_BIDS)]
+
+
+def rivals_reveal(ledger: Ledger, job_id: int, bids: list) -> None:
+    deadline = ledger.job(job_id)["bidDeadline"]
+    wait_for(lambda: chain_time(ledger.w3) > deadline, 30, "the bid deadline")
+    for provider, bid in bids:
+        ledger.reveal_bid(provider, bid)
+
+
+def events(ledger: Ledger, name: str, job_id: int, **filters) -> list:
+    return getattr(ledger.market.events, name)().get_logs(
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id, **filters})
+
+
+def wait_paid(ledger: Ledger, job_id: int, provider: str) -> None:
+    """Until the job is settled and the provider withdrew its pay."""
+    wait_for(lambda: events(ledger, "JobSettled", job_id), 120, f"job {job_id} settled")
+    settled_block = events(ledger, "JobSettled", job_id)[0]["blockNumber"]
+    wait_for(lambda: ledger.market.events.Withdrawn().get_logs(
+        from_block=settled_block, argument_filters={"account": provider}), 30, "the withdrawal")
+
+
+def assert_units(ledger: Ledger, storage: Storage, job_id: int, provider: str, expected: list[str]) -> None:
+    """Each unit committed once, in order, by the provider; each CID holds a checkpoint whose
+    state hash is the one committed, and the one a straight run of the engine gives."""
+    units = events(ledger, "CheckpointCommitted", job_id)
+    assert [u["args"]["index"] for u in units] == list(range(len(expected)))
+    for unit, want in zip(units, expected):
+        args = unit["args"]
+        assert args["provider"] == provider
+        assert args["stateHash"].hex() == want
+        assert Checkpoint.load(storage.cat(args["cid"])).state_hash() == want
+
+
+def test_daemon_wins_trains_settles_and_stops_on_sigterm(ledger, cast, onboarded, start_daemon, storage,
+                                                          expected_hashes):
+    daemon = start_daemon()
+    balance = ledger.balance(onboarded.address)
+    job_id = create_job(ledger, cast, storage)
+    rivals_reveal(ledger, job_id, rivals_bid(ledger, cast, job_id))
+
+    wait_paid(ledger, job_id, onboarded.address)
+    (cleared,) = events(ledger, "AuctionCleared", job_id)
+    assert cleared["args"]["clearingPrice"] == 12 * ZEN // 10
+    assert [e["args"]["provider"] for e in events(ledger, "SlotAssigned", job_id)] == [onboarded.address]
+    assert_units(ledger, storage, job_id, onboarded.address, expected_hashes)
+    assert ledger.owed(onboarded.address) == 0
+    assert ledger.balance(onboarded.address) > balance
+
+    assert daemon.terminate() == 0
+    assert "stopped" in daemon.output
+    assert PASSWORD not in daemon.output
+
+
+def test_daemon_killed_after_bid_and_mid_unit_recovers(ledger, cast, onboarded, start_daemon, storage,
+                                                       expected_hashes):
+    me = onboarded.address
+    daemon = start_daemon()
+    job_id = create_job(ledger, cast, storage)
+    bids = rivals_bid(ledger, cast, job_id)
+    wait_for(lambda: events(ledger, "BidCommitted", job_id, provider=me), 30, "the daemon's bid")
+    daemon.kill()
+
+    daemon = start_daemon()
+    rivals_reveal(ledger, job_id, bids)
+    wait_for(lambda: events(ledger, "CheckpointCommitted", job_id), 90, "the first checkpoint")
+    daemon.kill()
+
+    daemon = start_daemon()
+    wait_paid(ledger, job_id, me)
+    assert len(events(ledger, "BidCommitted", job_id, provider=me)) == 1
+    assert len(events(ledger, "BidRevealed", job_id, provider=me)) == 1
+    assert_units(ledger, storage, job_id, me, expected_hashes)
+    assert daemon.terminate() == 0
