@@ -164,9 +164,13 @@ class VerifierDaemon:
 
     def draw_samples(self) -> None:
         """Queue each new unit whose sample is drawable and drawn; disputes are queued at once."""
-        head = self.ledger.w3.eth.block_number
+        latest = self.ledger.w3.eth.get_block("latest")
+        head = latest["number"]
         for work in self.journal.work(j.NEW):
             unit = work.unit
+            if self._window_closed(work, latest["timestamp"]):
+                self.journal.update(work, j.DROPPED, note="window closed before it was queued")
+                continue
             if work.kind == j.RESULT:
                 if head < unit.block_number + 2:
                     continue  # the seed block's hash is readable once one more block exists
@@ -214,10 +218,14 @@ class VerifierDaemon:
         )
 
     def collect(self) -> None:
-        """Take in finished re-runs; a re-run without a verdict is dropped, never posted."""
+        """Take in finished re-runs; a re-run without a verdict is dropped, never posted, and so
+        is one still unfinished when its window closes (its task may have been lost)."""
+        now = self.ledger.w3.eth.get_block("latest")["timestamp"]
         for work in self.journal.work(j.QUEUED):
             task = AsyncResult(work.task_id, app=self.celery)
             if not task.ready():
+                if self._window_closed(work, now):
+                    self.journal.update(work, j.DROPPED, note="window closed before the re-run")
                 continue
             if task.failed():
                 log.error(
@@ -236,6 +244,17 @@ class VerifierDaemon:
             self.journal.update(
                 work, j.READY, passed=verdict["pass"], evidence_cid=verdict["evidence_cid"]
             )
+
+    def _window_closed(self, work: Work, now: int) -> bool:
+        """Whether the chain would refuse this work's answer at block time `now`."""
+        u = work.unit
+        verification = self.ledger.verification.functions
+        if work.kind == j.RESULT:
+            return now >= u.committed_at + verification.verificationWindow().call()
+        disputed_at = view(self.ledger.verification, "result", u.job_id, u.slot, u.index)[
+            "disputedAt"
+        ]
+        return now > disputed_at + verification.disputeWindow().call()
 
     def post(self) -> None:
         """Send each verdict in hand; POSTING marks a send a crash may have interrupted."""

@@ -152,3 +152,16 @@ def test_overdue_slot_is_reported(job, make_daemon, cast):
     assert removed["args"]["reason"] == SLASH_REASONS["Downtime"]
     (slash,) = daemon.ledger.staking.events.Slashed().get_logs(from_block=0)
     assert slash["args"]["reporter"] == cast.verifiers[0].address
+
+
+def test_unit_past_its_verification_window_is_not_rerun(job, make_daemon, cast):
+    provider = job(ALWAYS)
+    unit = provider.honest(0)
+    daemon = make_daemon(cast.verifiers[0])
+    ledger = daemon.ledger
+    ledger.advance_time(ledger.verification.functions.verificationWindow().call())
+
+    daemon.tick()
+
+    assert daemon.journal.states() == {(j.RESULT, unit.job_id, 0, 0): j.DROPPED}
+    assert results(ledger, unit.job_id) == []
