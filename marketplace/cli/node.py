@@ -76,9 +76,9 @@ def register_command(tier: str, gpu_type: str, gpus: int, memory: int, network_g
     settings = Settings()
     account = load_account(settings)
     ledger = open_ledger(settings)
-    with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
-        with console.status("running the matmul benchmark and pinning its report"):
-            report, cid = publish_benchmark(storage, replicas, device)
+    with (Storage(settings.ipfs_api, settings.ipfs_replicas) as storage,
+          console.status("running the matmul benchmark and pinning its report")):
+        report, cid = publish_benchmark(storage, replicas, device)
     hardware = Hardware(gpu_type, gpus, memory, network_gbps, endpoint)
     with console.status("registering"):
         register(ledger, account, TIERS[tier], hardware, cid)

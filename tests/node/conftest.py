@@ -22,6 +22,12 @@ from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.wallet import import_key
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning")
+
+
 PARAMETERS = Parameters(bid_window=8, reveal_window=12, verification_window=4, verification_fee=ZEN // 10)
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 from daemon_support import PASSWORD, SPEC, wait_for
 
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.chain.scripted_job import Cast
+from marketplace.cli import main
 from marketplace.storage import Storage
 from node.daemon.chainview import chain_time
 from node.engine import Checkpoint, load_spec, run_unit
@@ -78,7 +80,8 @@ def assert_units(ledger: Ledger, storage: Storage, job_id: int, provider: str, e
 
 
 def test_daemon_wins_trains_settles_and_stops_on_sigterm(ledger, cast, onboarded, start_daemon, storage,
-                                                          expected_hashes):
+                                                          expected_hashes, node_env, tmp_path):
+    daemon_home = tmp_path / "home"  # where start_daemon keeps the journal
     daemon = start_daemon()
     balance = ledger.balance(onboarded.address)
     job_id = create_job(ledger, cast, storage)
@@ -95,6 +98,13 @@ def test_daemon_wins_trains_settles_and_stops_on_sigterm(ledger, cast, onboarded
     assert daemon.terminate() == 0
     assert "stopped" in daemon.output
     assert PASSWORD not in daemon.output
+
+    env = node_env.with_home(daemon_home)
+    status = CliRunner().invoke(main, ["node", "status"], env=env)
+    assert status.exit_code == 0, status.output
+    assert "admitted" in status.output and "yes" in status.output and "none" in status.output
+    withdrawn = CliRunner().invoke(main, ["node", "withdraw"], env=env)
+    assert withdrawn.output.strip() == "nothing owed"
 
 
 def test_daemon_killed_after_bid_and_mid_unit_recovers(ledger, cast, onboarded, start_daemon, storage,
