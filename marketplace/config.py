@@ -8,8 +8,6 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from marketplace.chain.deploy import Deployment, manifest_path
-
 
 class Settings(BaseSettings):
     """Where the chain, IPFS, Redis and this process's own state are.
@@ -36,5 +34,8 @@ class Settings(BaseSettings):
     def keystore_dir(self) -> Path:
         return self.home / "keystore"
 
-    def deployment(self, chain_id: int) -> Deployment:
+    def deployment(self, chain_id: int):
+        """The ledger's manifest: ZOO_MANIFEST, else deployments/<chain id>.json."""
+        from marketplace.chain.deploy import Deployment, manifest_path
+
         return Deployment.load(self.manifest or manifest_path(chain_id))

@@ -16,6 +16,7 @@ from pathlib import Path
 import ipfshttpclient
 from ipfshttpclient import exceptions as rpc_errors
 
+from marketplace.config import Settings
 from marketplace.errors import ZooError
 from marketplace.ipfs import errors as ipfs_errors
 from marketplace.ipfs import multihash, reader
@@ -28,9 +29,6 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="The 'strict' parameter is no longer needed",
                         category=FutureWarning)
 
-API_ENV = "ZOO_IPFS_API"
-REPLICAS_ENV = "ZOO_IPFS_REPLICAS"  # comma-separated API addresses of the other known nodes
-DEFAULT_API = "/ip4/127.0.0.1/tcp/5001/http"
 
 # Block requests a read keeps in flight.
 _READ_AHEAD = 4
@@ -113,9 +111,11 @@ class Storage:
     Reads keep a few blocks in flight on worker threads, each with its own connections."""
 
     def __init__(self, api_addr: str | None = None, replicas: list[str] | None = None) -> None:
-        primary = api_addr or os.environ.get(API_ENV) or DEFAULT_API
-        if replicas is None:
-            replicas = [a.strip() for a in os.environ.get(REPLICAS_ENV, "").split(",") if a.strip()]
+        if api_addr is None or replicas is None:
+            settings = Settings()
+            api_addr = api_addr or settings.ipfs_api
+            replicas = settings.ipfs_replicas if replicas is None else replicas
+        primary = api_addr
         self.nodes = list(dict.fromkeys([primary, *replicas]))
         self._lock = threading.Lock()  # guards the two below
         self._read_order = list(self.nodes)

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-APT_PACKAGES=(ipfs-cid)
+APT_PACKAGES=(ipfs-cid redis-server)
 SOLC_VERSION=0.8.28
 
 missing=()

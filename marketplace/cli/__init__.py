@@ -3,10 +3,11 @@
 import click
 
 from marketplace.cli.chain import chain
+from marketplace.cli.devnet import devnet
 from marketplace.cli.ipfs import ipfs
-from marketplace.cli.verifier import verifier
 from marketplace.cli.node import node
 from marketplace.cli.wallet import wallet
+from marketplace.cli.verifier import verifier
 from marketplace.errors import ZooError
 
 
@@ -27,7 +28,8 @@ def main() -> None:
 
 
 main.add_command(chain)
+main.add_command(devnet)
 main.add_command(ipfs)
-main.add_command(verifier)
 main.add_command(node)
 main.add_command(wallet)
+main.add_command(verifier)

@@ -1,5 +1,6 @@
 """The Storage client against real node processes: verified reads, replication, fallback."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_add_file_and_read_to_stream_a_two_level_file(shared_node, two_level_fil
 
 def test_configuration_comes_from_the_environment(shared_node, monkeypatch):
     monkeypatch.setenv("ZOO_IPFS_API", shared_node.url)
-    monkeypatch.setenv("ZOO_IPFS_REPLICAS", f" {shared_node.multiaddr} , ")
+    monkeypatch.setenv("ZOO_IPFS_REPLICAS", json.dumps([shared_node.multiaddr]))
     with Storage() as storage:
         assert storage.nodes == [shared_node.url, shared_node.multiaddr]
         assert storage.cat(storage.add_bytes(b"from env")) == b"from env"

@@ -1,0 +1,5 @@
+"""`python -m marketplace.cli`: the `zoo-compute` command, for processes the devnet starts."""
+
+from marketplace.cli import main
+
+main()

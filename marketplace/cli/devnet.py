@@ -1,0 +1,88 @@
+"""`zoo-compute devnet`: the whole network on loopback, in one command."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from marketplace.devnet.network import STATE_DIR, Devnet, State
+
+console = Console()
+root_option = click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=STATE_DIR,
+                           show_default=True, help="Folder for the devnet's state and logs.")
+
+
+@click.group()
+def devnet() -> None:
+    """Start, inspect and stop a local devnet."""
+
+
+@devnet.command()
+@root_option
+@click.option("--providers", default=3, show_default=True, type=click.IntRange(1, 16),
+              help="Provider nodes to start.")
+@click.option("--verifiers", default=1, show_default=True, type=click.IntRange(1, 4),
+              help="Verifier daemons to start.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 8),
+              help="Celery workers that re-run sampled units.")
+def up(root: Path, providers: int, verifiers: int, workers: int) -> None:
+    """Start Anvil, deploy, and start IPFS, Redis, verifiers and providers; wait until healthy."""
+    net = Devnet(root, providers=providers, verifiers=verifiers, workers=workers)
+    started = time.monotonic()
+    with console.status("starting the devnet") as status:
+        state = net.up(progress=lambda message: status.update(message))
+    console.print(f"[green]devnet up[/] in {time.monotonic() - started:.0f}s")
+    _show(net.status())
+    console.print(f"state and logs: {state.root}")
+
+
+@devnet.command()
+@root_option
+def down(root: Path) -> None:
+    """Stop exactly the processes `up` started, by pid."""
+    stopped = Devnet(root).down()
+    console.print(f"stopped {len(stopped)} process(es): {', '.join(stopped) or 'none running'}")
+
+
+@devnet.command()
+@root_option
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+def status(root: Path, as_json: bool) -> None:
+    """Show each process, the chain and where everything is."""
+    info = Devnet(root).status()
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        _show(info)
+
+
+@devnet.command()
+@root_option
+@click.argument("service", required=False)
+@click.option("--lines", "-n", default=40, show_default=True, help="Lines to show from the end.")
+def logs(root: Path, service: str | None, lines: int) -> None:
+    """Show the end of a service's log (all services without SERVICE)."""
+    state = State.load(root)
+    services = [state.service(service)] if service else state.services
+    for s in services:
+        console.rule(s.name)
+        text = Path(s.log).read_text(errors="replace").splitlines() if Path(s.log).exists() else []
+        click.echo("\n".join(text[-lines:]))
+
+
+def _show(info: dict) -> None:
+    console.print(f"chain: {info['rpc_url']} {info['chain']}")
+    console.print(f"manifest: {info['manifest']}")
+    for name, addr in info["ipfs"].items():
+        console.print(f"ipfs {name}: {addr}")
+    if info["redis_url"]:
+        console.print(f"redis: {info['redis_url']}")
+    table = Table("service", "pid", "state", "log")
+    for s in info["services"]:
+        table.add_row(s["name"], str(s["pid"]), "[green]up[/]" if s["alive"] else "[red]down[/]", s["log"])
+    console.print(table)

@@ -1,0 +1,290 @@
+"""`devnet up|down|status`: Anvil, the ledger, IPFS nodes, Redis, verifier workers and daemons,
+provider nodes — all on loopback, with their pids, logs and settings kept in one folder."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from web3 import Web3
+
+from marketplace import wallet
+from marketplace.chain.accounts import devnet_account
+from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
+from marketplace.chain.ledger import Hardware, Ledger
+from marketplace.chain.toolchain import PROJECT_ROOT, foundry_binary
+from marketplace.config import Settings
+from marketplace.devnet.process import Service, ServiceFailed
+from marketplace.errors import ZooError
+from marketplace.storage import Storage
+from node.daemon import onboarding
+from verifier.redis_server import RedisServer
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = PROJECT_ROOT / ".devnet"
+PASSWORD = "devnet"  # keystores of the devnet's well-known test keys; not a secret
+PARAMETERS = Parameters(
+    unbonding_delay=60,
+    bid_window=4,
+    reveal_window=4,
+    verification_window=20,
+    dispute_window=20,
+    verification_fee=ZEN // 10,
+    false_report_slash=100 * ZEN,
+)
+COMMUNITY = 0  # the tier of CPU and consumer-GPU nodes
+REPLICAS = 3
+FUNDING = 100_000 * ZEN
+PROVIDER_STAKE = 10_000 * ZEN
+VERIFIER_STAKE = 5_000 * ZEN
+
+
+class DevnetError(ZooError, RuntimeError):
+    """The devnet cannot do what was asked (already running, not running, a part failed)."""
+
+
+@dataclass
+class Actor:
+    """A devnet account and the folder its process keeps its state in."""
+
+    name: str
+    index: int  # account index of Anvil's mnemonic
+    home: Path
+
+    @property
+    def address(self) -> str:
+        return devnet_account(self.index).address
+
+
+@dataclass
+class State:
+    """What `up` started, as `down` and `status` read it back."""
+
+    root: Path
+    rpc_url: str = ""
+    manifest: str = ""
+    redis_url: str = ""
+    ipfs: dict[str, str] = field(default_factory=dict)  # node name -> API multiaddr
+    accounts: dict[str, str] = field(default_factory=dict)  # actor name -> address
+    services: list[Service] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return self.root / "state.json"
+
+    def save(self) -> None:
+        data = {k: v for k, v in self.__dict__.items() if k not in ("root", "services")}
+        data["services"] = [s.to_json() for s in self.services]
+        self.path.write_text(json.dumps(data, indent=2))
+
+    @classmethod
+    def load(cls, root: Path) -> State:
+        path = root / "state.json"
+        if not path.exists():
+            raise DevnetError("no devnet here: start one with `zoo-compute devnet up`")
+        data = json.loads(path.read_text())
+        services = [Service(**s) for s in data.pop("services")]
+        return cls(root=root, services=services, **data)
+
+    def service(self, name: str) -> Service:
+        for s in self.services:
+            if s.name == name:
+                return s
+        raise DevnetError(f"no service {name!r}; services: {', '.join(s.name for s in self.services)}")
+
+    def running(self) -> list[Service]:
+        return [s for s in self.services if s.alive()]
+
+
+def cli(*args: str) -> list[str]:
+    """The argv of a `zoo-compute` command run by this interpreter."""
+    return [sys.executable, "-m", "marketplace.cli", *args]
+
+
+class Devnet:
+    """Starts and stops the whole local network."""
+
+    def __init__(self, root: Path = STATE_DIR, providers: int = 3, verifiers: int = 1, workers: int = 1):
+        self.root = root
+        self.providers = providers
+        self.verifiers = verifiers
+        self.workers = workers
+
+    # --- up --------------------------------------------------------------------------------
+
+    def up(self, progress=lambda message: None) -> State:
+        if (self.root / "state.json").exists() and State.load(self.root).running():
+            raise DevnetError("a devnet is already running: `zoo-compute devnet down` first")
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True)
+        (self.root / "password").write_text(PASSWORD)
+        state = State(root=self.root)
+        try:
+            self._start(state, progress)
+        except BaseException:
+            self._stop(state)
+            state.save()
+            raise
+        state.save()
+        return state
+
+    def _start(self, state: State, progress) -> None:
+        progress("starting Anvil")
+        anvil = self._spawn(state, "anvil", [
+            str(foundry_binary("anvil")), "--host", "127.0.0.1", "--port", "0", "--block-time", "1",
+            "--accounts", str(3 + self.providers + self.verifiers),
+        ], os.environ.copy())
+        port = anvil.wait_for_log(r"Listening on 127\.0\.0\.1:(\d+)").group(1)
+        state.rpc_url = f"http://127.0.0.1:{port}"
+        w3 = Web3(Web3.HTTPProvider(state.rpc_url))
+
+        progress("deploying the ledger")
+        manifest = self.root / "deployment.json"
+        deployment = deploy(w3, devnet_account(0), PARAMETERS, manifest=manifest)
+        state.manifest = str(manifest)
+
+        actors = self._actors()
+        state.accounts = {a.name: a.address for a in actors}
+        progress("starting IPFS nodes")
+        for actor in actors:
+            if not actor.name.startswith("verifier"):
+                state.ipfs[actor.name] = self._start_ipfs(state, actor.name)
+        ledger = Ledger(w3, deployment)
+        self._fund(ledger, actors)
+        for actor in actors:
+            wallet.save(self._settings(state, actor), devnet_account(actor.index), PASSWORD)
+
+        progress("starting Redis and the verifier workers")
+        redis = RedisServer(self.root / "redis")
+        redis.folder.mkdir(parents=True)
+        self._spawn(state, "redis", redis.argv(), os.environ.copy()).wait_for_log("(?i)ready to accept connections")
+        state.redis_url = redis.url
+        verifiers = [a for a in actors if a.name.startswith("verifier")]
+        for i in range(self.workers):
+            worker = self._spawn(state, f"worker-{i}", cli("verifier", "worker"), self._env(state, verifiers[0]))
+            worker.wait_for_log(r"ready\.", timeout=120)
+
+        progress("registering and starting the verifiers")
+        for actor in verifiers:
+            account = devnet_account(actor.index)
+            ledger.register_verifier(account, f"devnet://{actor.name}")
+            ledger.stake(account, VERIFIER_STAKE)
+            service = self._spawn(state, actor.name, cli("verifier", "start"), self._env(state, actor))
+            service.wait_for_log("verifier ready", timeout=120)
+
+        progress("registering, staking and starting the providers")
+        providers = [a for a in actors if a.name.startswith("provider")]
+        for actor in providers:
+            account = devnet_account(actor.index)
+            with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:
+                _, report_cid = onboarding.publish_benchmark(storage, replicas=REPLICAS)
+            hardware = Hardware("cpu", 0, 0, 1, f"devnet://{actor.name}")
+            onboarding.register(ledger, account, COMMUNITY, hardware, report_cid)
+            onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
+            self._spawn(state, actor.name, cli("node", "start", "--cost-floor", "1"), self._env(state, actor))
+
+        progress("waiting for the verifier to admit the providers")
+        deadline = time.monotonic() + 120
+        while not all(ledger.staking_account(a.address)["admitted"] for a in providers):
+            for service in state.services:
+                if not service.alive():
+                    raise ServiceFailed(f"{service.name} exited: see {service.log}")
+            if time.monotonic() > deadline:
+                raise ServiceFailed("providers were not admitted in 120s: see the verifier's log")
+            time.sleep(0.5)
+        (self.root / "user.env").write_text(
+            "".join(f"{k}={v}\n" for k, v in self._env(state, actors[0]).items() if k.startswith("ZOO_")))
+
+    def _actors(self) -> list[Actor]:
+        names = ["user"] + [f"provider-{i}" for i in range(self.providers)] + [
+            f"verifier-{i}" for i in range(self.verifiers)]
+        return [Actor(name, i + 1, self.root / name) for i, name in enumerate(names)]
+
+    def _replicas(self, state: State, name: str) -> list[str]:
+        """Every other node: where an actor's content is pinned again, and read from."""
+        return [addr for other, addr in state.ipfs.items() if other != name]
+
+    def _settings(self, state: State, actor: Actor) -> Settings:
+        return Settings(
+            rpc_url=state.rpc_url,
+            manifest=Path(state.manifest),
+            ipfs_api=state.ipfs.get(actor.name, state.ipfs["user"]),
+            ipfs_replicas=self._replicas(state, actor.name),
+            redis_url=state.redis_url or Settings().redis_url,
+            home=actor.home,
+            wallet_password_file=self.root / "password",
+            poll_interval=0.5,
+        )
+
+    def _env(self, state: State, actor: Actor) -> dict[str, str]:
+        """The environment of an actor's process: its settings as ZOO_* variables."""
+        settings = self._settings(state, actor)
+        values = settings.model_dump(exclude={"wallet_password", "wallet"}, exclude_none=True)
+        env = {f"ZOO_{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v) for k, v in values.items()}
+        return os.environ | env
+
+    def _start_ipfs(self, state: State, name: str) -> str:
+        repo = self.root / "ipfs" / name
+        (repo / "api").unlink(missing_ok=True)
+        service = self._spawn(state, f"ipfs-{name}", cli(
+            "ipfs", "serve", "--repo", str(repo), "--host", "127.0.0.1", "--port", "0"),
+            os.environ.copy())
+        deadline = time.monotonic() + 60
+        while not (repo / "api").exists():
+            if not service.alive() or time.monotonic() > deadline:
+                raise ServiceFailed(f"IPFS node {name} did not start: see {service.log}")
+            time.sleep(0.1)
+        return (repo / "api").read_text().strip()
+
+    def _fund(self, ledger: Ledger, actors: list[Actor]) -> None:
+        governor = devnet_account(0)
+        for actor in actors:
+            ledger.transfer(governor, actor.address, FUNDING)
+
+    def _spawn(self, state: State, name: str, argv: list[str], env: dict[str, str]) -> Service:
+        service = Service(name, argv, str(self.root / "logs" / f"{name}.log")).start(env, PROJECT_ROOT)
+        state.services.append(service)
+        state.save()
+        return service
+
+    # --- down and status -------------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        state = State.load(self.root)
+        stopped = [s.name for s in state.running()]
+        self._stop(state)
+        return stopped
+
+    @staticmethod
+    def _stop(state: State) -> None:
+        for service in reversed(state.services):
+            service.stop()
+
+    def status(self) -> dict:
+        state = State.load(self.root)
+        chain = {}
+        if state.rpc_url:
+            w3 = Web3(Web3.HTTPProvider(state.rpc_url))
+            if w3.is_connected():
+                chain = {"block": w3.eth.block_number, "chain_id": w3.eth.chain_id}
+        return {
+            "rpc_url": state.rpc_url,
+            "manifest": state.manifest,
+            "chain": chain,
+            "ipfs": state.ipfs,
+            "redis_url": state.redis_url,
+            "accounts": state.accounts,
+            "services": [{"name": s.name, "pid": s.pid, "alive": s.alive(), "log": s.log}
+                         for s in state.services],
+        }
+
+    def deployment(self) -> Deployment:
+        return Deployment.load(Path(State.load(self.root).manifest))

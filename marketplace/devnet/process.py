@@ -1,0 +1,78 @@
+"""Detached service processes, known by pid, logging to files, stopped by pid."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from marketplace.errors import ZooError
+
+
+class ServiceFailed(ZooError, RuntimeError):
+    """A service exited or never became ready."""
+
+
+@dataclass
+class Service:
+    """One process of the devnet, as recorded in its state file."""
+
+    name: str
+    argv: list[str]
+    log: str
+    pid: int | None = None
+
+    def start(self, env: dict[str, str], cwd: Path) -> Service:
+        """Start in a session of its own, so it outlives the command that started it."""
+        Path(self.log).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            process = subprocess.Popen(self.argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid = process.pid
+        return self
+
+    def alive(self) -> bool:
+        if self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        # A child of ours that exited stays a zombie until reaped: reap it to tell.
+        try:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            return pid == 0
+        except ChildProcessError:
+            return True
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds."""
+        if not self.alive():
+            return
+        os.kill(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                return
+            time.sleep(0.1)
+        os.kill(self.pid, signal.SIGKILL)
+
+    def wait_for_log(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
+        """Wait until the service's log matches `pattern` (how services announce readiness)."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = Path(self.log).read_text(errors="replace") if Path(self.log).exists() else ""
+            if match := regex.search(text):
+                return match
+            if not self.alive():
+                raise ServiceFailed(f"{self.name} exited: see {self.log}\n{text[-800:]}")
+            time.sleep(0.1)
+        raise ServiceFailed(f"{self.name} not ready after {timeout:.0f}s: see {self.log}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
