@@ -8,16 +8,13 @@ from eth_account.signers.local import LocalAccount
 from web3.types import TxReceipt
 
 from marketplace.chain.ledger import Hardware, Ledger
+from marketplace.chain.permit import sign_permit
 from marketplace.ipfs import multihash
 from marketplace.ipfs.cid import CID
 from marketplace.storage import Storage
 from node.benchmark import BenchmarkReport, run_benchmark
 
-from .chainview import chain_time
-
 log = logging.getLogger(__name__)
-
-PERMIT_TTL = 3_600  # seconds a stake permit stays valid
 
 
 def attestation_of(cid: str) -> bytes:
@@ -47,24 +44,5 @@ def register(ledger: Ledger, account: LocalAccount, tier: int, hardware: Hardwar
 
 def stake_with_permit(ledger: Ledger, account: LocalAccount, amount: int) -> TxReceipt:
     """Stake in one transaction: an ERC-2612 permit for the staking contract, signed here."""
-    zen = ledger.zen.functions
-    deadline = chain_time(ledger.w3) + PERMIT_TTL
-    message = {
-        "types": {
-            "EIP712Domain": [{"name": "name", "type": "string"}, {"name": "version", "type": "string"},
-                             {"name": "chainId", "type": "uint256"},
-                             {"name": "verifyingContract", "type": "address"}],
-            "Permit": [{"name": "owner", "type": "address"}, {"name": "spender", "type": "address"},
-                       {"name": "value", "type": "uint256"}, {"name": "nonce", "type": "uint256"},
-                       {"name": "deadline", "type": "uint256"}],
-        },
-        "primaryType": "Permit",
-        "domain": {"name": zen.name().call(), "version": "1", "chainId": ledger.w3.eth.chain_id,
-                   "verifyingContract": ledger.zen.address},
-        "message": {"owner": account.address, "spender": ledger.staking.address, "value": amount,
-                    "nonce": zen.nonces(account.address).call(), "deadline": deadline},
-    }
-    signed = account.sign_typed_data(full_message=message)
-    fn = ledger.staking.functions.stakeWithPermit(
-        amount, deadline, signed.v, signed.r.to_bytes(32, "big"), signed.s.to_bytes(32, "big"))
-    return ledger.send(fn, account)
+    deadline, v, r, s = sign_permit(ledger, account, ledger.staking.address, amount)
+    return ledger.send(ledger.staking.functions.stakeWithPermit(amount, deadline, v, r, s), account)
