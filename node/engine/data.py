@@ -158,15 +158,16 @@ class Sampler:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(_derive_seed(self.seed, *key))
         B, T = self.batch_size, self.seq_len
-        if len(parts) == 1:
-            which = torch.zeros(B, dtype=torch.long)
+        if len(parts) == 1:  # the common case, without the mixing bookkeeping
+            starts = torch.randint(len(parts[0]) - T, (B,), generator=g)
+            rows = parts[0][starts.unsqueeze(1) + self.window]  # (B, T + 1)
         else:
             which = torch.multinomial(self.weights, B, replacement=True, generator=g)  # (B,)
-        rows = torch.empty(B, T + 1, dtype=torch.uint8)
-        for i, part in enumerate(parts):
-            picked = (which == i).nonzero().squeeze(1)  # rows drawn from source i
-            starts = torch.randint(len(part) - T, (len(picked),), generator=g)
-            rows[picked] = part[starts.unsqueeze(1) + self.window]  # (n_i, T + 1)
+            rows = torch.empty(B, T + 1, dtype=torch.uint8)
+            for i, part in enumerate(parts):
+                picked = (which == i).nonzero().squeeze(1)  # rows drawn from source i
+                starts = torch.randint(len(part) - T, (len(picked),), generator=g)
+                rows[picked] = part[starts.unsqueeze(1) + self.window]  # (n_i, T + 1)
         rows = rows.long()
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()  # (B, T), (B, T)
 
