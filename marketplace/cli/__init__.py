@@ -6,8 +6,9 @@ from marketplace.cli.chain import chain
 from marketplace.cli.devnet import devnet
 from marketplace.cli.ipfs import ipfs
 from marketplace.cli.node import node
-from marketplace.cli.wallet import wallet
+from marketplace.cli.train import train
 from marketplace.cli.verifier import verifier
+from marketplace.cli.wallet import wallet
 from marketplace.errors import ZooError
 
 
@@ -31,5 +32,6 @@ main.add_command(chain)
 main.add_command(devnet)
 main.add_command(ipfs)
 main.add_command(node)
+main.add_command(train)
 main.add_command(wallet)
 main.add_command(verifier)

@@ -10,7 +10,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from marketplace.devnet.network import STATE_DIR, Devnet, State
+from marketplace.devnet import STATE_DIR
+from marketplace.devnet.network import Devnet, State
 
 console = Console()
 root_option = click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=STATE_DIR,

@@ -20,6 +20,7 @@ from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
 from marketplace.chain.ledger import Hardware, Ledger
 from marketplace.chain.toolchain import PROJECT_ROOT, foundry_binary
 from marketplace.config import Settings
+from marketplace.devnet import STATE_DIR
 from marketplace.devnet.process import Service, ServiceFailed
 from marketplace.errors import ZooError
 from marketplace.storage import Storage
@@ -28,7 +29,7 @@ from verifier.redis_server import RedisServer
 
 log = logging.getLogger(__name__)
 
-STATE_DIR = PROJECT_ROOT / ".devnet"
+
 PASSWORD = "devnet"  # keystores of the devnet's well-known test keys; not a secret
 PARAMETERS = Parameters(
     unbonding_delay=60,

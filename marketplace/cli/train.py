@@ -1,0 +1,111 @@
+"""`zoo-compute train`: escrow a budget, auction the job, follow the training, settle, get the weights."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from marketplace import jobs
+from marketplace.chain.deploy import ZEN
+from marketplace.chain.ledger import JobStatus
+from marketplace.cli.wallet import open_ledger
+from marketplace.config import Settings
+from marketplace.devnet import STATE_DIR
+from marketplace.storage import Storage
+from marketplace.wallet import load_account
+from node.engine import SpecError
+
+console = Console()
+
+
+def user_settings() -> Settings:
+    """ZOO_* settings; on a machine running the devnet, its user's settings fill what is unset."""
+    devnet_env = STATE_DIR / "user.env"
+    return Settings(_env_file=devnet_env if devnet_env.exists() else None)
+
+
+def zen_amount(text: str) -> int:
+    """A positive ZEN amount from the command line, in wei."""
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise click.BadParameter(f"{text!r} is not a number of ZEN") from None
+    if value <= 0:
+        raise click.BadParameter("must be more than 0 ZEN")
+    return int(value * ZEN)
+
+
+def zen(wei: int) -> str:
+    return f"{wei / ZEN:,.6f} ZEN"
+
+
+@click.command()
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Job spec (YAML; see node/specs/README.md).")
+@click.option("--max-budget", required=True, help="Most ZEN to spend; escrowed, the unspent part refunded.")
+@click.option("--max-price", default="100", show_default=True, help="Most ZEN per GPU-hour to pay a provider.")
+@click.option("--tier", type=click.Choice(list(jobs.TIERS)), default="community", show_default=True,
+              help="Provider tier to buy from.")
+@click.option("--nodes", type=click.IntRange(1, 64), help="Providers to train on [default: the spec's].")
+@click.option("--sample-rate", default=1_000, show_default=True, type=click.IntRange(0, 10_000),
+              help="Share of work units verifiers re-run, in basis points.")
+@click.option("--checkpoint-interval", default=600, show_default=True, type=click.IntRange(1),
+              help="Seconds a provider may go without a checkpoint before it can be reported.")
+@click.option("--auction-timeout", default=120, show_default=True, type=click.IntRange(1),
+              help="Seconds to wait for the auction to fill before cancelling for a full refund.")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the trained weights [default: weights/job-<id>.pt].")
+@click.option("--no-wait", is_flag=True, help="Print the job id once escrowed and return.")
+def train(config_path: Path, max_budget: str, max_price: str, tier: str, nodes: int | None, sample_rate: int,
+          checkpoint_interval: int, auction_timeout: int, output: Path | None, no_wait: bool) -> None:
+    """Train a model on the market: escrow, auction, training, settlement, weights back by CID."""
+    order = jobs.Order(
+        max_budget=zen_amount(max_budget), max_price=zen_amount(max_price), tier=jobs.TIERS[tier],
+        nodes=nodes, sample_rate_bps=sample_rate, checkpoint_interval=checkpoint_interval,
+    )
+    try:
+        spec_text, spec = jobs.load_spec_text(config_path)
+    except SpecError as exc:
+        raise click.ClickException(f"invalid job spec {config_path}: {exc}") from None
+    settings = user_settings()
+    ledger = open_ledger(settings)
+    user = load_account(settings)
+    with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
+        with console.status("pinning the spec and escrowing the budget"):
+            job_id = jobs.submit(ledger, user, storage, spec_text, order)
+        console.print(f"job {job_id}: {spec.name}, budget {zen(order.max_budget)} escrowed")
+        if no_wait:
+            click.echo(job_id)
+            return
+        with console.status("auction: waiting for providers to bid"):
+            jobs.wait_for_auction(ledger, user, job_id, auction_timeout)
+        clearing = ledger.slot(job_id, 0)["price"]
+        console.print(f"auction cleared at {zen(clearing)} per GPU-hour")
+        _follow(ledger, storage, job_id)
+        with console.status("waiting for verification and settling"):
+            settlement = jobs.settle(ledger, user, job_id)
+        output = output or Path("weights") / f"job-{job_id}.pt"
+        cid, state_hash = jobs.fetch_weights(ledger, storage, job_id, output)
+    console.print(f"result: checkpoint {cid} (state {state_hash[:16]}…), weights written to {output}")
+    console.print(f"settled in block {settlement.block} (tx {settlement.tx}): paid {zen(settlement.payment)}, "
+                  f"fee {zen(settlement.fee)} (5%), refunded {zen(settlement.refund)}")
+
+
+def _follow(ledger, storage: Storage, job_id: int) -> None:
+    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("units"),
+               TextColumn("{task.fields[loss]}"), TextColumn("{task.fields[zen]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task("train", total=None, loss="", zen="")
+
+        def show(now: jobs.Progress) -> None:
+            loss = f"loss {now.loss:.3f}" if now.loss is not None else ""
+            bar.update(task, total=now.units_total, completed=now.units_done, loss=loss,
+                       zen=f"{now.accrued / ZEN:,.4f} ZEN accrued")
+
+        final = jobs.follow(ledger, storage, job_id, show)
+    if final.status == JobStatus.CANCELLED:
+        raise jobs.JobError(f"job {job_id} was cancelled")

@@ -1,0 +1,212 @@
+"""A user's training job on the ledger: submit with escrow, follow it, settle, fetch the weights."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from eth_account.signers.local import LocalAccount
+from web3.logs import DISCARD
+
+from marketplace.chain.ledger import JobRequest, JobStatus, Ledger
+from marketplace.chain.permit import sign_permit
+from marketplace.errors import ZooError
+from marketplace.storage import Storage
+from node.engine import Checkpoint, JobSpec, parse_spec
+from node.work import units_per_node
+
+log = logging.getLogger(__name__)
+
+TIERS = {"community": 0, "bronze": 1, "silver": 2, "gold": 3}
+REPLICAS = 3
+
+
+class JobError(ZooError):
+    """A job could not be submitted, run or settled as asked."""
+
+
+class BudgetBelowReserve(JobError, ValueError):
+    """The budget cannot pay every node for one checkpoint interval at the maximum price."""
+
+
+class InsufficientZen(JobError, ValueError):
+    """The wallet holds less ZEN than the budget to escrow."""
+
+
+class NoBids(JobError):
+    """No auction round filled before the deadline; the job was cancelled and refunded."""
+
+
+@dataclass(frozen=True)
+class Order:
+    """What the user asks the market for."""
+
+    max_budget: int  # ZEN wei escrowed
+    max_price: int  # ZEN wei per GPU-hour
+    tier: int = 0
+    nodes: int | None = None  # default: the spec's distributed.nodes
+    sample_rate_bps: int = 1_000
+    checkpoint_interval: int = 600  # seconds a node may go without a checkpoint
+
+    def reserve(self, nodes: int) -> int:
+        """The least budget worth escrowing: every node paid for one checkpoint interval at the
+        maximum price, so no winner can run out of budget before its first checkpoint."""
+        return math.ceil(self.max_price * nodes * self.checkpoint_interval / 3600)
+
+
+@dataclass(frozen=True)
+class Progress:
+    status: JobStatus
+    units_done: int
+    units_total: int
+    accrued: int  # ZEN wei, fee included
+    loss: float | None  # training loss at the latest checkpoint
+
+
+@dataclass(frozen=True)
+class Settlement:
+    payment: int
+    fee: int
+    refund: int
+    verifier_pool: int
+    tx: str
+    block: int
+
+
+def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str, order: Order) -> int:
+    """Validate the spec, pin it, and escrow the budget with a permit; returns the job id."""
+    spec = parse_spec(spec_text)
+    nodes = order.nodes or spec.distributed.nodes
+    reserve = order.reserve(nodes)
+    if order.max_budget < reserve:
+        raise BudgetBelowReserve(
+            f"budget {order.max_budget / 1e18:,.6f} ZEN is below the reserve {reserve / 1e18:,.6f} ZEN "
+            f"({nodes} node(s) x {order.checkpoint_interval}s at {order.max_price / 1e18:,.6f} ZEN/GPU-hour)")
+    held = ledger.balance(user.address)
+    if held < order.max_budget:
+        raise InsufficientZen(
+            f"wallet {user.address} holds {held / 1e18:,.6f} ZEN, the budget needs {order.max_budget / 1e18:,.6f}")
+    spec_cid = storage.add_bytes(spec_text.encode())
+    storage.pin(spec_cid, replicas=min(REPLICAS, len(storage.nodes)))
+    request = JobRequest(
+        spec_cid=spec_cid, tier=order.tier, nodes=nodes, units_per_node=units_per_node(spec),
+        checkpoint_interval=order.checkpoint_interval, sample_rate_bps=order.sample_rate_bps,
+        max_price=order.max_price, budget=order.max_budget,
+    )
+    deadline, v, r, s = sign_permit(ledger, user, ledger.market.address, order.max_budget)
+    receipt = ledger.send(ledger.market.functions.createJobWithPermit(request.as_struct(), deadline, v, r, s), user)
+    (event,) = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
+    log.info("job %d created: spec %s, budget %d", event["args"]["jobId"], spec_cid, order.max_budget)
+    return event["args"]["jobId"]
+
+
+def wait_for_auction(ledger: Ledger, user: LocalAccount, job_id: int, timeout: float, poll: float = 1.0) -> None:
+    """Wait until providers hold the job's slots; past `timeout`, cancel for a full refund."""
+    deadline = time.monotonic() + timeout
+    while ledger.market.functions.status(job_id).call() == JobStatus.OPEN:
+        if time.monotonic() > deadline:
+            budget = ledger.job(job_id)["budget"]
+            ledger.send(ledger.market.functions.cancelJob(job_id), user)
+            raise NoBids(f"no bids filled job {job_id} within {timeout:.0f}s: cancelled, "
+                         f"{budget / 1e18:,.6f} ZEN refunded to {user.address}")
+        time.sleep(poll)
+
+
+def progress(ledger: Ledger, storage: Storage, job_id: int) -> Progress:
+    """Where the job is, from chain state and its latest checkpoint's own metrics."""
+    job = ledger.job(job_id)
+    slots = [ledger.slot(job_id, i) for i in range(job["nodes"])]
+    slot_budget = job["budget"] // job["nodes"]
+    units = latest_units(ledger, job_id)
+    loss = None
+    if units:
+        checkpoint = Checkpoint.load(storage.cat(units[0]["cid"]))
+        loss = checkpoint.metadata.get("metrics", {}).get("loss")
+    return Progress(
+        status=JobStatus(job["status"]),
+        units_done=sum(s["unitsDone"] for s in slots),
+        units_total=job["unitsPerNode"] * job["nodes"],
+        accrued=sum(slot_budget - s["remaining"] for s in slots),
+        loss=loss,
+    )
+
+
+def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
+    """The live last unit of each slot (a rollback voids later ones), as event arguments."""
+    job = ledger.job(job_id)
+    events = ledger.market.events.CheckpointCommitted().get_logs(
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+    latest = []
+    for slot in range(job["nodes"]):
+        done = ledger.slot(job_id, slot)["unitsDone"]
+        live = [e["args"] for e in events if e["args"]["slot"] == slot and e["args"]["index"] == done - 1]
+        if live:
+            latest.append(live[-1])
+    return latest
+
+
+def follow(ledger: Ledger, storage: Storage, job_id: int, on_progress: Callable[[Progress], None],
+           poll: float = 1.0) -> Progress:
+    """Report progress until the job has nothing left to run."""
+    last = None
+    while True:
+        now = progress(ledger, storage, job_id)
+        if now != last:
+            on_progress(now)
+            last = now
+        if now.status in (JobStatus.COMPLETED, JobStatus.SETTLED, JobStatus.CANCELLED):
+            return now
+        time.sleep(poll)
+
+
+def settle(ledger: Ledger, user: LocalAccount, job_id: int, poll: float = 1.0) -> Settlement:
+    """Settle once the verification window is over (or find a provider's settlement)."""
+    window = ledger.verification.functions.verificationWindow().call()
+    while ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED:
+        job = ledger.job(job_id)
+        now = ledger.w3.eth.get_block("latest")["timestamp"]
+        open_disputes = ledger.verification.functions.openDisputes(job_id).call()
+        if now >= job["completedAt"] + window and open_disputes == 0:
+            try:
+                ledger.send(ledger.market.functions.settle(job_id), user)
+            except ZooError as exc:  # a provider settled in the same block
+                log.info("settle: %s", exc)
+        time.sleep(poll)
+    (event,) = ledger.market.events.JobSettled().get_logs(
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+    args = event["args"]
+    return Settlement(args["payment"], args["fee"], args["refund"], args["verifierPool"],
+                      "0x" + event["transactionHash"].hex().removeprefix("0x"), event["blockNumber"])
+
+
+def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -> tuple[str, str]:
+    """Write the trained model's weights to `output`; returns (checkpoint CID, state hash).
+
+    The checkpoint is the last live unit of slot 0; its state hash is checked against the one
+    committed on-chain before anything is written.
+    """
+    units = latest_units(ledger, job_id)
+    if not units:
+        raise JobError(f"job {job_id} has no committed checkpoint")
+    unit = units[0]
+    checkpoint = Checkpoint.load(storage.cat(unit["cid"]))
+    committed = bytes(unit["stateHash"]).hex()
+    if checkpoint.state_hash() != committed:
+        raise JobError(f"checkpoint {unit['cid']} does not hold the committed state {committed}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint.state["model"], output)
+    return unit["cid"], committed
+
+
+def load_spec_text(path: Path) -> tuple[str, JobSpec]:
+    """The spec file's text (pinned as is) and its validated form."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise JobError(f"cannot read job spec {path}: {exc.strerror}") from None
+    return text, parse_spec(text)
