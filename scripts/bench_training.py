@@ -8,6 +8,9 @@ ratio is the median of the per-round ratios.
 
     python scripts/bench_training.py                     # tiny spec, CPU
     python scripts/bench_training.py --spec node/specs/gpt-small.yaml --steps 50 --rounds 4
+
+On a machine shared with other work, wall-clock figures swing with the load; with several
+threads more so (a descheduled thread stalls the others), and `--threads 1` steadies them.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from torch.optim.lr_scheduler import LambdaLR
 
-from node.engine import Checkpoint, JobSpec, Shard, load_spec, run_unit
+from node.engine import Checkpoint, JobSpec, Shard, load_spec, parse_spec, run_unit
 from node.engine.data import Sampler, load_corpora
 from node.engine.train import build_optimizer, lr_schedule
 
@@ -136,11 +139,12 @@ def measure_throughput(
     return engine_rates, plain_rates
 
 
-def measure_memory(spec_path: Path, steps: int, device: torch.device) -> tuple[float, float]:
+def measure_memory(
+    spec: JobSpec, args: argparse.Namespace, steps: int, device: torch.device
+) -> tuple[float, float]:
     """Peak memory in MB while training: CUDA allocator peaks in-process, else the growth of
     peak RSS in a fresh process for each side, from after torch and the data are loaded."""
     if device.type == "cuda":
-        spec = load_spec(spec_path)
         shard = Shard.of(spec, 0, 0, steps)
         configure(spec)
         peaks = []
@@ -161,9 +165,11 @@ def measure_memory(spec_path: Path, steps: int, device: torch.device) -> tuple[f
                 sys.executable,
                 __file__,
                 "--spec",
-                str(spec_path),
+                str(args.spec),
                 "--steps",
                 str(steps),
+                "--threads",
+                str(spec.reproducibility.num_threads),
                 "--memory-of",
                 side,
             ],
@@ -174,6 +180,15 @@ def measure_memory(spec_path: Path, steps: int, device: torch.device) -> tuple[f
         )
         peaks.append(float(out.stdout.strip().splitlines()[-1]))
     return peaks[0], peaks[1]
+
+
+def read_spec(path: Path, threads: int | None) -> JobSpec:
+    spec = load_spec(path)
+    if threads is None:
+        return spec
+    raw = spec.model_dump(mode="json")
+    raw["reproducibility"]["num_threads"] = threads
+    return parse_spec(raw)
 
 
 def _run_side(side: str, spec: JobSpec, shard: Shard, steps: int, device: torch.device) -> None:
@@ -215,13 +230,16 @@ def main() -> None:
         "--steps", type=int, help="optimizer steps per round (default: checkpoint.every)"
     )
     parser.add_argument(
-        "--rounds", type=int, default=8, help="timed rounds of each, after one warm-up round"
+        "--rounds", type=int, default=12, help="timed rounds of each, after one warm-up round"
     )
     parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    parser.add_argument(
+        "--threads", type=int, help="override the spec's reproducibility.num_threads"
+    )
     parser.add_argument("--memory-of", choices=["engine", "plain"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    spec = load_spec(args.spec)
+    spec = read_spec(args.spec, args.threads)
     steps = args.steps or spec.checkpoint.every
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
@@ -234,14 +252,15 @@ def main() -> None:
         return
 
     engine_rates, plain_rates = measure_throughput(spec, steps, args.rounds, device)
-    engine_mem, plain_mem = measure_memory(args.spec, steps, device)
+    engine_mem, plain_mem = measure_memory(spec, args, steps, device)
     engine_tps, plain_tps = statistics.median(engine_rates), statistics.median(plain_rates)
     # paired: each round's two sides ran back to back, so load from elsewhere hits both alike
     ratio = statistics.median(e / p for e, p in zip(engine_rates, plain_rates))
 
     memory_kind = "CUDA peak allocated" if device.type == "cuda" else "RSS growth while training"
     table = Table(
-        title=f"{spec.name} on {device}: {steps} steps x {args.rounds} rounds",
+        title=f"{spec.name} on {device}, num_threads={spec.reproducibility.num_threads}: "
+        f"{steps} steps x {args.rounds} rounds",
         caption=f"tokens/s: median over rounds; ratio: median of per-round ratios; "
         f"memory: {memory_kind}",
     )
