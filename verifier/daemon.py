@@ -79,6 +79,7 @@ class VerifierDaemon:
             "SlotFinished": self._on_slot_released,
             "JobCompleted": self._on_job_over,
             "JobCancelled": self._on_job_over,
+            "JobSettled": self._on_settled,
         }
 
     @property
@@ -159,6 +160,20 @@ class VerifierDaemon:
 
     def _on_job_over(self, event: EventData) -> None:
         self.journal.release_job(event["args"]["jobId"])
+
+    def _on_settled(self, event: EventData) -> None:
+        """Collect this verifier's share of the job's network fee."""
+        job_id = event["args"]["jobId"]
+        if self.ledger.verification.functions.verificationsBy(job_id, self.address).call() == 0:
+            return
+        try:
+            self.ledger.claim_verification_fees(self.account, job_id)
+        except ContractRevert as exc:
+            if exc.name not in ("AlreadyClaimed", "NothingOwed"):  # a restart, or a zero share
+                raise
+        if self.ledger.owed(self.address):
+            self.ledger.withdraw(self.account)
+            log.info("collected verification fees of job %d", job_id)
 
     # --- sampling and re-runs ------------------------------------------------------------
 
