@@ -1,0 +1,75 @@
+"""One devnet for the end-to-end tests: real Anvil, IPFS nodes, Redis, Celery, daemons and torch."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from web3 import Web3
+
+from marketplace.chain.accounts import devnet_account
+from marketplace.chain.deploy import Deployment
+from marketplace.chain.ledger import Ledger
+from marketplace.config import Settings
+from marketplace.devnet.network import Devnet, State
+from marketplace.storage import Storage
+
+SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
+
+
+@dataclass
+class Network:
+    """The running devnet as a test sees it."""
+
+    root: Path
+    state: State
+    ledger: Ledger
+    settings: Settings  # the user's
+
+    @property
+    def user(self):
+        return devnet_account(1)
+
+    def env(self) -> dict[str, str]:
+        """The environment a `zoo-compute` command of the user runs with."""
+        lines = (self.root / "user.env").read_text().splitlines()
+        return os.environ | dict(line.split("=", 1) for line in lines if line)
+
+    def storage(self) -> Storage:
+        return Storage(self.settings.ipfs_api, self.settings.ipfs_replicas)
+
+    def provider_service(self, address: str):
+        name = next(n for n, a in self.state.accounts.items() if a == address)
+        return self.state.service(name)
+
+    def kill(self, address: str) -> None:
+        """SIGKILL a provider's daemon: a machine that vanishes mid-job."""
+        os.kill(self.provider_service(address).pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def network(tmp_path_factory):
+    root = tmp_path_factory.mktemp("devnet")
+    devnet = Devnet(root, providers=3, verifiers=2, workers=1)
+    state = devnet.up()
+    try:
+        w3 = Web3(Web3.HTTPProvider(state.rpc_url))
+        ledger = Ledger(w3, Deployment.load(Path(state.manifest)))
+        settings = Settings(_env_file=root / "user.env")
+        yield Network(root, state, ledger, settings)
+    finally:
+        devnet.down()
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.5):
+    """Poll `condition` until it returns something truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(poll)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")

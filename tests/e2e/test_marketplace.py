@@ -1,0 +1,164 @@
+"""Whole jobs on the devnet: honest training settled to the wei, a cheater caught and replaced,
+a provider lost mid-job and its work resumed elsewhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from marketplace import jobs
+from marketplace.chain.accounts import devnet_account
+from marketplace.chain.deploy import ZEN
+from marketplace.chain.ledger import Hardware, JobStatus
+from node.daemon import onboarding
+from node.engine import Checkpoint, load_spec, run_unit
+from node.work import unit_shard
+
+from .conftest import SPEC, wait_for
+
+pytestmark = pytest.mark.slow
+
+FEE_BPS = 500
+DOWNTIME, INCORRECT_COMPUTATION = 0, 1
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    """The state hash of the tiny spec trained start to end in one process: the reference."""
+    spec = load_spec(SPEC)
+    _, state_hash, _ = run_unit(spec, None, unit_shard(spec, 0), spec.training.max_steps)
+    return state_hash
+
+
+def final_unit(ledger, job_id: int) -> dict:
+    (unit,) = jobs.latest_units(ledger, job_id)
+    return unit
+
+
+def settled(ledger, job_id: int) -> dict:
+    (event,) = ledger.market.events.JobSettled().get_logs(
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+    return event["args"]
+
+
+def slashes(ledger, account: str) -> list[int]:
+    logs = ledger.staking.events.Slashed().get_logs(
+        from_block=ledger.deployment.deploy_block, argument_filters={"account": account})
+    return [log["args"]["reason"] for log in logs]
+
+
+def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterrupted):
+    ledger = network.ledger
+    verifiers = [a for n, a in network.state.accounts.items() if n.startswith("verifier")]
+    providers = [a for n, a in network.state.accounts.items() if n.startswith("provider")]
+    watched = [network.user.address, ledger.treasury.address, ledger.market.address, *providers, *verifiers]
+    before = {a: ledger.balance(a) for a in watched}
+
+    weights = tmp_path / "weights.pt"
+    result = subprocess.run(
+        [sys.executable, "-m", "marketplace.cli", "train", "--config", str(SPEC), "--max-budget", "5000",
+         "--sample-rate", "5000", "--output", str(weights)],
+        env=network.env(), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "settled in block" in result.stdout and weights.exists()
+
+    job_id = ledger.market.functions.jobCount().call()
+    s = settled(ledger, job_id)
+    market = ledger.market.functions
+    earned = {p: market.earned(job_id, p).call() for p in market.participants(job_id).call()}
+    counts = {v: ledger.verification.functions.verificationsBy(job_id, v).call() for v in verifiers}
+    each = ledger.job(job_id)["verifierFeeEach"]
+    # The daemons collect on their own: providers withdraw, verifiers claim their share.
+    wait_for(lambda: all(ledger.owed(a) == 0 for a in [*earned, *verifiers]), 120, "payouts")
+
+    assert s["payment"] == sum(earned.values())
+    assert s["fee"] == sum(e * FEE_BPS // 10_000 for e in earned.values())
+    assert s["refund"] == 5_000 * ZEN - s["payment"]
+    assert s["verifierPool"] == each * sum(counts.values())
+    after = {a: ledger.balance(a) for a in watched}
+    assert after[network.user.address] - before[network.user.address] == -s["payment"]
+    for provider in providers:
+        pay = earned.get(provider, 0)
+        assert after[provider] - before[provider] == pay - pay * FEE_BPS // 10_000
+    for verifier in verifiers:
+        assert after[verifier] - before[verifier] == counts[verifier] * each
+    assert after[ledger.treasury.address] - before[ledger.treasury.address] == s["fee"] - s["verifierPool"]
+    assert after[ledger.market.address] == before[ledger.market.address]
+
+    # The result reproduces: the final checkpoint holds the state an uninterrupted run reaches,
+    # and the loss fell from the first unit to the last.
+    last = final_unit(ledger, job_id)
+    assert bytes(last["stateHash"]).hex() == uninterrupted
+    with network.storage() as storage:
+        first_cid = ledger.market.events.CheckpointCommitted().get_logs(
+            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})[0]["args"]["cid"]
+        first_loss = Checkpoint.load(storage.cat(first_cid)).metadata["metrics"]["loss"]
+        last_loss = Checkpoint.load(storage.cat(last["cid"])).metadata["metrics"]["loss"]
+    assert last_loss < first_loss - 0.3
+
+
+def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):
+    ledger = network.ledger
+    cheater = devnet_account(7)
+    ledger.transfer(devnet_account(0), cheater.address, 20_000 * ZEN)
+    with network.storage() as storage:
+        _, report = onboarding.publish_benchmark(storage, replicas=3)
+        onboarding.register(ledger, cheater, 0, Hardware("cpu", 0, 0, 1, "cheater"), report)
+        onboarding.stake_with_permit(ledger, cheater, 10_000 * ZEN)
+        wait_for(lambda: ledger.staking_account(cheater.address)["admitted"], 60, "the cheater's admission")
+
+        # Every unit is sampled, and the cheater underbids the honest providers.
+        order = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, sample_rate_bps=10_000,
+                           checkpoint_interval=300)
+        job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), order)
+        bid = ledger.commit_bid(cheater, job_id, ZEN // 2)
+        deadline = ledger.job(job_id)["bidDeadline"]
+        wait_for(lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline, 30, "the reveal window")
+        ledger.reveal_bid(cheater, bid)
+        wait_for(lambda: ledger.slot(job_id, 0)["provider"] == cheater.address, 60, "the cheater's win")
+
+        # It commits a unit whose state it did not compute: one step instead of the unit's.
+        spec = load_spec(SPEC)
+        fake, fake_hash, _ = run_unit(spec, None, unit_shard(spec, 0), 1)
+        cid = storage.add_bytes(fake.to_bytes())
+        storage.pin(cid, replicas=3)
+        gpu_seconds = ledger.w3.eth.get_block("latest")["timestamp"] - ledger.slot(job_id, 0)["lastCheckpointAt"]
+        ledger.commit_checkpoint(cheater, job_id, 0, gpu_seconds, cid, bytes.fromhex(fake_hash))
+
+        wait_for(lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address), 180, "the cheater's slash")
+        wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 400,
+                 "an honest provider to finish the job")
+        settlement = jobs.settle(ledger, network.user, job_id)
+
+    market = ledger.market.functions
+    assert market.earned(job_id, cheater.address).call() == 0
+    honest = [p for p in market.participants(job_id).call() if p != cheater.address]
+    assert honest and settlement.payment == sum(market.earned(job_id, p).call() for p in honest)
+    assert bytes(final_unit(ledger, job_id)["stateHash"]).hex() == uninterrupted
+
+
+def test_provider_lost_mid_job_is_replaced_and_nothing_is_lost(network, uninterrupted):
+    ledger = network.ledger
+    with network.storage() as storage:
+        order = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, checkpoint_interval=40)
+        job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), order)
+        jobs.wait_for_auction(ledger, network.user, job_id, timeout=60)
+        first = ledger.slot(job_id, 0)["provider"]
+        wait_for(lambda: ledger.slot(job_id, 0)["unitsDone"] >= 2, 120, "two checkpoints")
+        network.kill(first)
+
+        wait_for(lambda: DOWNTIME in slashes(ledger, first), 180, "the downtime report")
+        wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 400,
+                 "another provider to finish the job")
+        settlement = jobs.settle(ledger, network.user, job_id)
+
+    market = ledger.market.functions
+    successors = [p for p in market.participants(job_id).call() if p != first]
+    assert successors, "the slot was re-auctioned to another provider"
+    kept = market.earned(job_id, first).call()
+    assert kept > 0, "the lost provider keeps the pay of the checkpoints it delivered"
+    assert settlement.payment == kept + sum(market.earned(job_id, p).call() for p in successors)
+    # Resumed from the last accepted checkpoint on another machine, bit for bit.
+    assert bytes(final_unit(ledger, job_id)["stateHash"]).hex() == uninterrupted
