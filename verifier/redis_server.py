@@ -12,6 +12,7 @@ from typing import Self
 
 import redis
 
+from marketplace.processes import terminate
 from verifier.errors import VerifierError
 
 log = logging.getLogger(__name__)
@@ -89,13 +90,8 @@ class RedisServer:
         raise RedisUnavailable(f"redis-server did not start: see {self.folder / 'redis.log'}")
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process:
+            terminate(self.process)
         self.process = None
 
     def __enter__(self) -> Self:

@@ -9,9 +9,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from marketplace.chain.errors import ChainError
 from marketplace.chain.toolchain import foundry_binary
+from marketplace.processes import terminate
 
 log = logging.getLogger(__name__)
 
@@ -87,16 +89,11 @@ class Anvil:
         threading.Thread(target=pump, name="anvil-log", daemon=True).start()
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process:
+            terminate(self.process)
         self.process = None
 
-    def __enter__(self) -> Anvil:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

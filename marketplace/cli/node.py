@@ -5,16 +5,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
-from marketplace.cli.wallet import amount, open_ledger
+from marketplace.cli.wallet import amount, open_ledger, zen_amount
 from marketplace.config import Settings
 from marketplace.storage import Storage
 from marketplace.wallet import address_of, keystore_path, load_account
@@ -27,16 +25,6 @@ console = Console()
 
 def journal_path(settings: Settings) -> Path:
     return settings.home / "node" / "journal.sqlite3"
-
-
-def _zen(text: str) -> int:
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise click.BadParameter(f"{text!r} is not a number of ZEN") from None
-    if value <= 0:
-        raise click.BadParameter("must be more than 0")
-    return int(value * ZEN)
 
 
 replicas_option = click.option(
@@ -92,7 +80,7 @@ def stake_command(zen: str) -> None:
     """Stake ZEN in one transaction (an ERC-2612 permit signed by the wallet)."""
     from node.daemon.onboarding import stake_with_permit
 
-    wei = _zen(zen)
+    wei = zen_amount(zen)
     settings = Settings()
     account = load_account(settings)
     ledger = open_ledger(settings)
@@ -123,7 +111,7 @@ def start_command(cost_floor: str, margin_bps: int, replicas: int, device: str |
     account = load_account(settings)
     ledger = open_ledger(settings)
     config = NodeConfig(
-        pricing=Pricing(_zen(cost_floor), margin_bps),
+        pricing=Pricing(zen_amount(cost_floor), margin_bps),
         journal_path=journal_path(settings), ipfs_api=settings.ipfs_api,
         ipfs_replicas=tuple(settings.ipfs_replicas), replicas=replicas, device=device,
         poll_interval=settings.poll_interval, confirmations=settings.confirmations,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import click
@@ -12,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobStatus
-from marketplace.cli.wallet import open_ledger
+from marketplace.cli.wallet import open_ledger, zen_amount
 from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
 from marketplace.storage import Storage
@@ -26,17 +25,6 @@ def user_settings() -> Settings:
     """ZOO_* settings; on a machine running the devnet, its user's settings fill what is unset."""
     devnet_env = STATE_DIR / "user.env"
     return Settings(_env_file=devnet_env if devnet_env.exists() else None)
-
-
-def zen_amount(text: str) -> int:
-    """A positive ZEN amount from the command line, in wei."""
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise click.BadParameter(f"{text!r} is not a number of ZEN") from None
-    if value <= 0:
-        raise click.BadParameter("must be more than 0 ZEN")
-    return int(value * ZEN)
 
 
 def zen(wei: int) -> str:

@@ -5,28 +5,18 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import click
 from rich.console import Console
 
 from marketplace.chain.deploy import ZEN
-from marketplace.cli.wallet import open_ledger
+from marketplace.cli.wallet import open_ledger, zen_amount
 from marketplace.config import Settings
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
 
 console = Console()
-
-
-def _zen(text: str) -> int:
-    try:
-        amount = Decimal(text)
-    except InvalidOperation:
-        raise click.BadParameter(f"{text!r} is not a number of ZEN") from None
-    if amount <= 0:
-        raise click.BadParameter("must be more than 0 ZEN")
-    return int(amount * ZEN)
 
 
 @click.group()
@@ -60,7 +50,7 @@ def stake_command(amount: str) -> None:
     settings = Settings()
     account = load_account(settings)
     ledger = open_ledger(settings)
-    ledger.stake(account, _zen(amount))
+    ledger.stake(account, zen_amount(amount))
     staked = ledger.staking_account(account.address)["staked"]
     console.print(f"{account.address} stakes {Decimal(staked) / ZEN} ZEN")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from decimal import Decimal, InvalidOperation
 
 import click
 from rich.console import Console
@@ -25,6 +26,17 @@ def open_ledger(settings: Settings) -> Ledger:
 def amount(wei: int) -> str:
     """A wei amount of an 18-decimal token, for people."""
     return f"{wei / ETHER:,.6f}"
+
+
+def zen_amount(text: str) -> int:
+    """A positive ZEN amount typed on the command line (e.g. 5000 or 0.5), in wei."""
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise click.BadParameter(f"{text!r} is not a number of ZEN") from None
+    if value <= 0:
+        raise click.BadParameter("must be more than 0 ZEN")
+    return int(value * ETHER)
 
 
 @click.group()

@@ -183,14 +183,16 @@ class Devnet:
 
         progress("registering, staking and starting the providers")
         providers = [a for a in actors if a.name.startswith("provider")]
+        replicas = min(REPLICAS, len(state.ipfs))  # a small devnet has fewer nodes to pin on
         for actor in providers:
             account = devnet_account(actor.index)
             with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:
-                _, report_cid = onboarding.publish_benchmark(storage, replicas=REPLICAS)
+                _, report_cid = onboarding.publish_benchmark(storage, replicas=replicas)
             hardware = Hardware("cpu", 0, 0, 1, f"devnet://{actor.name}")
             onboarding.register(ledger, account, COMMUNITY, hardware, report_cid)
             onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
-            self._spawn(state, actor.name, cli("node", "start", "--cost-floor", "1"), self._env(state, actor))
+            self._spawn(state, actor.name, cli("node", "start", "--cost-floor", "1", "--replicas", str(replicas)),
+                        self._env(state, actor))
 
         progress("waiting for the verifier to admit the providers")
         deadline = time.monotonic() + 120

@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from web3 import Web3
 
 from marketplace.chain.accounts import devnet_account
-from marketplace.chain.anvil import Anvil
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import Ledger
 from marketplace.chain.scripted_job import Cast
 
 PARAMETERS = Parameters(verification_fee=ZEN // 10)
-
-
-@pytest.fixture(scope="session")
-def anvil():
-    with Anvil() as chain:
-        yield chain
-
-
-@pytest.fixture(scope="session")
-def w3(anvil) -> Web3:
-    return Web3(Web3.HTTPProvider(anvil.rpc_url))
 
 
 @pytest.fixture(scope="session")

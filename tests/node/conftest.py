@@ -11,10 +11,8 @@ import pytest
 from click.testing import CliRunner
 from daemon_support import PASSWORD, Daemon, IpfsNode
 from eth_account.signers.local import LocalAccount
-from web3 import Web3
 
 from marketplace.chain.accounts import devnet_account
-from marketplace.chain.anvil import Anvil
 from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
 from marketplace.chain.ledger import Ledger
 from marketplace.chain.scripted_job import Cast, Scenario, onboard
@@ -41,17 +39,6 @@ def ipfs_nodes(tmp_path_factory) -> Iterator[list[IpfsNode]]:
     yield nodes
     for node in nodes:
         node.stop()
-
-
-@pytest.fixture(scope="session")
-def anvil() -> Iterator[Anvil]:
-    with Anvil() as chain:
-        yield chain
-
-
-@pytest.fixture(scope="session")
-def w3(anvil) -> Web3:
-    return Web3(Web3.HTTPProvider(anvil.rpc_url))
 
 
 @pytest.fixture(scope="session")

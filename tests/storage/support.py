@@ -4,7 +4,6 @@ import contextlib
 import json
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -16,6 +15,8 @@ from pathlib import Path
 
 import ipfshttpclient
 import pytest
+
+from marketplace.processes import terminate
 
 CHUNK = 256 * 1024
 MAX_LINKS = 174
@@ -55,13 +56,7 @@ class Node:
         return ipfshttpclient.Client(self.multiaddr)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process)
 
 
 def launch_node(repo: Path) -> subprocess.Popen:

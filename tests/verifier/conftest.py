@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,13 +12,12 @@ from pathlib import Path
 
 import pytest
 from eth_account.signers.local import LocalAccount
-from web3 import Web3
 
 from marketplace.chain.accounts import devnet_account
-from marketplace.chain.anvil import Anvil
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import CommittedUnit, JobRequest, Ledger
 from marketplace.chain.scripted_job import COMMUNITY, Cast, Scenario, onboard
+from marketplace.processes import terminate
 from marketplace.storage import Storage
 from node.engine import Checkpoint, JobSpec, parse_spec, run_unit
 from node.work import unit_shard, unit_steps
@@ -54,33 +52,12 @@ def _wait(
     deadline = time.monotonic() + timeout
     while not ready():
         if process.poll() is not None or time.monotonic() > deadline:
-            _stop(process)
+            terminate(process)
             raise RuntimeError(f"{what} did not start: {log.read_text(errors='replace')[-2000:]}")
         time.sleep(0.1)
 
 
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 # --- the services, one of each per session --------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def anvil() -> Iterator[Anvil]:
-    with Anvil() as chain:
-        yield chain
-
-
-@pytest.fixture(scope="session")
-def w3(anvil) -> Web3:
-    return Web3(Web3.HTTPProvider(anvil.rpc_url))
 
 
 @pytest.fixture(scope="session")
@@ -113,7 +90,7 @@ def ipfs_api(tmp_path_factory) -> Iterator[str]:
         )
     _wait((repo / "api").exists, process, log, "IPFS node")
     yield (repo / "api").read_text().strip() + "/http"
-    _stop(process)
+    terminate(process)
 
 
 @pytest.fixture(scope="session")
@@ -145,7 +122,7 @@ def worker(redis_url, ipfs_api, tmp_path_factory) -> Iterator[subprocess.Popen]:
         )
     _wait(lambda: "ready." in log.read_text(errors="replace"), process, log, "Celery worker")
     yield process
-    _stop(process)
+    terminate(process)
 
 
 # --- per-test state -------------------------------------------------------------------------
