@@ -1,0 +1,1 @@
+"""Data-parallel training across ranks: compressed updates and Byzantine-robust aggregation."""

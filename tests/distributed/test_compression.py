@@ -1,0 +1,107 @@
+"""Compression: exact byte counts, faithful round trips, and error feedback that loses nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from node.distributed.compression import CompressionError, Compressor, ErrorFeedback
+
+SETTINGS = [
+    Compressor(),
+    Compressor(bits=8),
+    Compressor(bits=4, chunk=64),
+    Compressor(topk_ratio=0.01),
+    Compressor(topk_ratio=0.05, bits=8, chunk=32),
+    Compressor(topk_ratio=0.1, bits=4, chunk=7),
+]
+
+
+@pytest.mark.parametrize("compressor", SETTINGS, ids=repr)
+@pytest.mark.parametrize("numel", [1, 999, 4096])
+def test_payload_bytes_are_exact(compressor: Compressor, numel: int) -> None:
+    payload = compressor.compress(torch.randn(numel, generator=torch.Generator().manual_seed(0)))
+    k = compressor.kept(numel)
+    values = 4 * k if compressor.bits == 32 else math.ceil(k * compressor.bits / 8)
+    indices = 0 if k == numel else 4 * k
+    scales = 0 if compressor.bits == 32 else 4 * math.ceil(k / compressor.chunk)
+    assert payload.nbytes == values + indices + scales == compressor.payload_bytes(numel)
+    assert sum(t.numel() * t.element_size() for t in payload.tensors()) == payload.nbytes
+
+
+def test_fp32_dense_is_the_identity() -> None:
+    x = torch.randn(1000)
+    compressor = Compressor()
+    assert torch.equal(compressor.decompress(compressor.compress(x), 1000), x)
+
+
+def test_topk_keeps_the_largest_entries_exactly() -> None:
+    x = torch.tensor([0.1, -5.0, 0.2, 3.0, -0.3, 0.0, 1.0, -0.05, 0.4, 0.6])
+    compressor = Compressor(topk_ratio=0.3)
+    out = compressor.decompress(compressor.compress(x), 10)
+    assert torch.equal(out, torch.tensor([0, -5.0, 0, 3.0, 0, 0, 1.0, 0, 0, 0]))
+
+
+@pytest.mark.parametrize("bits, tolerance", [(8, 1 / 127), (4, 1 / 7)])
+def test_quantization_error_is_bounded_by_half_a_step(bits: int, tolerance: float) -> None:
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(1))
+    compressor = Compressor(bits=bits, chunk=100)
+    out = compressor.decompress(compressor.compress(x), 1000)
+    step = x.view(10, 100).abs().amax(dim=1).repeat_interleave(100) * tolerance  # (1000,)
+    assert torch.all((out - x).abs() <= step / 2 + 1e-6)
+
+
+@pytest.mark.parametrize("compressor", SETTINGS[1:], ids=repr)
+def test_error_feedback_sum_of_sent_converges_to_sum_of_true_updates(
+    compressor: Compressor,
+) -> None:
+    g = torch.Generator().manual_seed(2)
+    feedback = ErrorFeedback(compressor)
+    true_total = torch.zeros(500)
+    sent_total = torch.zeros(500)
+    gaps = {}
+    for round_ in range(1, 1001):
+        update = torch.randn(500, generator=g) * 0.01 + 0.001  # a small drift under noise
+        true_total += update
+        sent_total += feedback.compress(update)[1]
+        # what is missing is exactly the residual still held back
+        assert torch.allclose(sent_total + feedback.residual, true_total, atol=1e-4)
+        if round_ in (250, 1000):
+            gaps[round_] = float((sent_total - true_total).norm() / true_total.norm())
+    assert gaps[1000] < 0.05
+    assert gaps[1000] <= gaps[250] / 2 or gaps[250] < 1e-3
+
+
+def test_without_error_feedback_topk_loses_the_small_entries() -> None:
+    update = torch.full((100,), 0.01)
+    update[0] = 0.3
+    compressor = Compressor(topk_ratio=0.01)
+    naive = sum(compressor.decompress(compressor.compress(update), 100) for _ in range(50))
+    feedback = ErrorFeedback(compressor)
+    fed = sum(feedback.compress(update)[1] for _ in range(50))
+    assert naive[1:].abs().sum() == 0
+    assert fed[1:].abs().sum() > 0
+
+
+def test_payload_hash_changes_with_the_update() -> None:
+    compressor = Compressor(topk_ratio=0.1, bits=8)
+    x = torch.randn(300, generator=torch.Generator().manual_seed(3))
+    assert compressor.compress(x).sha256() == compressor.compress(x.clone()).sha256()
+    assert compressor.compress(x).sha256() != compressor.compress(x * 1.01).sha256()
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"topk_ratio": 0}, "topk_ratio"), ({"bits": 16}, "bits"), ({"chunk": 0}, "chunk")],
+)
+def test_bad_settings_name_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(CompressionError, match=field):
+        Compressor(**kwargs)
+
+
+def test_a_payload_of_the_wrong_size_is_refused() -> None:
+    compressor = Compressor(topk_ratio=0.1)
+    with pytest.raises(CompressionError, match="bytes"):
+        compressor.decompress(compressor.compress(torch.randn(100)), 200)
