@@ -14,8 +14,7 @@ from web3.logs import DISCARD
 
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import CommittedUnit, Hardware, JobRequest, Ledger
-from marketplace.ipfs.cid import CID
-from marketplace.ipfs.importer import FileImporter
+from marketplace.ipfs.importer import only_hash
 
 COMMUNITY = 0
 
@@ -60,10 +59,8 @@ class Outcome:
 
 
 def cid_of_bytes(data: bytes) -> str:
-    """The CIDv0 `ipfs add --only-hash` gives for `data`."""
-    importer = FileImporter(CID.of_parts)
-    importer.write(data)
-    return str(importer.finish().cid)
+    """The CIDv0 `ipfs add` gives for `data`."""
+    return str(only_hash(data))
 
 
 def checkpoint_bytes(job_id: int, slot: int, index: int) -> bytes:

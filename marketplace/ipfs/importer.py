@@ -109,3 +109,10 @@ class FileImporter:
         cid = self._sink(block, DAG_PB, self._version)
         tsize = sum(len(part) for part in block) + sum(c.link.tsize for c in children)
         return _Child(dagpb.Link(cid, "", tsize), filesize)
+
+
+def only_hash(data: bytes | memoryview, **options) -> CID:
+    """The CID `ipfs add --only-hash` gives for `data` (options as FileImporter's), storing nothing."""
+    importer = FileImporter(CID.of_parts, **options)
+    importer.write(data)
+    return importer.finish().cid
