@@ -1,0 +1,1 @@
+"""The gateway: the chain indexer and the read API over what it indexed."""

@@ -1,0 +1,1 @@
+"""The gateway's read API over the indexed ledger."""

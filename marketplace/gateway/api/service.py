@@ -1,0 +1,159 @@
+"""Queries over the indexed rows: what the routes show, folded from append-only event rows."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from marketplace.errors import ZooError
+from marketplace.gateway import db
+from marketplace.gateway.api import schemas
+
+
+class NotFound(ZooError, LookupError):
+    """The asked-for job or provider is not in the index."""
+
+
+def _status_rows() -> Select:
+    """Each job's status: its newest status row (rows are inserted in chain order)."""
+    newest = select(func.max(db.JobStatusChange.id)).group_by(db.JobStatusChange.job_id)
+    return select(db.JobStatusChange.job_id, db.JobStatusChange.status).where(db.JobStatusChange.id.in_(newest))
+
+
+def _clearing_prices(session: Session, job_ids: list[int]) -> dict[int, int]:
+    query = (select(db.Auction.job_id, db.Auction.clearing_price)
+             .where(db.Auction.cleared, db.Auction.job_id.in_(job_ids)).order_by(db.Auction.id))
+    return dict(session.execute(query).all())
+
+
+def _job_public(job: db.Job, status: str, price: int | None) -> dict[str, Any]:
+    fields = {c: getattr(job, c) for c in schemas.JobPublic.model_fields if hasattr(job, c)}
+    return fields | {"status": status, "clearing_price": price}
+
+
+def list_jobs(session: Session, limit: int, offset: int, status: str | None = None,
+              user: str | None = None, provider: str | None = None) -> list[dict[str, Any]]:
+    statuses = _status_rows().subquery()
+    query = select(db.Job, statuses.c.status).join(statuses, statuses.c.job_id == db.Job.job_id)
+    if status is not None:
+        query = query.where(statuses.c.status == status)
+    if user is not None:
+        query = query.where(db.Job.user == user)
+    if provider is not None:
+        query = query.where(db.Job.job_id.in_(select(db.Slot.job_id).where(db.Slot.provider == provider)))
+    rows = session.execute(query.order_by(db.Job.job_id.desc()).limit(limit).offset(offset)).all()
+    prices = _clearing_prices(session, [job.job_id for job, _ in rows])
+    return [_job_public(job, st, prices.get(job.job_id)) for job, st in rows]
+
+
+def get_job(session: Session, job_id: int) -> dict[str, Any]:
+    job = session.scalar(select(db.Job).where(db.Job.job_id == job_id))
+    if job is None:
+        raise NotFound(f"job {job_id} is not indexed")
+    status = session.execute(_status_rows().where(db.JobStatusChange.job_id == job_id)).one().status
+
+    def by_job(table):
+        return list(session.scalars(select(table).where(table.job_id == job_id).order_by(table.id)))
+
+    settlements = by_job(db.Settlement)
+    return _job_public(job, status, _clearing_prices(session, [job_id]).get(job_id)) | {
+        "bids": by_job(db.Bid),
+        "slots": by_job(db.Slot),
+        "settlement": settlements[-1] if settlements else None,
+    }
+
+
+def job_units(session: Session, job_id: int) -> list[dict[str, Any]]:
+    get_job(session, job_id)
+    units = session.scalars(select(db.Unit).where(db.Unit.job_id == job_id).order_by(db.Unit.id)).all()
+    results: dict[tuple[int, int], list[db.Result]] = {}
+    for r in session.scalars(select(db.Result).where(db.Result.job_id == job_id).order_by(db.Result.id)):
+        results.setdefault((r.slot, r.index), []).append(r)
+    fields = [c for c in schemas.UnitPublic.model_fields if c != "results"]
+    return [{c: getattr(u, c) for c in fields} | {"results": results.get((u.slot, u.index), [])}
+            for u in units]
+
+
+def list_settlements(session: Session, limit: int, offset: int) -> list[db.Settlement]:
+    query = select(db.Settlement).order_by(db.Settlement.id.desc()).limit(limit).offset(offset)
+    return list(session.scalars(query))
+
+
+def _stake(session: Session, address: str) -> dict[str, int]:
+    """Replay the account's stake moves in chain order, as Staking applies them."""
+    staked = locked = unbonding = 0
+    query = select(db.StakeChange).where(db.StakeChange.account == address).order_by(db.StakeChange.id)
+    for change in session.scalars(query):
+        amount = change.amount
+        if change.kind == "staked":
+            staked += amount
+        elif change.kind == "unstake":
+            staked, unbonding = staked - amount, unbonding + amount
+        elif change.kind == "withdrawn":
+            unbonding -= amount
+        elif change.kind == "slashed":
+            from_stake = min(amount, staked)
+            staked, unbonding = staked - from_stake, unbonding - (amount - from_stake)
+            locked = min(locked, staked)
+        elif change.kind == "locked":
+            locked += amount
+        elif change.kind == "unlocked":
+            locked -= amount
+    return {"staked": staked, "locked": locked, "unbonding": unbonding}
+
+
+def _provider_public(session: Session, row: db.Provider) -> dict[str, Any]:
+    fields = {c: getattr(row, c) for c in ("address", "tier", "gpu_model", "gpus", "endpoint",
+                                           "block_number", "tx_hash")}
+    return fields | _stake(session, row.address)
+
+
+def _registrations() -> Select:
+    newest = select(func.max(db.Provider.id)).group_by(db.Provider.address)
+    return select(db.Provider).where(db.Provider.id.in_(newest))
+
+
+def list_providers(session: Session, limit: int, offset: int, tier: int | None = None) -> list[dict[str, Any]]:
+    query = _registrations()
+    if tier is not None:
+        query = query.where(db.Provider.tier == tier)
+    rows = session.scalars(query.order_by(db.Provider.id).limit(limit).offset(offset))
+    return [_provider_public(session, row) for row in rows]
+
+
+def get_provider(session: Session, address: str) -> dict[str, Any]:
+    row = session.scalar(_registrations().where(db.Provider.address == address))
+    if row is None:
+        raise NotFound(f"provider {address} is not registered")
+    jobs = session.scalars(select(db.Slot.job_id).where(db.Slot.provider == address).distinct())
+    slashes = session.scalars(select(db.Slash).where(db.Slash.account == address).order_by(db.Slash.id))
+    return _provider_public(session, row) | {"jobs": sorted(jobs), "slashes": list(slashes)}
+
+
+def indexed_block(session: Session) -> int | None:
+    state = session.get(db.IndexerState, 1)
+    return None if state is None or state.last_block_hash is None else state.next_block - 1
+
+
+def network_stats(session: Session) -> dict[str, Any]:
+    def total(column) -> int:
+        """Summed in Python: SQL would sum the decimal text as floats and lose wei."""
+        return sum(session.scalars(select(column)), 0)
+
+    statuses = Counter(status for _, status in session.execute(_status_rows()))
+    settled = select(db.Settlement).where(~db.Settlement.cancelled)
+    treasury = sum(t.amount if t.incoming else -t.amount for t in session.scalars(select(db.TreasuryTransfer)))
+    return {
+        "indexed_block": indexed_block(session),
+        "jobs": dict(statuses),
+        "providers": session.scalar(select(func.count(func.distinct(db.Provider.address)))),
+        "escrowed": total(db.Job.budget),
+        "paid": sum(s.payment for s in session.scalars(settled)),
+        "fees": sum(s.fee for s in session.scalars(settled)),
+        "refunded": total(db.Settlement.refund),
+        "slashed": total(db.Slash.amount),
+        "treasury_balance": treasury,
+    }

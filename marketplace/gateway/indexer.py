@@ -1,0 +1,239 @@
+"""Copy the ledger's events into the gateway's database, once each, following reorgs back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
+from web3 import Web3
+from web3.exceptions import BlockNotFound
+from web3.types import EventData
+
+from marketplace.chain.deploy import SLASH_REASONS, Deployment
+from marketplace.chain.events import EventCursor
+from marketplace.errors import ZooError
+from marketplace.gateway import db
+
+log = logging.getLogger(__name__)
+
+CONTRACTS = ("JobMarket", "Staking", "Verification", "Treasury", "ZenToken")
+REASONS = {code: name for name, code in SLASH_REASONS.items()}
+STATE_ID = 1
+
+
+class IndexerError(ZooError):
+    """The database does not belong to the chain the indexer is pointed at."""
+
+
+def _hex(value: bytes) -> str:
+    return "0x" + bytes(value).hex()
+
+
+class Indexer:
+    """One `step()` reads every confirmed log since the stored cursor and stores it with the cursor.
+
+    Rows and cursor commit in one transaction, so a crash leaves either both or neither: a restart
+    resumes with no gap and no duplicate. Before reading, the hash of the last indexed block is
+    compared with the chain's; if the chain moved to another branch, the rows of the orphaned
+    blocks are deleted (every row carries its block number) and the blocks are read again.
+    Confirmations make it rare for a branch to change under a running step; a change that does
+    is found by the next step's check.
+    """
+
+    def __init__(self, w3: Web3, deployment: Deployment, sessions: sessionmaker,
+                 confirmations: int = 0, keep_blocks: int = 256):
+        self.w3 = w3
+        self.deployment = deployment
+        self.sessions = sessions
+        self.keep_blocks = keep_blocks
+        contracts = [deployment.contract(w3, name) for name in CONTRACTS]
+        self._names = {c.address: name for name, c in zip(CONTRACTS, contracts)}
+        self.treasury = deployment.addresses["Treasury"]
+        self.cursor = EventCursor(w3, contracts, deployment.deploy_block, confirmations)
+
+    def step(self) -> int:
+        """Index what is new; returns how many events were stored."""
+        with self.sessions.begin() as session:
+            state = self._state(session)
+            if self._orphaned(state):
+                self._roll_back(session, state)
+            self.cursor.next_block = state.next_block
+            events = self.cursor.poll()
+            if self.cursor.next_block == state.next_block:
+                return 0
+            last = self.cursor.next_block - 1
+            rows = [row for e in events for row in self._rows(e)]
+            session.add_all(rows)
+            block_hash = _hex(self.w3.eth.get_block(last)["hash"])
+            state.next_block, state.last_block_hash = last + 1, block_hash
+            session.merge(db.IndexedBlock(number=last, hash=block_hash))
+            session.execute(delete(db.IndexedBlock).where(db.IndexedBlock.number <= last - self.keep_blocks))
+        if events:
+            log.info("indexed %d events up to block %d", len(events), last)
+        return len(events)
+
+    def run(self, interval: float, stop: threading.Event) -> None:
+        """Step every `interval` seconds until `stop` is set; a failed step is logged and retried."""
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # an RPC hiccup must not end a long-running indexer
+                log.exception("indexer step failed; retrying")
+            stop.wait(interval)
+
+    # --- cursor and reorgs ---------------------------------------------------------------
+
+    def _state(self, session: Session) -> db.IndexerState:
+        state = session.get(db.IndexerState, STATE_ID)
+        if state is None:
+            state = db.IndexerState(id=STATE_ID, chain_id=self.deployment.chain_id,
+                                    next_block=self.deployment.deploy_block, last_block_hash=None)
+            session.add(state)
+        elif state.chain_id != self.deployment.chain_id:
+            raise IndexerError(f"the database indexes chain {state.chain_id}, not {self.deployment.chain_id}")
+        return state
+
+    def _chain_hash(self, number: int) -> str | None:
+        try:
+            return _hex(self.w3.eth.get_block(number)["hash"])
+        except BlockNotFound:
+            return None
+
+    def _orphaned(self, state: db.IndexerState) -> bool:
+        return state.last_block_hash is not None and (
+            self._chain_hash(state.next_block - 1) != state.last_block_hash
+        )
+
+    def _roll_back(self, session: Session, state: db.IndexerState) -> None:
+        """Delete everything above the newest stored block the chain still has, and resume after it."""
+        fork = self.deployment.deploy_block
+        fork_hash = None
+        for block in session.scalars(select(db.IndexedBlock).order_by(db.IndexedBlock.number.desc())):
+            if self._chain_hash(block.number) == block.hash:
+                fork, fork_hash = block.number + 1, block.hash
+                break
+        for table in db.EVENT_TABLES:
+            session.execute(delete(table).where(table.block_number >= fork))
+        session.execute(delete(db.IndexedBlock).where(db.IndexedBlock.number >= fork))
+        log.warning("chain reorganised: rolled back blocks %d..%d", fork, state.next_block - 1)
+        state.next_block, state.last_block_hash = fork, fork_hash
+
+    # --- events to rows ------------------------------------------------------------------
+
+    def _rows(self, event: EventData) -> list[db.EventRow]:
+        handler = _HANDLERS.get((self._names[event["address"]], event["event"]))
+        if handler is None:
+            return []
+        where = {"block_number": event["blockNumber"], "log_index": event["logIndex"],
+                 "tx_hash": _hex(event["transactionHash"])}
+        return handler(self, event["args"], where)
+
+
+def _job_created(_, a, where):
+    return [
+        db.Job(job_id=a["jobId"], user=a["user"], tier=a["tier"], spec_cid=a["specCid"], nodes=a["nodes"],
+               units_per_node=a["unitsPerNode"], max_price=a["maxPrice"], budget=a["budget"],
+               collateral=a["collateral"], **where),
+        db.JobStatusChange(job_id=a["jobId"], status="open", **where),
+    ]
+
+
+def _status(status: str):
+    return lambda _, a, where: [db.JobStatusChange(job_id=a["jobId"], status=status, **where)]
+
+
+def _auction(cleared: bool):
+    def rows(_, a, where):
+        auction = db.Auction(job_id=a["jobId"], round=a["round"], cleared=cleared,
+                             clearing_price=a["clearingPrice"] if cleared else None,
+                             count=a["winners"] if cleared else a["validBids"], **where)
+        return [auction, db.JobStatusChange(job_id=a["jobId"], status="running", **where)] if cleared else [auction]
+    return rows
+
+
+def _settled(_, a, where):
+    return [
+        db.Settlement(job_id=a["jobId"], payment=a["payment"], fee=a["fee"], refund=a["refund"],
+                      verifier_pool=a["verifierPool"], cancelled=False, **where),
+        db.JobStatusChange(job_id=a["jobId"], status="settled", **where),
+    ]
+
+
+def _cancelled(_, a, where):
+    return [
+        db.Settlement(job_id=a["jobId"], payment=0, fee=0, refund=a["refund"], verifier_pool=0,
+                      cancelled=True, **where),
+        db.JobStatusChange(job_id=a["jobId"], status="cancelled", **where),
+    ]
+
+
+def _unit(_, a, where):
+    return [db.Unit(job_id=a["jobId"], slot=a["slot"], index=a["index"], provider=a["provider"], cid=a["cid"],
+                    state_hash=_hex(a["stateHash"]), gpu_seconds=a["gpuSeconds"], amount=a["amount"],
+                    remaining_before=a["remainingBefore"], **where)]
+
+
+def _result(kind: str, account: str | None = None, passed=None, evidence: str | None = None):
+    def rows(_, a, where):
+        return [db.Result(job_id=a["jobId"], slot=a["slot"], index=a["index"], kind=kind,
+                          account=a[account] if account else None,
+                          passed=passed(a) if passed else None,
+                          evidence_cid=a[evidence] if evidence else None, **where)]
+    return rows
+
+
+def _stake(kind: str, account: str = "account"):
+    return lambda _, a, where: [db.StakeChange(account=a[account], kind=kind, amount=a["amount"], **where)]
+
+
+def _slashed(indexer, a, where):
+    return [
+        db.Slash(account=a["account"], reason=REASONS.get(a["reason"], str(a["reason"])), amount=a["amount"],
+                 reporter=a["reporter"], reporter_share=a["reporterShare"], **where),
+        *_stake("slashed")(indexer, a, where),
+    ]
+
+
+def _transfer(indexer, a, where):
+    if indexer.treasury not in (a["from"], a["to"]):
+        return []
+    incoming = a["to"] == indexer.treasury
+    return [db.TreasuryTransfer(counterparty=a["from"] if incoming else a["to"], incoming=incoming,
+                                amount=a["value"], **where)]
+
+
+_HANDLERS = {
+    ("JobMarket", "JobCreated"): _job_created,
+    ("JobMarket", "BidCommitted"): lambda _, a, where: [
+        db.Bid(job_id=a["jobId"], provider=a["provider"], commitment=_hex(a["commitment"]), price=None, **where)],
+    ("JobMarket", "BidRevealed"): lambda _, a, where: [
+        db.Bid(job_id=a["jobId"], provider=a["provider"], commitment=None, price=a["price"], **where)],
+    ("JobMarket", "AuctionCleared"): _auction(cleared=True),
+    ("JobMarket", "AuctionFailed"): _auction(cleared=False),
+    ("JobMarket", "SlotAssigned"): lambda _, a, where: [
+        db.Slot(job_id=a["jobId"], slot=a["slot"], provider=a["provider"], price=a["price"], **where)],
+    ("JobMarket", "ProviderRemoved"): lambda _, a, where: [
+        db.Slot(job_id=a["jobId"], slot=a["slot"], provider=a["provider"], price=None,
+                removed_reason=REASONS.get(a["reason"], str(a["reason"])), **where)],
+    ("JobMarket", "CheckpointCommitted"): _unit,
+    ("JobMarket", "JobCompleted"): _status("completed"),
+    ("JobMarket", "JobSettled"): _settled,
+    ("JobMarket", "JobCancelled"): _cancelled,
+    ("Verification", "ResultPosted"): _result("result", "verifier", lambda a: a["pass"], "evidenceCid"),
+    ("Verification", "DisputeOpened"): _result("dispute", "challenger"),
+    ("Verification", "DisputeResolved"): _result("resolved", "resolver", lambda a: not a["confirmed"],
+                                                 "evidenceCid"),
+    ("Verification", "DisputeExpired"): _result("expired"),
+    ("Staking", "ProviderRegistered"): lambda _, a, where: [
+        db.Provider(address=a["provider"], tier=a["tier"], gpu_model=a["gpuModel"], gpus=a["gpus"],
+                    endpoint=a["endpoint"], **where)],
+    ("Staking", "Staked"): _stake("staked"),
+    ("Staking", "UnstakeRequested"): _stake("unstake"),
+    ("Staking", "Withdrawn"): _stake("withdrawn"),
+    ("Staking", "CollateralLocked"): _stake("locked", "provider"),
+    ("Staking", "CollateralUnlocked"): _stake("unlocked", "provider"),
+    ("Staking", "Slashed"): _slashed,
+    ("ZenToken", "Transfer"): _transfer,
+}

@@ -1,0 +1,63 @@
+"""A ledger on the shared Anvil with one whole job run on it, and a fresh gateway database per test."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from marketplace.chain.accounts import devnet_account
+from marketplace.chain.deploy import SLASH_REASONS, ZEN, Parameters, deploy
+from marketplace.chain.ledger import Ledger
+from marketplace.chain.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
+from marketplace.config import Settings
+from marketplace.gateway.api.main import create_app
+from marketplace.gateway.db import open_database
+from marketplace.gateway.indexer import Indexer
+
+
+@pytest.fixture(scope="module")
+def ledger(w3, tmp_path_factory):
+    deployment = deploy(w3, devnet_account(0), Parameters(verification_fee=ZEN // 10),
+                        manifest=tmp_path_factory.mktemp("deploy") / "31337.json")
+    return Ledger(w3, deployment)
+
+
+@pytest.fixture(scope="module")
+def cast() -> Cast:
+    accounts = [devnet_account(i) for i in range(1, 7)]
+    return Cast(governor=devnet_account(0), user=accounts[0], providers=tuple(accounts[1:4]),
+                verifiers=tuple(accounts[4:6]))
+
+
+@pytest.fixture(scope="module")
+def slash_amount() -> int:
+    return 250 * ZEN
+
+
+@pytest.fixture(scope="module")
+def story(ledger, cast, slash_amount):
+    """A two-node job settled, then the losing bidder slashed by a governor holding the slasher role."""
+    scenario = Scenario(nodes=2, units=3)
+    onboard(ledger, cast, scenario)
+    outcome = run_job(ledger, cast, scenario, cid_of_bytes(b"gateway job spec"))
+    staking = ledger.staking.functions
+    ledger.send(staking.grantRole(staking.SLASHER_ROLE().call(), cast.governor.address), cast.governor)
+    loser = next(p for p in cast.providers if p.address not in outcome.winners)
+    ledger.send(staking.slash(loser.address, slash_amount, SLASH_REASONS["Downtime"], cast.verifiers[1].address),
+                cast.governor)
+    return outcome
+
+
+@pytest.fixture
+def sessions(tmp_path):
+    return open_database(f"sqlite:///{tmp_path / 'gateway.sqlite3'}")
+
+
+@pytest.fixture
+def indexer(ledger, sessions) -> Indexer:
+    return Indexer(ledger.w3, ledger.deployment, sessions)
+
+
+@pytest.fixture
+def client(tmp_path) -> TestClient:
+    return TestClient(create_app(Settings(home=tmp_path), f"sqlite:///{tmp_path / 'gateway.sqlite3'}"))
