@@ -4,6 +4,7 @@ import click
 
 from marketplace.cli.chain import chain
 from marketplace.cli.devnet import devnet
+from marketplace.cli.gateway import gateway
 from marketplace.cli.ipfs import ipfs
 from marketplace.cli.node import node
 from marketplace.cli.train import train
@@ -30,6 +31,7 @@ def main() -> None:
 
 main.add_command(chain)
 main.add_command(devnet)
+main.add_command(gateway)
 main.add_command(ipfs)
 main.add_command(node)
 main.add_command(train)

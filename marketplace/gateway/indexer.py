@@ -13,6 +13,7 @@ from web3.types import EventData
 
 from marketplace.chain.deploy import SLASH_REASONS, Deployment
 from marketplace.chain.events import EventCursor
+from marketplace.config import Settings
 from marketplace.errors import ZooError
 from marketplace.gateway import db
 
@@ -129,6 +130,13 @@ class Indexer:
         where = {"block_number": event["blockNumber"], "log_index": event["logIndex"],
                  "tx_hash": _hex(event["transactionHash"])}
         return handler(self, event["args"], where)
+
+
+def open_indexer(settings: Settings) -> Indexer:
+    """The indexer of the ledger at ZOO_RPC_URL (manifest: ZOO_MANIFEST) into ZOO_DATABASE_URL."""
+    w3 = Web3(Web3.HTTPProvider(settings.rpc_url))
+    deployment = settings.deployment(w3.eth.chain_id)
+    return Indexer(w3, deployment, db.open_database(db.database_url(settings)), settings.confirmations)
 
 
 def _job_created(_, a, where):

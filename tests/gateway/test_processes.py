@@ -1,0 +1,87 @@
+"""The gateway as operators run it: Celery beat indexing over Redis, and the CLI's indexer and server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from marketplace.gateway import db
+from marketplace.processes import terminate
+from verifier.redis_server import RedisServer
+
+pytestmark = pytest.mark.anvil
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def env(ledger, story, tmp_path) -> dict[str, str]:
+    manifest = tmp_path / "manifest.json"
+    ledger.deployment.write(manifest)
+    return os.environ | {
+        "ZOO_RPC_URL": ledger.w3.provider.endpoint_uri, "ZOO_MANIFEST": str(manifest),
+        "ZOO_HOME": str(tmp_path / "home"), "ZOO_DATABASE_URL": f"sqlite:///{tmp_path / 'gateway.sqlite3'}",
+    }
+
+
+def wait_until_indexed(url: str, block: int, process: subprocess.Popen, timeout: float = 60) -> None:
+    sessions = db.open_database(url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"exited with {process.returncode}: {process.stdout.read()}")
+        with sessions() as session:
+            if (session.scalar(select(db.IndexerState.next_block)) or 0) > block:
+                return
+        time.sleep(0.2)
+    pytest.fail(f"block {block} not indexed in {timeout}s")
+
+
+def start(argv: list[str], env: dict[str, str], cwd) -> subprocess.Popen:
+    return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_celery_beat_indexes_the_chain(ledger, env, tmp_path):
+    with RedisServer(tmp_path / "redis") as redis:
+        worker = start([sys.executable, "-m", "celery", "-A", "marketplace.gateway.tasks", "worker", "-B",
+                        "--pool", "solo", "--loglevel", "WARNING", "-s", str(tmp_path / "beat-schedule")],
+                       env | {"ZOO_REDIS_URL": redis.url}, tmp_path)
+        try:
+            wait_until_indexed(env["ZOO_DATABASE_URL"], ledger.w3.eth.block_number, worker)
+        finally:
+            terminate(worker)
+
+
+def test_cli_indexes_and_serves(ledger, story, env, tmp_path):
+    cli = [sys.executable, "-m", "marketplace.cli"]
+    indexer = start([*cli, "gateway", "index", "--interval", "0.2"], env, tmp_path)
+    port = free_port()
+    server = start([*cli, "gateway", "serve", "--port", str(port), "--log-level", "WARNING"], env, tmp_path)
+    try:
+        wait_until_indexed(env["ZOO_DATABASE_URL"], ledger.w3.eth.block_number, indexer)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                job = httpx.get(f"http://127.0.0.1:{port}/jobs/{story.job_id}").json()
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        assert (job["status"], int(job["clearing_price"])) == ("settled", story.clearing_price)
+        assert httpx.get(f"http://127.0.0.1:{port}/openapi.json").json()["info"]["title"] == "Zoo Compute gateway"
+    finally:
+        terminate(server)
+        terminate(indexer)
+    assert "indexer ready" in indexer.stdout.read()
