@@ -10,6 +10,15 @@ Wei = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
 JobStatus = Literal["open", "running", "completed", "settled", "cancelled"]
 
 
+class Message(BaseModel):
+    """Why a request was refused."""
+
+    detail: str
+
+
+NOT_FOUND = {404: {"model": Message, "description": "Not in the index."}}
+
+
 class Row(BaseModel):
     """Where on the chain a record was read."""
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from marketplace.gateway.api import service
 from marketplace.gateway.api.deps import ADDRESS, JobId, PageDep, SessionDep, checksummed
-from marketplace.gateway.api.schemas import JobDetail, JobPublic, JobStatus, UnitPublic
+from marketplace.gateway.api.schemas import NOT_FOUND, JobDetail, JobPublic, JobStatus, UnitPublic
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -25,13 +25,13 @@ def list_jobs(
     return service.list_jobs(session, page.limit, page.offset, status, checksummed(user), checksummed(provider))
 
 
-@router.get("/{job_id}", response_model=JobDetail)
+@router.get("/{job_id}", response_model=JobDetail, responses=NOT_FOUND)
 def show_job(session: SessionDep, job_id: JobId):
     """The job, its bids, slots, clearing price and settlement."""
     return service.get_job(session, job_id)
 
 
-@router.get("/{job_id}/units", response_model=list[UnitPublic])
+@router.get("/{job_id}/units", response_model=list[UnitPublic], responses=NOT_FOUND)
 def job_units(session: SessionDep, job_id: JobId):
     """Every committed unit (checkpoint CID, state hash, GPU-seconds, pay) with its verification results."""
     return service.job_units(session, job_id)

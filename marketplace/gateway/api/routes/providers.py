@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from marketplace.gateway.api import service
 from marketplace.gateway.api.deps import AddressDep, PageDep, SessionDep
-from marketplace.gateway.api.schemas import ProviderDetail, ProviderPublic
+from marketplace.gateway.api.schemas import NOT_FOUND, ProviderDetail, ProviderPublic
 
 router = APIRouter(prefix="/providers", tags=["providers"])
 
@@ -23,7 +23,7 @@ def list_providers(
     return service.list_providers(session, page.limit, page.offset, tier)
 
 
-@router.get("/{address}", response_model=ProviderDetail)
+@router.get("/{address}", response_model=ProviderDetail, responses=NOT_FOUND)
 def show_provider(session: SessionDep, address: AddressDep):
     """The provider with its stake, the jobs it held slots in and its slashes."""
     return service.get_provider(session, address)
