@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from sqlalchemy import (
@@ -205,7 +204,7 @@ class IndexerState(Base):
 
 def database_url(settings: Settings) -> str:
     """ZOO_DATABASE_URL (any SQLAlchemy URL, e.g. PostgreSQL), else a SQLite file under the home."""
-    return os.environ.get("ZOO_DATABASE_URL") or f"sqlite:///{Path(settings.home) / 'gateway.sqlite3'}"
+    return settings.database_url or f"sqlite:///{Path(settings.home) / 'gateway.sqlite3'}"
 
 
 def open_database(url: str) -> sessionmaker:
