@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -12,12 +13,106 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from marketplace.errors import ZooError
+from node.engine.data import Sampler, load_corpora
+from node.engine.spec import JobSpec
+from node.engine.train import Trainer
+
 from .aggregation import Aggregate, Aggregator
 from .compression import Compressor, ErrorFeedback, Payload
 
 logger = logging.getLogger(__name__)
 
 Tamper = Callable[[int, torch.Tensor], torch.Tensor]  # (rank, update) -> what the rank sends
+
+
+class DistributedConfigError(ZooError, ValueError):
+    """Distributed settings that do not fit the job."""
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """What every strategy needs: how many ranks, and how their updates travel and combine."""
+
+    ranks: int  # processes training together, each on its own data shard (index = rank)
+    compressor: Compressor = field(default_factory=Compressor)  # what an update becomes
+    aggregator: Aggregator = field(default_factory=Aggregator)  # how the ranks' updates combine
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise DistributedConfigError(f"ranks must be >= 1; got {self.ranks}")
+
+
+@dataclass(frozen=True)
+class DistributedResult:
+    eval_losses: list[float]  # held-out loss of the shared model every checkpoint.every steps
+    train_losses: list[float]  # mean training loss over those steps and all ranks
+    bytes_sent: list[int]  # payload bytes each rank sent, by rank
+    parameters: int  # entries of the flattened model, what an fp32 all-reduce would send
+    commitments: list[list[str]]  # per rank, the sha256 of its payload in each exchange
+    outliers: list[list[int]]  # per exchange, the ranks the aggregator flagged
+
+    @property
+    def eval_loss(self) -> float:
+        return self.eval_losses[-1]
+
+
+def check_schedule(spec: JobSpec) -> None:
+    """Both strategies report (and DiLoCo synchronises) every checkpoint.every steps."""
+    every = spec.checkpoint.every
+    if spec.training.max_steps % every:
+        raise DistributedConfigError(
+            f"training.max_steps ({spec.training.max_steps}) must be a multiple of "
+            f"checkpoint.every ({every})"
+        )
+    if spec.training.eval_batches < 1:
+        raise DistributedConfigError("training.eval_batches must be >= 1 to report eval loss")
+
+
+def rank_trainer(spec: JobSpec, rank: int) -> tuple[Trainer, list[Any]]:
+    """The engine's trainer on shard `rank`, one thread per rank, and the held-out batches.
+
+    Every rank builds the model from the spec's seed, so all start from the same weights.
+    """
+    torch.set_num_threads(1)  # ranks share the machine's cores
+    torch.use_deterministic_algorithms(spec.reproducibility.deterministic)
+    corpora = load_corpora(spec.data)
+    sampler = Sampler(
+        corpora, spec.data.seq_len, spec.training.batch_size, spec.reproducibility.seed
+    )
+    trainer = Trainer(spec, sampler, torch.device("cpu"))
+    trainer.stream, trainer.cursor = rank, 0
+    return trainer, sampler.eval_batches(spec.training.eval_batches)
+
+
+def rank_report(
+    trainer: Trainer,
+    exchange: Exchange,
+    train_losses: list[float],
+    eval_losses: list[float],
+) -> dict[str, Any]:
+    """What a rank sends back when it is done."""
+    return {
+        "train_losses": train_losses,
+        "eval_losses": eval_losses,
+        "bytes_sent": exchange.bytes_sent,
+        "parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "commitments": exchange.commitments,
+        "outliers": exchange.outliers,
+    }
+
+
+def collect(per_rank: list[dict[str, Any]]) -> DistributedResult:
+    """Combine the ranks' reports; every rank holds the same model, so rank 0 scores it."""
+    losses = [report["train_losses"] for report in per_rank]
+    return DistributedResult(
+        eval_losses=per_rank[0]["eval_losses"],
+        train_losses=[sum(period) / len(period) for period in zip(*losses, strict=True)],
+        bytes_sent=[report["bytes_sent"] for report in per_rank],
+        parameters=per_rank[0]["parameters"],
+        commitments=[report["commitments"] for report in per_rank],
+        outliers=per_rank[0]["outliers"],
+    )
 
 
 def free_port() -> int:

@@ -7,12 +7,8 @@ from byzantine_ranks import RandomRank, ScaledRank
 
 from node.distributed.aggregation import Aggregator
 from node.distributed.compression import Compressor
-from node.distributed.diloco import (
-    DilocoConfig,
-    DistributedConfigError,
-    DistributedResult,
-    train_diloco,
-)
+from node.distributed.diloco import DilocoConfig, train_diloco
+from node.distributed.group import DistributedConfigError, DistributedResult
 from node.engine import JobSpec, load_spec, parse_spec
 
 ROUNDS, H = 6, 10
