@@ -26,7 +26,9 @@ def test_python_sampling_rule_matches_the_contract(job):
     head = ledger.w3.eth.block_number
     rng = random.Random(5)
     agreed = sampled = 0
-    for block in range(1, head - 1):
+    # Only blocks whose successor's hash the EVM still serves (the last 256): past that the
+    # contract samples every unit on purpose.
+    for block in range(max(1, head - 250), head - 1):
         seed = bytes(ledger.w3.eth.get_block(block + 1)["hash"])
         for _ in range(4):
             slot, index = rng.randrange(4), rng.randrange(1_000)
