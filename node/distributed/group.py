@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -125,14 +128,13 @@ def free_port() -> int:
 def spawn(worker: Callable[..., dict[str, Any]], ranks: int, *args: Any) -> list[dict[str, Any]]:
     """Run `worker(rank, ranks, *args)` in `ranks` fresh processes joined in one gloo group.
 
-    Returns each rank's result, by rank. A rank that raises makes this raise too.
+    Returns each rank's JSON-able report, by rank. A rank that raises makes this raise too.
+    Reports come back through files rather than a pipe: a pipe that nobody reads until the
+    ranks exit blocks a rank whose report is larger than the pipe's buffer.
     """
-    context = mp.get_context("spawn")
-    results = context.SimpleQueue()
-    port = free_port()
-    mp.spawn(_run, args=(ranks, port, worker, args, results), nprocs=ranks, join=True)
-    by_rank = dict(results.get() for _ in range(ranks))
-    return [by_rank[rank] for rank in range(ranks)]
+    with tempfile.TemporaryDirectory(prefix="zoo-ranks-") as folder:
+        mp.spawn(_run, args=(ranks, free_port(), worker, args, folder), nprocs=ranks, join=True)
+        return [json.loads(Path(folder, f"{rank}.json").read_text()) for rank in range(ranks)]
 
 
 def _run(
@@ -141,7 +143,7 @@ def _run(
     port: int,
     worker: Callable[..., dict[str, Any]],
     args: tuple[Any, ...],
-    results: Any,
+    folder: str,
 ) -> None:
     dist.init_process_group(
         "gloo",
@@ -151,7 +153,7 @@ def _run(
         timeout=timedelta(minutes=5),
     )
     try:
-        results.put((rank, worker(rank, ranks, *args)))
+        Path(folder, f"{rank}.json").write_text(json.dumps(worker(rank, ranks, *args)))
     finally:
         dist.destroy_process_group()
 
