@@ -13,6 +13,7 @@ import torch
 from eth_account.signers.local import LocalAccount
 from web3.logs import DISCARD
 
+from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import JobRequest, JobStatus, Ledger
 from marketplace.chain.permit import sign_permit
 from marketplace.errors import ZooError
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 TIERS = {"community": 0, "bronze": 1, "silver": 2, "gold": 3}
 REPLICAS = 3
+CLOSE_GRACE = 3  # seconds after a round's reveal deadline before the user closes it
 
 
 class JobError(ZooError):
@@ -106,14 +108,24 @@ def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str,
 
 
 def wait_for_auction(ledger: Ledger, user: LocalAccount, job_id: int, timeout: float, poll: float = 1.0) -> None:
-    """Wait until providers hold the job's slots; past `timeout`, cancel for a full refund."""
+    """Wait until providers hold the job's slots; past `timeout`, cancel for a full refund.
+
+    A round that ends with too few bids is closed here too, which opens the next round: providers
+    close the rounds they bid in, but nobody else would close an empty one.
+    """
     deadline = time.monotonic() + timeout
     while ledger.market.functions.status(job_id).call() == JobStatus.OPEN:
+        job = ledger.job(job_id)
         if time.monotonic() > deadline:
-            budget = ledger.job(job_id)["budget"]
             ledger.send(ledger.market.functions.cancelJob(job_id), user)
             raise NoBids(f"no bids filled job {job_id} within {timeout:.0f}s: cancelled, "
-                         f"{budget / 1e18:,.6f} ZEN refunded to {user.address}")
+                         f"{job['budget'] / 1e18:,.6f} ZEN refunded to {user.address}")
+        # The bidders close their own round first; the user steps in only after a grace period.
+        if ledger.w3.eth.get_block("latest")["timestamp"] > job["revealDeadline"] + CLOSE_GRACE:
+            try:
+                ledger.send(ledger.market.functions.closeAuction(job_id), user)
+            except ChainError as exc:  # closed by someone else meanwhile
+                log.info("close auction: %s", exc)
         time.sleep(poll)
 
 
