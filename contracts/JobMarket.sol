@@ -190,7 +190,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
 
     /// @inheritdoc IJobMarket
     function commitBid(uint256 jobId, bytes32 commitment) external {
-        Job storage j = _job(jobId);
+        // An unknown job has no open slots: NoAuction covers it.
+        Job storage j = _jobs[jobId];
         if (j.openSlots == 0) revert NoAuction(jobId);
         if (block.timestamp > j.bidDeadline) revert BidWindowClosed(j.bidDeadline);
         // The GPU count matters only once a slot is assigned.
@@ -200,12 +201,12 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         if (free < j.collateral) revert InsufficientCollateral(msg.sender, free, j.collateral);
         if (_participants[jobId][msg.sender].state != ParticipantState.None) revert AlreadyParticipating(msg.sender);
         _commitments[jobId][j.round][msg.sender] = commitment;
-        emit BidCommitted(jobId, msg.sender, commitment);
+        emit BidCommitted(jobId, msg.sender);
     }
 
     /// @inheritdoc IJobMarket
     function revealBid(uint256 jobId, uint96 price, bytes32 salt) external {
-        Job storage j = _job(jobId);
+        Job storage j = _jobs[jobId];
         if (j.openSlots == 0) revert NoAuction(jobId);
         if (block.timestamp <= j.bidDeadline || block.timestamp > j.revealDeadline) {
             revert NotInRevealWindow(j.bidDeadline, j.revealDeadline);

@@ -6,6 +6,7 @@ import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {IERC20Permit} from "@openzeppelin/contracts/token/ERC20/extensions/IERC20Permit.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 
 import {IStaking} from "./interfaces/IStaking.sol";
 
@@ -14,6 +15,7 @@ import {IStaking} from "./interfaces/IStaking.sol";
 /// or unbonding stake: `balance == Σ staked + Σ unbonding` must never break.
 contract Staking is IStaking, AccessControl, ReentrancyGuard {
     using SafeERC20 for IERC20;
+    using SafeCast for uint256;
 
     /*//////////////////////////////////////////////////////////////
                                CONSTANTS
@@ -126,8 +128,9 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         Account storage a = _accounts[msg.sender];
         uint256 free = a.staked - a.locked;
         if (amount > free) revert InsufficientFreeStake(msg.sender, free, amount);
-        a.staked -= amount;
-        a.unbonding += amount;
+        // amount <= free <= staked < 2**128.
+        a.staked -= uint128(amount);
+        a.unbonding += uint128(amount);
         uint64 ends = uint64(block.timestamp) + unbondingDelay;
         a.unbondingEnds = ends;
         emit UnstakeRequested(msg.sender, amount, ends);
@@ -153,7 +156,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         Account storage a = _accounts[provider];
         uint256 free = a.staked - a.locked;
         if (amount > free) revert InsufficientFreeStake(provider, free, amount);
-        a.locked += amount;
+        a.locked += uint128(amount); // amount <= free < 2**128
         emit CollateralLocked(provider, amount);
     }
 
@@ -163,7 +166,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         // A slash may already have consumed locked stake (and clamped `locked`), so release at most
         // what is still locked rather than revert and strand the job that asks.
         uint256 released = amount < a.locked ? amount : a.locked;
-        a.locked -= released;
+        a.locked -= uint128(released);
         emit CollateralUnlocked(provider, released);
     }
 
@@ -178,8 +181,9 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         uint256 fromStake = amount < a.staked ? amount : a.staked;
         uint256 rest = amount - fromStake;
         uint256 fromUnbonding = rest < a.unbonding ? rest : a.unbonding;
-        a.staked -= fromStake;
-        a.unbonding -= fromUnbonding;
+        // Each is at most the field it comes out of.
+        a.staked -= uint128(fromStake);
+        a.unbonding -= uint128(fromUnbonding);
         if (a.locked > a.staked) a.locked = a.staked;
         slashed = fromStake + fromUnbonding;
         if (slashed == 0) return 0;
@@ -272,7 +276,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         if (amount == 0) revert ZeroAmount();
         Account storage a = _accounts[who];
         if (a.role == Role.None) revert NotRegistered(who);
-        a.staked += amount;
+        a.staked += amount.toUint128();
         emit Staked(who, amount);
         zen.safeTransferFrom(who, address(this), amount);
     }

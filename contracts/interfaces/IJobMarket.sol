@@ -108,7 +108,7 @@ interface IJobMarket {
     error BudgetTooLow(uint256 budget, uint256 minimum);
     /// @notice Thrown when an action does not fit the job's status.
     error WrongJobStatus(uint256 jobId, JobStatus status);
-    /// @notice Thrown when no auction is running for the job.
+    /// @notice Thrown when no auction is running for the job (none ever does for an unknown job).
     error NoAuction(uint256 jobId);
     /// @notice Thrown when a bid is committed after the bid window.
     error BidWindowClosed(uint256 deadline);
@@ -168,7 +168,7 @@ interface IJobMarket {
     /// @notice Emitted when an auction round opens.
     event AuctionOpened(uint256 indexed jobId, uint16 round, uint16 slots, uint40 bidDeadline, uint40 revealDeadline);
     /// @notice Emitted when a sealed bid is committed.
-    event BidCommitted(uint256 indexed jobId, address indexed provider, bytes32 commitment);
+    event BidCommitted(uint256 indexed jobId, address indexed provider);
     /// @notice Emitted when a bid is revealed.
     event BidRevealed(uint256 indexed jobId, address indexed provider, uint96 price);
     /// @notice Emitted when an auction round fills its slots at a uniform clearing price.

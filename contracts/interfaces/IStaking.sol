@@ -47,9 +47,9 @@ interface IStaking {
         bool admitted; // a verifier attested the provider's benchmark
         uint32 gpus; // declared GPU count, here so the market reads it with the role
         uint64 unbondingEnds;
-        uint256 staked; // includes `locked`
-        uint256 locked; // collateral committed to running jobs
-        uint256 unbonding; // requested out, still slashable until withdrawn
+        uint128 staked; // includes `locked`; beside it so a bid's eligibility is one read
+        uint128 locked; // collateral committed to running jobs
+        uint128 unbonding; // requested out, still slashable until withdrawn
     }
 
     /// @notice Thrown when a tier id has no tier.

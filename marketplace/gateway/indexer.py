@@ -52,6 +52,7 @@ class Indexer:
         contracts = [deployment.contract(w3, name) for name in CONTRACTS]
         self._names = {c.address: name for name, c in zip(CONTRACTS, contracts)}
         self.treasury = deployment.addresses["Treasury"]
+        self.market = deployment.contract(w3, "JobMarket")
         self.cursor = EventCursor(w3, contracts, deployment.deploy_block, confirmations)
 
     def step(self) -> int:
@@ -204,6 +205,18 @@ def _slashed(indexer, a, where):
     ]
 
 
+def _bid_committed(indexer, a, where):
+    """The sealed commitment is not in the event (the bid's gas budget is tight): read it from the
+    transaction's input, when the bidder called the market directly."""
+    tx = indexer.w3.eth.get_transaction(where["tx_hash"])
+    commitment = None
+    if tx["to"] == indexer.deployment.addresses["JobMarket"]:
+        fn, args = indexer.market.decode_function_input(tx["input"])
+        if fn.fn_name == "commitBid":
+            commitment = _hex(args["commitment"])
+    return [db.Bid(job_id=a["jobId"], provider=a["provider"], commitment=commitment, price=None, **where)]
+
+
 def _transfer(indexer, a, where):
     if indexer.treasury not in (a["from"], a["to"]):
         return []
@@ -214,8 +227,7 @@ def _transfer(indexer, a, where):
 
 _HANDLERS = {
     ("JobMarket", "JobCreated"): _job_created,
-    ("JobMarket", "BidCommitted"): lambda _, a, where: [
-        db.Bid(job_id=a["jobId"], provider=a["provider"], commitment=_hex(a["commitment"]), price=None, **where)],
+    ("JobMarket", "BidCommitted"): _bid_committed,
     ("JobMarket", "BidRevealed"): lambda _, a, where: [
         db.Bid(job_id=a["jobId"], provider=a["provider"], commitment=None, price=a["price"], **where)],
     ("JobMarket", "AuctionCleared"): _auction(cleared=True),

@@ -135,7 +135,7 @@ contract JobMarketTest is BaseTest {
         bytes32 commitment = market.bidCommitmentOf(PRICE, _salt(provider1), provider1, jobId);
         assertEq(commitment, keccak256(abi.encode(PRICE, _salt(provider1), provider1, jobId)));
         vm.expectEmit(address(market));
-        emit IJobMarket.BidCommitted(jobId, provider1, commitment);
+        emit IJobMarket.BidCommitted(jobId, provider1);
         vm.prank(provider1);
         market.commitBid(jobId, commitment);
         assertEq(market.bidCommitment(jobId, provider1), commitment);
@@ -151,7 +151,7 @@ contract JobMarketTest is BaseTest {
     }
 
     function test_RevertWhen_bidOnUnknownJob() public {
-        vm.expectRevert(abi.encodeWithSelector(IJobMarket.UnknownJob.selector, 1));
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NoAuction.selector, 1));
         vm.prank(provider1);
         market.commitBid(1, bytes32(uint256(1)));
     }
