@@ -129,16 +129,19 @@ def wait_for_auction(ledger: Ledger, user: LocalAccount, job_id: int, timeout: f
         time.sleep(poll)
 
 
-def progress(ledger: Ledger, storage: Storage, job_id: int) -> Progress:
-    """Where the job is, from chain state and its latest checkpoint's own metrics."""
+def progress(ledger: Ledger, storage: Storage, job_id: int, losses: dict[str, float | None]) -> Progress:
+    """Where the job is, from chain state and its latest checkpoint's own metrics (`losses` caches
+    them by CID, so each checkpoint is fetched once)."""
     job = ledger.job(job_id)
     slots = [ledger.slot(job_id, i) for i in range(job["nodes"])]
     slot_budget = job["budget"] // job["nodes"]
     units = latest_units(ledger, job_id)
     loss = None
     if units:
-        checkpoint = Checkpoint.load(storage.cat(units[0]["cid"]))
-        loss = checkpoint.metadata.get("metrics", {}).get("loss")
+        cid = units[0]["cid"]
+        if cid not in losses:
+            losses[cid] = Checkpoint.load(storage.cat(cid)).metadata.get("metrics", {}).get("loss")
+        loss = losses[cid]
     return Progress(
         status=JobStatus(job["status"]),
         units_done=sum(s["unitsDone"] for s in slots),
@@ -166,8 +169,9 @@ def follow(ledger: Ledger, storage: Storage, job_id: int, on_progress: Callable[
            poll: float = 1.0) -> Progress:
     """Report progress until the job has nothing left to run."""
     last = None
+    losses: dict[str, float | None] = {}
     while True:
-        now = progress(ledger, storage, job_id)
+        now = progress(ledger, storage, job_id, losses)
         if now != last:
             on_progress(now)
             last = now
