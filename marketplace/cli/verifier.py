@@ -19,6 +19,15 @@ from marketplace.wallet import load_account
 console = Console()
 
 
+log_level_option = click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+    help="How much the process logs.",
+)
+
+
 @click.group()
 def verifier() -> None:
     """Verify sampled work units: register, stake, run the daemon and its workers.
@@ -56,13 +65,7 @@ def stake_command(amount: str) -> None:
 
 
 @verifier.command("start")
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
-    help="How much the daemon logs.",
-)
+@log_level_option
 def start_command(log_level: str) -> None:
     """Run the watcher daemon in the foreground until SIGTERM or Ctrl-C.
 
@@ -113,13 +116,7 @@ def start_command(log_level: str) -> None:
     type=click.IntRange(1),
     help="Units re-run at once; each takes the threads its job spec fixes.",
 )
-@click.option(
-    "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
-    help="How much the worker logs.",
-)
+@log_level_option
 def worker_command(concurrency: int, log_level: str) -> None:
     """Run a Celery worker that re-runs units queued by `verifier start` (broker: ZOO_REDIS_URL).
 
