@@ -10,6 +10,8 @@ import argparse
 import hashlib
 import json
 import os
+import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,20 +21,35 @@ from pathlib import Path
 
 import ipfshttpclient
 
+from marketplace.ipfs.cid import CID
+from marketplace.ipfs.importer import FileImporter
 from marketplace.storage import Storage
 
 MIB = 1024 * 1024
 
 
 def write_input(path: Path, size: int) -> None:
-    """Incompressible, reproducible input, written a piece at a time (never whole in memory)."""
-    seed = hashlib.sha256(b"bench_storage").digest()
+    """Reproducible random input, written a piece at a time (never whole in memory). No two
+    chunks are alike, so every block is hashed and written: repeated content would let the
+    node skip the blocks it already stored."""
+    rng = random.Random("bench_storage")
     with open(path, "wb") as out:
-        written = 0
-        while written < size:
-            piece = hashlib.sha256(seed + written.to_bytes(8, "big")).digest() * (MIB // 32)
-            out.write(piece[:size - written])
-            written += len(piece)
+        for offset in range(0, size, MIB):
+            out.write(rng.randbytes(min(MIB, size - offset)))
+
+
+def reference_cid(path: Path) -> tuple[str, str]:
+    """The file's CID from the independent `ipfs_cid` tool when it is installed, otherwise from
+    this project's importer hashing the file locally; and which of the two it is."""
+    tool = shutil.which("ipfs_cid")
+    if tool:
+        out = subprocess.run([tool, str(path)], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)["CIDv0"], "ipfs_cid"
+    importer = FileImporter(CID.of_parts)
+    with open(path, "rb") as file:
+        while piece := file.read(MIB):
+            importer.write(piece)
+    return str(importer.finish().cid), "local importer (ipfs_cid not installed)"
 
 
 def sha256_mb_per_s(data: bytes) -> float:
@@ -98,7 +115,7 @@ class Run:
     client_cpu_s: float  # this process (the Storage client), during the add
 
 
-def measure(data: Path, repo: Path, runs: int) -> tuple[list[Run], int, str]:
+def measure(data: Path, repo: Path, runs: int) -> tuple[list[Run], int, set[str]]:
     """Alternate adds and plain hashing, so both see the machine in the same state."""
     size = data.stat().st_size
     process, api = start_node(repo)
@@ -106,12 +123,13 @@ def measure(data: Path, repo: Path, runs: int) -> tuple[list[Run], int, str]:
         with Storage(api, replicas=[]) as storage, ipfshttpclient.Client(api) as admin:
             storage.add_bytes(b"warm-up")  # load every code path before measuring idle
             idle_kib = rss_kib(process.pid, "VmRSS")
-            results = []
+            results, cids = [], set()
             for _ in range(runs):
                 reset_peak_rss(process.pid)
                 server_cpu, client_cpu = cpu_seconds(process.pid), time.process_time()
                 start = time.perf_counter()
                 cid = storage.add_file(data)
+                cids.add(cid)
                 elapsed = time.perf_counter() - start
                 run = Run(size / MIB / elapsed, 0.0, rss_kib(process.pid, "VmHWM"),
                           cpu_seconds(process.pid) - server_cpu, time.process_time() - client_cpu)
@@ -122,10 +140,11 @@ def measure(data: Path, repo: Path, runs: int) -> tuple[list[Run], int, str]:
     finally:
         process.terminate()
         process.wait(timeout=30)
-    return results, idle_kib, cid
+    return results, idle_kib, cids
 
 
-def report(size_mib: int, repo_dir: str, runs: list[Run], idle_kib: int, cid: str) -> None:
+def report(size_mib: int, repo_dir: str, runs: list[Run], idle_kib: int, cid: str,
+           reference: str) -> None:
     best = max(runs, key=lambda r: r.add_mb_per_s)
     sha = max(r.sha256_mb_per_s for r in runs)
     figures = {
@@ -138,6 +157,7 @@ def report(size_mib: int, repo_dir: str, runs: list[Run], idle_kib: int, cid: st
     hash_cpu_s = size_mib / sha
     rows = [
         ("file added", f"{size_mib} MiB", f"CID {cid}"),
+        ("CID checked against", "", reference),
         ("node repo", repo_dir, _fs_note(filesystem_of(repo_dir))),
         ("add via HTTP API", f"{best.add_mb_per_s:.0f} MB/s",
          "runs: " + ", ".join(f"{r.add_mb_per_s:.0f}" for r in runs)),
@@ -170,8 +190,12 @@ def main() -> None:
             tempfile.TemporaryDirectory(prefix="bench-ipfs-", dir=args.repo_dir) as repo_dir:
         data = Path(inputs) / "input.bin"
         write_input(data, args.size_mib * MIB)
-        runs, idle_kib, cid = measure(data, Path(repo_dir) / "repo", args.runs)
-    report(args.size_mib, str(args.repo_dir or tempfile.gettempdir()), runs, idle_kib, cid)
+        runs, idle_kib, cids = measure(data, Path(repo_dir) / "repo", args.runs)
+        expected, reference = reference_cid(data)
+    if cids != {expected}:
+        sys.exit(f"the node's CIDs {sorted(cids)} differ from {reference}'s {expected}")
+    report(args.size_mib, str(args.repo_dir or tempfile.gettempdir()), runs, idle_kib, expected,
+           reference)
 
 
 if __name__ == "__main__":

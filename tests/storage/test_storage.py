@@ -46,6 +46,14 @@ def test_add_file_and_read_to_stream_a_two_level_file(shared_node, two_level_fil
     assert [p.name for p in tmp_path.iterdir()] == ["restored.bin"]
 
 
+@pytest.mark.parametrize("name, size", [("empty.bin", 0), ("naïve 100% \"quoted\".bin", 3 * CHUNK + 5)])
+def test_add_file_names_the_same_content_as_add_bytes(shared_node, tmp_path, name, size):
+    path = tmp_path / name
+    path.write_bytes(random_bytes(size, seed=size))
+    with Storage(shared_node.multiaddr) as storage:
+        assert storage.add_file(path) == storage.add_bytes(path.read_bytes())
+
+
 def test_configuration_comes_from_the_environment(shared_node, monkeypatch):
     monkeypatch.setenv("ZOO_IPFS_API", shared_node.url)
     monkeypatch.setenv("ZOO_IPFS_REPLICAS", json.dumps([shared_node.multiaddr]))
