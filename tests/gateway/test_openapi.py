@@ -13,10 +13,11 @@ pytestmark = pytest.mark.anvil
 
 
 @pytest.fixture
-def api_schema(story, indexer, tmp_path):
+def api_schema(ledger, story, indexer, tmp_path):
     while indexer.step():
         pass
-    app = create_app(Settings(home=tmp_path), f"sqlite:///{tmp_path / 'gateway.sqlite3'}")
+    chain = {"rpc_url": ledger.w3.provider.endpoint_uri, "manifest": ledger.deployment.write(tmp_path / "manifest.json")}
+    app = create_app(Settings(home=tmp_path, **chain), f"sqlite:///{tmp_path / 'gateway.sqlite3'}")
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

@@ -1,0 +1,221 @@
+"""The chain behind the index, read live from the RPC: the ledger's addresses and ABIs for wallets,
+and small views of transactions, blocks and the ledger's own ZEN, so every explorer row can be
+checked against the chain rather than trusted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+import requests
+from eth_utils import event_abi_to_log_topic
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
+from pydantic import BaseModel
+from web3 import Web3
+from web3.contract import Contract
+from web3.exceptions import BlockNotFound, TransactionNotFound
+
+from marketplace.chain.deploy import Deployment
+from marketplace.errors import ZooError
+from marketplace.gateway.api.schemas import NOT_FOUND, Message, Wei
+
+router = APIRouter(prefix="/chain", tags=["chain"])
+
+WALLET_CONTRACTS = ("ZenToken", "Staking")  # what the staking page calls
+HOLDERS = ("JobMarket", "Staking", "Treasury")  # the contracts that hold ZEN
+UNAVAILABLE = {503: {"model": Message, "description": "The chain's RPC does not answer."}}
+RPC_TIMEOUT = 10  # seconds
+
+
+class ChainConfig(BaseModel):
+    """What a browser wallet needs to talk to this ledger; it reads the chain through its own RPC."""
+
+    chain_id: int
+    deploy_block: int
+    fee_bps: int  # the market's network fee, in basis points
+    addresses: dict[str, str]  # contract name -> address
+    abis: dict[str, list[dict[str, Any]]]  # ZenToken and Staking
+
+
+class LogView(BaseModel):
+    log_index: int
+    address: str
+    contract: str | None  # the ledger contract that emitted it; None for any other
+    event: str | None  # None when it is not one of the ledger's events
+    args: dict[str, Any]  # integers as decimal strings, bytes as 0x hex
+
+
+class TxView(BaseModel):
+    hash: str
+    block_number: int | None  # None while pending
+    sender: str
+    to: str | None  # None for a contract creation
+    contract: str | None  # the ledger contract called, if it is one
+    method: str | None  # the function called, when `contract` knows it
+    args: dict[str, Any]
+    value: Wei  # wei of ETH sent along
+    status: Literal["success", "reverted", "pending"]
+    gas_used: int | None
+    logs: list[LogView]
+
+
+class BlockView(BaseModel):
+    number: int
+    hash: str
+    parent_hash: str
+    timestamp: int
+    gas_used: int
+    transactions: list[str]
+
+
+class Holdings(BaseModel):
+    """ZEN held by each ledger contract, read at one block."""
+
+    block_number: int
+    zen: dict[str, Wei]  # contract name -> balance
+
+
+@dataclass
+class Chain:
+    """The RPC and the deployed ledger, with what it takes to name contracts and decode logs."""
+
+    w3: Web3
+    deployment: Deployment
+    contracts: dict[str, tuple[str, Contract]] = field(default_factory=dict)  # address -> (name, contract)
+    events: dict[bytes, tuple[str, Contract, str]] = field(default_factory=dict)  # topic0 -> (name, contract, event)
+
+    def __post_init__(self) -> None:
+        for name, address in self.deployment.addresses.items():
+            contract = self.deployment.contract(self.w3, name)
+            self.contracts[address] = (name, contract)
+            for item in contract.abi:
+                if item["type"] == "event" and not item.get("anonymous"):
+                    self.events[event_abi_to_log_topic(item)] = (name, contract, item["name"])
+
+    def name_of(self, address: str | None) -> str | None:
+        known = self.contracts.get(address) if address else None
+        return known[0] if known else None
+
+
+def _open_chain(request: Request) -> Chain:
+    settings = request.app.state.settings
+    w3 = Web3(Web3.HTTPProvider(settings.rpc_url, request_kwargs={"timeout": RPC_TIMEOUT}))
+    with rpc():
+        chain_id = w3.eth.chain_id
+    try:
+        deployment = settings.deployment(chain_id)
+    except ZooError as exc:
+        raise HTTPException(503, f"no ledger manifest for chain {chain_id}: {exc}") from None
+    return Chain(w3, deployment)
+
+
+def get_chain(request: Request) -> Chain:
+    """One Chain per app, opened on first use so the gateway starts while its chain is still down."""
+    chain = getattr(request.app.state, "chain_views", None)
+    if chain is None:
+        chain = request.app.state.chain_views = _open_chain(request)
+    return chain
+
+
+@contextmanager
+def rpc() -> Iterator[None]:
+    """An RPC that does not answer is the chain's outage, not a bug of ours: a 503 that says so."""
+    try:
+        yield
+    except requests.RequestException as exc:
+        raise HTTPException(503, f"the chain's RPC does not answer: {type(exc).__name__}") from None
+
+
+ChainDep = Annotated[Chain, Depends(get_chain)]
+TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A transaction hash.")]
+BlockNumber = Annotated[int, Path(ge=0, le=2**63 - 1, description="A block number.")]
+
+
+def plain(value: Any) -> Any:
+    """JSON for decoded ABI values: integers as strings (uint256 outgrows JSON numbers), bytes as hex."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return "0x" + bytes(value).hex()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return [plain(v) for v in value]
+
+
+def _log_view(chain: Chain, log) -> LogView:
+    view = {"log_index": log["logIndex"], "address": log["address"], "contract": chain.name_of(log["address"]),
+            "event": None, "args": {}}
+    topics = log["topics"]
+    known = chain.events.get(bytes(topics[0])) if topics else None
+    if known and known[0] == view["contract"]:
+        _, contract, event = known
+        decoded = contract.events[event]().process_log(log)
+        view |= {"event": event, "args": plain(dict(decoded["args"]))}
+    return LogView(**view)
+
+
+@router.get("/config", response_model=ChainConfig, responses=UNAVAILABLE)
+def chain_config(chain: ChainDep):
+    """The chain id, every ledger address, the network fee, and the ABIs a wallet page calls."""
+    deployment = chain.deployment
+    with rpc():
+        fee_bps = deployment.contract(chain.w3, "JobMarket").functions.feeBps().call()
+    return {"chain_id": deployment.chain_id, "deploy_block": deployment.deploy_block, "fee_bps": fee_bps,
+            "addresses": deployment.addresses, "abis": {n: deployment.abis[n] for n in WALLET_CONTRACTS}}
+
+
+@router.get("/tx/{tx_hash}", response_model=TxView, responses=NOT_FOUND | UNAVAILABLE)
+def transaction(chain: ChainDep, tx_hash: TxHash):
+    """The transaction with its call and the ledger's events decoded."""
+    with rpc():
+        try:
+            tx = chain.w3.eth.get_transaction(tx_hash)
+        except TransactionNotFound:
+            raise HTTPException(404, f"no transaction {tx_hash} on chain {chain.deployment.chain_id}") from None
+        try:
+            receipt = chain.w3.eth.get_transaction_receipt(tx_hash)
+        except TransactionNotFound:
+            receipt = None
+    name = chain.name_of(tx["to"])
+    method, args = None, {}
+    if name is not None:
+        try:
+            fn, decoded = chain.contracts[tx["to"]][1].decode_function_input(tx["input"])
+            method, args = fn.fn_name, plain(decoded)
+        except ValueError:  # a selector the ABI does not know
+            pass
+    status = "pending" if receipt is None else ("success" if receipt["status"] == 1 else "reverted")
+    return {
+        "hash": "0x" + bytes(tx["hash"]).hex(), "block_number": tx["blockNumber"], "sender": tx["from"],
+        "to": tx["to"], "contract": name, "method": method, "args": args, "value": tx["value"],
+        "status": status, "gas_used": receipt["gasUsed"] if receipt else None,
+        "logs": [_log_view(chain, log) for log in receipt["logs"]] if receipt else [],
+    }
+
+
+@router.get("/blocks/{number}", response_model=BlockView, responses=NOT_FOUND | UNAVAILABLE)
+def block(chain: ChainDep, number: BlockNumber):
+    """The block's hash, time and transactions."""
+    with rpc():
+        try:
+            b = chain.w3.eth.get_block(number)
+        except BlockNotFound:
+            raise HTTPException(404, f"no block {number} on chain {chain.deployment.chain_id} yet") from None
+    return {"number": b["number"], "hash": "0x" + bytes(b["hash"]).hex(),
+            "parent_hash": "0x" + bytes(b["parentHash"]).hex(), "timestamp": b["timestamp"],
+            "gas_used": b["gasUsed"], "transactions": ["0x" + bytes(t).hex() for t in b["transactions"]]}
+
+
+@router.get("/holdings", response_model=Holdings, responses=UNAVAILABLE)
+def holdings(chain: ChainDep):
+    """ZEN held by the market (open escrow and unpaid earnings), staking and the treasury, now."""
+    zen = chain.deployment.contract(chain.w3, "ZenToken").functions
+    with rpc():
+        number = chain.w3.eth.block_number
+        balances = {name: zen.balanceOf(chain.deployment.addresses[name]).call(block_identifier=number)
+                    for name in HOLDERS}
+    return {"block_number": number, "zen": balances}
