@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need on a fresh machine, and nothing twice: Debian
-# packages, the pinned npm toolchain (solc-js, Foundry, OpenZeppelin), and the Python venv.
+# packages, the pinned npm toolchain (solc-js, Foundry, OpenZeppelin, viem, esbuild), the web pages'
+# bundles, and the Python venv.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-APT_PACKAGES=(ipfs-cid redis-server)
+APT_PACKAGES=(ipfs-cid redis-server chromium chromium-driver)
 SOLC_VERSION=0.8.28
 
 missing=()
@@ -24,6 +25,15 @@ fi
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   echo "setup: npm install (package-lock.json)"
   npm install --no-audit --no-fund --loglevel=error
+fi
+
+# The gateway's pages: bundle their scripts (viem) with esbuild when a source is newer than the
+# bundle. The bundles are built, not committed (marketplace/gateway/web/dist/ is ignored).
+web=marketplace/gateway/web
+if [ ! -f $web/dist/explorer.js ] || [ ! -f $web/dist/stake.js ] ||
+   [ -n "$(find $web/src package.json package-lock.json -newer $web/dist/stake.js -print -quit)" ]; then
+  echo "setup: npm run build (the gateway's pages)"
+  npm run build --silent
 fi
 
 # py-solc-x and ape find compilers by version in SOLCX_BINARY_PATH: point them at the solc-js front.

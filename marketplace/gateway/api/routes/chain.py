@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import requests
 from eth_utils import event_abi_to_log_topic
-from fastapi import APIRouter, Depends, HTTPException, Path, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from pydantic import BaseModel
 from web3 import Web3
 from web3.contract import Contract
@@ -29,12 +29,18 @@ UNAVAILABLE = {503: {"model": Message, "description": "The chain's RPC does not 
 RPC_TIMEOUT = 10  # seconds
 
 
+class TierView(BaseModel):
+    name: str
+    min_stake: Wei
+
+
 class ChainConfig(BaseModel):
     """What a browser wallet needs to talk to this ledger; it reads the chain through its own RPC."""
 
     chain_id: int
     deploy_block: int
     fee_bps: int  # the market's network fee, in basis points
+    tiers: list[TierView]  # by tier id, as governance set them
     addresses: dict[str, str]  # contract name -> address
     abis: dict[str, list[dict[str, Any]]]  # ZenToken and Staking
 
@@ -160,11 +166,14 @@ def _log_view(chain: Chain, log) -> LogView:
 
 @router.get("/config", response_model=ChainConfig, responses=UNAVAILABLE)
 def chain_config(chain: ChainDep):
-    """The chain id, every ledger address, the network fee, and the ABIs a wallet page calls."""
+    """The chain id, every ledger address, the network fee, the tiers and the ABIs a wallet page calls."""
     deployment = chain.deployment
+    staking = deployment.contract(chain.w3, "Staking").functions
     with rpc():
         fee_bps = deployment.contract(chain.w3, "JobMarket").functions.feeBps().call()
+        tiers = [staking.tier(i).call() for i in range(staking.tierCount().call())]
     return {"chain_id": deployment.chain_id, "deploy_block": deployment.deploy_block, "fee_bps": fee_bps,
+            "tiers": [{"name": t[0], "min_stake": t[1]} for t in tiers],
             "addresses": deployment.addresses, "abis": {n: deployment.abis[n] for n in WALLET_CONTRACTS}}
 
 
@@ -210,12 +219,17 @@ def block(chain: ChainDep, number: BlockNumber):
             "gas_used": b["gasUsed"], "transactions": ["0x" + bytes(t).hex() for t in b["transactions"]]}
 
 
-@router.get("/holdings", response_model=Holdings, responses=UNAVAILABLE)
-def holdings(chain: ChainDep):
-    """ZEN held by the market (open escrow and unpaid earnings), staking and the treasury, now."""
+@router.get("/holdings", response_model=Holdings, responses=NOT_FOUND | UNAVAILABLE)
+def holdings(chain: ChainDep, block: Annotated[int | None, Query(
+        ge=0, le=2**63 - 1, description="Read at this block (e.g. the indexed one, to compare); default the latest.")] = None):
+    """ZEN held by the market (open escrow and unpaid earnings), staking and the treasury."""
     zen = chain.deployment.contract(chain.w3, "ZenToken").functions
     with rpc():
-        number = chain.w3.eth.block_number
+        head = chain.w3.eth.block_number
+        if block is not None and not chain.deployment.deploy_block <= block <= head:
+            raise HTTPException(404, f"block {block} is outside the ledger's life: "
+                                     f"blocks {chain.deployment.deploy_block} to {head}")
+        number = head if block is None else block
         balances = {name: zen.balanceOf(chain.deployment.addresses[name]).call(block_identifier=number)
                     for name in HOLDERS}
     return {"block_number": number, "zen": balances}
