@@ -1,4 +1,4 @@
-"""Compression of what ranks send each other: top-k sparsification and 8/4-bit quantization."""
+"""Compression of what ranks send each other: top-k or random-k sparsification, 8/4/2-bit quantization."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import hashlib
 import logging
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -29,7 +30,7 @@ class Payload:
     """
 
     values: torch.Tensor  # (k,) float32, or (ceil(k * bits / 8),) uint8 when quantized
-    indices: torch.Tensor  # (k,) int32 positions of the kept values; (0,) when dense
+    indices: torch.Tensor  # (k,) int32 positions of top-k values; (0,) when dense or random
     scales: torch.Tensor  # (ceil(k / chunk),) float32 per-chunk scales; (0,) when unquantized
 
     @property
@@ -48,57 +49,71 @@ class Payload:
         return digest.hexdigest()
 
 
+Selection = Literal["topk", "random"]
+
+
 @dataclass(frozen=True)
 class Compressor:
-    """Keeps the largest `topk_ratio` of a vector's entries and quantizes them to `bits`.
+    """Keeps a `ratio` of a vector's entries and quantizes them to `bits`.
 
-    Quantization is symmetric with one float32 scale (the chunk's largest magnitude) per
-    `chunk` kept values, so one large entry only coarsens its own chunk. `topk_ratio=1` and
-    `bits=32` is the identity: a plain float32 vector and no indices.
+    `topk` keeps the largest magnitudes and must send their positions (4 bytes each, more
+    than a 4-bit value's eight times over); `random` keeps positions drawn from `seed` and
+    the exchange's round, which every rank of the group draws alike, so no position crosses
+    the network and all ranks send the same coordinates (which coordinate-wise robust
+    aggregation needs). Quantization is symmetric with one float32 scale (the chunk's
+    largest magnitude) per `chunk` kept values, so one large entry only coarsens its own
+    chunk; 2 bits is ternary. `ratio=1` and `bits=32` is the identity.
     """
 
-    topk_ratio: float = 1.0  # fraction of entries kept, in (0, 1]
-    bits: int = 32  # 32 (no quantization), 8 or 4 bits per kept value
+    ratio: float = 1.0  # fraction of entries kept, in (0, 1]
+    bits: int = 32  # 32 (no quantization), 8, 4 or 2 bits per kept value
+    selection: Selection = "topk"  # which entries are kept when ratio < 1
     chunk: int = 256  # kept values sharing one quantization scale
+    seed: int = 0  # shared by the group: draws the random selection of every round
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.topk_ratio <= 1.0:
-            raise CompressionError(f"topk_ratio must be in (0, 1]; got {self.topk_ratio}")
-        if self.bits not in (32, 8, 4):
-            raise CompressionError(f"bits must be 32, 8 or 4; got {self.bits}")
+        if not 0.0 < self.ratio <= 1.0:
+            raise CompressionError(f"ratio must be in (0, 1]; got {self.ratio}")
+        if self.bits not in (32, 8, 4, 2):
+            raise CompressionError(f"bits must be 32, 8, 4 or 2; got {self.bits}")
+        if self.selection not in ("topk", "random"):
+            raise CompressionError(f"selection must be topk or random; got {self.selection!r}")
         if self.chunk < 1:
             raise CompressionError(f"chunk must be >= 1; got {self.chunk}")
 
     def kept(self, numel: int) -> int:
         """How many entries of a `numel`-long vector are sent."""
-        return numel if self.topk_ratio == 1.0 else max(1, math.ceil(self.topk_ratio * numel))
+        return numel if self.ratio == 1.0 else max(1, math.ceil(self.ratio * numel))
 
     def payload_bytes(self, numel: int) -> int:
         """Bytes of the payload for a `numel`-long vector, known before compressing it."""
         k = self.kept(numel)
         values = 4 * k if self.bits == 32 else math.ceil(k * self.bits / 8)
-        indices = 0 if k == numel else k * _INDEX_DTYPE.itemsize
+        indices = k * _INDEX_DTYPE.itemsize if k < numel and self.selection == "topk" else 0
         scales = 0 if self.bits == 32 else 4 * math.ceil(k / self.chunk)
         return values + indices + scales
 
-    def compress(self, vector: torch.Tensor) -> Payload:
-        """The payload for a flat float32 vector."""
+    def compress(self, vector: torch.Tensor, round_: int = 0) -> Payload:
+        """The payload for a flat float32 vector in exchange `round_` (it draws random masks)."""
         if vector.dim() != 1:
             raise CompressionError(f"compress takes a flat vector; got shape {tuple(vector.shape)}")
         vector = vector.detach().float()
-        k = self.kept(vector.numel())
-        if k == vector.numel():
-            kept, indices = vector, torch.empty(0, dtype=_INDEX_DTYPE)
+        numel, k = vector.numel(), self.kept(vector.numel())
+        sent_indices = torch.empty(0, dtype=_INDEX_DTYPE)
+        if k == numel:
+            kept = vector
+        elif self.selection == "random":
+            kept = vector[self._random_positions(numel, round_)]
         else:
             # sorted positions make the payload, and so its hash, independent of topk's order
-            indices = torch.topk(vector.abs(), k, sorted=False).indices.sort().values
-            kept, indices = vector[indices], indices.to(_INDEX_DTYPE)
+            positions = torch.topk(vector.abs(), k, sorted=False).indices.sort().values
+            kept, sent_indices = vector[positions], positions.to(_INDEX_DTYPE)
         if self.bits == 32:
-            return Payload(kept.clone(), indices, torch.empty(0))
+            return Payload(kept.clone(), sent_indices, torch.empty(0))
         values, scales = self._quantize(kept)
-        return Payload(values, indices, scales)
+        return Payload(values, sent_indices, scales)
 
-    def decompress(self, payload: Payload, numel: int) -> torch.Tensor:
+    def decompress(self, payload: Payload, numel: int, round_: int = 0) -> torch.Tensor:
         """The dense float32 vector a payload stands for (zeros where nothing was sent)."""
         k = self.kept(numel)
         if payload.nbytes != self.payload_bytes(numel):
@@ -109,9 +124,19 @@ class Compressor:
         kept = payload.values if self.bits == 32 else self._dequantize(payload, k)
         if k == numel:
             return kept.clone()
+        if self.selection == "random":
+            positions = self._random_positions(numel, round_)
+        else:
+            positions = payload.indices.long()
         dense = torch.zeros(numel)
-        dense[payload.indices.long()] = kept
+        dense[positions] = kept
         return dense
+
+    def _random_positions(self, numel: int, round_: int) -> torch.Tensor:
+        """The sorted positions kept in `round_`: the same on every rank, new every round."""
+        key = hashlib.sha256(f"{self.seed}:{round_}".encode()).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(key[:8], "little") >> 1)
+        return torch.randperm(numel, generator=generator)[: self.kept(numel)].sort().values
 
     def _quantize(self, kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k, level = kept.numel(), self._level()
@@ -122,23 +147,24 @@ class Compressor:
         safe = torch.where(scales > 0, scales, torch.ones_like(scales))
         codes = (chunks / safe.unsqueeze(1)).round().clamp(-level, level).flatten()[:k]
         codes = (codes + level).to(torch.uint8)  # (k,) in [0, 2 * level]
-        if self.bits == 4:
-            if k % 2:
-                codes = torch.cat([codes, codes.new_zeros(1)])
-            pairs = codes.view(-1, 2)  # (ceil(k / 2), 2): low nibble, high nibble
-            codes = pairs[:, 0] | (pairs[:, 1] << 4)
-        return codes, scales
+        per_byte = 8 // self.bits
+        padded = torch.cat([codes, codes.new_zeros(-k % per_byte)])
+        slots = padded.view(-1, per_byte)  # (ceil(k / per_byte), per_byte), low bits first
+        packed = torch.zeros(slots.shape[0], dtype=torch.uint8)
+        for slot in range(per_byte):
+            packed |= slots[:, slot] << (slot * self.bits)
+        return packed, scales
 
     def _dequantize(self, payload: Payload, k: int) -> torch.Tensor:
-        codes = payload.values
-        if self.bits == 4:
-            codes = torch.stack([codes & 0x0F, codes >> 4], dim=1).flatten()[:k]  # (k,)
+        per_byte, mask = 8 // self.bits, (1 << self.bits) - 1
+        slots = [(payload.values >> (slot * self.bits)) & mask for slot in range(per_byte)]
+        codes = torch.stack(slots, dim=1).flatten()[:k]  # (k,)
         signed = codes.float() - self._level()
         per_value = payload.scales.repeat_interleave(self.chunk)[:k]  # (k,)
         return signed * per_value
 
     def _level(self) -> int:
-        """Largest code magnitude: 127 for 8 bits, 7 for 4 bits (symmetric around zero)."""
+        """Largest code magnitude: 127, 7 or 1 for 8, 4 or 2 bits (symmetric around zero)."""
         return 2 ** (self.bits - 1) - 1
 
 
@@ -154,10 +180,10 @@ class ErrorFeedback:
         self.compressor = compressor
         self.residual: torch.Tensor | None = None  # (numel,) dropped so far, not yet sent
 
-    def compress(self, update: torch.Tensor) -> tuple[Payload, torch.Tensor]:
+    def compress(self, update: torch.Tensor, round_: int = 0) -> tuple[Payload, torch.Tensor]:
         """The payload for `update` plus the residual, and the dense vector it decodes to."""
         corrected = update.detach().float() + (0 if self.residual is None else self.residual)
-        payload = self.compressor.compress(corrected)
-        sent = self.compressor.decompress(payload, corrected.numel())
+        payload = self.compressor.compress(corrected, round_)
+        sent = self.compressor.decompress(payload, corrected.numel(), round_)
         self.residual = corrected - sent
         return payload, sent

@@ -41,7 +41,9 @@ def _ddp_rank(
     rank: int, ranks: int, spec: JobSpec, config: GroupConfig, tamper: Tamper | None
 ) -> dict[str, Any]:
     trainer, eval_batches = rank_trainer(spec, rank)
-    exchange = Exchange(rank, config.compressor, config.aggregator, tamper)
+    exchange = Exchange(
+        rank, config.compressor, config.aggregator, tamper, error_feedback=config.error_feedback
+    )
     params = list(trainer.model.parameters())
     train_losses, eval_losses, losses = [], [], []
     while trainer.step < spec.training.max_steps:

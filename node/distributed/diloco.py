@@ -65,11 +65,16 @@ def _diloco_rank(
     rank: int, ranks: int, spec: JobSpec, config: DilocoConfig, tamper: Tamper | None
 ) -> dict[str, Any]:
     trainer, eval_batches = rank_trainer(spec, rank)
-    exchange = Exchange(rank, config.compressor, config.aggregator, tamper)
+    exchange = Exchange(
+        rank, config.compressor, config.aggregator, tamper, error_feedback=config.error_feedback
+    )
     params = list(trainer.model.parameters())
     global_weights = torch.nn.Parameter(parameters_to_vector(params).detach().clone())  # (N,)
     outer = torch.optim.SGD(
-        [global_weights], lr=config.outer_lr, momentum=config.outer_momentum, nesterov=True
+        [global_weights],
+        lr=config.outer_lr,
+        momentum=config.outer_momentum,
+        nesterov=config.outer_momentum > 0,
     )
     train_losses, eval_losses = [], []
     for _ in range(spec.training.max_steps // spec.checkpoint.every):

@@ -40,6 +40,7 @@ class GroupConfig:
     ranks: int  # processes training together, each on its own data shard (index = rank)
     compressor: Compressor = field(default_factory=Compressor)  # what an update becomes
     aggregator: Aggregator = field(default_factory=Aggregator)  # how the ranks' updates combine
+    error_feedback: bool = True  # carry what compression dropped into the rank's next update
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -172,12 +173,14 @@ class Exchange:
         compressor: Compressor,
         aggregator: Aggregator,
         tamper: Tamper | None = None,
+        *,
+        error_feedback: bool = True,
     ):
         self.rank = rank
         self.compressor = compressor
         self.aggregator = aggregator
         self.tamper = tamper  # simulates a Byzantine rank in tests and benchmarks
-        self.feedback = ErrorFeedback(compressor)
+        self.feedback = ErrorFeedback(compressor) if error_feedback else None
         self.bytes_sent = 0
         self.commitments: list[str] = []  # this rank's payload digest, per exchange
         self.outliers: list[list[int]] = []  # ranks the aggregator flagged, per exchange
@@ -186,11 +189,15 @@ class Exchange:
         """The aggregate of every rank's `update` (a flat vector of the same length)."""
         if self.tamper is not None:
             update = self.tamper(self.rank, update)
-        payload, _ = self.feedback.compress(update)
+        round_ = len(self.commitments)  # draws the round's random selection
+        if self.feedback is None:
+            payload = self.compressor.compress(update, round_)
+        else:
+            payload, _ = self.feedback.compress(update, round_)
         self.bytes_sent += payload.nbytes
         self.commitments.append(payload.sha256())
         numel = update.numel()
-        received = [self.compressor.decompress(p, numel) for p in _all_gather(payload)]
+        received = [self.compressor.decompress(p, numel, round_) for p in _all_gather(payload)]
         result = self.aggregator(torch.stack(received))  # (ranks, numel)
         self.outliers.append(list(result.outliers))
         return result

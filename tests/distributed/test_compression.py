@@ -13,9 +13,12 @@ SETTINGS = [
     Compressor(),
     Compressor(bits=8),
     Compressor(bits=4, chunk=64),
-    Compressor(topk_ratio=0.01),
-    Compressor(topk_ratio=0.05, bits=8, chunk=32),
-    Compressor(topk_ratio=0.1, bits=4, chunk=7),
+    Compressor(ratio=0.01),
+    Compressor(ratio=0.05, bits=8, chunk=32),
+    Compressor(ratio=0.1, bits=4, chunk=7),
+    Compressor(bits=2, chunk=16),
+    Compressor(ratio=0.1, bits=2, selection="random"),
+    Compressor(ratio=0.25, selection="random"),
 ]
 
 
@@ -25,7 +28,7 @@ def test_payload_bytes_are_exact(compressor: Compressor, numel: int) -> None:
     payload = compressor.compress(torch.randn(numel, generator=torch.Generator().manual_seed(0)))
     k = compressor.kept(numel)
     values = 4 * k if compressor.bits == 32 else math.ceil(k * compressor.bits / 8)
-    indices = 0 if k == numel else 4 * k
+    indices = 0 if k == numel or compressor.selection == "random" else 4 * k
     scales = 0 if compressor.bits == 32 else 4 * math.ceil(k / compressor.chunk)
     assert payload.nbytes == values + indices + scales == compressor.payload_bytes(numel)
     assert sum(t.numel() * t.element_size() for t in payload.tensors()) == payload.nbytes
@@ -39,12 +42,12 @@ def test_fp32_dense_is_the_identity() -> None:
 
 def test_topk_keeps_the_largest_entries_exactly() -> None:
     x = torch.tensor([0.1, -5.0, 0.2, 3.0, -0.3, 0.0, 1.0, -0.05, 0.4, 0.6])
-    compressor = Compressor(topk_ratio=0.3)
+    compressor = Compressor(ratio=0.3)
     out = compressor.decompress(compressor.compress(x), 10)
     assert torch.equal(out, torch.tensor([0, -5.0, 0, 3.0, 0, 0, 1.0, 0, 0, 0]))
 
 
-@pytest.mark.parametrize("bits, tolerance", [(8, 1 / 127), (4, 1 / 7)])
+@pytest.mark.parametrize("bits, tolerance", [(8, 1 / 127), (4, 1 / 7), (2, 1)])
 def test_quantization_error_is_bounded_by_half_a_step(bits: int, tolerance: float) -> None:
     x = torch.randn(1000, generator=torch.Generator().manual_seed(1))
     compressor = Compressor(bits=bits, chunk=100)
@@ -65,7 +68,7 @@ def test_error_feedback_sum_of_sent_converges_to_sum_of_true_updates(
     for round_ in range(1, 1001):
         update = torch.randn(500, generator=g) * 0.01 + 0.001  # a small drift under noise
         true_total += update
-        sent_total += feedback.compress(update)[1]
+        sent_total += feedback.compress(update, round_)[1]
         # what is missing is exactly the residual still held back
         assert torch.allclose(sent_total + feedback.residual, true_total, atol=1e-4)
         if round_ in (250, 1000):
@@ -74,10 +77,24 @@ def test_error_feedback_sum_of_sent_converges_to_sum_of_true_updates(
     assert gaps[1000] <= gaps[250] / 2 or gaps[250] < 1e-3
 
 
+def test_random_selection_is_shared_by_seed_and_round_and_sends_no_positions() -> None:
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(4))
+    compressor = Compressor(ratio=0.05, selection="random", seed=9)
+    payload = compressor.compress(x, round_=3)
+    assert payload.indices.numel() == 0
+    kept = compressor.decompress(payload, 1000, round_=3).nonzero().flatten()
+    assert torch.equal(x[kept], payload.values) and kept.numel() == 50
+    # another rank's vector in the same round is kept at the same positions
+    other = Compressor(ratio=0.05, selection="random", seed=9).compress(x + 100, round_=3)
+    assert torch.equal(other.values, payload.values + 100)
+    elsewhere = compressor.decompress(compressor.compress(x, round_=4), 1000, round_=4)
+    assert not torch.equal(elsewhere.nonzero().flatten(), kept)
+
+
 def test_without_error_feedback_topk_loses_the_small_entries() -> None:
     update = torch.full((100,), 0.01)
     update[0] = 0.3
-    compressor = Compressor(topk_ratio=0.01)
+    compressor = Compressor(ratio=0.01)
     naive = sum(compressor.decompress(compressor.compress(update), 100) for _ in range(50))
     feedback = ErrorFeedback(compressor)
     fed = sum(feedback.compress(update)[1] for _ in range(50))
@@ -86,7 +103,7 @@ def test_without_error_feedback_topk_loses_the_small_entries() -> None:
 
 
 def test_payload_hash_changes_with_the_update() -> None:
-    compressor = Compressor(topk_ratio=0.1, bits=8)
+    compressor = Compressor(ratio=0.1, bits=8)
     x = torch.randn(300, generator=torch.Generator().manual_seed(3))
     assert compressor.compress(x).sha256() == compressor.compress(x.clone()).sha256()
     assert compressor.compress(x).sha256() != compressor.compress(x * 1.01).sha256()
@@ -94,7 +111,12 @@ def test_payload_hash_changes_with_the_update() -> None:
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [({"topk_ratio": 0}, "topk_ratio"), ({"bits": 16}, "bits"), ({"chunk": 0}, "chunk")],
+    [
+        ({"ratio": 0}, "ratio"),
+        ({"bits": 16}, "bits"),
+        ({"chunk": 0}, "chunk"),
+        ({"selection": "first"}, "selection"),
+    ],
 )
 def test_bad_settings_name_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(CompressionError, match=field):
@@ -102,6 +124,6 @@ def test_bad_settings_name_the_field(kwargs: dict, field: str) -> None:
 
 
 def test_a_payload_of_the_wrong_size_is_refused() -> None:
-    compressor = Compressor(topk_ratio=0.1)
+    compressor = Compressor(ratio=0.1)
     with pytest.raises(CompressionError, match="bytes"):
         compressor.decompress(compressor.compress(torch.randn(100)), 200)

@@ -59,7 +59,7 @@ def test_fp32_ddp_matches_one_process_on_the_global_batch(spec: JobSpec) -> None
 
 @pytest.mark.slow
 def test_compressed_ddp_still_learns(spec: JobSpec) -> None:
-    compressor = Compressor(topk_ratio=0.1, bits=8)
+    compressor = Compressor(ratio=0.1, bits=8)
     result = train_ddp(spec, GroupConfig(ranks=RANKS, compressor=compressor))
     assert result.eval_loss < 0.8 * UNTRAINED_LOSS
     assert result.bytes_sent == [STEPS * compressor.payload_bytes(result.parameters)] * RANKS

@@ -33,7 +33,7 @@ def honest(spec: JobSpec) -> DistributedResult:
 
 @pytest.mark.slow
 def test_three_ranks_with_compression_lower_the_loss(spec: JobSpec) -> None:
-    compressor = Compressor(topk_ratio=0.05, bits=8)
+    compressor = Compressor(ratio=0.05, bits=8)
     result = train_diloco(spec, DilocoConfig(ranks=3, compressor=compressor))
     assert len(result.eval_losses) == ROUNDS
     assert result.eval_loss < 0.6 * result.eval_losses[0]
