@@ -18,7 +18,9 @@ from pydantic import (
     Field,
     SerializeAsAny,
     ValidationError,
+    ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -147,9 +149,54 @@ class CheckpointSpec(_Section):
     every: int = Field(ge=1)  # H: optimizer steps per work unit and between checkpoints
 
 
+class DilocoSpec(_Section):
+    """DiLoCo's outer loop (Douillard et al., 2023): its defaults are the paper's."""
+
+    inner_steps: int | None = Field(
+        None, ge=1
+    )  # H, local steps per round; default checkpoint.every
+    outer_lr: float = Field(0.7, gt=0)  # outer SGD learning rate on the averaged pseudo-gradient
+    outer_momentum: float = Field(0.9, ge=0, lt=1)  # outer Nesterov momentum
+
+
+class CompressionSpec(_Section):
+    """What a rank's update becomes on the wire; the default sends it whole, in float32."""
+
+    ratio: float = Field(1.0, gt=0, le=1)  # fraction of entries sent
+    selection: Literal["topk", "random"] = "topk"  # largest entries, or a mask shared by seed
+    bits: Literal[32, 8, 4, 2] = 32  # bits per sent value; below 32, one scale per chunk
+    chunk: int = Field(256, ge=1)  # sent values sharing one quantization scale
+    error_feedback: bool = True  # carry what was not sent into the rank's next update
+
+
+class AggregationSpec(_Section):
+    """How the ranks' updates combine: the plain mean, or a Byzantine-robust rule."""
+
+    method: Literal["mean", "centered_clip", "trimmed_mean", "median"] = "mean"
+    trim: int = Field(1, ge=0)  # trimmed_mean: values dropped at each end of every coordinate
+    clip_multiplier: float = Field(1.0, gt=0)  # centered_clip: radius in median distances
+    clip_iterations: int = Field(3, ge=1)  # centered_clip: clipping passes
+
+
+_MULTI_NODE_FIELDS = ("quorum", "unit_deadline_s", "diloco", "compression", "aggregation")
+
+
 class DistributedSpec(_Section):
+    """How the job's nodes train together; every field after `strategy` is for nodes > 1.
+
+    Fields left out are left out of the canonical form too, so the hash of a single-node spec
+    does not depend on settings it cannot use.
+    """
+
     nodes: int = Field(1, ge=1)  # providers training this job together
     strategy: Literal["single", "ddp", "diloco"] = "single"  # how nodes combine updates
+    quorum: int | None = Field(
+        None, ge=1
+    )  # updates a round needs after the deadline; default nodes
+    unit_deadline_s: float | None = Field(None, gt=0)  # seconds a round waits for every node
+    diloco: DilocoSpec | None = None  # outer-loop settings; strategy diloco only
+    compression: CompressionSpec | None = None  # default: float32, sent whole
+    aggregation: AggregationSpec | None = None  # default: the plain mean
 
     @model_validator(mode="after")
     def _strategy_fits_nodes(self) -> DistributedSpec:
@@ -161,6 +208,59 @@ class DistributedSpec(_Section):
                 {"nodes": self.nodes, "strategy": self.strategy},
             )
         return self
+
+    @field_validator(*_MULTI_NODE_FIELDS)
+    @classmethod
+    def _only_with_several_nodes(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("strategy") == "single":
+            raise PydanticCustomError(
+                "single_node",
+                "{field} is for nodes > 1 (strategy ddp or diloco)",
+                {"field": info.field_name},
+            )
+        return value
+
+    @field_validator("quorum")
+    @classmethod
+    def _quorum_fits_nodes(cls, quorum: int | None, info: ValidationInfo) -> int | None:
+        nodes = info.data.get("nodes")
+        if quorum is not None and nodes is not None and quorum > nodes:
+            raise PydanticCustomError(
+                "quorum_too_large",
+                "quorum ({quorum}) must not exceed nodes ({nodes})",
+                {"quorum": quorum, "nodes": nodes},
+            )
+        return quorum
+
+    @field_validator("diloco")
+    @classmethod
+    def _diloco_needs_its_strategy(
+        cls, diloco: DilocoSpec | None, info: ValidationInfo
+    ) -> DilocoSpec | None:
+        if diloco is not None and info.data.get("strategy") == "ddp":
+            raise PydanticCustomError("diloco_with_ddp", "diloco settings need strategy diloco")
+        return diloco
+
+    @field_validator("aggregation")
+    @classmethod
+    def _trim_leaves_an_update(
+        cls, aggregation: AggregationSpec | None, info: ValidationInfo
+    ) -> AggregationSpec | None:
+        fewest = info.data.get("quorum") or info.data.get("nodes")
+        if aggregation is None or fewest is None or aggregation.method != "trimmed_mean":
+            return aggregation
+        if 2 * aggregation.trim >= fewest:
+            raise PydanticCustomError(
+                "trim_too_large",
+                "trim ({trim}) drops every update of a round of {fewest} (quorum or nodes); "
+                "trim must be below half of it",
+                {"trim": aggregation.trim, "fewest": fewest},
+            )
+        return aggregation
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset(self, handler: Any) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
 
 
 class ReproducibilitySpec(_Section):
@@ -194,6 +294,18 @@ class JobSpec(_Section):
                 {"arch": repr(arch), "allowed": ", ".join(sorted(ARCHITECTURES))},
             )
         return ARCHITECTURES[arch].model_validate(value)
+
+    @model_validator(mode="after")
+    def _rounds_fill_units(self) -> JobSpec:
+        inner = self.distributed.diloco and self.distributed.diloco.inner_steps
+        if inner and self.checkpoint.every % inner:
+            raise PydanticCustomError(
+                "rounds_split_units",
+                "distributed.diloco.inner_steps ({inner}) must divide checkpoint.every "
+                "({every}): a work unit is whole rounds",
+                {"inner": inner, "every": self.checkpoint.every},
+            )
+        return self
 
     def sha256(self) -> str:
         """Hash of the canonical JSON form; checkpoints record it to bind them to their job."""

@@ -28,6 +28,63 @@ def test_example_specs_load(path):
         ({"training": {"warmup_steps": 10_000}}, "training", ["warmup_steps (10000)"]),
         ({"distributed": {"nodes": 2}}, "distributed", ["'ddp' or 'diloco'"]),
         ({"training": {"learning_rate": 1}}, "training.learning_rate", ["not permitted"]),
+        (
+            {"distributed": {"quorum": 1}},
+            "distributed.quorum",
+            ["quorum is for nodes > 1"],
+        ),
+        (
+            {"distributed": {"nodes": 3, "strategy": "ddp", "quorum": 4}},
+            "distributed.quorum",
+            ["quorum (4) must not exceed nodes (3)"],
+        ),
+        (
+            {"distributed": {"nodes": 3, "strategy": "ddp", "diloco": {"outer_lr": 0.5}}},
+            "distributed.diloco",
+            ["need strategy diloco"],
+        ),
+        (
+            {"distributed": {"nodes": 3, "strategy": "diloco", "diloco": {"outer_momentum": 1}}},
+            "distributed.diloco.outer_momentum",
+            ["less than 1"],
+        ),
+        (
+            {"distributed": {"nodes": 3, "strategy": "diloco", "compression": {"bits": 3}}},
+            "distributed.compression.bits",
+            ["32", "8", "4", "2"],
+        ),
+        (
+            {"distributed": {"nodes": 2, "strategy": "ddp", "compression": {"ratio": 0}}},
+            "distributed.compression.ratio",
+            ["greater than 0"],
+        ),
+        (
+            {"distributed": {"nodes": 2, "strategy": "ddp", "aggregation": {"method": "vote"}}},
+            "distributed.aggregation.method",
+            ["'median'"],
+        ),
+        (
+            {
+                "distributed": {
+                    "nodes": 5,
+                    "strategy": "diloco",
+                    "quorum": 4,
+                    "aggregation": {"method": "trimmed_mean", "trim": 2},
+                }
+            },
+            "distributed.aggregation",
+            ["trim (2)", "round of 4"],
+        ),
+        (
+            {"distributed": {"nodes": 2, "strategy": "diloco", "diloco": {"inner_steps": 40}}},
+            "spec",
+            ["distributed.diloco.inner_steps (40) must divide checkpoint.every (50)"],
+        ),
+        (
+            {"distributed": {"nodes": 2, "strategy": "ddp", "unit_deadline_s": 0}},
+            "distributed.unit_deadline_s",
+            ["greater than 0"],
+        ),
     ],
 )
 def test_bad_spec_names_the_field(tiny_raw, change, field, words):
@@ -72,3 +129,33 @@ def test_spec_hash_ignores_key_order_and_defaults(tiny_raw):
 def test_round_trip_through_dump(tiny_raw):
     spec = parse_spec(tiny_raw)
     assert parse_spec(spec.model_dump(mode="json")) == spec
+
+
+def test_single_node_specs_keep_their_canonical_form(tiny_raw):
+    """Distributed settings a single node cannot use stay out of its hash."""
+    assert parse_spec(tiny_raw).model_dump(mode="json")["distributed"] == {
+        "nodes": 1,
+        "strategy": "single",
+    }
+
+
+def test_distributed_settings_round_trip(tiny_raw):
+    raw = merge(
+        tiny_raw,
+        {
+            "distributed": {
+                "nodes": 4,
+                "strategy": "diloco",
+                "quorum": 3,
+                "unit_deadline_s": 30,
+                "diloco": {"inner_steps": 25},
+                "compression": {"ratio": 0.05, "selection": "random", "bits": 2},
+                "aggregation": {"method": "centered_clip"},
+            }
+        },
+    )
+    spec = parse_spec(raw)
+    assert spec.distributed.diloco.outer_lr == 0.7
+    assert spec.distributed.compression.error_feedback is True
+    assert parse_spec(spec.model_dump(mode="json")) == spec
+    assert spec.sha256() != parse_spec(merge(raw, {"distributed": {"quorum": 4}})).sha256()
