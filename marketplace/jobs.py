@@ -6,7 +6,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -80,8 +80,8 @@ class Settlement:
     block: int
 
 
-def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str, order: Order) -> int:
-    """Validate the spec, pin it, and escrow the budget with a permit; returns the job id."""
+def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
+    """The ledger's job request for a spec and an order, refused if the budget is below the reserve."""
     spec = parse_spec(spec_text)
     nodes = order.nodes or spec.distributed.nodes
     reserve = order.reserve(nodes)
@@ -89,17 +89,26 @@ def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str,
         raise BudgetBelowReserve(
             f"budget {order.max_budget / 1e18:,.6f} ZEN is below the reserve {reserve / 1e18:,.6f} ZEN "
             f"({nodes} node(s) x {order.checkpoint_interval}s at {order.max_price / 1e18:,.6f} ZEN/GPU-hour)")
-    held = ledger.balance(user.address)
-    if held < order.max_budget:
-        raise InsufficientZen(
-            f"wallet {user.address} holds {held / 1e18:,.6f} ZEN, the budget needs {order.max_budget / 1e18:,.6f}")
-    spec_cid = storage.add_bytes(spec_text.encode())
-    storage.pin(spec_cid, replicas=min(REPLICAS, len(storage.nodes)))
-    request = JobRequest(
+    return JobRequest(
         spec_cid=spec_cid, tier=order.tier, nodes=nodes, units_per_node=units_per_node(spec),
         checkpoint_interval=order.checkpoint_interval, sample_rate_bps=order.sample_rate_bps,
         max_price=order.max_price, budget=order.max_budget,
     )
+
+
+def check_funds(ledger: Ledger, address: str, budget: int) -> None:
+    held = ledger.balance(address)
+    if held < budget:
+        raise InsufficientZen(f"wallet {address} holds {held / 1e18:,.6f} ZEN, the budget needs {budget / 1e18:,.6f}")
+
+
+def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str, order: Order) -> int:
+    """Validate the spec, pin it, and escrow the budget with a permit; returns the job id."""
+    request = job_request(spec_text, "", order)  # a bad spec or budget is refused before pinning
+    check_funds(ledger, user.address, order.max_budget)
+    spec_cid = storage.add_bytes(spec_text.encode())
+    storage.pin(spec_cid, replicas=min(REPLICAS, len(storage.nodes)))
+    request = replace(request, spec_cid=spec_cid)
     deadline, v, r, s = sign_permit(ledger, user, ledger.market.address, order.max_budget)
     receipt = ledger.send(ledger.market.functions.createJobWithPermit(request.as_struct(), deadline, v, r, s), user)
     (event,) = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
@@ -210,13 +219,23 @@ def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -
     if not units:
         raise JobError(f"job {job_id} has no committed checkpoint")
     unit = units[0]
-    checkpoint = Checkpoint.load(storage.cat(unit["cid"]))
     committed = bytes(unit["stateHash"]).hex()
+    write_weights(verified_checkpoint(storage, unit["cid"], committed), output)
+    return unit["cid"], committed
+
+
+def verified_checkpoint(storage: Storage, cid: str, committed: str) -> Checkpoint:
+    """The checkpoint at `cid`, refused unless it holds the committed state hash (hex, 0x optional)."""
+    checkpoint = Checkpoint.load(storage.cat(cid))
+    committed = committed.removeprefix("0x")
     if checkpoint.state_hash() != committed:
-        raise JobError(f"checkpoint {unit['cid']} does not hold the committed state {committed}")
+        raise JobError(f"checkpoint {cid} does not hold the committed state {committed}")
+    return checkpoint
+
+
+def write_weights(checkpoint: Checkpoint, output: Path) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     torch.save(checkpoint.state["model"], output)
-    return unit["cid"], committed
 
 
 def load_spec_text(path: Path) -> tuple[str, JobSpec]:

@@ -13,6 +13,27 @@ from marketplace.chain.errors import ChainError, explain
 REVERTS = (ContractCustomError, ContractLogicError, ContractPanicError)
 
 
+def build(
+    w3: Web3,
+    call: ContractFunction | ContractConstructor,
+    sender: str,
+    *,
+    gas: int | None = None,
+) -> dict:
+    """The transaction `sender` must sign for `call`, with nonce, gas and chain id filled.
+
+    Gas is estimated first, so a call that would revert fails here with the contract's custom
+    error instead of as a mined, failed transaction.
+    """
+    params = {"from": sender, "nonce": w3.eth.get_transaction_count(sender, "pending"), "chainId": w3.eth.chain_id}
+    try:
+        if gas is None:
+            gas = int(call.estimate_gas(params) * 1.2) + 10_000
+        return call.build_transaction({**params, "gas": gas})
+    except REVERTS as exc:
+        raise explain(exc) from None
+
+
 def send(
     w3: Web3,
     call: ContractFunction | ContractConstructor,
@@ -20,19 +41,8 @@ def send(
     *,
     gas: int | None = None,
 ) -> TxReceipt:
-    """Sign `call` with `account`, send it and wait for its receipt.
-
-    Gas is estimated first, so a call that would revert fails here with the contract's custom
-    error instead of as a mined, failed transaction.
-    """
-    params = {"from": account.address, "nonce": w3.eth.get_transaction_count(account.address, "pending")}
-    try:
-        if gas is None:
-            gas = int(call.estimate_gas(params) * 1.2) + 10_000
-        tx = call.build_transaction({**params, "gas": gas})
-    except REVERTS as exc:
-        raise explain(exc) from None
-    signed = account.sign_transaction(tx)
+    """Sign `call` with `account`, send it and wait for its receipt."""
+    signed = account.sign_transaction(build(w3, call, account.address, gas=gas))
     tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
     receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=120)
     if receipt["status"] != 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Boolean,
     Integer,
@@ -200,6 +201,44 @@ class IndexerState(Base):
     chain_id: Mapped[int] = mapped_column(BigInteger)
     next_block: Mapped[int] = mapped_column(BigInteger)
     last_block_hash: Mapped[str | None] = mapped_column(String(66))
+
+
+class SignInNonce(Base):
+    """A nonce handed out for a Sign-In with Ethereum message; deleted when used, so each signs in once."""
+
+    __tablename__ = "sign_in_nonces"
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[int] = mapped_column(BigInteger)  # unix seconds
+
+
+class AuthSession(Base):
+    """A signed-in wallet. Only the token's sha256 is kept, so a leaked database opens no session."""
+
+    __tablename__ = "auth_sessions"
+    token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    address: Mapped[str] = mapped_column(String(42))
+    expires_at: Mapped[int] = mapped_column(BigInteger, index=True)  # unix seconds
+
+
+class JobLog(Base):
+    """A line of a job's log, posted by its user or one of its providers; `id` orders and pages them."""
+
+    __tablename__ = "job_logs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    author: Mapped[str] = mapped_column(String(42))
+    posted_at: Mapped[int] = mapped_column(BigInteger)  # unix seconds
+    line: Mapped[str] = mapped_column(String)
+
+
+class CheckpointFacts(Base):
+    """What reading a checkpoint from IPFS told: its state hash and training metrics. Content never
+    changes under a CID, so each checkpoint is fetched once."""
+
+    __tablename__ = "checkpoint_facts"
+    cid: Mapped[str] = mapped_column(String, primary_key=True)
+    state_hash: Mapped[str] = mapped_column(String(66))
+    metrics: Mapped[dict] = mapped_column(JSON)
 
 
 def database_url(settings: Settings) -> str:

@@ -1,6 +1,11 @@
-"""A ledger on the shared Anvil with one whole job run on it, and a fresh gateway database per test."""
+"""A ledger on the shared Anvil with one whole job run on it, an IPFS node, and a fresh gateway database per test."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,6 +18,7 @@ from marketplace.config import Settings
 from marketplace.gateway.api.main import create_app
 from marketplace.gateway.db import open_database
 from marketplace.gateway.indexer import Indexer
+from marketplace.processes import terminate
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +64,31 @@ def indexer(ledger, sessions) -> Indexer:
     return Indexer(ledger.w3, ledger.deployment, sessions)
 
 
+@pytest.fixture(scope="session")
+def ipfs_api(tmp_path_factory) -> Iterator[str]:
+    """One embedded IPFS node (`zoo-compute ipfs serve`), its API multiaddr; ready once it writes `<repo>/api`."""
+    repo = tmp_path_factory.mktemp("ipfs") / "repo"
+    process = subprocess.Popen([sys.executable, "-m", "marketplace.cli", "ipfs", "serve", "--repo", str(repo),
+                                "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"])
+    try:
+        deadline = time.monotonic() + 30
+        while not (repo / "api").exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("the IPFS node did not start")
+            time.sleep(0.1)
+        yield (repo / "api").read_text().strip() + "/http"
+    finally:
+        terminate(process)
+
+
 @pytest.fixture
-def client(tmp_path) -> TestClient:
-    return TestClient(create_app(Settings(home=tmp_path), f"sqlite:///{tmp_path / 'gateway.sqlite3'}"))
+def settings(ledger, ipfs_api, tmp_path) -> Settings:
+    """The gateway's settings: this test's database, the module's ledger, the session's IPFS node."""
+    manifest = ledger.deployment.write(tmp_path / "manifest.json")
+    return Settings(home=tmp_path, rpc_url=ledger.w3.provider.endpoint_uri, manifest=manifest, ipfs_api=ipfs_api,
+                    database_url=f"sqlite:///{tmp_path / 'gateway.sqlite3'}")
+
+
+@pytest.fixture
+def client(settings) -> TestClient:
+    return TestClient(create_app(settings))

@@ -1,24 +1,23 @@
-"""Schemathesis against the gateway's OpenAPI, on an indexed ledger: no 5xx, no response off its schema."""
+"""Schemathesis against the gateway's OpenAPI, reads and writes, on an indexed ledger: no 5xx, no response off its schema."""
 
 from __future__ import annotations
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import positive_data_acceptance
 
-from marketplace.config import Settings
 from marketplace.gateway.api.main import create_app
 
 pytestmark = pytest.mark.anvil
 
 
 @pytest.fixture
-def api_schema(ledger, story, indexer, tmp_path):
+def api_schema(story, indexer, settings):
+    """Every route, the writes included, on the indexed ledger, its live chain and an IPFS node."""
     while indexer.step():
         pass
-    chain = {"rpc_url": ledger.w3.provider.endpoint_uri, "manifest": ledger.deployment.write(tmp_path / "manifest.json")}
-    app = create_app(Settings(home=tmp_path, **chain), f"sqlite:///{tmp_path / 'gateway.sqlite3'}")
-    return schemathesis.openapi.from_asgi("/openapi.json", app)
+    return schemathesis.openapi.from_asgi("/openapi.json", create_app(settings))
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
@@ -27,4 +26,6 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_keeps_its_schema(case):
-    case.call_and_validate()
+    # A write's body can match its schema and still be refused (a bad signature, an unknown nonce):
+    # a 400 with a message is the right answer there, not a failure.
+    case.call_and_validate(excluded_checks=[positive_data_acceptance] if case.method == "POST" else [])

@@ -1,4 +1,4 @@
-"""What every route depends on: a database session, an address and a page."""
+"""What routes depend on: a database session, an address, a page, the ledger, IPFS, a signed-in wallet."""
 
 from __future__ import annotations
 
@@ -6,8 +6,13 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 from web3 import Web3
+
+from marketplace.chain.ledger import Ledger
+from marketplace.gateway.auth import NotSignedIn, signed_in_address
+from marketplace.storage import Storage
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -40,3 +45,27 @@ SessionDep = Annotated[Session, Depends(get_session)]
 PageDep = Annotated[Page, Depends()]
 AddressDep = Annotated[str, Depends(address_path)]
 JobId = Annotated[int, Path(ge=0, le=2**63 - 1, description="The job's on-chain id.")]
+
+
+def get_ledger(request: Request) -> Ledger:
+    """The ledger at ZOO_RPC_URL, opened on first use: the read routes work without a chain."""
+    return request.app.state.ledger.ledger()
+
+
+def get_storage(request: Request) -> Iterator[Storage]:
+    settings = request.app.state.settings
+    with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
+        yield storage
+
+
+def signed_in(session: SessionDep,
+              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False))]) -> str:
+    """The wallet address of the bearer token's Sign-In with Ethereum session."""
+    if credentials is None:
+        raise NotSignedIn("sign in first: POST /auth/session, then send 'Authorization: Bearer <token>'")
+    return signed_in_address(session, credentials.credentials)
+
+
+LedgerDep = Annotated[Ledger, Depends(get_ledger)]
+StorageDep = Annotated[Storage, Depends(get_storage)]
+SignedInDep = Annotated[str, Depends(signed_in)]

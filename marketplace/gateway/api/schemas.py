@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 Wei = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
 JobStatus = Literal["open", "running", "completed", "settled", "cancelled"]
@@ -16,7 +17,30 @@ class Message(BaseModel):
     detail: str
 
 
+def _wei(value):
+    """Wei arrive as a JSON integer or, for clients whose numbers are doubles, as a decimal string."""
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,78}", value):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError("a wei amount is an integer or a string of decimal digits")
+
+
+WeiIn = Annotated[int, BeforeValidator(_wei), Field(ge=0, le=2**256 - 1), WithJsonSchema(
+    {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 2**256 - 1}, {"type": "string", "pattern": "^[0-9]{1,78}$"}]})]
+
+
+class Request(BaseModel):
+    """A request body: strict, so a field takes exactly what the OpenAPI says (no "12" for 12)."""
+
+    model_config = ConfigDict(strict=True)
+
+
 NOT_FOUND = {404: {"model": Message, "description": "Not in the index."}}
+SIGNED_IN = {401: {"model": Message, "description": "No live Sign-In with Ethereum session."},
+             403: {"model": Message, "description": "The signed-in wallet may not write here."}}
+REFUSED = {400: {"model": Message, "description": "Invalid input, or a transaction the gateway will not send."},
+           409: {"model": Message, "description": "The ledger would revert it now (its custom error)."}}
 
 
 class Row(BaseModel):
@@ -127,3 +151,194 @@ class NetworkStats(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"]
     indexed_block: int | None
+
+
+# --- job logs, metrics, result ------------------------------------------------------------
+
+
+class LogLine(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int  # pass the last one seen as `since` to follow the log
+    author: str
+    posted_at: int  # unix seconds
+    line: str
+
+
+class LogPost(Request):
+    lines: list[Annotated[str, Field(max_length=4096)]] = Field(min_length=1, max_length=1000)
+
+
+class LogsPosted(BaseModel):
+    count: int
+    last_id: int
+
+
+class UnitMetrics(BaseModel):
+    """A unit's training figures, from its checkpoint's own metadata; None where not readable."""
+
+    slot: int
+    index: int
+    cid: str
+    start_step: int | None = None
+    end_step: int | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    lr: float | None = None
+    grad_norm: float | None = None
+    tokens: int | None = None
+    seconds: float | None = None
+    tokens_per_s: float | None = None
+    rollbacks: int | None = None
+
+
+class JobMetrics(BaseModel):
+    status: JobStatus
+    units_done: int
+    units_total: int
+    accrued: Wei  # pay accrued by the committed units, fee included
+    loss: float | None  # at the newest checkpoint of slot 0
+    units: list[UnitMetrics]
+
+
+class JobResultPublic(Row):
+    """The trained model: the last checkpoint of slot 0, as committed on-chain."""
+
+    job_id: int
+    status: JobStatus
+    final: bool  # the job has no work left: these are the weights it ends with
+    slot: int
+    index: int
+    cid: str
+    state_hash: str
+    state_verified: bool | None  # the gateway read the checkpoint and it holds the state hash; None: not readable now
+    results: list[ResultPublic]  # verifiers' verdicts on this unit
+
+
+class TreasuryPublic(BaseModel):
+    address: str | None  # None until the indexer has seen the chain
+    balance: Wei
+    fee_income: Wei  # network fees from settlements
+    slash_income: Wei  # the treasury's share of slashes
+    other_income: Wei
+    grants: Wei  # paid out by governance
+
+
+class TreasuryTransferPublic(Row):
+    counterparty: str
+    incoming: bool
+    amount: Wei
+
+
+# --- sessions -----------------------------------------------------------------------------
+
+HEX_SIGNATURE = r"^0x[0-9a-fA-F]{130}$"
+
+
+class NonceOut(BaseModel):
+    nonce: str  # put it in the Sign-In with Ethereum message; it signs in once
+    expires_at: int  # unix seconds
+    chain_id: int  # the message's Chain ID must be this
+
+
+class SignInRequest(Request):
+    message: str = Field(max_length=4096)  # the EIP-4361 text, as signed
+    signature: str = Field(pattern=HEX_SIGNATURE)  # EIP-191 personal_sign of the message
+
+
+class SessionOut(BaseModel):
+    token: str  # send as 'Authorization: Bearer <token>'
+    address: str
+    expires_at: int
+
+
+# --- uploads ------------------------------------------------------------------------------
+
+
+class SpecUpload(Request):
+    spec: str = Field(max_length=1_000_000)  # the job spec's YAML text, pinned as is
+
+
+class SpecUploaded(BaseModel):
+    cid: str
+    name: str
+    nodes: int  # the spec's distributed.nodes
+    units_per_node: int
+
+
+class DatasetUploaded(BaseModel):
+    cid: str
+    size: int
+
+
+# --- transactions -------------------------------------------------------------------------
+
+ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
+Address = Annotated[str, Field(pattern=ADDRESS_PATTERN)]
+
+
+class PermitRequest(Request):
+    owner: Address
+    spender: Literal["JobMarket", "Staking"]
+    value: WeiIn
+
+
+class PermitOut(BaseModel):
+    typed_data: dict  # EIP-712: sign with eth_signTypedData_v4 (or eth_account's sign_typed_data)
+    deadline: int
+
+
+class PermitSignature(Request):
+    deadline: int = Field(ge=0, le=2**256 - 1)
+    signature: str = Field(pattern=HEX_SIGNATURE)
+
+
+class JobOrderRequest(Request):
+    """A job to escrow: the spec (by CID, uploaded first) and what the user will pay."""
+
+    sender: Address
+    spec_cid: str = Field(max_length=200)
+    max_budget: WeiIn
+    max_price: WeiIn  # per GPU-hour
+    tier: int = Field(0, ge=0, le=3)
+    nodes: int | None = Field(None, ge=1, le=64)  # default: the spec's
+    sample_rate_bps: int = Field(1_000, ge=0, le=10_000)
+    checkpoint_interval: int = Field(600, ge=1, le=2**32 - 1)
+    permit: PermitSignature | None = None  # with it, createJobWithPermit; without, createJob (approve first)
+
+
+class SenderRequest(Request):
+    sender: Address
+
+
+class UnsignedTransaction(BaseModel):
+    """Sign as is (eth_account's sign_transaction, or a wallet's eth_signTransaction), then POST /transactions."""
+
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+    sender: str = Field(alias="from")
+    to: str
+    data: str
+    value: int
+    gas: int
+    nonce: int
+    chain_id: int = Field(alias="chainId")
+    max_fee_per_gas: int | None = Field(None, alias="maxFeePerGas")
+    max_priority_fee_per_gas: int | None = Field(None, alias="maxPriorityFeePerGas")
+    gas_price: int | None = Field(None, alias="gasPrice")  # chains without EIP-1559
+
+
+class SignedTransaction(Request):
+    raw: str = Field(pattern=r"^0x([0-9a-fA-F]{2})+$", max_length=262_144)
+
+
+class Broadcast(BaseModel):
+    tx_hash: str
+    sender: str
+    nonce: int
+
+
+class TransactionStatus(BaseModel):
+    tx_hash: str
+    status: Literal["pending", "succeeded", "reverted"]
+    block_number: int | None
+    gas_used: int | None
+    job_id: int | None  # the job it created, if it created one

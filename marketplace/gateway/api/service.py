@@ -11,10 +11,23 @@ from sqlalchemy.orm import Session
 from marketplace.errors import ZooError
 from marketplace.gateway import db
 from marketplace.gateway.api import schemas
+from marketplace.gateway.checkpoints import checkpoint_facts
 
 
 class NotFound(ZooError, LookupError):
     """The asked-for job or provider is not in the index."""
+
+
+class Forbidden(ZooError, PermissionError):
+    """The signed-in wallet may not write there."""
+
+
+class UnknownTransaction(ZooError, LookupError):
+    """A transaction hash the chain has never seen."""
+
+
+class TooLarge(ZooError, ValueError):
+    """An upload over the gateway's size limit."""
 
 
 def _status_rows() -> Select:
@@ -145,7 +158,6 @@ def network_stats(session: Session) -> dict[str, Any]:
 
     statuses = Counter(status for _, status in session.execute(_status_rows()))
     settled = select(db.Settlement).where(~db.Settlement.cancelled)
-    treasury = sum(t.amount if t.incoming else -t.amount for t in session.scalars(select(db.TreasuryTransfer)))
     return {
         "indexed_block": indexed_block(session),
         "jobs": dict(statuses),
@@ -155,5 +167,103 @@ def network_stats(session: Session) -> dict[str, Any]:
         "fees": sum(s.fee for s in session.scalars(settled)),
         "refunded": total(db.Settlement.refund),
         "slashed": total(db.Slash.amount),
-        "treasury_balance": treasury,
+        "treasury_balance": treasury(session, None)["balance"],
     }
+
+
+# --- logs, metrics, result ---------------------------------------------------------------------
+
+METRIC_FIELDS = [f for f in schemas.UnitMetrics.model_fields if f not in ("slot", "index", "cid")]
+
+
+def job_logs(session: Session, job_id: int, since: int, limit: int) -> list[db.JobLog]:
+    get_job(session, job_id)
+    query = (select(db.JobLog).where(db.JobLog.job_id == job_id, db.JobLog.id > since)
+             .order_by(db.JobLog.id).limit(limit))
+    return list(session.scalars(query))
+
+
+def post_logs(session: Session, job_id: int, author: str, lines: list[str], now: int) -> dict[str, int]:
+    """Append lines to the job's log; only the job's user and the providers that held its slots may."""
+    job = get_job(session, job_id)
+    writers = {job["user"], *(slot.provider for slot in job["slots"])}
+    if author not in writers:
+        raise Forbidden(f"{author} is neither the user nor a provider of job {job_id}")
+    rows = [db.JobLog(job_id=job_id, author=author, posted_at=now, line=line) for line in lines]
+    session.add_all(rows)
+    session.commit()
+    return {"count": len(rows), "last_id": rows[-1].id}
+
+
+def _live_units(session: Session, job_id: int) -> list[db.Unit]:
+    """The newest commit of each (slot, index): a unit re-committed after a rollback replaces the old one."""
+    newest = (select(func.max(db.Unit.id)).where(db.Unit.job_id == job_id)
+              .group_by(db.Unit.slot, db.Unit.index))
+    return list(session.scalars(select(db.Unit).where(db.Unit.id.in_(newest)).order_by(db.Unit.slot, db.Unit.index)))
+
+
+def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
+    job = get_job(session, job_id)
+    units = _live_units(session, job_id)
+    shown = []
+    for unit in units:
+        facts = checkpoint_facts(session, storage, unit.cid)
+        metrics = facts.metrics if facts is not None else {}
+        shown.append({"slot": unit.slot, "index": unit.index, "cid": unit.cid}
+                     | {k: metrics.get(k) for k in METRIC_FIELDS})
+    first_slot = [u for u in shown if u["slot"] == 0]
+    return {
+        "status": job["status"],
+        "units_done": len(units),
+        "units_total": job["nodes"] * job["units_per_node"],
+        "accrued": sum(u.amount for u in units),
+        "loss": first_slot[-1]["loss"] if first_slot else None,
+        "units": shown,
+    }
+
+
+def job_result(session: Session, storage, job_id: int) -> dict[str, Any]:
+    job = get_job(session, job_id)
+    unit = session.scalar(select(db.Unit).where(db.Unit.job_id == job_id, db.Unit.slot == 0)
+                          .order_by(db.Unit.id.desc()).limit(1))
+    if unit is None:
+        raise NotFound(f"job {job_id} has no committed checkpoint yet")
+    facts = checkpoint_facts(session, storage, unit.cid)
+    results = session.scalars(select(db.Result).where(
+        db.Result.job_id == job_id, db.Result.slot == 0, db.Result.index == unit.index).order_by(db.Result.id))
+    return {
+        "job_id": job_id, "status": job["status"], "final": job["status"] in ("completed", "settled"),
+        "slot": unit.slot, "index": unit.index, "cid": unit.cid, "state_hash": unit.state_hash,
+        "block_number": unit.block_number, "tx_hash": unit.tx_hash,
+        "state_verified": None if facts is None else facts.state_hash == unit.state_hash,
+        "results": list(results),
+    }
+
+
+# --- treasury ----------------------------------------------------------------------------------
+
+
+def treasury(session: Session, deployment) -> dict[str, Any]:
+    """Income by source and grants, from the indexed ZEN transfers in and out of the treasury."""
+    totals = Counter()
+    sources = {} if deployment is None else {
+        deployment.addresses["JobMarket"]: "fee_income", deployment.addresses["Staking"]: "slash_income"}
+    for transfer in session.scalars(select(db.TreasuryTransfer)):
+        kind = sources.get(transfer.counterparty, "other_income") if transfer.incoming else "grants"
+        totals[kind] += transfer.amount
+    income = totals["fee_income"] + totals["slash_income"] + totals["other_income"]
+    return {
+        "address": None if deployment is None else deployment.addresses["Treasury"],
+        "balance": income - totals["grants"],
+        **{k: totals[k] for k in ("fee_income", "slash_income", "other_income", "grants")},
+    }
+
+
+def treasury_transfers(session: Session, limit: int, offset: int) -> list[db.TreasuryTransfer]:
+    query = select(db.TreasuryTransfer).order_by(db.TreasuryTransfer.id.desc()).limit(limit).offset(offset)
+    return list(session.scalars(query))
+
+
+def indexed_chain_id(session: Session) -> int | None:
+    state = session.get(db.IndexerState, 1)
+    return None if state is None else state.chain_id

@@ -1,14 +1,36 @@
-"""Jobs: list with filters, one job with its auction and settlement, its work units."""
+"""Jobs: list with filters, one job with its auction and settlement, its units, logs, metrics and result."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from marketplace.gateway.api import service
-from marketplace.gateway.api.deps import ADDRESS, JobId, PageDep, SessionDep, checksummed
-from marketplace.gateway.api.schemas import NOT_FOUND, JobDetail, JobPublic, JobStatus, UnitPublic
+from marketplace.gateway.api.deps import (
+    ADDRESS,
+    JobId,
+    PageDep,
+    SessionDep,
+    SignedInDep,
+    StorageDep,
+    checksummed,
+)
+from marketplace.gateway.api.schemas import (
+    NOT_FOUND,
+    REFUSED,
+    SIGNED_IN,
+    JobDetail,
+    JobMetrics,
+    JobPublic,
+    JobResultPublic,
+    JobStatus,
+    LogLine,
+    LogPost,
+    LogsPosted,
+    UnitPublic,
+)
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -35,3 +57,32 @@ def show_job(session: SessionDep, job_id: JobId):
 def job_units(session: SessionDep, job_id: JobId):
     """Every committed unit (checkpoint CID, state hash, GPU-seconds, pay) with its verification results."""
     return service.job_units(session, job_id)
+
+
+@router.get("/{job_id}/logs", response_model=list[LogLine], responses=NOT_FOUND)
+def job_logs(
+    session: SessionDep,
+    job_id: JobId,
+    since: Annotated[int, Query(ge=0, le=2**62, description="Only lines after this id: the last one seen, to follow.")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Lines at most.")] = 200,
+):
+    """The job's log lines, oldest first, as its user and providers posted them."""
+    return service.job_logs(session, job_id, since, limit)
+
+
+@router.post("/{job_id}/logs", response_model=LogsPosted, responses=NOT_FOUND | SIGNED_IN | REFUSED)
+def post_job_logs(session: SessionDep, job_id: JobId, body: LogPost, author: SignedInDep):
+    """Append lines to the job's log: for the job's user and its providers, signed in."""
+    return service.post_logs(session, job_id, author, body.lines, int(time.time()))
+
+
+@router.get("/{job_id}/metrics", response_model=JobMetrics, responses=NOT_FOUND)
+def job_metrics(session: SessionDep, storage: StorageDep, job_id: JobId):
+    """Units done, pay accrued, and each unit's loss and steps from its checkpoint's metadata."""
+    return service.job_metrics(session, storage, job_id)
+
+
+@router.get("/{job_id}/result", response_model=JobResultPublic, responses=NOT_FOUND)
+def job_result(session: SessionDep, storage: StorageDep, job_id: JobId):
+    """The trained weights' checkpoint (the last of slot 0), its committed state hash, and whether it checks out."""
+    return service.job_result(session, storage, job_id)

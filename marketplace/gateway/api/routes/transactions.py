@@ -1,0 +1,112 @@
+"""Transactions the user signs: built unsigned for a wallet the gateway never holds, then taken back signed."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from hexbytes import HexBytes
+from web3 import Web3
+from web3.exceptions import TransactionNotFound
+from web3.logs import DISCARD
+
+from marketplace import jobs
+from marketplace.chain.permit import permit_typed_data, split_signature
+from marketplace.gateway.api.deps import JobId, LedgerDep, StorageDep
+from marketplace.gateway.api.schemas import (
+    NOT_FOUND,
+    REFUSED,
+    Broadcast,
+    JobOrderRequest,
+    PermitOut,
+    PermitRequest,
+    SenderRequest,
+    SignedTransaction,
+    TransactionStatus,
+    UnsignedTransaction,
+)
+from marketplace.gateway.api.service import UnknownTransaction
+from marketplace.gateway.transactions import broadcast, unsigned
+
+router = APIRouter(prefix="/transactions", tags=["transactions"])
+TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A transaction hash.")]
+
+
+@router.post("/permit", response_model=PermitOut, responses=REFUSED)
+def permit(body: PermitRequest, ledger: LedgerDep):
+    """The ERC-2612 permit (EIP-712 typed data) for the owner to sign: the market's escrow or a stake in one transaction."""
+    spender = ledger.deployment.addresses[body.spender]
+    typed = permit_typed_data(ledger, Web3.to_checksum_address(body.owner), spender, body.value)
+    return {"typed_data": typed, "deadline": typed["message"]["deadline"]}
+
+
+@router.post("/jobs", response_model=UnsignedTransaction, response_model_exclude_none=True,
+             responses=REFUSED | NOT_FOUND)
+def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
+    """createJobWithPermit (with the signed permit) or createJob (after an approve) for a spec already pinned.
+
+    The spec is read back by its CID to size the job; a budget below the reserve or above the
+    sender's ZEN is refused here, before anything is signed.
+    """
+    sender = Web3.to_checksum_address(body.sender)
+    order = jobs.Order(max_budget=body.max_budget, max_price=body.max_price, tier=body.tier, nodes=body.nodes,
+                       sample_rate_bps=body.sample_rate_bps, checkpoint_interval=body.checkpoint_interval)
+    request = jobs.job_request(storage.cat(body.spec_cid).decode(errors="replace"), body.spec_cid, order)
+    jobs.check_funds(ledger, sender, order.max_budget)
+    market = ledger.market.functions
+    if body.permit is None:
+        call = market.createJob(request.as_struct())
+    else:
+        v, r, s = split_signature(bytes.fromhex(body.permit.signature[2:]))
+        call = market.createJobWithPermit(request.as_struct(), body.permit.deadline, v, r, s)
+    return unsigned(ledger, call, sender)
+
+
+def _job_action(path: str, function: str, summary: str) -> None:
+    """A route building the market's `function(jobId)` for the sender."""
+    def build(job_id: JobId, body: SenderRequest, ledger: LedgerDep):
+        call = getattr(ledger.market.functions, function)(job_id)
+        return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
+
+    build.__doc__ = summary
+    router.post(f"/jobs/{{job_id}}/{path}", response_model=UnsignedTransaction, response_model_exclude_none=True,
+                responses=REFUSED, name=function)(build)
+
+
+_job_action("cancel", "cancelJob", "cancelJob: the user takes the whole budget back while no auction has cleared.")
+_job_action("close-auction", "closeAuction",
+            "closeAuction: end a round whose reveal window is over (the next opens if too few bids came).")
+_job_action("settle", "settle", "settle: pay providers, the fee and the refund once the verification window is over.")
+
+
+@router.post("/withdraw", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+def withdraw(body: SenderRequest, ledger: LedgerDep):
+    """withdraw: a provider or verifier takes what the market owes it."""
+    return unsigned(ledger, ledger.market.functions.withdraw(), Web3.to_checksum_address(body.sender))
+
+
+@router.post("", response_model=Broadcast, responses=REFUSED)
+def send_signed(body: SignedTransaction, ledger: LedgerDep):
+    """Broadcast a signed transaction: it must decode, be for this chain and go to a ledger contract."""
+    tx_hash, fields = broadcast(ledger, bytes.fromhex(body.raw[2:]))
+    return {"tx_hash": tx_hash, "sender": fields["sender"], "nonce": fields["nonce"]}
+
+
+@router.get("/status/{tx_hash}", response_model=TransactionStatus, responses=NOT_FOUND)
+def transaction_status(tx_hash: TxHash, ledger: LedgerDep):
+    """Whether the transaction is mined and succeeded, and the job it created if any."""
+    try:
+        receipt = ledger.w3.eth.get_transaction_receipt(tx_hash)
+    except TransactionNotFound:
+        receipt = None
+    if receipt is None:
+        try:
+            ledger.w3.eth.get_transaction(tx_hash)
+        except TransactionNotFound:
+            raise UnknownTransaction(f"transaction {tx_hash} is neither pending nor mined") from None
+        return {"tx_hash": tx_hash, "status": "pending", "block_number": None, "gas_used": None, "job_id": None}
+    created = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
+    return {"tx_hash": HexBytes(receipt["transactionHash"]).to_0x_hex(),
+            "status": "succeeded" if receipt["status"] == 1 else "reverted",
+            "block_number": receipt["blockNumber"], "gas_used": receipt["gasUsed"],
+            "job_id": created[0]["args"]["jobId"] if created else None}

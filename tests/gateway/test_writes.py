@@ -1,0 +1,149 @@
+"""The write side on a real Anvil and IPFS node: sign-in sessions, uploads, logs, and transactions the user signs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from eth_account.messages import encode_defunct
+
+from marketplace.chain.accounts import devnet_account
+from marketplace.chain.deploy import ZEN
+from marketplace.chain.ledger import JobStatus
+from marketplace.gateway.siwe import SiweMessage
+from marketplace.storage import Storage
+
+pytestmark = pytest.mark.anvil
+SPEC = (Path(__file__).parents[2] / "node/specs/tiny.yaml").read_text()
+
+
+def siwe_text(client, account, **changes) -> str:
+    nonce = client.get("/auth/nonce").json()
+    fields = {"domain": "testserver", "address": account.address, "uri": "http://testserver/",
+              "chain_id": nonce["chain_id"], "nonce": nonce["nonce"], "issued_at": datetime.now(UTC),
+              "expiration_time": datetime.now(UTC) + timedelta(minutes=10)} | changes
+    return SiweMessage(**fields).text()
+
+
+def sign_in(client, account, **changes) -> dict:
+    text = siwe_text(client, account, **changes)
+    signature = account.sign_message(encode_defunct(text=text)).signature.to_0x_hex()
+    return client.post("/auth/session", json={"message": text, "signature": signature})
+
+
+def bearer(client, account) -> dict[str, str]:
+    response = sign_in(client, account)
+    assert response.status_code == 200, response.text
+    assert response.json()["address"] == account.address
+    return {"Authorization": f"Bearer {response.json()['token']}"}
+
+
+def signed_and_sent(client, account, unsigned: dict) -> str:
+    raw = account.sign_transaction(unsigned).raw_transaction.to_0x_hex()
+    response = client.post("/transactions", json={"raw": raw})
+    assert response.status_code == 200, response.text
+    status = client.get(f"/transactions/status/{response.json()['tx_hash']}").json()
+    assert status["status"] == "succeeded", status
+    return status
+
+
+def test_sign_in_checks_domain_chain_time_nonce_and_signer(client, cast):
+    user = cast.user
+    assert sign_in(client, user, domain="evil.example").json()["detail"].startswith("the message signs in to")
+    assert "chain 1" in sign_in(client, user, chain_id=1).json()["detail"]
+    assert "expired" in sign_in(client, user, expiration_time=datetime.now(UTC) - timedelta(seconds=1)).json()["detail"]
+    assert "not issued" in sign_in(client, user, nonce="neverissued1").json()["detail"]
+
+    text = siwe_text(client, user)
+    forged = cast.providers[0].sign_message(encode_defunct(text=text)).signature.to_0x_hex()
+    response = client.post("/auth/session", json={"message": text, "signature": forged})
+    assert response.status_code == 400 and "not by" in response.json()["detail"]
+    good = user.sign_message(encode_defunct(text=text)).signature.to_0x_hex()
+    assert client.post("/auth/session", json={"message": text, "signature": good}).status_code == 200
+    replay = client.post("/auth/session", json={"message": text, "signature": good})
+    assert replay.status_code == 400 and "used" in replay.json()["detail"]
+    assert client.post("/auth/session", json={"message": "hello", "signature": good}).status_code == 400
+
+
+def test_uploads_need_a_session_and_a_valid_spec(client, cast, settings):
+    refused = client.post("/uploads/spec", json={"spec": SPEC})
+    assert refused.status_code == 401 and "sign in" in refused.json()["detail"]
+    assert client.post("/uploads/spec", json={"spec": SPEC}, headers={"Authorization": "Bearer nope"}).status_code == 401
+    headers = bearer(client, cast.user)
+    bad = client.post("/uploads/spec", json={"spec": SPEC.replace("n_head: 4", "n_head: 5")}, headers=headers)
+    assert bad.status_code == 400 and "model.n_head" in bad.json()["detail"]
+    spec = client.post("/uploads/spec", json={"spec": SPEC}, headers=headers).json()
+    assert spec["name"] == "tiny-stdlib-gpt" and spec["nodes"] == 1 and spec["units_per_node"] == 6
+    data = client.post("/uploads/dataset", content=b"0123456789" * 1000, headers=headers).json()
+    with Storage(settings.ipfs_api) as storage:
+        assert storage.cat(spec["cid"]).decode() == SPEC
+        assert storage.cat(data["cid"]) == b"0123456789" * 1000 and data["size"] == 10_000
+
+
+def test_job_escrowed_with_a_permit_then_cancelled_from_signed_transactions(client, ledger, cast, story, indexer):
+    user, market = cast.user, ledger.market.functions
+    spec_cid = client.post("/uploads/spec", json={"spec": SPEC}, headers=bearer(client, user)).json()["cid"]
+    held = ledger.balance(user.address)
+    budget = 500 * ZEN
+    permit = client.post("/transactions/permit", json={"owner": user.address, "spender": "JobMarket",
+                                                       "value": str(budget)}).json()
+    signature = user.sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
+    order = {"sender": user.address, "spec_cid": spec_cid, "max_budget": str(budget), "max_price": str(10 * ZEN),
+             "permit": {"deadline": permit["deadline"], "signature": signature}}
+    unsigned = client.post("/transactions/jobs", json=order).json()
+    assert (unsigned["from"], unsigned["to"], unsigned["chainId"]) == (user.address, ledger.market.address, 31337)
+    job_id = signed_and_sent(client, user, unsigned)["job_id"]
+    assert ledger.job(job_id)["budget"] == budget and ledger.balance(user.address) == held - budget
+
+    index_all(indexer)
+    assert client.get(f"/jobs/{job_id}").json()["user"] == user.address
+    settle = client.post(f"/transactions/jobs/{job_id}/settle", json={"sender": user.address})
+    assert settle.status_code == 409 and settle.json()["detail"]  # the ledger's custom error, decoded
+    signed_and_sent(client, user, client.post(f"/transactions/jobs/{job_id}/cancel",
+                                              json={"sender": user.address}).json())
+    assert market.status(job_id).call() == JobStatus.CANCELLED and ledger.balance(user.address) == held
+
+    too_much = order | {"max_budget": str(10**9 * ZEN), "permit": None}
+    assert "holds" in client.post("/transactions/jobs", json=too_much).json()["detail"]
+    below = order | {"max_budget": "1"}
+    assert "below the reserve" in client.post("/transactions/jobs", json=below).json()["detail"]
+
+
+def test_bad_signed_transactions_are_refused_with_a_message(client, ledger, cast):
+    user = cast.user
+    tx = {"to": ledger.market.address, "data": "0x", "value": 0, "gas": 100_000, "nonce": 0,
+          "maxFeePerGas": 10**9, "maxPriorityFeePerGas": 1}
+    for raw, words in (
+        ("0x02deadbeef", "not a signed transaction"),
+        (user.sign_transaction(tx | {"chainId": 1}).raw_transaction.to_0x_hex(), "chain 1"),
+        (user.sign_transaction(tx | {"chainId": 31337, "to": cast.providers[0].address}).raw_transaction.to_0x_hex(),
+         "not a ledger contract"),
+        (user.sign_transaction(tx | {"chainId": 31337}).raw_transaction.to_0x_hex(), "refused"),  # nonce too low
+        (devnet_account(99).sign_transaction(tx | {"chainId": 31337}).raw_transaction.to_0x_hex(), "refused"),
+    ):
+        response = client.post("/transactions", json={"raw": raw})
+        assert response.status_code == 400 and words in response.json()["detail"], (words, response.text)
+    assert client.get("/transactions/status/0x" + "ab" * 32).status_code == 404
+
+
+def test_logs_are_written_by_the_jobs_user_and_providers_only(client, cast, story, indexer):
+    index_all(indexer)
+    job = story.job_id
+    provider = next(p for p in cast.providers if p.address == story.winners[0])
+    stranger = cast.verifiers[0]
+    for account, line in ((cast.user, "queued"), (provider, "unit 0 done")):
+        posted = client.post(f"/jobs/{job}/logs", json={"lines": [line]}, headers=bearer(client, account))
+        assert posted.status_code == 200, posted.text
+    refused = client.post(f"/jobs/{job}/logs", json={"lines": ["spam"]}, headers=bearer(client, stranger))
+    assert refused.status_code == 403
+    lines = client.get(f"/jobs/{job}/logs").json()
+    assert [(entry["author"], entry["line"]) for entry in lines] == [(cast.user.address, "queued"),
+                                                                     (provider.address, "unit 0 done")]
+    assert [entry["line"] for entry in client.get(f"/jobs/{job}/logs", params={"since": lines[0]["id"]}).json()] == [
+        "unit 0 done"]
+
+
+def index_all(indexer) -> None:
+    while indexer.step():
+        pass
