@@ -238,10 +238,15 @@ def write_weights(checkpoint: Checkpoint, output: Path) -> None:
     torch.save(checkpoint.state["model"], output)
 
 
-def load_spec_text(path: Path) -> tuple[str, JobSpec]:
-    """The spec file's text (pinned as is) and its validated form."""
+def read_spec_text(path: Path) -> str:
+    """The spec file's text, pinned as is."""
     try:
-        text = path.read_text()
+        return path.read_text()
     except OSError as exc:
         raise JobError(f"cannot read job spec {path}: {exc.strerror}") from None
+
+
+def load_spec_text(path: Path) -> tuple[str, JobSpec]:
+    """The spec file's text and its validated form."""
+    text = read_spec_text(path)
     return text, parse_spec(text)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from gateway_support import free_port, gateway_env, wait_for_http
 
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import SLASH_REASONS, ZEN, Parameters, deploy
@@ -92,3 +93,25 @@ def settings(ledger, ipfs_api, tmp_path) -> Settings:
 @pytest.fixture
 def client(settings) -> TestClient:
     return TestClient(create_app(settings))
+
+
+@pytest.fixture(scope="module")
+def served_gateway(ledger, story, ipfs_api, tmp_path_factory) -> Iterator[str]:
+    """`zoo-compute gateway index` and `gateway serve` as processes on the module's ledger; the server's URL."""
+    root = tmp_path_factory.mktemp("served")
+    env = gateway_env(ledger, root, ipfs_api)
+    cli = [sys.executable, "-m", "marketplace.cli", "gateway"]
+    port = free_port()
+    logs = open(root / "gateway.log", "w")  # noqa: SIM115 - closed below, after both processes stop
+    indexer = subprocess.Popen([*cli, "index", "--interval", "0.2", "--log-level", "WARNING"], env=env, cwd=root,
+                               stdout=logs, stderr=subprocess.STDOUT)
+    server = subprocess.Popen([*cli, "serve", "--port", str(port), "--log-level", "WARNING"], env=env, cwd=root,
+                              stdout=logs, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for_http(f"{url}/health", server)
+        yield url
+    finally:
+        terminate(server)
+        terminate(indexer)
+        logs.close()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 import pytest
+from gateway_support import free_port, gateway_env, wait_for_http
 from sqlalchemy import select
 
 from marketplace.gateway import db
@@ -19,20 +18,9 @@ from verifier.redis_server import RedisServer
 pytestmark = pytest.mark.anvil
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def env(ledger, story, tmp_path) -> dict[str, str]:
-    manifest = tmp_path / "manifest.json"
-    ledger.deployment.write(manifest)
-    return os.environ | {
-        "ZOO_RPC_URL": ledger.w3.provider.endpoint_uri, "ZOO_MANIFEST": str(manifest),
-        "ZOO_HOME": str(tmp_path / "home"), "ZOO_DATABASE_URL": f"sqlite:///{tmp_path / 'gateway.sqlite3'}",
-    }
+    return gateway_env(ledger, tmp_path)
 
 
 def wait_until_indexed(url: str, block: int, process: subprocess.Popen, timeout: float = 60) -> None:
@@ -70,15 +58,8 @@ def test_cli_indexes_and_serves(ledger, story, env, tmp_path):
     server = start([*cli, "gateway", "serve", "--port", str(port), "--log-level", "WARNING"], env, tmp_path)
     try:
         wait_until_indexed(env["ZOO_DATABASE_URL"], ledger.w3.eth.block_number, indexer)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                job = httpx.get(f"http://127.0.0.1:{port}/jobs/{story.job_id}").json()
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.2)
+        wait_for_http(f"http://127.0.0.1:{port}/health", server)
+        job = httpx.get(f"http://127.0.0.1:{port}/jobs/{story.job_id}").json()
         assert (job["status"], int(job["clearing_price"])) == ("settled", story.clearing_price)
         assert httpx.get(f"http://127.0.0.1:{port}/openapi.json").json()["info"]["title"] == "Zoo Compute gateway"
     finally:

@@ -1,0 +1,283 @@
+"""The SDK's one implementation, on httpx.AsyncClient: the user's key signs locally, the gateway sees signatures only."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import httpx
+from eth_account.messages import encode_defunct
+from eth_account.signers.local import LocalAccount
+
+from marketplace import jobs
+from marketplace.chain.deploy import ZEN
+from marketplace.config import Settings
+from marketplace.gateway.siwe import SiweMessage
+from marketplace.sdk.errors import GatewayError, GatewayUnavailable, JobCancelled, NoBids
+from marketplace.storage import Storage
+
+SESSION_MINUTES = 60  # how long a sign-in asks to last
+FINISHED = ("settled", "cancelled")
+
+
+def wei(zen: float | str | Decimal) -> int:
+    """A ZEN amount (5000, "0.5") in wei."""
+    return int(Decimal(str(zen)) * ZEN)
+
+
+@dataclass(frozen=True)
+class Result:
+    job_id: int
+    cid: str  # the final checkpoint
+    state_hash: str  # as committed on-chain; the weights were checked against it
+    path: Path  # where the weights were written
+
+
+class AsyncClient:
+    """A gateway's jobs, and the user's own: `job = await client.train(config="job.yaml", max_budget=5000)`.
+
+    `wallet` signs sign-in messages, permits and transactions here; it is needed only for writes.
+    Weights come from IPFS (`ipfs_api`, default ZOO_IPFS_API) and are checked by CID and state hash.
+    """
+
+    def __init__(self, gateway_url: str, wallet: LocalAccount | None = None, *, ipfs_api: str | None = None,
+                 ipfs_replicas: list[str] | None = None, poll_interval: float = 1.0, timeout: float = 60.0,
+                 transport: httpx.AsyncBaseTransport | None = None):
+        settings = Settings()
+        self.url = gateway_url.rstrip("/")
+        self.wallet = wallet
+        self.poll_interval = poll_interval
+        self.ipfs_api = ipfs_api or settings.ipfs_api
+        self.ipfs_replicas = settings.ipfs_replicas if ipfs_replicas is None else ipfs_replicas
+        self._http = httpx.AsyncClient(base_url=self.url, timeout=timeout, transport=transport)
+        self._token: tuple[str, float] | None = None  # bearer token and when it expires
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_) -> None:
+        await self.aclose()
+
+    # --- HTTP ---------------------------------------------------------------------------
+
+    async def request(self, method: str, path: str, **kwargs) -> Any:
+        """The JSON of a 2xx answer; a refusal raises GatewayError with the gateway's message."""
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise GatewayUnavailable(self.url, str(exc) or type(exc).__name__) from None
+        if response.is_success:
+            return response.json()
+        try:
+            detail = response.json()["detail"]
+        except (ValueError, KeyError, TypeError):
+            detail = response.text or response.reason_phrase
+        if not isinstance(detail, str):  # a request the schema refused: name the fields
+            detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)
+        raise GatewayError(response.status_code, f"{method} {path}: {detail}")
+
+    def _account(self) -> LocalAccount:
+        if self.wallet is None:
+            raise GatewayError(0, "this needs a wallet: Client(gateway_url, wallet=...)")
+        return self.wallet
+
+    # --- reads --------------------------------------------------------------------------
+
+    async def jobs(self, *, status: str | None = None, user: str | None = None, provider: str | None = None,
+                   limit: int = 50, offset: int = 0) -> list[dict]:
+        params = {k: v for k, v in {"status": status, "user": user, "provider": provider}.items() if v}
+        return await self.request("GET", "/jobs", params=params | {"limit": limit, "offset": offset})
+
+    async def job(self, job_id: int) -> dict:
+        return await self.request("GET", f"/jobs/{job_id}")
+
+    async def metrics(self, job_id: int) -> dict:
+        return await self.request("GET", f"/jobs/{job_id}/metrics")
+
+    async def logs(self, job_id: int, since: int = 0) -> list[dict]:
+        return await self.request("GET", f"/jobs/{job_id}/logs", params={"since": since})
+
+    def handle(self, job_id: int) -> AsyncJob:
+        """A job by id, to follow, settle or fetch the result of."""
+        return AsyncJob(self, job_id)
+
+    # --- signed-in writes -----------------------------------------------------------------
+
+    async def sign_in(self) -> str:
+        """A bearer token for off-chain writes, from an EIP-4361 message the wallet signs (kept while it lasts)."""
+        if self._token is not None and self._token[1] > time.time() + 30:
+            return self._token[0]
+        account = self._account()
+        nonce = await self.request("GET", "/auth/nonce")
+        now = datetime.now(UTC).replace(microsecond=0)
+        text = SiweMessage(
+            domain=urlsplit(self.url).netloc, address=account.address, uri=self.url, chain_id=nonce["chain_id"],
+            nonce=nonce["nonce"], issued_at=now, expiration_time=now + timedelta(minutes=SESSION_MINUTES),
+            statement="Sign in to the Zoo Compute gateway.",
+        ).text()
+        signature = account.sign_message(encode_defunct(text=text)).signature.to_0x_hex()
+        session = await self.request("POST", "/auth/session", json={"message": text, "signature": signature})
+        self._token = (session["token"], session["expires_at"])
+        return session["token"]
+
+    async def _signed_in(self, method: str, path: str, **kwargs) -> Any:
+        headers = {"Authorization": f"Bearer {await self.sign_in()}"}
+        return await self.request(method, path, headers=headers, **kwargs)
+
+    async def upload_spec(self, text: str) -> dict:
+        """Validate and pin a job spec; its CID, name, nodes and units per node."""
+        return await self._signed_in("POST", "/uploads/spec", json={"spec": text})
+
+    async def upload_dataset(self, data: bytes) -> dict:
+        """Pin a dataset's bytes; its CID and size, for a spec's `data` to name."""
+        return await self._signed_in("POST", "/uploads/dataset", content=data)
+
+    async def post_logs(self, job_id: int, lines: list[str]) -> dict:
+        return await self._signed_in("POST", f"/jobs/{job_id}/logs", json={"lines": lines})
+
+    # --- transactions ---------------------------------------------------------------------
+
+    async def transact(self, path: str, body: dict) -> dict:
+        """Ask the gateway for the unsigned transaction, sign it here, send it, wait until it is mined."""
+        account = self._account()
+        unsigned = await self.request("POST", path, json={"sender": account.address} | body)
+        raw = account.sign_transaction(unsigned).raw_transaction.to_0x_hex()
+        sent = await self.request("POST", "/transactions", json={"raw": raw})
+        while True:
+            status = await self.request("GET", f"/transactions/status/{sent['tx_hash']}")
+            if status["status"] == "succeeded":
+                return status
+            if status["status"] == "reverted":
+                raise GatewayError(0, f"transaction {sent['tx_hash']} reverted in block {status['block_number']}")
+            await asyncio.sleep(min(self.poll_interval, 0.5))
+
+    async def train(self, config: str | Path, max_budget: float | str | Decimal, *,
+                    max_price: float | str | Decimal = 100, tier: str = "community", nodes: int | None = None,
+                    sample_rate_bps: int = 1_000, checkpoint_interval: int = 600) -> AsyncJob:
+        """Upload the spec, escrow `max_budget` ZEN with a permit (one transaction), and return the job.
+
+        Amounts are in ZEN; `max_price` is per GPU-hour. The gateway refuses a bad spec (naming the
+        field), a budget below the reserve and a budget above the wallet's ZEN before anything is signed.
+        """
+        account = self._account()
+        spec = await self.upload_spec(jobs.read_spec_text(Path(config)))
+        budget = wei(max_budget)
+        permit = await self.request("POST", "/transactions/permit", json={
+            "owner": account.address, "spender": "JobMarket", "value": str(budget)})
+        signature = account.sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
+        created = await self.transact("/transactions/jobs", {
+            "spec_cid": spec["cid"], "max_budget": str(budget), "max_price": str(wei(max_price)),
+            "tier": jobs.TIERS[tier], "nodes": nodes, "sample_rate_bps": sample_rate_bps,
+            "checkpoint_interval": checkpoint_interval,
+            "permit": {"deadline": permit["deadline"], "signature": signature},
+        })
+        return AsyncJob(self, created["job_id"])
+
+    async def withdraw(self) -> dict:
+        """Take what the market owes this wallet (a provider's or verifier's pay)."""
+        return await self.transact("/transactions/withdraw", {})
+
+
+class AsyncJob:
+    """One job on the gateway: follow it, settle it, fetch its verified weights."""
+
+    def __init__(self, client: AsyncClient, job_id: int):
+        self.client = client
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"AsyncJob({self.id})"
+
+    async def status(self) -> dict:
+        return await self.client.job(self.id)
+
+    async def progress(self) -> dict:
+        """Units done of total, ZEN accrued (wei), latest loss, per-unit metrics."""
+        return await self.client.metrics(self.id)
+
+    async def _indexed(self) -> dict | None:
+        """The job as indexed, or None while the indexer has not reached its creation."""
+        try:
+            return await self.status()
+        except GatewayError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def wait(self, on_progress: Callable[[dict], None] | None = None, *, auction_timeout: float | None = None,
+                   settle: bool = True) -> dict:
+        """Wait until the job is settled (settling it once its verification window is over, if `settle`).
+
+        With `auction_timeout` (seconds), a job still unassigned by then is cancelled for a full
+        refund and NoBids is raised. `on_progress` gets the metrics whenever they change.
+        """
+        started = time.monotonic()
+        last = None
+        while True:
+            job = await self._indexed()
+            status = job["status"] if job else None
+            if status == "cancelled":
+                raise JobCancelled(f"job {self.id} was cancelled")
+            if status == "settled" or (status == "completed" and not settle):
+                return job
+            if on_progress is not None and job is not None:
+                now = await self.progress()
+                if now != last:
+                    on_progress(now)
+                    last = now
+            if status == "open" and auction_timeout is not None and time.monotonic() - started > auction_timeout:
+                await self.cancel()
+                raise NoBids(f"no bids filled job {self.id} within {auction_timeout:.0f}s: cancelled, "
+                             f"{int(job['budget']) / ZEN:,.6f} ZEN refunded")
+            if status == "completed":
+                await self._try_settle()
+            await asyncio.sleep(self.client.poll_interval)
+
+    async def _try_settle(self) -> None:
+        try:
+            await self.client.transact(f"/transactions/jobs/{self.id}/settle", {})
+        except GatewayError as exc:
+            if exc.status != 409:  # 409: the window is not over yet, or someone settled first
+                raise
+
+    async def cancel(self) -> dict:
+        """Cancel while no auction has cleared: the whole budget comes back."""
+        return await self.client.transact(f"/transactions/jobs/{self.id}/cancel", {})
+
+    async def result(self, output: str | Path | None = None) -> Result:
+        """Download the final checkpoint by CID, check it against the state hash committed on-chain,
+        and write the model's weights to `output` (default weights/job-<id>.pt)."""
+        shown = await self.client.request("GET", f"/jobs/{self.id}/result")
+        path = Path(output) if output is not None else Path("weights") / f"job-{self.id}.pt"
+
+        def fetch() -> None:
+            with Storage(self.client.ipfs_api, self.client.ipfs_replicas) as storage:
+                jobs.write_weights(jobs.verified_checkpoint(storage, shown["cid"], shown["state_hash"]), path)
+
+        await asyncio.to_thread(fetch)
+        return Result(self.id, shown["cid"], shown["state_hash"], path)
+
+    async def logs(self, *, follow: bool = False, since: int = 0) -> AsyncIterator[dict]:
+        """The job's log lines; with `follow`, keep reading new ones until the job is finished."""
+        while True:
+            lines = await self.client.logs(self.id, since)
+            for line in lines:
+                yield line
+                since = line["id"]
+            if not follow:
+                return
+            if not lines:
+                job = await self._indexed()
+                if job is not None and job["status"] in FINISHED:
+                    return
+                await asyncio.sleep(self.client.poll_interval)

@@ -1,0 +1,28 @@
+"""What the SDK raises: a gateway's refusal with its message, or no gateway at all."""
+
+from __future__ import annotations
+
+from marketplace.errors import ZooError
+
+
+class GatewayError(ZooError):
+    """The gateway refused a request; `status` is its HTTP status and the message its `detail`."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+
+
+class GatewayUnavailable(GatewayError, ConnectionError):
+    """No gateway answers at the URL."""
+
+    def __init__(self, url: str, reason: str):
+        super().__init__(0, f"no gateway answers at {url}: {reason}")
+
+
+class NoBids(ZooError):
+    """The auction did not fill in time; the job was cancelled and its budget refunded."""
+
+
+class JobCancelled(ZooError):
+    """The job ended cancelled, with nothing trained."""

@@ -1,0 +1,38 @@
+"""Helpers for running the gateway's processes in tests: free ports, their environment, readiness."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gateway_env(ledger, root: Path, ipfs_api: str | None = None) -> dict[str, str]:
+    """The environment `zoo-compute gateway serve|index` run in: this ledger, this IPFS node, a database under `root`."""
+    return os.environ | {
+        "ZOO_RPC_URL": ledger.w3.provider.endpoint_uri, "ZOO_MANIFEST": str(ledger.deployment.write(root / "manifest.json")),
+        "ZOO_HOME": str(root / "home"), "ZOO_DATABASE_URL": f"sqlite:///{root / 'gateway.sqlite3'}",
+    } | ({"ZOO_IPFS_API": ipfs_api, "ZOO_IPFS_REPLICAS": "[]"} if ipfs_api else {})
+
+
+def wait_for_http(url: str, process: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url).raise_for_status()
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                pytest.fail(f"nothing answers at {url}")
+            time.sleep(0.2)
