@@ -41,12 +41,13 @@ class Payload:
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.values, self.indices, self.scales
 
+    def to_bytes(self) -> bytes:
+        """Values, indices and scales back to back: what is sent, pinned and hashed."""
+        return b"".join(t.contiguous().view(torch.uint8).numpy().tobytes() for t in self.tensors())
+
     def sha256(self) -> str:
         """Digest of the payload's bytes: what a rank commits to for its update."""
-        digest = hashlib.sha256()
-        for tensor in self.tensors():
-            digest.update(tensor.contiguous().view(torch.uint8).numpy().tobytes())
-        return digest.hexdigest()
+        return hashlib.sha256(self.to_bytes()).hexdigest()
 
 
 Selection = Literal["topk", "random"]
@@ -112,6 +113,24 @@ class Compressor:
             return Payload(kept.clone(), sent_indices, torch.empty(0))
         values, scales = self._quantize(kept)
         return Payload(values, sent_indices, scales)
+
+    def parse(self, data: bytes, numel: int) -> Payload:
+        """The payload whose `to_bytes()` is `data`; its layout follows from the settings."""
+        if len(data) != self.payload_bytes(numel):
+            raise CompressionError(
+                f"payload has {len(data)} bytes; {self.payload_bytes(numel)} expected "
+                f"for {numel} entries"
+            )
+        k = self.kept(numel)
+        values = 4 * k if self.bits == 32 else math.ceil(k * self.bits / 8)
+        indices = k * _INDEX_DTYPE.itemsize if k < numel and self.selection == "topk" else 0
+        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        value_dtype = torch.float32 if self.bits == 32 else torch.uint8
+        return Payload(  # each part cloned before viewing: a view needs an aligned start
+            raw[:values].clone().view(value_dtype),
+            raw[values : values + indices].clone().view(_INDEX_DTYPE),
+            raw[values + indices :].clone().view(torch.float32),
+        )
 
     def decompress(self, payload: Payload, numel: int, round_: int = 0) -> torch.Tensor:
         """The dense float32 vector a payload stands for (zeros where nothing was sent)."""

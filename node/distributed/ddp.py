@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from node.engine.spec import JobSpec
 
+from .exchange import Exchange
 from .group import (
+    Delay,
     DistributedResult,
-    Exchange,
     GroupConfig,
     Tamper,
     check_schedule,
@@ -25,7 +27,11 @@ logger = logging.getLogger(__name__)
 
 
 def train_ddp(
-    spec: JobSpec, config: GroupConfig, *, tamper: Tamper | None = None
+    spec: JobSpec,
+    config: GroupConfig,
+    *,
+    tamper: Tamper | None = None,
+    delay: Delay | None = None,
 ) -> DistributedResult:
     """Train `spec` for `training.max_steps` steps, exchanging gradients at every step.
 
@@ -34,22 +40,26 @@ def train_ddp(
     gradient (`training.grad_clip`) before sending it, which also bounds one rank's pull.
     """
     check_schedule(spec)
-    return collect(spawn(_ddp_rank, config.ranks, spec, config, tamper))
+    return collect(spawn(_ddp_rank, config.ranks, spec, config, tamper, delay))
 
 
 def _ddp_rank(
-    rank: int, ranks: int, spec: JobSpec, config: GroupConfig, tamper: Tamper | None
+    rank: int,
+    ranks: int,
+    store: dist.Store,
+    spec: JobSpec,
+    config: GroupConfig,
+    tamper: Tamper | None,
+    delay: Delay | None,
 ) -> dict[str, Any]:
     trainer, eval_batches = rank_trainer(spec, rank)
-    exchange = Exchange(
-        rank, config.compressor, config.aggregator, tamper, error_feedback=config.error_feedback
-    )
+    exchange = Exchange(rank, config, store, tamper=tamper, delay=delay)
     params = list(trainer.model.parameters())
     train_losses, eval_losses, losses = [], [], []
     while trainer.step < spec.training.max_steps:
         loss, _ = trainer.forward_backward()
         grads = [p.grad for p in params]
-        aggregate = exchange(parameters_to_vector(grads))  # (N,)
+        aggregate = exchange(parameters_to_vector(grads), trainer.step)  # (N,)
         vector_to_parameters(aggregate.value, grads)  # each .grad now its slice of the aggregate
         trainer.apply(loss)
         losses.append(loss)

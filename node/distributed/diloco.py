@@ -7,14 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from node.engine.spec import JobSpec
 
+from .exchange import Exchange
 from .group import (
+    Delay,
     DistributedConfigError,
     DistributedResult,
-    Exchange,
     GroupConfig,
     Tamper,
     check_schedule,
@@ -23,23 +25,28 @@ from .group import (
     rank_trainer,
     spawn,
 )
+from .rank_unit import RankUnit, local_round, unit_path
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class DilocoConfig(GroupConfig):
-    """DiLoCo's settings; H, the local steps per round, is the spec's checkpoint.every.
+    """DiLoCo's settings: the local steps per round and the outer optimizer.
 
     The outer optimizer follows Douillard et al. (2023): SGD with Nesterov momentum on the
-    aggregated pseudo-gradient (global weights minus a rank's weights after H local steps).
+    aggregated pseudo-gradient (global weights minus a rank's weights after H local steps);
+    momentum 0 is plain SGD, and with lr 1 that is periodic model averaging.
     """
 
+    inner_steps: int | None = None  # H, local steps per round; None: the spec's checkpoint.every
     outer_lr: float = 0.7  # outer SGD learning rate
     outer_momentum: float = 0.9  # outer Nesterov momentum
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.inner_steps is not None and self.inner_steps < 1:
+            raise DistributedConfigError(f"inner_steps must be >= 1; got {self.inner_steps}")
         if self.outer_lr <= 0:
             raise DistributedConfigError(f"outer_lr must be > 0; got {self.outer_lr}")
         if not 0 <= self.outer_momentum < 1:
@@ -47,27 +54,39 @@ class DilocoConfig(GroupConfig):
                 f"outer_momentum must be in [0, 1); got {self.outer_momentum}"
             )
 
+    def steps_per_round(self, spec: JobSpec) -> int:
+        return self.inner_steps or spec.checkpoint.every
+
 
 def train_diloco(
-    spec: JobSpec, config: DilocoConfig, *, tamper: Tamper | None = None
+    spec: JobSpec,
+    config: DilocoConfig,
+    *,
+    tamper: Tamper | None = None,
+    delay: Delay | None = None,
 ) -> DistributedResult:
     """Train `spec` for `training.max_steps` local steps on every rank, in rounds of H.
 
     Ranks exchange once per round instead of once per step, which is where DiLoCo's saving
     in communication comes from. `tamper` (a picklable `(rank, delta) -> delta`) replaces
-    what a rank sends, to play a Byzantine rank in tests and benchmarks.
+    what a rank sends, to play a Byzantine rank; `delay` (`(rank, round) -> seconds`) holds
+    a rank back before it sends, to play a straggler.
     """
-    check_schedule(spec)
-    return collect(spawn(_diloco_rank, config.ranks, spec, config, tamper))
+    check_schedule(spec, config.steps_per_round(spec))
+    return collect(spawn(_diloco_rank, config.ranks, spec, config, tamper, delay))
 
 
 def _diloco_rank(
-    rank: int, ranks: int, spec: JobSpec, config: DilocoConfig, tamper: Tamper | None
+    rank: int,
+    ranks: int,
+    store: dist.Store,
+    spec: JobSpec,
+    config: DilocoConfig,
+    tamper: Tamper | None,
+    delay: Delay | None,
 ) -> dict[str, Any]:
     trainer, eval_batches = rank_trainer(spec, rank)
-    exchange = Exchange(
-        rank, config.compressor, config.aggregator, tamper, error_feedback=config.error_feedback
-    )
+    exchange = Exchange(rank, config, store, tamper=tamper, delay=delay)
     params = list(trainer.model.parameters())
     global_weights = torch.nn.Parameter(parameters_to_vector(params).detach().clone())  # (N,)
     outer = torch.optim.SGD(
@@ -76,16 +95,15 @@ def _diloco_rank(
         momentum=config.outer_momentum,
         nesterov=config.outer_momentum > 0,
     )
+    steps = config.steps_per_round(spec)
     train_losses, eval_losses = [], []
-    for _ in range(spec.training.max_steps // spec.checkpoint.every):
-        losses = []
-        for _ in range(spec.checkpoint.every):
-            loss, _ = trainer.forward_backward()
-            trainer.apply(loss)
-            losses.append(loss)
-        with torch.no_grad():
-            delta = global_weights - parameters_to_vector(params)  # (N,) the pseudo-gradient
-        global_weights.grad = exchange(delta).value
+    for round_ in range(spec.training.max_steps // steps):
+        if config.updates_dir is not None:
+            residual = None if exchange.feedback is None else exchange.feedback.residual
+            unit = RankUnit(rank, round_, trainer.state(), residual)
+            unit.save(unit_path(config.updates_dir, round_, rank))
+        delta, losses = local_round(trainer, steps)
+        global_weights.grad = exchange(delta, round_).value
         outer.step()
         outer.zero_grad(set_to_none=True)
         with torch.no_grad():

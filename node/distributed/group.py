@@ -1,7 +1,8 @@
-"""A local process group on gloo, and the compressed, robust exchange every strategy uses."""
+"""A local process group on gloo: its settings, its ranks' trainers, and what they report."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import socket
@@ -10,23 +11,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.nn.utils import parameters_to_vector
 
 from marketplace.errors import ZooError
 from node.engine.data import Sampler, load_corpora
 from node.engine.spec import JobSpec
 from node.engine.train import Trainer
 
-from .aggregation import Aggregate, Aggregator
-from .compression import Compressor, ErrorFeedback, Payload
+from .aggregation import Aggregator
+from .compression import Compressor
+
+if TYPE_CHECKING:
+    from .exchange import Exchange
 
 logger = logging.getLogger(__name__)
 
 Tamper = Callable[[int, torch.Tensor], torch.Tensor]  # (rank, update) -> what the rank sends
+Delay = Callable[[int, int], float]  # (rank, round) -> seconds the rank waits before sending
 
 
 class DistributedConfigError(ZooError, ValueError):
@@ -41,10 +47,19 @@ class GroupConfig:
     compressor: Compressor = field(default_factory=Compressor)  # what an update becomes
     aggregator: Aggregator = field(default_factory=Aggregator)  # how the ranks' updates combine
     error_feedback: bool = True  # carry what compression dropped into the rank's next update
+    quorum: int | None = None  # updates a round needs once the deadline passed; None: all ranks
+    deadline_s: float | None = None  # seconds a round waits for every rank; None: no deadline
+    updates_dir: str | None = None  # where each rank saves its round inputs and updates
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
             raise DistributedConfigError(f"ranks must be >= 1; got {self.ranks}")
+        if self.quorum is not None and not 1 <= self.quorum <= self.ranks:
+            raise DistributedConfigError(
+                f"quorum must be in [1, ranks={self.ranks}]; got {self.quorum}"
+            )
+        if self.deadline_s is not None and self.deadline_s <= 0:
+            raise DistributedConfigError(f"deadline_s must be > 0; got {self.deadline_s}")
 
 
 @dataclass(frozen=True)
@@ -55,19 +70,21 @@ class DistributedResult:
     parameters: int  # entries of the flattened model, what an fp32 all-reduce would send
     commitments: list[list[str]]  # per rank, the sha256 of its payload in each exchange
     outliers: list[list[int]]  # per exchange, the ranks the aggregator flagged
+    members: list[list[int]]  # per exchange, the ranks whose updates were aggregated
+    weights_sha256: list[str]  # per rank, the digest of its final weights
 
     @property
     def eval_loss(self) -> float:
         return self.eval_losses[-1]
 
 
-def check_schedule(spec: JobSpec) -> None:
-    """Both strategies report (and DiLoCo synchronises) every checkpoint.every steps."""
-    every = spec.checkpoint.every
+def check_schedule(spec: JobSpec, every: int | None = None) -> None:
+    """Both strategies report every `every` steps (DiLoCo's rounds; default checkpoint.every)."""
+    every = every or spec.checkpoint.every
     if spec.training.max_steps % every:
         raise DistributedConfigError(
             f"training.max_steps ({spec.training.max_steps}) must be a multiple of "
-            f"checkpoint.every ({every})"
+            f"the steps per round or report ({every})"
         )
     if spec.training.eval_batches < 1:
         raise DistributedConfigError("training.eval_batches must be >= 1 to report eval loss")
@@ -96,6 +113,7 @@ def rank_report(
     eval_losses: list[float],
 ) -> dict[str, Any]:
     """What a rank sends back when it is done."""
+    weights = parameters_to_vector(list(trainer.model.parameters())).detach()
     return {
         "train_losses": train_losses,
         "eval_losses": eval_losses,
@@ -103,6 +121,8 @@ def rank_report(
         "parameters": sum(p.numel() for p in trainer.model.parameters()),
         "commitments": exchange.commitments,
         "outliers": exchange.outliers,
+        "members": exchange.members,
+        "weights_sha256": hashlib.sha256(weights.numpy().tobytes()).hexdigest(),
     }
 
 
@@ -116,6 +136,8 @@ def collect(per_rank: list[dict[str, Any]]) -> DistributedResult:
         parameters=per_rank[0]["parameters"],
         commitments=[report["commitments"] for report in per_rank],
         outliers=per_rank[0]["outliers"],
+        members=per_rank[0]["members"],
+        weights_sha256=[report["weights_sha256"] for report in per_rank],
     )
 
 
@@ -127,7 +149,9 @@ def free_port() -> int:
 
 
 def spawn(worker: Callable[..., dict[str, Any]], ranks: int, *args: Any) -> list[dict[str, Any]]:
-    """Run `worker(rank, ranks, *args)` in `ranks` fresh processes joined in one gloo group.
+    """Run `worker(rank, ranks, store, *args)` in `ranks` fresh processes in one gloo group.
+
+    `store` is the group's key-value store, which rounds with a deadline exchange through.
 
     Returns each rank's JSON-able report, by rank. A rank that raises makes this raise too.
     Reports come back through files rather than a pipe: a pipe that nobody reads until the
@@ -146,72 +170,10 @@ def _run(
     args: tuple[Any, ...],
     folder: str,
 ) -> None:
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=ranks,
-        timeout=timedelta(minutes=5),
-    )
+    timeout = timedelta(minutes=5)
+    store = dist.TCPStore("127.0.0.1", port, ranks, is_master=rank == 0, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=ranks, timeout=timeout)
     try:
-        Path(folder, f"{rank}.json").write_text(json.dumps(worker(rank, ranks, *args)))
+        Path(folder, f"{rank}.json").write_text(json.dumps(worker(rank, ranks, store, *args)))
     finally:
         dist.destroy_process_group()
-
-
-class Exchange:
-    """One rank's side of sending its update, receiving everyone's and aggregating them.
-
-    Updates are compressed with error feedback, all-gathered (rather than all-reduced) so
-    every rank can run the robust aggregator on every rank's update, and counted: the bytes
-    this rank sent, and the sha256 of each payload, which is the rank's commitment to it.
-    """
-
-    def __init__(
-        self,
-        rank: int,
-        compressor: Compressor,
-        aggregator: Aggregator,
-        tamper: Tamper | None = None,
-        *,
-        error_feedback: bool = True,
-    ):
-        self.rank = rank
-        self.compressor = compressor
-        self.aggregator = aggregator
-        self.tamper = tamper  # simulates a Byzantine rank in tests and benchmarks
-        self.feedback = ErrorFeedback(compressor) if error_feedback else None
-        self.bytes_sent = 0
-        self.commitments: list[str] = []  # this rank's payload digest, per exchange
-        self.outliers: list[list[int]] = []  # ranks the aggregator flagged, per exchange
-
-    def __call__(self, update: torch.Tensor) -> Aggregate:
-        """The aggregate of every rank's `update` (a flat vector of the same length)."""
-        if self.tamper is not None:
-            update = self.tamper(self.rank, update)
-        round_ = len(self.commitments)  # draws the round's random selection
-        if self.feedback is None:
-            payload = self.compressor.compress(update, round_)
-        else:
-            payload, _ = self.feedback.compress(update, round_)
-        self.bytes_sent += payload.nbytes
-        self.commitments.append(payload.sha256())
-        numel = update.numel()
-        received = [self.compressor.decompress(p, numel, round_) for p in _all_gather(payload)]
-        result = self.aggregator(torch.stack(received))  # (ranks, numel)
-        self.outliers.append(list(result.outliers))
-        return result
-
-
-def _all_gather(payload: Payload) -> list[Payload]:
-    """Every rank's payload, by rank; the shapes agree because the settings and sizes do."""
-    ranks = dist.get_world_size()
-    gathered = []
-    for tensor in payload.tensors():
-        if tensor.numel() == 0:
-            gathered.append([tensor] * ranks)
-            continue
-        parts = [torch.empty_like(tensor) for _ in range(ranks)]
-        dist.all_gather(parts, tensor.contiguous())
-        gathered.append(parts)
-    return [Payload(*parts) for parts in zip(*gathered, strict=True)]

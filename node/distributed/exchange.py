@@ -1,0 +1,115 @@
+"""One rank's side of a round: encode its update, get everyone's, aggregate, and account for it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .aggregation import Aggregate
+from .compression import Compressor, ErrorFeedback, Payload
+from .group import Delay, GroupConfig, Tamper
+from .quorum import RoundBoard
+
+logger = logging.getLogger(__name__)
+
+
+def update_path(updates_dir: str | os.PathLike[str], round_: int, rank: int) -> Path:
+    """Where a rank saves the payload it sent in a round: its update, to pin and commit."""
+    return Path(updates_dir, f"round-{round_:06d}", f"rank-{rank}.bin")
+
+
+def encode_update(
+    compressor: Compressor, feedback: ErrorFeedback | None, update: torch.Tensor, round_: int
+) -> Payload:
+    """The payload a rank sends for `update` in `round_` (with its residual, if it keeps one).
+
+    Training and a verifier's re-run both go through here, so both produce the same bytes.
+    """
+    if feedback is None:
+        return compressor.compress(update, round_)
+    return feedback.compress(update, round_)[0]
+
+
+class Exchange:
+    """Sends this rank's update, receives the round's updates and aggregates them.
+
+    Updates are compressed with error feedback and all-gathered (rather than all-reduced) so
+    every rank can run the robust aggregator on every rank's update. Without a deadline the
+    gloo group all-gathers them; with one, they go through a `RoundBoard`, which closes a
+    round with a quorum and lets a late rank pick up the result. Each exchange is counted:
+    the bytes this rank sent, the sha256 of its payload (its commitment), the ranks that
+    made up the round and the ones the aggregator flagged.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        config: GroupConfig,
+        store: dist.Store,
+        *,
+        tamper: Tamper | None = None,
+        delay: Delay | None = None,
+    ):
+        self.rank = rank
+        self.config = config
+        self.tamper = tamper  # plays a Byzantine rank in tests and benchmarks
+        self.delay = delay  # plays a straggler in tests
+        self.feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
+        self.board = None
+        if config.deadline_s is not None:
+            quorum = config.quorum or config.ranks
+            self.board = RoundBoard(store, config.ranks, quorum, config.deadline_s)
+        self.bytes_sent = 0
+        self.commitments: list[str] = []  # this rank's payload digest, per exchange
+        self.outliers: list[list[int]] = []  # ranks the aggregator flagged, per exchange
+        self.members: list[list[int]] = []  # ranks aggregated, per exchange
+
+    def __call__(self, update: torch.Tensor, round_: int) -> Aggregate:
+        """The aggregate of the round's updates (flat vectors of the same length)."""
+        if self.tamper is not None:
+            update = self.tamper(self.rank, update)
+        payload = encode_update(self.config.compressor, self.feedback, update, round_)
+        self._account(payload, round_)
+        if self.delay is not None:
+            time.sleep(self.delay(self.rank, round_))
+        if self.board is None:
+            members, payloads = list(range(self.config.ranks)), _all_gather(payload)
+        else:
+            self.board.post(round_, self.rank, payload.to_bytes())
+            members = self.board.members(round_)
+            numel = update.numel()
+            parse = self.config.compressor.parse
+            payloads = [parse(data, numel) for data in self.board.payloads(round_, members)]
+        decompress = self.config.compressor.decompress
+        received = [decompress(p, update.numel(), round_) for p in payloads]
+        result = self.config.aggregator(torch.stack(received))  # (members, numel)
+        self.members.append(members)
+        self.outliers.append([members[row] for row in result.outliers])
+        return result
+
+    def _account(self, payload: Payload, round_: int) -> None:
+        self.bytes_sent += payload.nbytes
+        self.commitments.append(payload.sha256())
+        if self.config.updates_dir is not None:
+            path = update_path(self.config.updates_dir, round_, self.rank)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(payload.to_bytes())
+
+
+def _all_gather(payload: Payload) -> list[Payload]:
+    """Every rank's payload, by rank; the shapes agree because the settings and sizes do."""
+    ranks = dist.get_world_size()
+    gathered = []
+    for tensor in payload.tensors():
+        if tensor.numel() == 0:
+            gathered.append([tensor] * ranks)
+            continue
+        parts = [torch.empty_like(tensor) for _ in range(ranks)]
+        dist.all_gather(parts, tensor.contiguous())
+        gathered.append(parts)
+    return [Payload(*parts) for parts in zip(*gathered, strict=True)]
