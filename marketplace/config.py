@@ -24,6 +24,7 @@ class Settings(BaseSettings):
     ipfs_replicas: list[str] = Field(default_factory=list)  # other nodes to pin replicas on
     redis_url: str = "redis://127.0.0.1:6379/0"  # Celery broker and result backend
     database_url: str | None = None  # the gateway's index (any SQLAlchemy URL); default SQLite in home
+    gateway_url: str | None = None  # a gateway's HTTP API, for `zoo-compute jobs` and the SDK
     home: Path = Path.home() / ".zoo-compute"  # wallets, journals and caches of this process
     wallet: Path | None = None  # keystore file; default: the only one under home/keystore
     wallet_password: SecretStr | None = None  # never a flag; or wallet_password_file

@@ -6,6 +6,7 @@ from marketplace.cli.chain import chain
 from marketplace.cli.devnet import devnet
 from marketplace.cli.gateway import gateway
 from marketplace.cli.ipfs import ipfs
+from marketplace.cli.jobs import jobs
 from marketplace.cli.node import node
 from marketplace.cli.train import train
 from marketplace.cli.verifier import verifier
@@ -33,6 +34,7 @@ main.add_command(chain)
 main.add_command(devnet)
 main.add_command(gateway)
 main.add_command(ipfs)
+main.add_command(jobs)
 main.add_command(node)
 main.add_command(train)
 main.add_command(wallet)

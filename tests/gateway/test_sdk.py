@@ -1,27 +1,33 @@
-"""The SDK against a served gateway and its indexer: a job trained by scripted providers, followed, settled and
-its weights checked against the chain, in the blocking and async forms."""
+"""The SDK and `zoo-compute jobs` against a served gateway and its indexer: a job trained by scripted providers,
+followed, settled and its weights checked against the chain, in the blocking and async forms and from the CLI."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from marketplace import AsyncClient, Client
 from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import Ledger
+from marketplace.chain.ledger import JobStatus, Ledger
 from marketplace.chain.scripted_job import Cast
+from marketplace.cli import main
+from marketplace.config import Settings
 from marketplace.sdk import GatewayError
 from marketplace.storage import Storage
+from marketplace.wallet import import_key
 from node.engine import Checkpoint
 
 pytestmark = pytest.mark.anvil
 SPEC = Path(__file__).parents[2] / "node/specs/tiny.yaml"
 UNITS = 6  # the tiny spec's units per node
 GPU_SECONDS = 599
+ORDER = {"max_budget": 500, "max_price": 100, "sample_rate_bps": 0, "checkpoint_interval": 3600}
 
 
 def checkpoint(index: int) -> Checkpoint:
@@ -48,11 +54,13 @@ def provide(ledger: Ledger, cast: Cast, storage: Storage, job_id: int) -> None:
     ledger.advance_time(ledger.verification.functions.verificationWindow().call() + 1)
 
 
-def test_train_wait_result_with_the_blocking_client(served_gateway, ledger, cast, ipfs_api, tmp_path):
+@pytest.fixture(scope="module")
+def trained(served_gateway, ledger, cast, ipfs_api) -> dict:
+    """A job escrowed, followed and settled through the blocking client while scripted providers train it."""
     held = ledger.balance(cast.user.address)
     with Client(served_gateway, wallet=cast.user, ipfs_api=ipfs_api, ipfs_replicas=[], poll_interval=0.2) as client:
-        job = client.train(config=SPEC, max_budget=500, max_price=100, sample_rate_bps=0, checkpoint_interval=3600)
-        assert ledger.job(job.id)["budget"] == 500 * ZEN
+        job = client.train(config=SPEC, **ORDER)
+        budget = ledger.job(job.id)["budget"]
         with Storage(ipfs_api) as storage:
             providers = threading.Thread(target=provide, args=(ledger, cast, storage, job.id))
             providers.start()
@@ -61,12 +69,19 @@ def test_train_wait_result_with_the_blocking_client(served_gateway, ledger, cast
                 final = job.wait(on_progress=seen.append)
             finally:
                 providers.join()
-        assert final["status"] == "settled"
-        assert (seen[-1]["units_done"], seen[-1]["units_total"], seen[-1]["loss"]) == (UNITS, UNITS, 3.0 - 5 / 4)
-        payment = UNITS * (GPU_SECONDS * int(final["clearing_price"]) // 3600)
-        assert int(final["settlement"]["payment"]) == payment
-        assert ledger.balance(cast.user.address) == held - payment
+    return {"id": job.id, "final": final, "seen": seen, "budget": budget,
+            "spent": held - ledger.balance(cast.user.address)}
 
+
+def test_train_wait_result_with_the_blocking_client(trained, served_gateway, cast, ipfs_api, tmp_path):
+    final, seen = trained["final"], trained["seen"]
+    assert trained["budget"] == 500 * ZEN and final["status"] == "settled"
+    assert (seen[-1]["units_done"], seen[-1]["units_total"], seen[-1]["loss"]) == (UNITS, UNITS, 3.0 - 5 / 4)
+    payment = UNITS * (GPU_SECONDS * int(final["clearing_price"]) // 3600)
+    assert int(final["settlement"]["payment"]) == payment == trained["spent"]
+
+    with Client(served_gateway, wallet=cast.user, ipfs_api=ipfs_api, ipfs_replicas=[], poll_interval=0.2) as client:
+        job = client.handle(trained["id"])
         result = job.result(tmp_path / "weights.pt")
         assert torch.equal(torch.load(result.path)["weight"], torch.full((3,), 5.0))
         assert result.state_hash == "0x" + checkpoint(UNITS - 1).state_hash()
@@ -82,7 +97,7 @@ def test_train_wait_result_with_the_blocking_client(served_gateway, ledger, cast
 
     async def follow_async() -> dict:
         async with AsyncClient(served_gateway) as aclient:
-            return await aclient.handle(job.id).wait()
+            return await aclient.handle(trained["id"]).wait()
 
     assert asyncio.run(follow_async())["settlement"] == final["settlement"]
 
@@ -100,3 +115,36 @@ def test_refusals_are_one_message(served_gateway, cast, tmp_path):
             client.job(10**9)
     with pytest.raises(GatewayError, match="needs a wallet"), Client(served_gateway) as anonymous:
         anonymous.train(config=SPEC, max_budget=500)
+
+
+def test_jobs_cli_lists_shows_follows_fetches_and_cancels(trained, served_gateway, ledger, cast, ipfs_api, tmp_path):
+    _, keystore = import_key(Settings(home=tmp_path), cast.user.key.hex(), "secret")
+    env = {"ZOO_HOME": str(tmp_path), "ZOO_WALLET": str(keystore), "ZOO_WALLET_PASSWORD": "secret", "ZOO_IPFS_API": ipfs_api,
+           "ZOO_IPFS_REPLICAS": "[]", "ZOO_GATEWAY_URL": served_gateway}
+    runner = CliRunner()
+
+    def jobs(*args: str) -> str:
+        result = runner.invoke(main, ["jobs", *args], env=env, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    job_id = trained["id"]
+    assert job_id in [row["job_id"] for row in json.loads(jobs("list", "--mine", "--json"))]
+    shown = json.loads(jobs("show", str(job_id), "--json"))
+    assert (shown["status"], shown["metrics"]["units_done"]) == ("settled", UNITS)
+    assert "settled" in jobs("show", str(job_id)) and "refund" in jobs("show", str(job_id))
+    assert [json.loads(line)["line"] for line in jobs("logs", str(job_id), "--json").splitlines()] == ["queued", "done"]
+    fetched = json.loads(jobs("result", str(job_id), "--output", str(tmp_path / "w.pt"), "--json"))
+    assert fetched["state_hash"] == "0x" + checkpoint(UNITS - 1).state_hash() and (tmp_path / "w.pt").exists()
+
+    with Client(served_gateway, wallet=cast.user) as client:
+        unfilled = client.train(config=SPEC, **ORDER).id
+    cancelled = json.loads(jobs("cancel", str(unfilled), "--json"))
+    assert cancelled["status"] == "succeeded"
+    assert ledger.market.functions.status(unfilled).call() == JobStatus.CANCELLED
+
+    missing = runner.invoke(main, ["jobs", "show", "999999"], env=env)
+    assert missing.exit_code == 1 and missing.output.strip().splitlines() == [
+        "Error: GET /jobs/999999: job 999999 is not indexed"]
+    nowhere = runner.invoke(main, ["jobs", "--gateway", "http://127.0.0.1:9", "list"], env=env)
+    assert nowhere.exit_code == 1 and "no gateway answers at http://127.0.0.1:9" in nowhere.output
