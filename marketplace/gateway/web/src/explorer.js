@@ -76,7 +76,6 @@ function jobRow({ job, units }) {
   return h("tr", { "data-job": job.job_id, class: location.hash === `#job/${job.job_id}` ? "selected" : null },
     cell(jobLink(job.job_id)),
     cell(h("span", { class: `status ${job.status}` }, job.status)),
-    cell(account(job.user)),
     num(job.budget, { "data-field": "escrow" }),
     cell(bidsSummary(job)),
     num(job.clearing_price, { "data-field": "clearing-price" }),
@@ -230,7 +229,7 @@ async function refresh() {
 
   renderNetwork(stats, openEscrow, holdings);
   const jobRows = state.jobs.map(jobRow);
-  fill($("#jobs tbody"), jobRows.length ? jobRows : h("tr", {}, h("td", { colspan: 12, class: "empty" }, "no jobs yet")));
+  fill($("#jobs tbody"), jobRows.length ? jobRows : h("tr", {}, h("td", { colspan: 11, class: "empty" }, "no jobs yet")));
   fill($("#providers tbody"), providers.length ? providers.map(providerRow) : h("tr", {}, h("td", { colspan: 8, class: "empty" }, "no providers yet")));
   fill($("#slashes tbody"), state.slashes.length ? state.slashes.map(slashRow) : h("tr", {}, h("td", { colspan: 6, class: "empty" }, "no slashes")));
   await showSelectedJob();
