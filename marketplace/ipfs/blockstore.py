@@ -5,7 +5,9 @@ import binascii
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from marketplace.ipfs import multihash
@@ -68,10 +70,15 @@ class Blockstore:
         already present is not rewritten). The buffers are hashed and written as they are,
         never joined: a chunk is not copied on its way to disk."""
         cid = CID.of_parts(parts, codec, version, hash_code)
+        self._write(cid, parts)
+        return cid
+
+    def _write(self, cid: CID, parts: Sequence[Buffer]) -> None:
+        """Store `parts` under `cid`, which the caller computed from exactly these bytes."""
         key = _key(cid.multihash)
         path = self._file(key)
         if os.path.exists(path):
-            return cid
+            return
         shard = key[-3:-1]
         if shard not in self._made_dirs:
             os.makedirs(f"{self.root}/{shard}", exist_ok=True)
@@ -83,7 +90,6 @@ class Blockstore:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        return cid
 
     def get(self, cid: CID) -> bytes:
         """The block's bytes, verified against the CID."""
@@ -130,3 +136,31 @@ class Blockstore:
         safe while no write is in flight, i.e. under the exclusive GC lock."""
         for tmp in self.root.glob("*/.*.tmp"):
             tmp.unlink(missing_ok=True)
+
+
+class BlockWriter:
+    """A block sink for one import that hashes on the caller's thread, since the CID is needed
+    at once to link the block, and writes on a thread of its own, so writing one chunk
+    overlaps hashing the next. At most `depth` blocks wait for the disk, their buffers held
+    until written. `close` waits for every write and raises the first that failed; nothing
+    is left being written after it, so an import's blocks are all on disk before its pin."""
+
+    def __init__(self, store: Blockstore, depth: int = 4) -> None:
+        self._store = store
+        self._depth = depth
+        self._pending: deque[Future] = deque()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipfs-write")
+
+    def add(self, parts: Sequence[Buffer], codec: int, version: int = 1) -> CID:
+        cid = CID.of_parts(parts, codec, version)
+        while len(self._pending) >= self._depth:
+            self._pending.popleft().result()
+        self._pending.append(self._thread.submit(self._store._write, cid, parts))
+        return cid
+
+    def close(self) -> None:
+        try:
+            while self._pending:
+                self._pending.popleft().result()
+        finally:
+            self._thread.shutdown()

@@ -1,6 +1,8 @@
 """The embedded node over HTTP: the Kubo RPC subset through ipfshttpclient, and the gateway."""
 
 import io
+import json
+import socket
 from pathlib import Path
 
 import ipfshttpclient
@@ -66,6 +68,29 @@ def test_add_over_http_matches_ipfs_cid_at_chunk_edges(client, tmp_path: Path, s
     assert client.add(str(path))["Hash"] == expected["CIDv0"]
     if size <= CHUNK:  # one block: the tool's CIDv1 is Kubo's --cid-version=1 --raw-leaves=false
         assert client.add(str(path), cid_version=1, raw_leaves=False)["Hash"] == expected["CIDv1"]
+
+
+def test_a_sized_body_arriving_in_uneven_pieces_adds_intact(shared_node: Node, client):
+    """A Content-Length body (as Storage.add_file sends) written in pieces of uneven sizes, so
+    its pieces reach the app as the reads cut them. Chunk-encoded bodies, whose small chunks
+    the server joins, are what ipfshttpclient sends in the other add tests."""
+    data = random_bytes(3 * CHUNK + 11, seed=5)
+    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
+            + data + b"\r\n--b--\r\n")
+    host, port = shared_node.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"POST /api/v0/add HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     b"Content-Type: multipart/form-data; boundary=b\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body))
+        offset, sizes = 0, [1, 70_000, 3, 200_000, 17, 65_537]
+        while offset < len(body):
+            piece = sizes[offset % len(sizes)]
+            sock.sendall(body[offset:offset + piece])
+            offset += piece
+        answer = sock.makefile("rb").read()
+    assert b" 200 " in answer.split(b"\r\n", 1)[0]
+    assert json.loads(answer.rsplit(b"\r\n\r\n", 1)[1])["Hash"] == client.add_bytes(data)
 
 
 def test_cid_version_1_implies_raw_leaves_like_kubo(client):

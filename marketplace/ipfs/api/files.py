@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from marketplace.ipfs import multipart, reader
 from marketplace.ipfs.api.deps import CidDep, RepoDep
 from marketplace.ipfs.api.streaming import FileStream
+from marketplace.ipfs.blockstore import Blockstore, BlockWriter
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.errors import Unsupported
 from marketplace.ipfs.importer import BlockSink, FileImporter, Imported, parse_chunker
@@ -75,11 +76,15 @@ def _finish(importer: FileImporter, pieces: list[memoryview]) -> Imported:
     return importer.finish()
 
 
-async def _import(part: multipart.Part, importer: FileImporter) -> Imported:
-    """Receive on the event loop while the add's own worker thread hashes and writes earlier
-    batches (hashlib and file writes release the GIL), so the two overlap. One worker per add
-    keeps the batches in order; the bounded queue keeps memory flat however large the file."""
+async def _import(part: multipart.Part, options: AddOptions,
+                  store: Blockstore | None) -> Imported:
+    """Receive on the event loop while the add's own worker thread hashes earlier batches and
+    a writer thread stores their blocks (hashlib and file writes release the GIL), so the
+    three overlap. One worker per add keeps the batches in order; the bounded queues keep
+    memory flat however large the file. Without a store, blocks are only hashed."""
     loop = asyncio.get_running_loop()
+    writer = BlockWriter(store) if store is not None else None
+    importer = options.importer(writer.add if writer else CID.of_parts)
     in_flight: deque[asyncio.Future] = deque()
     batch: list[memoryview] = []
     batched = 0
@@ -95,17 +100,20 @@ async def _import(part: multipart.Part, importer: FileImporter) -> Imported:
                     batch, batched = [], 0
             while in_flight:
                 await in_flight.popleft()
-            return await loop.run_in_executor(worker, _finish, importer, batch)
+            imported = await loop.run_in_executor(worker, _finish, importer, batch)
         finally:
-            if in_flight:  # the upload broke off: let queued writes end before the worker goes
+            if in_flight:  # the upload broke off: let queued work end before the worker goes
                 await asyncio.wait(in_flight)
+            if writer:
+                await loop.run_in_executor(worker, writer.close)
+    return imported
 
 
 @router.post("/add")
 async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Query()]) -> Response:
     """Import each file part of a multipart body; one JSON line per file, as Kubo answers."""
     options.check_supported()
-    sink = CID.of_parts if options.only_hash else repo.blocks.add
+    store = None if options.only_hash else repo.blocks
     boundary = multipart.boundary_of(request.headers.get("content-type"))
     lines = []
     # Polled rather than awaited in a thread: a cancelled wait must not leave the lock taken.
@@ -115,7 +123,7 @@ async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Qu
         async for part in multipart.MultipartReader(request.stream(), boundary).parts():
             if part.is_directory:
                 raise Unsupported("adding directories is not supported by this node, add files")
-            imported = await _import(part, options.importer(sink))
+            imported = await _import(part, options, store)
             if options.pin and not options.only_hash:
                 await run_in_threadpool(repo.pins.add, imported.cid, RECURSIVE)
             name = part.filename or str(imported.cid)
