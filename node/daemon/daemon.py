@@ -112,14 +112,19 @@ class ProviderDaemon:
         return account["tier"]
 
     def _tick(self, cursor: EventCursor, tier: int, stop: threading.Event) -> None:
+        self._follow(cursor, tier)
+        now = chain_time(self.ledger.w3)
+        self.bidder.tick(now)
+        # Again after bidding, so a slot won by this tick's own close trains now, not a poll later.
+        self._follow(cursor, tier)
+        self._start_training(stop)
+        self.settler.tick(now)
+
+    def _follow(self, cursor: EventCursor, tier: int) -> None:
         for event in cursor.poll():
             self._dispatch(event, tier)
         # Handling is idempotent, so a crash before this line only replays a few events.
         self.journal.set_next_block(cursor.next_block)
-        now = chain_time(self.ledger.w3)
-        self.bidder.tick(now)
-        self._start_training(stop)
-        self.settler.tick(now)
 
     def _dispatch(self, event: EventData, tier: int) -> None:
         args = event["args"]
@@ -134,20 +139,22 @@ class ProviderDaemon:
             self.journal.end_slot(args["jobId"], args["slot"], "lost")
 
     def _start_training(self, stop: threading.Event) -> None:
-        """One unit at a time, in its own thread, so bids and reveals stay on time meanwhile."""
+        """A slot's units in their own thread, back to back, so bids and reveals stay on time
+        meanwhile; the thread ends when the slot has nothing to deliver and a later tick looks again."""
         if self._training is not None and self._training.is_alive():
             return
         held = self.journal.held_slots()
         if not held or stop.is_set():
             return
         job_id, slot_id = held[0]
-        self._training = threading.Thread(target=self._train_one, args=(job_id, slot_id),
-                                          name=f"unit-{job_id}-{slot_id}", daemon=True)
+        self._training = threading.Thread(target=self._work, args=(job_id, slot_id, stop),
+                                          name=f"slot-{job_id}-{slot_id}", daemon=True)
         self._training.start()
 
-    def _train_one(self, job_id: int, slot_id: int) -> None:
+    def _work(self, job_id: int, slot_id: int, stop: threading.Event) -> None:
         try:
-            self.worker.step(job_id, slot_id)
+            while not stop.is_set() and self.worker.step(job_id, slot_id, stop):
+                pass
         except TRANSIENT as exc:
             log.warning("job=%d slot=%d: unit failed, retrying: %s", job_id, slot_id, exc)
         except Exception:
@@ -159,6 +166,7 @@ class ProviderDaemon:
             self._training.join(self.config.stop_grace)
             if self._training.is_alive():
                 log.warning("stopping with a unit unfinished; it is trained again on restart")
+        self.worker.close()
         self.journal.close()
         self._main_storage.close()
         self.worker.storage.close()

@@ -59,7 +59,8 @@ class Outgoing:
 
 @dataclass(frozen=True)
 class Unit:
-    """A trained, pinned checkpoint, recorded before its commit so it is never trained twice."""
+    """A trained checkpoint, recorded once it is on this node's IPFS node and before it is pinned
+    on the replicas and committed, so a crash never loses it nor has it trained twice."""
 
     job_id: int
     slot: int

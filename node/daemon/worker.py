@@ -6,6 +6,7 @@ import logging
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from eth_account.signers.local import LocalAccount
 
@@ -23,6 +24,8 @@ from .outbox import Outbox
 log = logging.getLogger(__name__)
 
 UINT32_MAX = 2**32 - 1
+DEADLINE_MARGIN = 3  # seconds before a checkpoint deadline a commit stops waiting to meter
+CLOCK_POLL = 0.2  # seconds between reads of the chain's clock
 
 
 class JobUnfit(ZooError, ValueError):
@@ -58,9 +61,15 @@ class Specs:
 
 
 class Worker:
-    """Delivers one unit at a time. A unit's checkpoint is pinned and journaled before its commit,
-    so a crash after training never trains it again, and the unit index always comes from the
-    chain's `unitsDone`, so none is skipped or committed twice."""
+    """Delivers a slot's units as a pipeline: while unit k is pinned and committed in the
+    background, unit k+1 trains from k's state still in memory (the bits its checkpoint holds:
+    units are deterministic), so the chain's block time and the replication stay off the
+    training's path.
+
+    Crash safety rests on the order of records. A unit is journaled once its checkpoint is on
+    this node's IPFS node, pinned on the replicas before its commit, and the index to commit
+    always comes from the chain's `unitsDone`: a restart commits the journaled units in order,
+    none is skipped or committed twice, and no unit whose record survived is trained again."""
 
     def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, outbox: Outbox,
                  specs: Specs, storage: Storage, replicas: int, device: str | None = None):
@@ -69,48 +78,68 @@ class Worker:
         self.journal = journal
         self.outbox = outbox
         self.specs = specs
-        self.storage = storage  # this worker thread's own
+        self.storage = storage  # the worker's own: read and written from its threads
         self.replicas = replicas
         self.device = device
         self._last: tuple[tuple[int, int, int], Checkpoint] | None = None  # the latest unit trained here
+        self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
 
-    def step(self, job_id: int, slot_id: int) -> None:
-        """Deliver the slot's next unit, or record that the slot is no longer ours to work."""
+    def close(self) -> None:
+        """Drop commits not yet started; one in flight finishes (its transaction is journaled)."""
+        self._committer.shutdown(wait=False, cancel_futures=True)
+
+    def step(self, job_id: int, slot_id: int, stop: threading.Event) -> bool:
+        """Commit the slot's next unit, training it first unless the journal has it, and train
+        the unit after it meanwhile. False once the slot has nothing to deliver for now."""
         slot = self.ledger.slot(job_id, slot_id)
         if slot["provider"] != self.account.address:
             log.warning("job=%d slot=%d: no longer ours", job_id, slot_id)
             self.journal.end_slot(job_id, slot_id, "lost")
-            return
+            return False
         if slot["done"]:
             log.info("job=%d slot=%d: finished", job_id, slot_id)
             self.journal.end_slot(job_id, slot_id, "finished")
-            return
+            return False
         job = self.ledger.job(job_id)
         if job["status"] != JobStatus.RUNNING:
-            return
+            return False
         index = slot["unitsDone"]
-        unit = self.journal.unit(job_id, slot_id, index) or self._train(job_id, job, slot_id, index)
-        self._commit(unit, slot, job["checkpointInterval"])
+        unit = self.journal.unit(job_id, slot_id, index) or self._train(job_id, slot_id, index)
+        committing = self._committer.submit(self._commit, unit, slot, job["checkpointInterval"])
+        try:
+            following = index + 1
+            if (following < job["unitsPerNode"] and not stop.is_set() and self._in_memory(job_id, slot_id, index)
+                    and self.journal.unit(job_id, slot_id, following) is None):
+                self._train(job_id, slot_id, following)
+        finally:
+            committing.result()
+        return True
 
-    def _train(self, job_id: int, job: dict, slot_id: int, index: int) -> Unit:
+    def _in_memory(self, job_id: int, slot_id: int, index: int) -> bool:
+        return self._last is not None and self._last[0] == (job_id, slot_id, index)
+
+    def _train(self, job_id: int, slot_id: int, index: int) -> Unit:
+        """Train unit `index` and journal it once its checkpoint is on this node's IPFS node."""
         spec = self.specs.of_job(job_id)
-        start = self._checkpoint(job_id, slot_id, index - 1) if index else None
         began = time.monotonic()
+        start = self._checkpoint(job_id, slot_id, index - 1) if index else None
+        fetched = time.monotonic()
         result = run_unit(spec, start, unit_shard(spec, slot_id), unit_steps(spec, index),
                           storage=self.storage, device=self.device)
-        seconds = time.monotonic() - began
+        trained = time.monotonic()
+        seconds = trained - fetched
         cid = self.storage.add_bytes(result.checkpoint.to_bytes())
-        self.storage.pin(cid, replicas=self.replicas)
         unit = Unit(job_id, slot_id, index, cid, result.state_hash, seconds)
         self.journal.add_unit(unit)
         self._last = ((job_id, slot_id, index), result.checkpoint)
-        log.info("job=%d slot=%d unit=%d: trained in %.1fs loss=%s cid=%s", job_id, slot_id, index,
-                 seconds, result.metrics.get("loss"), cid)
+        log.info("job=%d slot=%d unit=%d: trained in %.2fs (steps %.2fs, start state %.3fs, saved in "
+                 "%.3fs) loss=%s cid=%s", job_id, slot_id, index, seconds, result.metrics["seconds"],
+                 fetched - began, time.monotonic() - trained, result.metrics.get("loss"), cid)
         return unit
 
     def _checkpoint(self, job_id: int, slot_id: int, index: int) -> Checkpoint:
-        """The checkpoint committed as unit `index`: kept from training it here, else fetched by
-        the CID of its latest CheckpointCommitted (a re-auctioned slot resumes another's work)."""
+        """The checkpoint of unit `index`: kept from training it here, else fetched by the CID of
+        its latest CheckpointCommitted (after a restart, or a re-auctioned slot resuming another's work)."""
         if self._last is not None and self._last[0] == (job_id, slot_id, index):
             return self._last[1]
         events = [e for e in self.ledger.market.events.CheckpointCommitted().get_logs(
@@ -124,15 +153,33 @@ class Worker:
         return Checkpoint.load(self.storage.cat(cid))
 
     def _commit(self, unit: Unit, slot: dict, interval: int) -> None:
-        """Meter the wall time the unit took, capped by the chain's clock since the slot's last
-        checkpoint, on the slot's GPU count (a CPU node is 1)."""
-        elapsed = chain_time(self.ledger.w3) - slot["lastCheckpointAt"]
-        if elapsed > interval:
-            log.warning("job=%d slot=%d unit=%d: past the checkpoint deadline by %ds", unit.job_id,
-                        unit.slot, unit.index, elapsed - interval)
+        """Pin the unit's checkpoint on the replicas, then commit it, metering the wall time it
+        trained on the slot's GPU count (a CPU node is 1)."""
+        began = time.monotonic()
+        self.storage.pin(unit.cid, replicas=self.replicas)
+        pinned = time.monotonic()
+        elapsed = self._await_metered(unit, slot, interval)
         gpu_seconds = min(UINT32_MAX, min(math.ceil(unit.seconds), max(elapsed, 0)) * slot["gpus"])
         fn = self.ledger.market.functions.commitCheckpoint(
             unit.job_id, unit.slot, gpu_seconds, unit.cid, bytes.fromhex(unit.state_hash))
+        sending = time.monotonic()
         self.outbox.send(f"unit:{unit.job_id}:{unit.slot}:{unit.index}", fn)
-        log.info("job=%d slot=%d unit=%d: committed gpu_seconds=%d cid=%s", unit.job_id, unit.slot,
-                 unit.index, gpu_seconds, unit.cid)
+        log.info("job=%d slot=%d unit=%d: committed gpu_seconds=%d (pinned in %.3fs, metered after "
+                 "%.3fs, mined in %.3fs) cid=%s", unit.job_id, unit.slot, unit.index, gpu_seconds,
+                 pinned - began, sending - pinned, time.monotonic() - sending, unit.cid)
+
+    def _await_metered(self, unit: Unit, slot: dict, interval: int) -> int:
+        """Seconds on the chain's clock since the slot's last checkpoint, once they cover the
+        unit's whole seconds: the market caps metering by that clock, and a unit trained while
+        its predecessor's commit was in flight started before that commit's block. Never waits
+        into the deadline's last seconds."""
+        since = slot["lastCheckpointAt"]
+        due = min(since + int(unit.seconds), since + interval - DEADLINE_MARGIN)
+        now = chain_time(self.ledger.w3)
+        while now < due:
+            time.sleep(CLOCK_POLL)
+            now = chain_time(self.ledger.w3)
+        if now - since > interval:
+            log.warning("job=%d slot=%d unit=%d: past the checkpoint deadline by %ds", unit.job_id,
+                        unit.slot, unit.index, now - since - interval)
+        return now - since

@@ -12,6 +12,7 @@ from marketplace.chain.scripted_job import Cast
 from marketplace.cli import main
 from marketplace.storage import Storage
 from node.daemon.chainview import chain_time
+from node.daemon.journal import Journal
 from node.engine import Checkpoint, load_spec, run_unit
 from node.work import unit_shard, unit_steps, units_per_node
 
@@ -107,8 +108,18 @@ def test_daemon_wins_trains_settles_and_stops_on_sigterm(ledger, cast, onboarded
     assert withdrawn.output.strip() == "nothing owed"
 
 
-def test_daemon_killed_after_bid_and_mid_unit_recovers(ledger, cast, onboarded, start_daemon, storage,
-                                                       expected_hashes):
+def uncommitted_unit(ledger: Ledger, journal: Journal, job_id: int) -> int | None:
+    """A unit past the first that the daemon trained and journaled but has not committed yet:
+    in a pipeline, its predecessor's commit may still be in flight too."""
+    done = ledger.slot(job_id, 0)["unitsDone"]
+    for index in (done, done + 1):
+        if index and journal.unit(job_id, 0, index) is not None:
+            return index
+    return None
+
+
+def test_daemon_killed_after_bid_and_mid_pipeline_recovers(ledger, cast, onboarded, start_daemon, storage,
+                                                           expected_hashes, tmp_path):
     me = onboarded.address
     daemon = start_daemon()
     job_id = create_job(ledger, cast, storage)
@@ -118,12 +129,18 @@ def test_daemon_killed_after_bid_and_mid_unit_recovers(ledger, cast, onboarded, 
 
     daemon = start_daemon()
     rivals_reveal(ledger, job_id, bids)
-    wait_for(lambda: events(ledger, "CheckpointCommitted", job_id), 90, "the first checkpoint")
+    journal = Journal(tmp_path / "home" / "node" / "journal.sqlite3")  # the daemons' own
+    index = wait_for(lambda: uncommitted_unit(ledger, journal, job_id), 90, "a unit trained ahead of the chain",
+                     interval=0.05)
     daemon.kill()
+    journal.close()
 
+    logged = len(daemon.output)
     daemon = start_daemon()
     wait_paid(ledger, job_id, me)
     assert len(events(ledger, "BidCommitted", job_id, provider=me)) == 1
     assert len(events(ledger, "BidRevealed", job_id, provider=me)) == 1
+    # Every unit once, in order; the one journaled before the kill committed from its record.
     assert_units(ledger, storage, job_id, me, expected_hashes)
+    assert f"unit={index}: trained" not in daemon.output[logged:]
     assert daemon.terminate() == 0
