@@ -61,9 +61,12 @@ class Compressor:
     than a 4-bit value's eight times over); `random` keeps positions drawn from `seed` and
     the exchange's round, which every rank of the group draws alike, so no position crosses
     the network and all ranks send the same coordinates (which coordinate-wise robust
-    aggregation needs). Quantization is symmetric with one float32 scale (the chunk's
-    largest magnitude) per `chunk` kept values, so one large entry only coarsens its own
-    chunk; 2 bits is ternary. `ratio=1` and `bits=32` is the identity.
+    aggregation needs). Quantization is symmetric with one float32 scale per `chunk` kept
+    values, so one large entry only coarsens its own chunk. At 8 and 4 bits the scale is
+    the chunk's largest magnitude over 127 or 7 levels; at 2 bits it is the chunk's RMS and
+    the four levels are +-0.5 and +-1.5 of it (near the best uniform 2-bit quantizer for
+    bell-shaped values; a max scale would round most of them to zero), the clipped tails
+    being left to error feedback. `ratio=1` and `bits=32` is the identity.
     """
 
     ratio: float = 1.0  # fraction of entries kept, in (0, 1]
@@ -158,14 +161,24 @@ class Compressor:
         return torch.randperm(numel, generator=generator)[: self.kept(numel)].sort().values
 
     def _quantize(self, kept: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        k, level = kept.numel(), self._level()
+        k = kept.numel()
         chunks = torch.zeros(math.ceil(k / self.chunk) * self.chunk)
         chunks[:k] = kept
         chunks = chunks.view(-1, self.chunk)  # (n_chunks, chunk)
-        scales = chunks.abs().amax(dim=1) / level  # (n_chunks,)
+        if self.bits == 2:
+            counts = torch.full((chunks.shape[0],), float(self.chunk))  # (n_chunks,)
+            counts[-1] = k - (chunks.shape[0] - 1) * self.chunk  # the last chunk is padded
+            scales = (chunks.square().sum(dim=1) / counts).sqrt()  # (n_chunks,) RMS
+        else:
+            scales = chunks.abs().amax(dim=1) / self._level()  # (n_chunks,)
         safe = torch.where(scales > 0, scales, torch.ones_like(scales))
-        codes = (chunks / safe.unsqueeze(1)).round().clamp(-level, level).flatten()[:k]
-        codes = (codes + level).to(torch.uint8)  # (k,) in [0, 2 * level]
+        scaled = chunks / safe.unsqueeze(1)
+        if self.bits == 2:  # the interval [-1, 0), [0, 1) or beyond that x / RMS falls in
+            codes = (scaled.floor() + 2).clamp(0, 3).flatten()[:k]
+        else:
+            level = self._level()
+            codes = scaled.round().clamp(-level, level).flatten()[:k] + level
+        codes = codes.to(torch.uint8)  # (k,) in [0, 2 ** bits)
         per_byte = 8 // self.bits
         padded = torch.cat([codes, codes.new_zeros(-k % per_byte)])
         slots = padded.view(-1, per_byte)  # (ceil(k / per_byte), per_byte), low bits first
@@ -178,12 +191,12 @@ class Compressor:
         per_byte, mask = 8 // self.bits, (1 << self.bits) - 1
         slots = [(payload.values >> (slot * self.bits)) & mask for slot in range(per_byte)]
         codes = torch.stack(slots, dim=1).flatten()[:k]  # (k,)
-        signed = codes.float() - self._level()
+        signed = codes.float() - (1.5 if self.bits == 2 else self._level())
         per_value = payload.scales.repeat_interleave(self.chunk)[:k]  # (k,)
         return signed * per_value
 
     def _level(self) -> int:
-        """Largest code magnitude: 127, 7 or 1 for 8, 4 or 2 bits (symmetric around zero)."""
+        """Largest code magnitude at 8 or 4 bits: 127 or 7 (symmetric around zero)."""
         return 2 ** (self.bits - 1) - 1
 
 
