@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from marketplace.ipfs.api import blocks, files, gateway, node, pins
 from marketplace.ipfs.blockstore import CorruptBlock
 from marketplace.ipfs.errors import BlockNotFound, IpfsError
-from marketplace.ipfs.http_protocol import BodyPassingProtocol
+from marketplace.ipfs.http_protocol import NodeHttpProtocol
 from marketplace.ipfs.pinstore import NotPinned
 from marketplace.ipfs.repo import Repo
 
@@ -91,8 +91,8 @@ def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
         repo.write_api_file(f"/{proto}/{host}/tcp/{bound_port}")
         log.info("IPFS RPC API listening on http://%s:%d%s (repo %s)", host, bound_port,
                  API_PREFIX, repo.path)
-        config = uvicorn.Config(create_app(repo), http=BodyPassingProtocol, log_level="warning",
-                                access_log=False, timeout_keep_alive=30)
+        config = uvicorn.Config(create_app(repo), http=NodeHttpProtocol, ws="none",
+                                log_level="warning", access_log=False, timeout_keep_alive=30)
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         repo.close()
