@@ -34,8 +34,7 @@ def write_input(path: Path, size: int) -> None:
     node skip the blocks it already stored."""
     rng = random.Random("bench_storage")
     with open(path, "wb") as out:
-        for offset in range(0, size, MIB):
-            out.write(rng.randbytes(min(MIB, size - offset)))
+        out.writelines(rng.randbytes(min(MIB, size - offset)) for offset in range(0, size, MIB))
 
 
 def reference_cid(path: Path) -> tuple[str, str]:

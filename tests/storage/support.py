@@ -16,6 +16,8 @@ from pathlib import Path
 import ipfshttpclient
 import pytest
 
+from marketplace.ipfs import varint
+from marketplace.ipfs.cid import CID
 from marketplace.processes import terminate
 
 CHUNK = 256 * 1024
@@ -33,6 +35,26 @@ def ipfs_cid(path: Path) -> dict[str, str]:
     and leaves), so only single-block files compare against our CIDv1 imports directly."""
     out = subprocess.run([IPFS_CID, str(path)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
+
+
+def read_car(car: bytes) -> tuple[bytes, list[tuple[CID, bytes]]]:
+    """A CARv1's length-prefixed header (undecoded) and its (CID, block) sections in order."""
+    length, pos = varint.decode(car)
+    head, pos = car[pos:pos + length], pos + length
+    sections = []
+    while pos < len(car):
+        length, pos = varint.decode(car, pos)
+        section, pos = car[pos:pos + length], pos + length
+        if section[:2] == b"\x12\x20":  # a CIDv0: the bare sha2-256 multihash
+            cid_length = 34
+        else:
+            _, end = varint.decode(section)  # version
+            _, end = varint.decode(section, end)  # codec
+            _, end = varint.decode(section, end)  # hash function
+            digest_length, end = varint.decode(section, end)
+            cid_length = end + digest_length
+        sections.append((CID.decode(section[:cid_length]), section[cid_length:]))
+    return head, sections
 
 
 def random_bytes(size: int, seed: int = 0) -> bytes:

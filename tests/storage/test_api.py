@@ -9,10 +9,10 @@ import ipfshttpclient
 import pytest
 import requests
 
-from marketplace.ipfs import dagpb, unixfs
+from marketplace.ipfs import car, dagpb, reader, unixfs
 from marketplace.ipfs.cid import CID, RAW
 
-from .support import CHUNK, Node, ipfs_cid, needs_ipfs_cid, random_bytes
+from .support import CHUNK, Node, ipfs_cid, needs_ipfs_cid, random_bytes, read_car
 
 HELLO_V0 = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN"
 UNKNOWN = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEM"  # valid CID, content nobody added
@@ -237,9 +237,32 @@ def test_gateway_serves_files_and_raw_blocks(shared_node: Node, client):
     assert head.status_code == 200 and head.headers["Content-Length"] == str(len(data))
 
 
+@pytest.mark.parametrize("options", [{"cid-version": 0}, {"cid-version": 1}])
+def test_gateway_sends_a_dag_as_a_car_each_block_once_depth_first(shared_node: Node, client,
+                                                                    options):
+    chunk = random_bytes(CHUNK, seed=31)
+    data = chunk + random_bytes(CHUNK, seed=32) + chunk + b"tail"  # one leaf twice in the DAG
+    root = CID.parse(client.add_bytes(data, opts=options))
+    response = requests.get(f"{shared_node.url}/ipfs/{root}?format=car", timeout=30)
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == car.CONTENT_TYPE
+    assert response.content.startswith(car.header([root]))
+    _, sections = read_car(response.content)
+    blocks = dict(sections)
+    for cid, block in sections:
+        cid.verify(block)
+    walk = [cid for cid, _ in reader.iter_blocks(root, blocks.__getitem__)]
+    assert [cid for cid, _ in sections] == list(dict.fromkeys(walk)) and len(walk) == 5
+    assert b"".join(reader.iter_file(root, blocks.__getitem__)) == data
+    by_accept = requests.get(f"{shared_node.url}/ipfs/{root}", timeout=30,
+                             headers={"Accept": car.MEDIA_TYPE})
+    assert by_accept.content == response.content
+
+
 @pytest.mark.parametrize("path, status", [("not-a-cid", 400), (UNKNOWN, 404),
                                           (f"{HELLO_V0}/sub/path", 400),
-                                          (f"{HELLO_V0}?format=car", 400)])
+                                          (f"{HELLO_V0}?format=tar", 400),
+                                          (f"{UNKNOWN}?format=car", 404)])
 def test_gateway_errors_are_plain_4xx(shared_node: Node, client, path: str, status: int):
     client.add_bytes(b"hello\n")
     response = requests.get(f"{shared_node.url}/ipfs/{path}", timeout=30)

@@ -2,13 +2,22 @@
 
 import pytest
 
-from marketplace.ipfs import dagpb, multibase, unixfs, varint
+from marketplace.ipfs import car, dagpb, multibase, unixfs, varint
 from marketplace.ipfs.cid import CID, DAG_PB, RAW
 from marketplace.ipfs.errors import HashMismatch, InvalidBlock, InvalidCid
 
 from .support import EMPTY_RAW_CID
 
 HELLO_V0 = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN"  # `echo hello | ipfs add`
+# The start of the CARv1 example the IPLD CAR libraries test against: a header with two
+# dag-cbor roots, then raw blocks "aaaa", "bbbb" and "cccc".
+CARV1_EXAMPLE = bytes.fromhex(
+    "63a265726f6f747382d82a58250001711220f88bc853804cf294fe417e4fa83028689fcdb1b1592c5102e147"
+    "4dbc200fab8bd82a5825000171122069ea0740f9807a28f4d932c62e7c1c83be055e55072c90266ab3e79df6"
+    "3a365b6776657273696f6e01280155122061be55a8e2f6b4e172338bddf184d6dbee29c98853e0a0485ecee7"
+    "f27b9af0b461616161280155122081cc5b17018674b401b42f35ba07bb79e211239c23bffe658da1577e3e64"
+    "6877626262622801551220b6fbd675f98e2abd22d4ed29fdc83150fedc48597e92dd1a7a24381d44a2745163"
+    "636363")
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**32, 2**63 - 1])
@@ -89,3 +98,13 @@ def test_empty_file_node_is_kubos_bytes():
 def test_malformed_dagpb_is_refused(block):
     with pytest.raises(InvalidBlock):
         dagpb.decode(block)
+
+
+def test_car_header_and_sections_match_the_carv1_example():
+    roots = [CID.decode(bytes.fromhex("01711220" + digest)) for digest in (
+        "f88bc853804cf294fe417e4fa83028689fcdb1b1592c5102e1474dbc200fab8b",
+        "69ea0740f9807a28f4d932c62e7c1c83be055e55072c90266ab3e79df63a365b")]
+    blocks = [b"aaaa", b"bbbb", b"cccc"]
+    encoded = car.header(roots) + b"".join(car.section_head(CID.of(block, RAW), block) + block
+                                           for block in blocks)
+    assert encoded == CARV1_EXAMPLE

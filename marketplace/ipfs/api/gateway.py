@@ -1,15 +1,16 @@
-"""The trustless gateway: GET /ipfs/{cid} for a file, ?format=raw for one verifiable block."""
+"""The trustless gateway: GET /ipfs/{cid} for a file, ?format=raw for one verifiable block,
+?format=car for the whole DAG as a CAR."""
 
 from typing import Annotated
 
 from fastapi import APIRouter, Header
 from fastapi.responses import Response
 
-from marketplace.ipfs import reader
+from marketplace.ipfs import car, reader
 from marketplace.ipfs.api.deps import RepoDep
 from marketplace.ipfs.api.streaming import FileStream
 from marketplace.ipfs.cid import CID
-from marketplace.ipfs.errors import Unsupported
+from marketplace.ipfs.errors import BlockNotFound, Unsupported
 
 router = APIRouter(prefix="/ipfs", tags=["gateway"])
 
@@ -27,8 +28,15 @@ def fetch(repo: RepoDep, path: str, format: str | None = None,
         headers |= {"Etag": f'"{cid}.raw"', "X-Content-Type-Options": "nosniff",
                     "Content-Disposition": f'attachment; filename="{cid}.bin"'}
         return Response(repo.blocks.get(cid), media_type=RAW_BLOCK, headers=headers)
+    if format == "car" or (format is None and car.MEDIA_TYPE in accept):
+        if not repo.blocks.has(cid):  # a missing root is a 404, not a 200 cut short
+            raise BlockNotFound(cid)
+        headers |= {"Etag": f'"{cid}.car"', "X-Content-Type-Options": "nosniff",
+                    "Content-Disposition": f'attachment; filename="{cid}.car"'}
+        return FileStream(car.stream(cid, repo.blocks.get), media_type=car.CONTENT_TYPE,
+                          headers=headers)
     if format is not None:
-        raise Unsupported(f"format {format!r} is not supported, use raw or none")
+        raise Unsupported(f"format {format!r} is not supported, use raw, car or none")
     size = reader.file_size(cid, repo.blocks.get)
     headers |= {"Etag": f'"{cid}"', "Content-Length": str(size)}
     return FileStream(reader.iter_file(cid, repo.blocks.get),
