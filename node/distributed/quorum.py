@@ -29,6 +29,14 @@ class RoundBoard:
     payloads. A rank that posts after the round closed is told it is not a member and
     takes the round's result from the members' payloads like everyone else, which is how
     a straggler rejoins on the group's state without any catch-up protocol.
+
+    torchft 0.2.0 (Manager + lighthouse) forms a quorum the same way, from the replicas
+    that join within a timeout, but falls short here: the Manager's only data collective is
+    an all-reduce (sum or mean), while robust aggregation needs every member's update; a
+    replica that fell behind heals by fetching a peer's whole state over HTTP (weights and
+    optimizer in full precision, more than a compressed run sends in total), where here it
+    rebuilds the round from the compressed payloads already posted; and every job would
+    need a lighthouse server that all its providers can reach.
     """
 
     def __init__(
