@@ -4,29 +4,31 @@ checked against the chain rather than trusted."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import requests
+from eth_abi.exceptions import DecodingError
 from eth_utils import event_abi_to_log_topic
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel
-from web3 import Web3
 from web3.contract import Contract
 from web3.exceptions import BlockNotFound, TransactionNotFound
 
-from marketplace.chain.deploy import Deployment
-from marketplace.errors import ZooError
+from marketplace.chain.errors import ChainError
+from marketplace.chain.ledger import Ledger
+from marketplace.gateway.api.deps import LedgerDep
 from marketplace.gateway.api.schemas import NOT_FOUND, Message, Wei
+from marketplace.gateway.api.service import NotFound
 
 router = APIRouter(prefix="/chain", tags=["chain"])
 
 WALLET_CONTRACTS = ("ZenToken", "Staking")  # what the staking page calls
 HOLDERS = ("JobMarket", "Staking", "Treasury")  # the contracts that hold ZEN
 UNAVAILABLE = {503: {"model": Message, "description": "The chain's RPC does not answer."}}
-RPC_TIMEOUT = 10  # seconds
 
 
 class TierView(BaseModel):
@@ -83,58 +85,40 @@ class Holdings(BaseModel):
     zen: dict[str, Wei]  # contract name -> balance
 
 
-@dataclass
-class Chain:
-    """The RPC and the deployed ledger, with what it takes to name contracts and decode logs."""
+@dataclass(frozen=True)
+class LogDecoder:
+    """Names the ledger's contracts by address and decodes the events they emit."""
 
-    w3: Web3
-    deployment: Deployment
-    contracts: dict[str, tuple[str, Contract]] = field(default_factory=dict)  # address -> (name, contract)
-    events: dict[bytes, tuple[str, Contract, str]] = field(default_factory=dict)  # topic0 -> (name, contract, event)
-
-    def __post_init__(self) -> None:
-        for name, address in self.deployment.addresses.items():
-            contract = self.deployment.contract(self.w3, name)
-            self.contracts[address] = (name, contract)
-            for item in contract.abi:
-                if item["type"] == "event" and not item.get("anonymous"):
-                    self.events[event_abi_to_log_topic(item)] = (name, contract, item["name"])
+    contracts: dict[str, tuple[str, Contract]]  # address -> (name, contract)
+    events: dict[bytes, tuple[str, str]]  # topic0 -> (contract name, event name)
 
     def name_of(self, address: str | None) -> str | None:
         known = self.contracts.get(address) if address else None
         return known[0] if known else None
 
 
-def _open_chain(request: Request) -> Chain:
-    settings = request.app.state.settings
-    w3 = Web3(Web3.HTTPProvider(settings.rpc_url, request_kwargs={"timeout": RPC_TIMEOUT}))
-    with rpc():
-        chain_id = w3.eth.chain_id
-    try:
-        deployment = settings.deployment(chain_id)
-    except ZooError as exc:
-        raise HTTPException(503, f"no ledger manifest for chain {chain_id}: {exc}") from None
-    return Chain(w3, deployment)
-
-
-def get_chain(request: Request) -> Chain:
-    """One Chain per app, opened on first use so the gateway starts while its chain is still down."""
-    chain = getattr(request.app.state, "chain_views", None)
-    if chain is None:
-        chain = request.app.state.chain_views = _open_chain(request)
-    return chain
+@functools.lru_cache(maxsize=4)
+def decoder(ledger: Ledger) -> LogDecoder:
+    """Built once per ledger (the gateway keeps one): every event's topic, from the manifest's ABIs."""
+    contracts, events = {}, {}
+    for name, address in ledger.deployment.addresses.items():
+        contract = ledger.deployment.contract(ledger.w3, name)
+        contracts[address] = (name, contract)
+        for item in contract.abi:
+            if item["type"] == "event" and not item.get("anonymous"):
+                events[event_abi_to_log_topic(item)] = (name, item["name"])
+    return LogDecoder(contracts, events)
 
 
 @contextmanager
 def rpc() -> Iterator[None]:
-    """An RPC that does not answer is the chain's outage, not a bug of ours: a 503 that says so."""
+    """An RPC that stops answering mid-request is the chain's outage, not a bug of ours: a 503 that says so."""
     try:
         yield
     except requests.RequestException as exc:
-        raise HTTPException(503, f"the chain's RPC does not answer: {type(exc).__name__}") from None
+        raise ChainError(f"the chain's RPC does not answer: {type(exc).__name__}") from None
 
 
-ChainDep = Annotated[Chain, Depends(get_chain)]
 TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A transaction hash.")]
 BlockNumber = Annotated[int, Path(ge=0, le=2**63 - 1, description="A block number.")]
 
@@ -152,25 +136,23 @@ def plain(value: Any) -> Any:
     return [plain(v) for v in value]
 
 
-def _log_view(chain: Chain, log) -> LogView:
-    view = {"log_index": log["logIndex"], "address": log["address"], "contract": chain.name_of(log["address"]),
+def _log_view(known: LogDecoder, log) -> LogView:
+    view = {"log_index": log["logIndex"], "address": log["address"], "contract": known.name_of(log["address"]),
             "event": None, "args": {}}
     topics = log["topics"]
-    known = chain.events.get(bytes(topics[0])) if topics else None
-    if known and known[0] == view["contract"]:
-        _, contract, event = known
-        decoded = contract.events[event]().process_log(log)
+    name, event = known.events.get(bytes(topics[0]), (None, None)) if topics else (None, None)
+    if event is not None and name == view["contract"]:
+        decoded = known.contracts[log["address"]][1].events[event]().process_log(log)
         view |= {"event": event, "args": plain(dict(decoded["args"]))}
     return LogView(**view)
 
 
 @router.get("/config", response_model=ChainConfig, responses=UNAVAILABLE)
-def chain_config(chain: ChainDep):
+def chain_config(ledger: LedgerDep):
     """The chain id, every ledger address, the network fee, the tiers and the ABIs a wallet page calls."""
-    deployment = chain.deployment
-    staking = deployment.contract(chain.w3, "Staking").functions
+    deployment, staking = ledger.deployment, ledger.staking.functions
     with rpc():
-        fee_bps = deployment.contract(chain.w3, "JobMarket").functions.feeBps().call()
+        fee_bps = ledger.market.functions.feeBps().call()
         tiers = [staking.tier(i).call() for i in range(staking.tierCount().call())]
     return {"chain_id": deployment.chain_id, "deploy_block": deployment.deploy_block, "fee_bps": fee_bps,
             "tiers": [{"name": t[0], "min_stake": t[1]} for t in tiers],
@@ -178,58 +160,58 @@ def chain_config(chain: ChainDep):
 
 
 @router.get("/tx/{tx_hash}", response_model=TxView, responses=NOT_FOUND | UNAVAILABLE)
-def transaction(chain: ChainDep, tx_hash: TxHash):
+def transaction(ledger: LedgerDep, tx_hash: TxHash):
     """The transaction with its call and the ledger's events decoded."""
     with rpc():
         try:
-            tx = chain.w3.eth.get_transaction(tx_hash)
+            tx = ledger.w3.eth.get_transaction(tx_hash)
         except TransactionNotFound:
-            raise HTTPException(404, f"no transaction {tx_hash} on chain {chain.deployment.chain_id}") from None
+            raise NotFound(f"no transaction {tx_hash} on chain {ledger.deployment.chain_id}") from None
         try:
-            receipt = chain.w3.eth.get_transaction_receipt(tx_hash)
+            receipt = ledger.w3.eth.get_transaction_receipt(tx_hash)
         except TransactionNotFound:
             receipt = None
-    name = chain.name_of(tx["to"])
+    known = decoder(ledger)
+    name = known.name_of(tx["to"])
     method, args = None, {}
     if name is not None:
         try:
-            fn, decoded = chain.contracts[tx["to"]][1].decode_function_input(tx["input"])
+            fn, decoded = known.contracts[tx["to"]][1].decode_function_input(tx["input"])
             method, args = fn.fn_name, plain(decoded)
-        except ValueError:  # a selector the ABI does not know
+        except (ValueError, DecodingError):  # a selector the ABI does not know, or calldata cut short
             pass
     status = "pending" if receipt is None else ("success" if receipt["status"] == 1 else "reverted")
     return {
         "hash": "0x" + bytes(tx["hash"]).hex(), "block_number": tx["blockNumber"], "sender": tx["from"],
         "to": tx["to"], "contract": name, "method": method, "args": args, "value": tx["value"],
         "status": status, "gas_used": receipt["gasUsed"] if receipt else None,
-        "logs": [_log_view(chain, log) for log in receipt["logs"]] if receipt else [],
+        "logs": [_log_view(known, log) for log in receipt["logs"]] if receipt else [],
     }
 
 
 @router.get("/blocks/{number}", response_model=BlockView, responses=NOT_FOUND | UNAVAILABLE)
-def block(chain: ChainDep, number: BlockNumber):
+def block(ledger: LedgerDep, number: BlockNumber):
     """The block's hash, time and transactions."""
     with rpc():
         try:
-            b = chain.w3.eth.get_block(number)
+            b = ledger.w3.eth.get_block(number)
         except BlockNotFound:
-            raise HTTPException(404, f"no block {number} on chain {chain.deployment.chain_id} yet") from None
+            raise NotFound(f"no block {number} on chain {ledger.deployment.chain_id} yet") from None
     return {"number": b["number"], "hash": "0x" + bytes(b["hash"]).hex(),
             "parent_hash": "0x" + bytes(b["parentHash"]).hex(), "timestamp": b["timestamp"],
             "gas_used": b["gasUsed"], "transactions": ["0x" + bytes(t).hex() for t in b["transactions"]]}
 
 
 @router.get("/holdings", response_model=Holdings, responses=NOT_FOUND | UNAVAILABLE)
-def holdings(chain: ChainDep, block: Annotated[int | None, Query(
+def holdings(ledger: LedgerDep, block: Annotated[int | None, Query(
         ge=0, le=2**63 - 1, description="Read at this block (e.g. the indexed one, to compare); default the latest.")] = None):
     """ZEN held by the market (open escrow and unpaid earnings), staking and the treasury."""
-    zen = chain.deployment.contract(chain.w3, "ZenToken").functions
+    first = ledger.deployment.deploy_block
     with rpc():
-        head = chain.w3.eth.block_number
-        if block is not None and not chain.deployment.deploy_block <= block <= head:
-            raise HTTPException(404, f"block {block} is outside the ledger's life: "
-                                     f"blocks {chain.deployment.deploy_block} to {head}")
+        head = ledger.w3.eth.block_number
+        if block is not None and not first <= block <= head:
+            raise NotFound(f"block {block} is outside the ledger's life: blocks {first} to {head}")
         number = head if block is None else block
-        balances = {name: zen.balanceOf(chain.deployment.addresses[name]).call(block_identifier=number)
+        balances = {name: ledger.zen.functions.balanceOf(ledger.deployment.addresses[name]).call(block_identifier=number)
                     for name in HOLDERS}
     return {"block_number": number, "zen": balances}

@@ -3,7 +3,7 @@
 // page (escrow = payouts + fee + refund per job; the indexed treasury against the chain's own
 // balance at the same block). The page polls the API every two seconds and redraws only when the
 // indexer has read a new block, so it follows a running job live at little cost.
-import { get, getAll } from "./lib/api.js";
+import { ApiError, get, getAll } from "./lib/api.js";
 import { fill, figure, h, markLoaded, say } from "./lib/dom.js";
 import { percent, short, when, zen } from "./lib/format.js";
 
@@ -17,8 +17,8 @@ const state = {
   indexedBlock: undefined, // the block the shown figures are read at
   details: new Map(), // job id -> { job, units }; settled and cancelled jobs do not change
   slashedTotal: null, // re-read provider details only when the network's slashes change
-  slashes: [],
-  jobs: [],
+  slashes: [], // newest first
+  slashesByProvider: new Map(), // address -> its slashes
 };
 
 // --- links -----------------------------------------------------------------------------------
@@ -209,10 +209,10 @@ async function providersWithSlashes(stats) {
   if (stats.slashed !== state.slashedTotal) {
     const details = await Promise.all(providers.map((p) => get(`providers/${p.address}`)));
     state.slashes = details.flatMap((d) => d.slashes).sort((a, b) => b.block_number - a.block_number);
-    state.slashedByProvider = new Map(details.map((d) => [d.address, d.slashes]));
+    state.slashesByProvider = new Map(details.map((d) => [d.address, d.slashes]));
     state.slashedTotal = stats.slashed;
   }
-  return providers.map((p) => ({ ...p, slashes: state.slashedByProvider.get(p.address) ?? [] }));
+  return providers.map((p) => ({ ...p, slashes: state.slashesByProvider.get(p.address) ?? [] }));
 }
 
 async function refresh() {
@@ -224,11 +224,11 @@ async function refresh() {
     providersWithSlashes(stats),
     stats.indexed_block === null ? null : get(`chain/holdings?block=${stats.indexed_block}`).catch(() => null),
   ]);
-  state.jobs = await Promise.all(recent.map(jobDetail));
+  const shown = await Promise.all(recent.map(jobDetail));
   const openEscrow = unfinished.flat().reduce((sum, j) => sum + BigInt(j.budget), 0n);
 
   renderNetwork(stats, openEscrow, holdings);
-  const jobRows = state.jobs.map(jobRow);
+  const jobRows = shown.map(jobRow);
   fill($("#jobs tbody"), jobRows.length ? jobRows : h("tr", {}, h("td", { colspan: 11, class: "empty" }, "no jobs yet")));
   fill($("#providers tbody"), providers.length ? providers.map(providerRow) : h("tr", {}, h("td", { colspan: 8, class: "empty" }, "no providers yet")));
   fill($("#slashes tbody"), state.slashes.length ? state.slashes.map(slashRow) : h("tr", {}, h("td", { colspan: 6, class: "empty" }, "no slashes")));
@@ -261,8 +261,13 @@ async function showSelectedJob() {
     return;
   }
   const id = Number(match[1]);
-  const detail = state.details.get(id) ?? (await jobDetail({ job_id: id }));
-  renderJob(detail);
+  try {
+    renderJob(state.details.get(id) ?? (await jobDetail({ job_id: id })));
+  } catch (error) {
+    if (!(error instanceof ApiError && error.status === 404)) throw error;
+    fill($("#job"), h("h2", { id: "job-title" }, `Job ${id}`), h("p", {}, `${error.message}: not created yet, or not indexed yet.`));
+    $("#job").hidden = false;
+  }
 }
 
 function renderTx(tx) {
