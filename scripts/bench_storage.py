@@ -152,6 +152,9 @@ def report(size_mib: int, repo_dir: str, runs: list[Run], idle_kib: int, cid: st
         "add_throughput_ratio": round(best.add_mb_per_s / sha, 3),
         "server_peak_rss_above_idle_mb": round((max(r.peak_rss_kib for r in runs) - idle_kib)
                                                / 1024, 1),
+        # CPU time moves less with other load on the machine than wall time does.
+        "node_cpu_s": round(min(r.server_cpu_s for r in runs), 2),
+        "client_cpu_s": round(min(r.client_cpu_s for r in runs), 2),
     }
     hash_cpu_s = size_mib / sha
     rows = [
@@ -163,8 +166,8 @@ def report(size_mib: int, repo_dir: str, runs: list[Run], idle_kib: int, cid: st
         ("hashlib.sha256", f"{sha:.0f} MB/s",
          "runs: " + ", ".join(f"{r.sha256_mb_per_s:.0f}" for r in runs)),
         ("add / sha256", f"{figures['add_throughput_ratio']:.2f}", "target >= 0.5"),
-        ("CPU, best add", f"{best.server_cpu_s:.2f} s node",
-         f"{best.client_cpu_s:.2f} s client; hashing alone {hash_cpu_s:.2f} s"),
+        ("CPU per add, least", f"{figures['node_cpu_s']:.2f} s node",
+         f"{figures['client_cpu_s']:.2f} s client; hashing alone {hash_cpu_s:.2f} s"),
         ("cores, load average", f"{os.cpu_count()}", " ".join(f"{x:.1f}" for x in os.getloadavg())),
         ("server RSS idle", f"{idle_kib / 1024:.1f} MiB", ""),
         ("server peak above idle", f"{figures['server_peak_rss_above_idle_mb']:.1f} MiB",
