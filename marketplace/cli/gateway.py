@@ -30,14 +30,15 @@ def gateway() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="TCP port to listen on.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Server processes sharing the port (about one per core).")
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS, help="How much the server logs.")
-def serve_command(host: str, port: int, log_level: str) -> None:
+def serve_command(host: str, port: int, workers: int, log_level: str) -> None:
     """Serve the API (OpenAPI at /docs) until SIGTERM or Ctrl-C."""
     import uvicorn
 
-    from marketplace.gateway.api.main import create_app
-
-    uvicorn.run(create_app(Settings()), host=host, port=port, log_level=log_level.lower())
+    uvicorn.run("marketplace.gateway.api.main:app_from_env", factory=True, host=host, port=port, workers=workers,
+                log_level=log_level.lower(), access_log=log_level == "DEBUG")
 
 
 @gateway.command("index")

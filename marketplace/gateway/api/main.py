@@ -6,6 +6,7 @@ from fastapi import FastAPI
 
 from marketplace.config import Settings
 from marketplace.gateway.api import errors
+from marketplace.gateway.api.cache import IndexCache
 from marketplace.gateway.api.routes import (
     auth,
     health,
@@ -29,7 +30,13 @@ def create_app(settings: Settings, url: str | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.sessions = open_database(url or database_url(settings))
     app.state.ledger = LedgerConnection(settings)
+    app.state.cache = IndexCache()
     for module in (jobs, providers, settlements, stats, health, auth, transactions, uploads, treasury):
         app.include_router(module.router)
     errors.install(app)
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The app of this process's ZOO_* settings: uvicorn's factory, called once in each worker process."""
+    return create_app(Settings())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from marketplace.gateway.api import service
 from marketplace.gateway.api.deps import (
@@ -48,9 +49,21 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=NOT_FOUND)
-def show_job(session: SessionDep, job_id: JobId):
-    """The job, its bids, slots, clearing price and settlement."""
-    return service.get_job(session, job_id)
+async def show_job(job_id: JobId, request: Request):
+    """The job, its bids, slots, clearing price and settlement.
+
+    The most read route (clients poll it): answered from the cache on the event loop while the index
+    has not moved, and built in a worker thread only when it has.
+    """
+    cache = request.app.state.cache
+    body = cache.fresh(("job", job_id)) or await run_in_threadpool(_job_json, request.app, job_id)
+    return Response(body, media_type="application/json")
+
+
+def _job_json(app, job_id: int) -> bytes:
+    with app.state.sessions() as session:
+        return app.state.cache.get(session, ("job", job_id), lambda: JobDetail.model_validate(
+            service.get_job(session, job_id)).model_dump_json().encode())
 
 
 @router.get("/{job_id}/units", response_model=list[UnitPublic], responses=NOT_FOUND)
