@@ -7,13 +7,11 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from marketplace.chain.deploy import ZEN
-from marketplace.cli.train import user_settings, zen
+from marketplace.cli.train import follow_job, user_settings, zen
 from marketplace.errors import ZooError
-from marketplace.sdk import Client, Job
+from marketplace.sdk import Client
 from marketplace.wallet import load_account
 
 console = Console()
@@ -123,7 +121,7 @@ def result_command(ctx, job_id: int, output: Path | None, wait_: bool, as_json: 
     client = open_client(ctx, wallet=wait_)  # waiting may settle the job, which the wallet signs
     job = client.handle(job_id)
     if wait_:
-        follow(job)
+        follow_job(job)
     elif (status := client.job(job_id)["status"]) not in ("completed", "settled"):
         raise ZooError(f"job {job_id} is {status}, not finished: pass --wait to follow it first")
     with console.status(f"downloading and checking job {job_id}'s checkpoint"):
@@ -146,18 +144,3 @@ def cancel_command(ctx, job_id: int, as_json: bool) -> None:
         return emit(receipt)
     console.print(f"job {job_id} cancelled in block {receipt['block_number']} (tx {receipt['tx_hash']})")
 
-
-def follow(job: Job) -> dict:
-    """Follow the job with a progress bar of its units, loss and pay, until it is settled."""
-    columns = (TextColumn(f"job {job.id}"), TextColumn("{task.fields[status]}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("units"), TextColumn("{task.fields[loss]}"), TextColumn("{task.fields[zen]}"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("job", total=None, status="", loss="", zen="")
-
-        def show(now: dict) -> None:
-            loss = f"loss {now['loss']:.3f}" if now["loss"] is not None else ""
-            bar.update(task, total=now["units_total"], completed=now["units_done"], status=now["status"], loss=loss,
-                       zen=f"{int(now['accrued']) / ZEN:,.4f} ZEN accrued")
-
-        return job.wait(on_progress=show)

@@ -14,6 +14,7 @@ from marketplace.chain.ledger import JobStatus
 from marketplace.cli.wallet import open_ledger, zen_amount
 from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
+from marketplace.sdk import Client, Job
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
 from node.engine import SpecError
@@ -60,6 +61,9 @@ def train(config_path: Path, max_budget: str, max_price: str, tier: str, nodes: 
     except SpecError as exc:
         raise click.ClickException(f"invalid job spec {config_path}: {exc}") from None
     settings = user_settings()
+    if settings.gateway_url:
+        return _train_through_gateway(settings, config_path, spec.name, order, max_budget, max_price, tier, nodes,
+                                      auction_timeout, output, no_wait)
     ledger = open_ledger(settings)
     user = load_account(settings)
     with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
@@ -83,6 +87,30 @@ def train(config_path: Path, max_budget: str, max_price: str, tier: str, nodes: 
                   f"fee {zen(settlement.fee)} (5%), refunded {zen(settlement.refund)}")
 
 
+def _train_through_gateway(settings: Settings, config_path: Path, name: str, order: jobs.Order, max_budget: str,
+                           max_price: str, tier: str, nodes: int | None, auction_timeout: int, output: Path | None,
+                           no_wait: bool) -> None:
+    """The same journey through the gateway at ZOO_GATEWAY_URL, signing with the wallet here (the SDK)."""
+    with Client(settings.gateway_url, wallet=load_account(settings), ipfs_api=settings.ipfs_api,
+                ipfs_replicas=settings.ipfs_replicas) as client:
+        with console.status("uploading the spec and escrowing the budget"):
+            job = client.train(config_path, max_budget, max_price=max_price, tier=tier, nodes=nodes,
+                               sample_rate_bps=order.sample_rate_bps, checkpoint_interval=order.checkpoint_interval)
+        console.print(f"job {job.id}: {name}, budget {zen(order.max_budget)} escrowed")
+        if no_wait:
+            click.echo(job.id)
+            return
+        final = follow_job(job, auction_timeout)
+        console.print(f"auction cleared at {zen(int(final['clearing_price']))} per GPU-hour")
+        with console.status("downloading and checking the final checkpoint"):
+            result = job.result(output)
+    settled = final["settlement"]
+    console.print(f"result: checkpoint {result.cid} (state {result.state_hash[2:18]}…), weights written to {result.path}")
+    console.print(f"settled in block {settled['block_number']} (tx {settled['tx_hash']}): "
+                  f"paid {zen(int(settled['payment']))}, fee {zen(int(settled['fee']))} (5%), "
+                  f"refunded {zen(int(settled['refund']))}")
+
+
 def _follow(ledger, storage: Storage, job_id: int) -> None:
     columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("units"),
                TextColumn("{task.fields[loss]}"), TextColumn("{task.fields[zen]}"), TimeElapsedColumn())
@@ -97,3 +125,20 @@ def _follow(ledger, storage: Storage, job_id: int) -> None:
         final = jobs.follow(ledger, storage, job_id, show)
     if final.status == JobStatus.CANCELLED:
         raise jobs.JobError(f"job {job_id} was cancelled")
+
+
+def follow_job(job: Job, auction_timeout: float | None = None) -> dict:
+    """Follow a job through a gateway with a progress bar of its units, loss and pay, until it is settled
+    (cancelled for a full refund if no auction fills within `auction_timeout` seconds)."""
+    columns = (TextColumn(f"job {job.id}"), TextColumn("{task.fields[status]}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("units"), TextColumn("{task.fields[loss]}"), TextColumn("{task.fields[zen]}"),
+               TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("job", total=None, status="", loss="", zen="")
+
+        def show(now: dict) -> None:
+            loss = f"loss {now['loss']:.3f}" if now["loss"] is not None else ""
+            bar.update(task, total=now["units_total"], completed=now["units_done"], status=now["status"], loss=loss,
+                       zen=f"{int(now['accrued']) / ZEN:,.4f} ZEN accrued")
+
+        return job.wait(on_progress=show, auction_timeout=auction_timeout)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,30 @@ def test_jobs_cli_lists_shows_follows_fetches_and_cancels(trained, served_gatewa
         "Error: GET /jobs/999999: job 999999 is not indexed"]
     nowhere = runner.invoke(main, ["jobs", "--gateway", "http://127.0.0.1:9", "list"], env=env)
     assert nowhere.exit_code == 1 and "no gateway answers at http://127.0.0.1:9" in nowhere.output
+
+
+def test_train_cli_goes_through_the_gateway_when_one_is_configured(served_gateway, ledger, cast, ipfs_api, tmp_path):
+    _, keystore = import_key(Settings(home=tmp_path), cast.user.key.hex(), "secret")
+    env = {"ZOO_HOME": str(tmp_path), "ZOO_WALLET": str(keystore), "ZOO_WALLET_PASSWORD": "secret",
+           "ZOO_IPFS_API": ipfs_api, "ZOO_IPFS_REPLICAS": "[]", "ZOO_GATEWAY_URL": served_gateway,
+           "ZOO_RPC_URL": "http://127.0.0.1:9"}  # the gateway is the only way to the chain here
+    before = ledger.market.functions.jobCount().call()
+
+    def provide_the_next_job() -> None:
+        while ledger.market.functions.jobCount().call() == before:
+            time.sleep(0.1)
+        with Storage(ipfs_api) as storage:
+            provide(ledger, cast, storage, before + 1)
+
+    providers = threading.Thread(target=provide_the_next_job)
+    providers.start()
+    try:
+        result = CliRunner().invoke(main, ["train", "--config", str(SPEC), "--max-budget", "500", "--sample-rate", "0",
+                                           "--checkpoint-interval", "3600", "--output", str(tmp_path / "w.pt")], env=env)
+    finally:
+        providers.join()
+    assert result.exit_code == 0, result.output
+    assert f"job {before + 1}: tiny-stdlib-gpt, budget 500.000000 ZEN escrowed" in result.output
+    assert "auction cleared at 60.000000 ZEN per GPU-hour" in result.output
+    assert "weights written to" in result.output and "settled in block" in result.output
+    assert torch.equal(torch.load(tmp_path / "w.pt")["weight"], torch.full((3,), 5.0))
