@@ -102,17 +102,22 @@ def check_funds(ledger: Ledger, address: str, budget: int) -> None:
         raise InsufficientZen(f"wallet {address} holds {held / 1e18:,.6f} ZEN, the budget needs {budget / 1e18:,.6f}")
 
 
+def pin(storage: Storage, data: bytes) -> str:
+    """Add `data` and pin it on as many of the known nodes as a checkpoint would be; its CID."""
+    cid = storage.add_bytes(data)
+    storage.pin(cid, replicas=min(REPLICAS, len(storage.nodes)))
+    return cid
+
+
 def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str, order: Order) -> int:
     """Validate the spec, pin it, and escrow the budget with a permit; returns the job id."""
     request = job_request(spec_text, "", order)  # a bad spec or budget is refused before pinning
     check_funds(ledger, user.address, order.max_budget)
-    spec_cid = storage.add_bytes(spec_text.encode())
-    storage.pin(spec_cid, replicas=min(REPLICAS, len(storage.nodes)))
-    request = replace(request, spec_cid=spec_cid)
+    request = replace(request, spec_cid=pin(storage, spec_text.encode()))
     deadline, v, r, s = sign_permit(ledger, user, ledger.market.address, order.max_budget)
     receipt = ledger.send(ledger.market.functions.createJobWithPermit(request.as_struct(), deadline, v, r, s), user)
     (event,) = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
-    log.info("job %d created: spec %s, budget %d", event["args"]["jobId"], spec_cid, order.max_budget)
+    log.info("job %d created: spec %s, budget %d", event["args"]["jobId"], request.spec_cid, order.max_budget)
     return event["args"]["jobId"]
 
 

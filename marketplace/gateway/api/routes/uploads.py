@@ -14,20 +14,13 @@ from marketplace.gateway.api.schemas import (
     SpecUploaded,
 )
 from marketplace.gateway.api.service import TooLarge
-from marketplace.storage import Storage
+from marketplace.jobs import pin
 from node.engine import parse_spec
 from node.work import units_per_node
 
 router = APIRouter(prefix="/uploads", tags=["uploads"])
 
-REPLICAS = 3
 MAX_DATASET_BYTES = 256 * 1024 * 1024
-
-
-def pin(storage: Storage, data: bytes) -> str:
-    cid = storage.add_bytes(data)
-    storage.pin(cid, replicas=min(REPLICAS, len(storage.nodes)))
-    return cid
 
 
 @router.post("/spec", response_model=SpecUploaded, responses=REFUSED | SIGNED_IN)
