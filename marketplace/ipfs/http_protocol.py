@@ -41,11 +41,11 @@ class _BodyPassingProtocol(HttpToolsProtocol):
 class NodeHttpProtocol(asyncio.BufferedProtocol):
     """uvicorn's protocol (above) behind asyncio's buffered-read interface, which uvloop only
     uses for protocols that are not `asyncio.Protocol`s, hence the wrapping. The event loop
-    then reads straight into one buffer, up to 1 MiB at a time, instead of 256 kB at a time
-    into a fresh bytes object: one copy of every uploaded byte less, and a quarter of the
-    read callbacks. The buffer is shared by the thread's connections, as uvloop shares its
-    own: the parser copies out everything it passes on (URL, headers, body pieces) before
-    the next read can land in it. Not for WebSocket upgrades (serve with ws="none")."""
+    then reads straight into one buffer, up to 1 MiB at a time, instead of 250 kB at a time
+    each copied into a fresh bytes object: one copy of every uploaded byte less, and a
+    quarter of the read callbacks. The buffer is shared by the thread's connections, as
+    uvloop shares its own: the parser copies out everything it passes on (URL, headers, body
+    pieces) before the next read can land in it. Not for WebSocket upgrades (ws="none")."""
 
     def __init__(self, **uvicorn_args) -> None:
         self._http = _BodyPassingProtocol(**uvicorn_args)
