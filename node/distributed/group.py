@@ -64,7 +64,7 @@ class GroupConfig:
 
 @dataclass(frozen=True)
 class DistributedResult:
-    eval_losses: list[float]  # held-out loss of the shared model every checkpoint.every steps
+    eval_losses: list[float]  # held-out loss of the shared model after every report or round
     train_losses: list[float]  # mean training loss over those steps and all ranks
     bytes_sent: list[int]  # payload bytes each rank sent, by rank
     parameters: int  # entries of the flattened model, what an fp32 all-reduce would send

@@ -28,7 +28,8 @@ class RoundBoard:
     compare-and-set, and every rank reads the same members back, so all aggregate the same
     payloads. A rank that posts after the round closed is told it is not a member and
     takes the round's result from the members' payloads like everyone else, which is how
-    a straggler rejoins on the group's state without any catch-up protocol.
+    a straggler rejoins on the group's state without any catch-up protocol. Payloads
+    stay on the board while the group lives, for ranks that are still behind.
 
     torchft 0.2.0 (Manager + lighthouse) forms a quorum the same way, from the replicas
     that join within a timeout, but falls short here: the Manager's only data collective is

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch.nn.utils import parameters_to_vector
@@ -26,7 +26,10 @@ from node.engine.train import Trainer
 
 from .compression import ErrorFeedback
 from .exchange import encode_update, update_path
-from .group import GroupConfig, rank_trainer
+from .group import rank_trainer
+
+if TYPE_CHECKING:
+    from .diloco import DilocoConfig  # which imports this module
 
 logger = logging.getLogger(__name__)
 
@@ -86,12 +89,12 @@ def local_round(trainer: Trainer, steps: int) -> tuple[torch.Tensor, list[float]
         return start - parameters_to_vector(params), losses  # (N,)
 
 
-def run_rank_unit(spec: JobSpec, config: GroupConfig, steps: int, unit: RankUnit) -> RankUpdate:
-    """Re-run one rank's round of `steps` local steps from its inputs: its update and hash."""
+def run_rank_unit(spec: JobSpec, config: DilocoConfig, unit: RankUnit) -> RankUpdate:
+    """Re-run one rank's round from its inputs: the update it should have sent, and its hash."""
     with _rank_threads():
         trainer, _ = rank_trainer(spec, unit.rank)
         trainer.load(unit.trainer)
-        delta, _ = local_round(trainer, steps)
+        delta, _ = local_round(trainer, config.steps_per_round(spec))
         feedback = None
         if config.error_feedback:
             feedback = ErrorFeedback(config.compressor)
@@ -100,11 +103,9 @@ def run_rank_unit(spec: JobSpec, config: GroupConfig, steps: int, unit: RankUnit
     return RankUpdate(payload, update_sha256(payload))
 
 
-def verify_rank_unit(
-    spec: JobSpec, config: GroupConfig, steps: int, unit: RankUnit, committed: str
-) -> bool:
+def verify_rank_unit(spec: JobSpec, config: DilocoConfig, unit: RankUnit, committed: str) -> bool:
     """Whether the rank's committed hash is what its round gives when re-run from its inputs."""
-    honest = run_rank_unit(spec, config, steps, unit).sha256 == committed
+    honest = run_rank_unit(spec, config, unit).sha256 == committed
     if not honest:
         logger.warning(
             "rank %d round %d: committed update does not reproduce", unit.rank, unit.round_

@@ -40,7 +40,7 @@ def test_a_verifier_reproduces_honest_ranks_and_names_the_cheater(tmp_path: Path
         committed = result.commitments[rank][round_]
         saved = update_path(tmp_path, round_, rank).read_bytes()
         assert update_sha256(saved) == committed
-        verdicts[rank] = verify_rank_unit(spec, config, H, unit, committed)
+        verdicts[rank] = verify_rank_unit(spec, config, unit, committed)
         if rank == 2:
-            assert run_rank_unit(spec, config, H, unit).payload == saved
+            assert run_rank_unit(spec, config, unit).payload == saved
     assert verdicts == {0: True, 1: False, 2: True}
