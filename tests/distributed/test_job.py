@@ -16,14 +16,14 @@ def test_the_example_diloco_spec_maps_to_its_group() -> None:
     spec = load_spec("node/specs/tiny-diloco.yaml")
     assert group_config(spec, updates_dir="updates") == DilocoConfig(
         ranks=4,
-        compressor=Compressor(ratio=0.1, bits=2, selection="random", seed=1337),
+        compressor=Compressor(bits=2, seed=1337),
         aggregator=Aggregator("centered_clip", clip_multiplier=1.0, clip_iterations=3),
         quorum=3,
         deadline_s=60.0,
         updates_dir="updates",
-        inner_steps=25,
-        outer_lr=0.7,
-        outer_momentum=0.9,
+        inner_steps=100,
+        outer_lr=1.7,
+        outer_momentum=0.0,
     )
 
 
