@@ -60,6 +60,10 @@ class GroupConfig:
             )
         if self.deadline_s is not None and self.deadline_s <= 0:
             raise DistributedConfigError(f"deadline_s must be > 0; got {self.deadline_s}")
+        if self.quorum is not None and self.deadline_s is None:
+            raise DistributedConfigError(
+                "quorum needs deadline_s: without one, rounds wait for all"
+            )
 
 
 @dataclass(frozen=True)

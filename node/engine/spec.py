@@ -178,7 +178,7 @@ class AggregationSpec(_Section):
     clip_iterations: int = Field(3, ge=1)  # centered_clip: clipping passes
 
 
-_MULTI_NODE_FIELDS = ("quorum", "unit_deadline_s", "diloco", "compression", "aggregation")
+_MULTI_NODE_FIELDS = ("unit_deadline_s", "quorum", "diloco", "compression", "aggregation")
 
 
 class DistributedSpec(_Section):
@@ -190,10 +190,8 @@ class DistributedSpec(_Section):
 
     nodes: int = Field(1, ge=1)  # providers training this job together
     strategy: Literal["single", "ddp", "diloco"] = "single"  # how nodes combine updates
-    quorum: int | None = Field(
-        None, ge=1
-    )  # updates a round needs after the deadline; default nodes
     unit_deadline_s: float | None = Field(None, gt=0)  # seconds a round waits for every node
+    quorum: int | None = Field(None, ge=1)  # updates a round closes with after the deadline
     diloco: DilocoSpec | None = None  # outer-loop settings; strategy diloco only
     compression: CompressionSpec | None = None  # default: float32, sent whole
     aggregation: AggregationSpec | None = None  # default: the plain mean
@@ -223,6 +221,11 @@ class DistributedSpec(_Section):
     @field_validator("quorum")
     @classmethod
     def _quorum_fits_nodes(cls, quorum: int | None, info: ValidationInfo) -> int | None:
+        if quorum is not None and info.data.get("unit_deadline_s") is None:
+            raise PydanticCustomError(
+                "quorum_without_deadline",
+                "quorum needs unit_deadline_s: without a deadline a round waits for every node",
+            )
         nodes = info.data.get("nodes")
         if quorum is not None and nodes is not None and quorum > nodes:
             raise PydanticCustomError(

@@ -76,7 +76,8 @@ def test_rounds_must_divide_the_schedule(spec: JobSpec) -> None:
         ({"outer_lr": 0}, "outer_lr"),
         ({"outer_momentum": 1}, "momentum"),
         ({"inner_steps": 0}, "inner_steps"),
-        ({"quorum": 3}, "quorum"),
+        ({"quorum": 3, "deadline_s": 1}, "quorum"),
+        ({"quorum": 1}, "quorum needs deadline_s"),
         ({"deadline_s": 0}, "deadline_s"),
     ],
 )

@@ -34,7 +34,12 @@ def test_example_specs_load(path):
             ["quorum is for nodes > 1"],
         ),
         (
-            {"distributed": {"nodes": 3, "strategy": "ddp", "quorum": 4}},
+            {"distributed": {"nodes": 3, "strategy": "ddp", "quorum": 2}},
+            "distributed.quorum",
+            ["quorum needs unit_deadline_s"],
+        ),
+        (
+            {"distributed": {"nodes": 3, "strategy": "ddp", "quorum": 4, "unit_deadline_s": 9}},
             "distributed.quorum",
             ["quorum (4) must not exceed nodes (3)"],
         ),
@@ -69,6 +74,7 @@ def test_example_specs_load(path):
                     "nodes": 5,
                     "strategy": "diloco",
                     "quorum": 4,
+                    "unit_deadline_s": 30,
                     "aggregation": {"method": "trimmed_mean", "trim": 2},
                 }
             },
