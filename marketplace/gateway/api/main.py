@@ -9,6 +9,7 @@ from marketplace.gateway.api import errors
 from marketplace.gateway.api.cache import IndexCache
 from marketplace.gateway.api.routes import (
     auth,
+    chain,
     health,
     jobs,
     providers,
@@ -20,6 +21,7 @@ from marketplace.gateway.api.routes import (
 )
 from marketplace.gateway.connection import LedgerConnection
 from marketplace.gateway.db import database_url, open_database
+from marketplace.gateway.web import mount_pages
 
 
 def create_app(settings: Settings, url: str | None = None) -> FastAPI:
@@ -31,8 +33,10 @@ def create_app(settings: Settings, url: str | None = None) -> FastAPI:
     app.state.sessions = open_database(url or database_url(settings))
     app.state.ledger = LedgerConnection(settings)
     app.state.cache = IndexCache()
-    for module in (jobs, providers, settlements, stats, health, auth, transactions, uploads, treasury):
+    for module in (jobs, providers, settlements, stats, health, chain, auth, transactions, uploads, treasury):
         app.include_router(module.router)
+    mount_pages(app)
+
     errors.install(app)
     return app
 
