@@ -43,7 +43,7 @@ def browser():
 @pytest.fixture
 def page(browser: Browser, request):
     """A fresh page; its screenshot is kept under test-artifacts/browser/ whatever the outcome."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(UI_TIMEOUT_MS)
     try:

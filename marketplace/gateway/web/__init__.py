@@ -16,8 +16,8 @@ PREFIX = "/ui"
 
 
 def mount_pages(app: FastAPI) -> None:
-    """Serve the pages at /ui/explorer/ and /ui/stake/ (a folder's index.html, as a web server
-    would) and their bundles at /ui/dist/. A missing bundle does not stop the API: the pages say
-    how to build it."""
-    app.mount(f"{PREFIX}/dist", StaticFiles(directory=WEB_DIR / "dist", check_dir=False), name="ui-dist")
+    """Serve the pages at /ui/ (an index), /ui/explorer/ and /ui/stake/ (each folder's index.html,
+    as a web server would) and their bundles at /ui/dist/. An unbuilt bundle is a 404, not a
+    failed start: the pages then say how to build it."""
+    app.mount(f"{PREFIX}/dist", StaticFiles(directory=WEB_DIR / "dist"), name="ui-dist")
     app.mount(PREFIX, StaticFiles(directory=WEB_DIR / "pages", html=True), name="ui")
