@@ -16,8 +16,9 @@ from node.engine import (
     parse_spec,
     run_unit,
 )
-from node.work import unit_shard, unit_steps
+from node.work import is_group_job, unit_shard, unit_steps
 from verifier.errors import InputsUnavailable
+from verifier.rank_recompute import judge_rank
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +101,14 @@ def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
     """
     try:
         spec = parse_spec(_fetch(storage, inputs.spec_cid, "job spec").decode())
-        shard, steps = unit_shard(spec, inputs.slot), unit_steps(spec, inputs.index)
     except (SpecError, DataError, ValueError) as exc:
+        return Verdict(None, f"the job spec cannot be run: {exc}")
+    if is_group_job(spec):
+        bundle = _fetch(storage, inputs.cid, "rank bundle")
+        return Verdict(*judge_rank(spec, inputs.slot, inputs.index, inputs.state_hash, bundle))
+    try:
+        shard, steps = unit_shard(spec, inputs.slot), unit_steps(spec, inputs.index)
+    except (DataError, ValueError) as exc:
         return Verdict(None, f"the job spec cannot be run: {exc}")
 
     previous = None

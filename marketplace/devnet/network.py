@@ -25,6 +25,7 @@ from marketplace.devnet.process import Service, ServiceFailed
 from marketplace.errors import ZooError
 from marketplace.storage import Storage
 from node.daemon import onboarding
+from node.distributed.group import free_port
 from verifier.redis_server import RedisServer
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,8 @@ class Devnet:
             account = devnet_account(actor.index)
             with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:
                 _, report_cid = onboarding.publish_benchmark(storage, replicas=replicas)
-            hardware = Hardware("cpu", 0, 0, 1, f"devnet://{actor.name}")
+            # a free loopback port: where a group job's rank 0 listens for the other ranks
+            hardware = Hardware("cpu", 0, 0, 1, f"tcp://127.0.0.1:{free_port()}")
             onboarding.register(ledger, account, COMMUNITY, hardware, report_cid)
             onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
             self._spawn(state, actor.name, cli("node", "start", "--cost-floor", "1", "--replicas", str(replicas)),

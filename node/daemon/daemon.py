@@ -16,9 +16,11 @@ from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.storage import Storage, StorageError
+from node.work import is_group_job
 
 from .bidding import Bidder
 from .chainview import chain_time, staking_account
+from .group_worker import GroupWorker
 from .journal import Journal
 from .outbox import Outbox
 from .pricing import Pricing
@@ -73,6 +75,7 @@ class ProviderDaemon:
         self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing, specs.check_job)
         self.worker = Worker(ledger, account, self.journal, self.outbox, specs,
                              Storage(config.ipfs_api, replicas), config.replicas, config.device)
+        self.group_worker = GroupWorker(self.worker, config.journal_path.parent / "groups")
         self.settler = Settler(ledger, account, self.journal, self.outbox)
         self._training: threading.Thread | None = None
 
@@ -153,6 +156,9 @@ class ProviderDaemon:
 
     def _work(self, job_id: int, slot_id: int, stop: threading.Event) -> None:
         try:
+            if is_group_job(self.worker.specs.of_job(job_id)):
+                self.group_worker.run(job_id, slot_id, stop)
+                return
             while not stop.is_set() and self.worker.step(job_id, slot_id, stop):
                 pass
         except TRANSIENT as exc:

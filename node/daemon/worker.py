@@ -91,21 +91,13 @@ class Worker:
     def step(self, job_id: int, slot_id: int, stop: threading.Event) -> bool:
         """Commit the slot's next unit, training it first unless the journal has it, and train
         the unit after it meanwhile. False once the slot has nothing to deliver for now."""
-        slot = self.ledger.slot(job_id, slot_id)
-        if slot["provider"] != self.account.address:
-            log.warning("job=%d slot=%d: no longer ours", job_id, slot_id)
-            self.journal.end_slot(job_id, slot_id, "lost")
+        held = self.deliverable(job_id, slot_id)
+        if held is None:
             return False
-        if slot["done"]:
-            log.info("job=%d slot=%d: finished", job_id, slot_id)
-            self.journal.end_slot(job_id, slot_id, "finished")
-            return False
-        job = self.ledger.job(job_id)
-        if job["status"] != JobStatus.RUNNING:
-            return False
+        slot, job = held
         index = slot["unitsDone"]
         unit = self.journal.unit(job_id, slot_id, index) or self._train(job_id, slot_id, index)
-        committing = self._committer.submit(self._commit, unit, slot, job["checkpointInterval"])
+        committing = self._committer.submit(self.commit, unit, slot, job["checkpointInterval"])
         try:
             following = index + 1
             if (following < job["unitsPerNode"] and not stop.is_set() and self._in_memory(job_id, slot_id, index)
@@ -114,6 +106,23 @@ class Worker:
         finally:
             committing.result()
         return True
+
+    def deliverable(self, job_id: int, slot_id: int) -> tuple[dict, dict] | None:
+        """The slot and its job while this node still owes the slot units; None (the journal told
+        why) once the slot is lost or finished, or while the job is not running."""
+        slot = self.ledger.slot(job_id, slot_id)
+        if slot["provider"] != self.account.address:
+            log.warning("job=%d slot=%d: no longer ours", job_id, slot_id)
+            self.journal.end_slot(job_id, slot_id, "lost")
+            return None
+        if slot["done"]:
+            log.info("job=%d slot=%d: finished", job_id, slot_id)
+            self.journal.end_slot(job_id, slot_id, "finished")
+            return None
+        job = self.ledger.job(job_id)
+        if job["status"] != JobStatus.RUNNING:
+            return None
+        return slot, job
 
     def _in_memory(self, job_id: int, slot_id: int, index: int) -> bool:
         return self._last is not None and self._last[0] == (job_id, slot_id, index)
@@ -152,7 +161,7 @@ class Worker:
         log.info("job=%d slot=%d: resuming from unit %d (%s)", job_id, slot_id, index, cid)
         return Checkpoint.load(self.storage.cat(cid))
 
-    def _commit(self, unit: Unit, slot: dict, interval: int) -> None:
+    def commit(self, unit: Unit, slot: dict, interval: int) -> None:
         """Pin the unit's checkpoint on the replicas, then commit it, metering the wall time it
         trained on the slot's GPU count (a CPU node is 1)."""
         began = time.monotonic()

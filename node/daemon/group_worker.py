@@ -1,0 +1,156 @@
+"""A slot of a group job: this provider's rank of the job's DiLoCo group, one unit per round.
+
+The rank trains in a child process for the whole job, because the group's collectives and
+round board only work while every rank keeps its process group alive. The daemon's thread
+meanwhile pins each round the rank finished (its inputs and the payload it sent, a rank
+bundle: see node/work.py) and commits it as the slot's next unit, so the chain sees the
+group's progress round by round and a verifier can re-run any rank's round.
+
+The group finds itself through the chain: ranks are slot indices, and rank 0's TCPStore
+listens on the endpoint its provider registered with the Staking contract.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import threading
+import time
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import torch.distributed as dist
+
+from marketplace.chain.ledger import Ledger
+from marketplace.errors import ZooError
+from node.distributed.diloco import DilocoConfig, _diloco_rank
+from node.distributed.exchange import update_path
+from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
+from node.engine import JobSpec
+from node.work import diloco_config, rank_bundle, units_per_node
+
+from .chainview import struct
+from .journal import Unit
+from .worker import Worker
+
+log = logging.getLogger(__name__)
+
+RENDEZVOUS_TIMEOUT = timedelta(minutes=5)  # how long a rank waits for the others to join
+ROUND_POLL = 0.2  # seconds between looks at the rank's folder
+
+
+class GroupFailed(ZooError):
+    """The group could not form, or this rank's process ended before its last round."""
+
+
+def rendezvous(ledger: Ledger, job_id: int) -> tuple[str, int]:
+    """Host and port of the job's group: the endpoint registered by the holder of slot 0."""
+    provider = ledger.slot(job_id, 0)["provider"]
+    return meeting_point(struct(ledger.staking, "hardware", provider)["endpoint"])
+
+
+def meeting_point(endpoint: str) -> tuple[str, int]:
+    """The host and port of a registered endpoint, a URL or `host:port`: a node accepts group
+    rendezvous on its endpoint's port."""
+    parts = urlsplit(endpoint if "//" in endpoint else f"tcp://{endpoint}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None:
+        raise GroupFailed(f"endpoint {endpoint!r} names no host and port for a group to meet at")
+    return parts.hostname, port
+
+
+def run_rank(
+    spec: JobSpec, config: DilocoConfig, rank: int, host: str, port: int, report: str
+) -> None:
+    """One rank of the group, in its own process: join at `host:port`, train every round."""
+    store = dist.TCPStore(host, port, config.ranks, is_master=rank == 0, timeout=RENDEZVOUS_TIMEOUT)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=config.ranks, timeout=RENDEZVOUS_TIMEOUT
+    )
+    try:
+        Path(report).write_text(
+            json.dumps(_diloco_rank(rank, config.ranks, store, spec, config, None, None))
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+class GroupWorker:
+    """Runs this node's rank of a group job and commits its rounds through the `Worker`'s
+    commit path (pinning on the replicas, metering, the outbox)."""
+
+    def __init__(self, worker: Worker, scratch: Path):
+        self.worker = worker
+        self.scratch = scratch  # rank folders live here, one per job and slot
+
+    def run(self, job_id: int, slot_id: int, stop: threading.Event) -> None:
+        held = self.worker.deliverable(job_id, slot_id)
+        if held is None:
+            return
+        slot, _ = held
+        if slot["unitsDone"]:
+            raise GroupFailed(
+                f"job {job_id} slot {slot_id}: rejoining a group mid-job (from round "
+                f"{slot['unitsDone']}) is not supported"
+            )
+        spec = self.worker.specs.of_job(job_id)
+        folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
+        config = replace(diloco_config(spec), updates_dir=str(folder))
+        host, port = rendezvous(self.worker.ledger, job_id)
+        log.info(
+            "job=%d: rank %d of %d, meeting at %s:%d", job_id, slot_id, config.ranks, host, port
+        )
+        rank = multiprocessing.get_context("spawn").Process(
+            target=run_rank,
+            args=(spec, config, slot_id, host, port, str(folder / "report.json")),
+            name=f"rank-{job_id}-{slot_id}",
+            daemon=True,
+        )
+        rank.start()
+        try:
+            began = time.monotonic()
+            for round_ in range(units_per_node(spec)):
+                if not self._await_round(rank, folder, round_, slot_id, stop):
+                    return
+                finished = time.monotonic()
+                self._commit(job_id, slot_id, round_, folder, finished - began)
+                began = finished
+            rank.join()
+        finally:
+            if rank.is_alive():
+                rank.terminate()
+                rank.join()
+
+    def _await_round(
+        self,
+        rank: multiprocessing.Process,
+        folder: Path,
+        round_: int,
+        slot_id: int,
+        stop: threading.Event,
+    ) -> bool:
+        """Wait until `round_` is complete on disk: the next round's inputs are saved only after
+        this round's payload was sent, and the last round is complete when the rank exits well.
+        False when asked to stop."""
+        following = unit_path(folder, round_ + 1, slot_id)
+        while not following.exists() and rank.is_alive():
+            if stop.wait(ROUND_POLL):
+                return False
+        if not following.exists() and rank.exitcode != 0:
+            raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in round {round_}")
+        return True
+
+    def _commit(self, job_id: int, slot_id: int, round_: int, folder: Path, seconds: float) -> None:
+        payload = update_path(folder, round_, slot_id).read_bytes()
+        inputs = RankUnit.load(unit_path(folder, round_, slot_id))
+        cid = self.worker.storage.add_bytes(rank_bundle(inputs, payload))
+        unit = Unit(job_id, slot_id, round_, cid, update_sha256(payload), seconds)
+        self.worker.journal.add_unit(unit)
+        slot = self.worker.ledger.slot(job_id, slot_id)
+        self.worker.commit(unit, slot, self.worker.ledger.job(job_id)["checkpointInterval"])

@@ -1,0 +1,51 @@
+"""Group jobs on the market: units per slot, rank bundles, and where a group meets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from node.daemon.group_worker import GroupFailed, meeting_point
+from node.distributed.rank_unit import RankUnit
+from node.engine import load_spec
+from node.work import load_rank_bundle, rank_bundle, units_per_node
+
+SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
+
+
+def test_a_group_job_delivers_one_unit_per_round_and_a_single_job_one_per_checkpoint():
+    assert units_per_node(load_spec(SPECS / "tiny-diloco-3.yaml")) == 60 // 20
+    assert units_per_node(load_spec(SPECS / "tiny-diloco.yaml")) == 1200 // 100
+    assert units_per_node(load_spec(SPECS / "tiny.yaml")) == 300 // 50
+
+
+def test_a_rank_bundle_keeps_the_round_inputs_and_the_payload_bit_for_bit():
+    unit = RankUnit(2, 5, {"step": 7, "weights": torch.arange(4.0)}, torch.ones(3))
+    loaded, payload = load_rank_bundle(rank_bundle(unit, b"\x00\x01payload"))
+    assert (loaded.rank, loaded.round_, loaded.trainer["step"]) == (2, 5, 7)
+    assert torch.equal(loaded.trainer["weights"], unit.trainer["weights"])
+    assert torch.equal(loaded.residual, unit.residual)
+    assert payload == b"\x00\x01payload"
+
+
+def test_bytes_that_are_not_a_rank_bundle_are_refused():
+    with pytest.raises(ValueError, match="not a rank bundle"):
+        load_rank_bundle(b"not torch at all")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [("tcp://127.0.0.1:29500", ("127.0.0.1", 29500)),
+     ("https://node.example:8443/api", ("node.example", 8443)),
+     ("10.0.0.2:7000", ("10.0.0.2", 7000))],
+)
+def test_a_group_meets_at_the_endpoints_host_and_port(endpoint, expected):
+    assert meeting_point(endpoint) == expected
+
+
+@pytest.mark.parametrize("endpoint", ["", "devnet://provider-0", "https://node.example", "h:99999"])
+def test_an_endpoint_without_host_and_port_is_no_meeting_point(endpoint):
+    with pytest.raises(GroupFailed, match="names no host and port"):
+        meeting_point(endpoint)
