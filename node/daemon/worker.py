@@ -97,13 +97,16 @@ class Worker:
         slot, job = held
         index = slot["unitsDone"]
         unit = self.journal.unit(job_id, slot_id, index) or self._train(job_id, slot_id, index)
-        committing = self._committer.submit(self.commit, unit, slot, job["checkpointInterval"])
+        overlapping = threading.Event()
+        overlapping.set()
+        committing = self._committer.submit(self.commit, unit, slot, job["checkpointInterval"], overlapping)
         try:
             following = index + 1
             if (following < job["unitsPerNode"] and not stop.is_set() and self._in_memory(job_id, slot_id, index)
                     and self.journal.unit(job_id, slot_id, following) is None):
                 self._train(job_id, slot_id, following)
         finally:
+            overlapping.clear()
             committing.result()
         return True
 
@@ -161,13 +164,14 @@ class Worker:
         log.info("job=%d slot=%d: resuming from unit %d (%s)", job_id, slot_id, index, cid)
         return Checkpoint.load(self.storage.cat(cid))
 
-    def commit(self, unit: Unit, slot: dict, interval: int) -> None:
+    def commit(self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None = None) -> None:
         """Pin the unit's checkpoint on the replicas, then commit it, metering the wall time it
-        trained on the slot's GPU count (a CPU node is 1)."""
+        trained on the slot's GPU count (a CPU node is 1). `overlapping` is set while the next
+        unit trains."""
         began = time.monotonic()
         self.storage.pin(unit.cid, replicas=self.replicas)
         pinned = time.monotonic()
-        elapsed = self._await_metered(unit, slot, interval)
+        elapsed = self._await_metered(unit, slot, interval, overlapping)
         gpu_seconds = min(UINT32_MAX, min(math.ceil(unit.seconds), max(elapsed, 0)) * slot["gpus"])
         fn = self.ledger.market.functions.commitCheckpoint(
             unit.job_id, unit.slot, gpu_seconds, unit.cid, bytes.fromhex(unit.state_hash))
@@ -177,15 +181,16 @@ class Worker:
                  "%.3fs, mined in %.3fs) cid=%s", unit.job_id, unit.slot, unit.index, gpu_seconds,
                  pinned - began, sending - pinned, time.monotonic() - sending, unit.cid)
 
-    def _await_metered(self, unit: Unit, slot: dict, interval: int) -> int:
-        """Seconds on the chain's clock since the slot's last checkpoint, once they cover the
-        unit's whole seconds: the market caps metering by that clock, and a unit trained while
-        its predecessor's commit was in flight started before that commit's block. Never waits
-        into the deadline's last seconds."""
+    def _await_metered(self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None) -> int:
+        """Seconds on the chain's clock since the slot's last checkpoint, waiting, while the next
+        unit trains, for them to cover the unit's whole seconds: the market caps metering by that
+        clock, and a unit trained while its predecessor's commit was in flight started before
+        that commit's block. Once nothing overlaps the wait, or the deadline is near, it meters
+        what the clock allows rather than hold up the job."""
         since = slot["lastCheckpointAt"]
         due = min(since + int(unit.seconds), since + interval - DEADLINE_MARGIN)
         now = chain_time(self.ledger.w3)
-        while now < due:
+        while now < due and overlapping is not None and overlapping.is_set():
             time.sleep(CLOCK_POLL)
             now = chain_time(self.ledger.w3)
         if now - since > interval:
