@@ -22,8 +22,8 @@ def test_the_example_diloco_spec_maps_to_its_group() -> None:
         deadline_s=60.0,
         updates_dir="updates",
         inner_steps=100,
-        outer_lr=1.7,
-        outer_momentum=0.0,
+        outer_lr=1.0,
+        outer_momentum=0.5,
     )
 
 
