@@ -56,9 +56,9 @@ def main() -> None:
     parser.add_argument(
         "--diloco-bits", type=int, default=2, help="DiLoCo: bits per sent value (32, 8, 4 or 2)"
     )
-    parser.add_argument("--outer-lr", type=float, default=1.7, help="DiLoCo's outer learning rate")
+    parser.add_argument("--outer-lr", type=float, default=1.0, help="DiLoCo's outer learning rate")
     parser.add_argument(
-        "--outer-momentum", type=float, default=0.0, help="DiLoCo's outer Nesterov momentum"
+        "--outer-momentum", type=float, default=0.5, help="DiLoCo's outer Nesterov momentum"
     )
     args = parser.parse_args()
 
