@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import shutil
 import threading
 import time
 from dataclasses import replace
@@ -28,6 +29,7 @@ from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from node.distributed.diloco import DilocoConfig, _diloco_rank
 from node.distributed.exchange import update_path
+from node.distributed.group import Tamper
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 from node.engine import JobSpec
 from node.work import diloco_config, rank_bundle, units_per_node
@@ -40,6 +42,7 @@ log = logging.getLogger(__name__)
 
 RENDEZVOUS_TIMEOUT = timedelta(minutes=5)  # how long a rank waits for the others to join
 ROUND_POLL = 0.2  # seconds between looks at the rank's folder
+CHAIN_POLL = 2.0  # seconds between looks at whether the slot is still ours to deliver
 
 
 class GroupFailed(ZooError):
@@ -66,16 +69,24 @@ def meeting_point(endpoint: str) -> tuple[str, int]:
 
 
 def run_rank(
-    spec: JobSpec, config: DilocoConfig, rank: int, host: str, port: int, report: str
+    spec: JobSpec,
+    config: DilocoConfig,
+    rank: int,
+    host: str,
+    port: int,
+    report: str,
+    tamper: Tamper | None = None,
 ) -> None:
-    """One rank of the group, in its own process: join at `host:port`, train every round."""
+    """One rank of the group, in its own process: join at `host:port`, train every round.
+
+    `tamper` replaces what the rank sends, to play a Byzantine rank in tests."""
     store = dist.TCPStore(host, port, config.ranks, is_master=rank == 0, timeout=RENDEZVOUS_TIMEOUT)
     dist.init_process_group(
         "gloo", store=store, rank=rank, world_size=config.ranks, timeout=RENDEZVOUS_TIMEOUT
     )
     try:
         Path(report).write_text(
-            json.dumps(_diloco_rank(rank, config.ranks, store, spec, config, None, None))
+            json.dumps(_diloco_rank(rank, config.ranks, store, spec, config, tamper, None))
         )
     finally:
         dist.destroy_process_group()
@@ -101,6 +112,7 @@ class GroupWorker:
             )
         spec = self.worker.specs.of_job(job_id)
         folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
+        shutil.rmtree(folder, ignore_errors=True)  # rounds of an attempt that never committed
         config = replace(diloco_config(spec), updates_dir=str(folder))
         host, port = rendezvous(self.worker.ledger, job_id)
         log.info(
@@ -116,7 +128,7 @@ class GroupWorker:
         try:
             began = time.monotonic()
             for round_ in range(units_per_node(spec)):
-                if not self._await_round(rank, folder, round_, slot_id, stop):
+                if not self._await_round(rank, job_id, slot_id, round_, folder, stop):
                     return
                 finished = time.monotonic()
                 self._commit(job_id, slot_id, round_, folder, finished - began)
@@ -130,18 +142,25 @@ class GroupWorker:
     def _await_round(
         self,
         rank: multiprocessing.Process,
-        folder: Path,
-        round_: int,
+        job_id: int,
         slot_id: int,
+        round_: int,
+        folder: Path,
         stop: threading.Event,
     ) -> bool:
         """Wait until `round_` is complete on disk: the next round's inputs are saved only after
         this round's payload was sent, and the last round is complete when the rank exits well.
-        False when asked to stop."""
+        False when asked to stop, or once the slot is no longer this node's to deliver (the job
+        was stopped, or the slot lost): a rank waiting on a group that ended is let go."""
         following = unit_path(folder, round_ + 1, slot_id)
+        looked = time.monotonic()
         while not following.exists() and rank.is_alive():
             if stop.wait(ROUND_POLL):
                 return False
+            if time.monotonic() - looked > CHAIN_POLL:
+                if self.worker.deliverable(job_id, slot_id) is None:
+                    return False
+                looked = time.monotonic()
         if not following.exists() and rank.exitcode != 0:
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in round {round_}")
         return True
