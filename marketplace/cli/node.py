@@ -50,7 +50,8 @@ def node() -> None:
 @click.option("--gpus", default=0, show_default=True, type=click.IntRange(0), help="GPU count (0 for a CPU node).")
 @click.option("--memory", default=0, show_default=True, type=click.IntRange(0), help="Memory per GPU in GB.")
 @click.option("--network-gbps", default=1, show_default=True, type=click.IntRange(0), help="Network bandwidth in Gbit/s.")
-@click.option("--endpoint", default="", help="Where this node can be reached, e.g. https://node.example:8443.")
+@click.option("--endpoint", default="", help="Where this node can be reached, e.g. tcp://node.example:29500; "
+              "a group job's rank 0 hosts the group on its port (without one, the node bids for single-node jobs only).")
 @replicas_option
 @device_option
 def register_command(tier: str, gpu_type: str, gpus: int, memory: int, network_gbps: int,

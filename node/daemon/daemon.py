@@ -72,10 +72,11 @@ class ProviderDaemon:
                                f"{len(self._main_storage.nodes)} are known: name the others in "
                                "ZOO_IPFS_REPLICAS")
         specs = Specs(ledger, self._main_storage)
-        self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing, specs.check_job)
         self.worker = Worker(ledger, account, self.journal, self.outbox, specs,
                              Storage(config.ipfs_api, replicas), config.replicas, config.device)
         self.group_worker = GroupWorker(self.worker, config.journal_path.parent / "groups")
+        self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing,
+                             self.group_worker.check_job)
         self.settler = Settler(ledger, account, self.journal, self.outbox)
         self._training: threading.Thread | None = None
 

@@ -32,11 +32,11 @@ from node.distributed.exchange import update_path
 from node.distributed.group import Tamper
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 from node.engine import JobSpec
-from node.work import diloco_config, rank_bundle, units_per_node
+from node.work import diloco_config, is_group_job, rank_bundle, units_per_node
 
 from .chainview import struct
 from .journal import Unit
-from .worker import Worker
+from .worker import JobUnfit, Worker
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,17 @@ class GroupWorker:
         self.worker = worker
         self.scratch = scratch  # rank folders live here, one per job and slot
 
+    def check_job(self, job_id: int, job: dict) -> None:
+        """Refuse, before bidding, a job this node could not deliver (see `Specs.check_job`), or a
+        group job while this node registered no endpoint: it might win slot 0 and host the group."""
+        self.worker.specs.check_job(job_id, job)
+        if is_group_job(self.worker.specs.of_job(job_id)):
+            ledger, address = self.worker.ledger, self.worker.account.address
+            try:
+                meeting_point(struct(ledger.staking, "hardware", address)["endpoint"])
+            except GroupFailed as exc:
+                raise JobUnfit(f"a group job needs a rendezvous endpoint: {exc}") from None
+
     def run(self, job_id: int, slot_id: int, stop: threading.Event) -> None:
         held = self.worker.deliverable(job_id, slot_id)
         if held is None:
@@ -134,6 +145,14 @@ class GroupWorker:
                 self._commit(job_id, slot_id, round_, folder, finished - began)
                 began = finished
             rank.join()
+            report = json.loads((folder / "report.json").read_text())
+            log.info(
+                "job=%d: rank %d done, sent %d bytes in %d rounds",
+                job_id,
+                slot_id,
+                report["bytes_sent"],
+                len(report["commitments"]),
+            )
         finally:
             if rank.is_alive():
                 rank.terminate()
