@@ -49,6 +49,25 @@ def slashes(ledger, account: str) -> list[int]:
     return [log["args"]["reason"] for log in logs]
 
 
+def settle_and_pay_out(network, job_id: int) -> jobs.Settlement:
+    """Settle the job and wait until every payout of it has left the market (providers withdraw,
+    verifiers claim their fees), so the balances later tests watch hold still."""
+    ledger = network.ledger
+    settlement = jobs.settle(ledger, network.user, job_id)
+    verifiers = [a for n, a in network.state.accounts.items() if n.startswith("verifier")]
+    owed_fees = {v for v in verifiers if ledger.verification.functions.verificationsBy(job_id, v).call()}
+
+    def claimed() -> bool:
+        logs = ledger.market.events.VerificationFeesClaimed().get_logs(
+            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+        return {log["args"]["verifier"] for log in logs} >= owed_fees
+
+    wait_for(claimed, 60, "the verifiers' fee claims")
+    payees = [*ledger.market.functions.participants(job_id).call(), *verifiers]
+    wait_for(lambda: all(ledger.owed(a) == 0 for a in payees), 120, "the payouts")
+    return settlement
+
+
 def logged(log: Path, line: str):
     return lambda: line in log.read_text()
 
@@ -80,8 +99,7 @@ def test_diloco_job_trains_across_providers_verifies_and_settles(network):
                  "every rank to commit its rounds")
         units = committed_units(ledger, job_id)
         assert sorted((u["slot"], u["index"]) for u in units) == [(s, i) for s in range(3) for i in range(3)]
-        settlement = jobs.settle(ledger, network.user, job_id)
-        assert settlement.payment > 0
+        assert settle_and_pay_out(network, job_id).payment > 0
         # Every unit is sampled, and verifiers re-ran rounds from their pinned inputs: those re-run
         # within the devnet's short verification window passed (the rest count as accepted).
         verdicts = results(ledger, job_id)
@@ -134,11 +152,13 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
         # Rank 0 is gone, so the group cannot go on: the user stops the job while its slot is
         # re-auctioned, and the honest ranks let their group go.
         ledger.send(ledger.market.functions.cancelJob(job_id), network.user)
+        settlement = settle_and_pay_out(network, job_id)
 
     assert any(r["pass"] is False for r in results(ledger, job_id) if r["slot"] == 0)
     honest = [ledger.slot(job_id, slot)["provider"] for slot in (1, 2)]
-    assert ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED
     assert not any(INCORRECT_COMPUTATION in slashes(ledger, provider) for provider in honest)
     for slot, provider in zip((1, 2), honest, strict=True):
         log = Path(network.provider_service(provider).log)
         wait_for(logged(log, f"job={job_id} slot={slot}: finished"), 30, f"rank {slot} to let go")
+    assert ledger.market.functions.earned(job_id, cheater.address).call() == 0
+    assert settlement.payment == sum(ledger.market.functions.earned(job_id, p).call() for p in honest)
