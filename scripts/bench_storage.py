@@ -59,7 +59,7 @@ def sha256_mb_per_s(data: bytes) -> float:
     start = time.perf_counter()
     for offset in range(0, len(view), block):
         hashlib.sha256(view[offset:offset + block]).digest()
-    return len(data) / MIB / (time.perf_counter() - start)
+    return len(data) / 1e6 / (time.perf_counter() - start)
 
 
 def rss_kib(pid: int, field: str) -> int:
@@ -130,7 +130,7 @@ def measure(data: Path, repo: Path, runs: int) -> tuple[list[Run], int, set[str]
                 cid = storage.add_file(data)
                 cids.add(cid)
                 elapsed = time.perf_counter() - start
-                run = Run(size / MIB / elapsed, 0.0, rss_kib(process.pid, "VmHWM"),
+                run = Run(size / 1e6 / elapsed, 0.0, rss_kib(process.pid, "VmHWM"),
                           cpu_seconds(process.pid) - server_cpu, time.process_time() - client_cpu)
                 admin.pin.rm(cid)  # start the next run from an empty store
                 admin.repo.gc()
