@@ -23,13 +23,11 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import torch.distributed as dist
-
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
-from node.distributed.diloco import DilocoConfig, _diloco_rank
+from node.distributed.diloco import DilocoConfig, diloco_rank
 from node.distributed.exchange import update_path
-from node.distributed.group import Tamper
+from node.distributed.group import Tamper, join_and_run
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 from node.engine import JobSpec
 from node.work import diloco_config, is_group_job, rank_bundle, units_per_node
@@ -80,16 +78,8 @@ def run_rank(
     """One rank of the group, in its own process: join at `host:port`, train every round.
 
     `tamper` replaces what the rank sends, to play a Byzantine rank in tests."""
-    store = dist.TCPStore(host, port, config.ranks, is_master=rank == 0, timeout=RENDEZVOUS_TIMEOUT)
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=config.ranks, timeout=RENDEZVOUS_TIMEOUT
-    )
-    try:
-        Path(report).write_text(
-            json.dumps(_diloco_rank(rank, config.ranks, store, spec, config, tamper, None))
-        )
-    finally:
-        dist.destroy_process_group()
+    join_and_run(rank, config.ranks, host, port, diloco_rank, (spec, config, tamper, None),
+                 Path(report), timeout=RENDEZVOUS_TIMEOUT)
 
 
 class GroupWorker:

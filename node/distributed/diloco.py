@@ -73,10 +73,10 @@ def train_diloco(
     a rank back before it sends, to play a straggler.
     """
     check_schedule(spec, config.steps_per_round(spec))
-    return collect(spawn(_diloco_rank, config.ranks, spec, config, tamper, delay))
+    return collect(spawn(diloco_rank, config.ranks, spec, config, tamper, delay))
 
 
-def _diloco_rank(
+def diloco_rank(
     rank: int,
     ranks: int,
     store: dist.Store,

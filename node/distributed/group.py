@@ -174,10 +174,24 @@ def _run(
     args: tuple[Any, ...],
     folder: str,
 ) -> None:
-    timeout = timedelta(minutes=5)
-    store = dist.TCPStore("127.0.0.1", port, ranks, is_master=rank == 0, timeout=timeout)
+    join_and_run(rank, ranks, "127.0.0.1", port, worker, args, Path(folder, f"{rank}.json"))
+
+
+def join_and_run(
+    rank: int,
+    ranks: int,
+    host: str,
+    port: int,
+    worker: Callable[..., dict[str, Any]],
+    args: tuple[Any, ...],
+    report: Path,
+    timeout: timedelta = timedelta(minutes=5),
+) -> None:
+    """Join the gloo group that meets at `host:port` (rank 0 hosts its store), run
+    `worker(rank, ranks, store, *args)` and write its JSON report to `report`."""
+    store = dist.TCPStore(host, port, ranks, is_master=rank == 0, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=ranks, timeout=timeout)
     try:
-        Path(folder, f"{rank}.json").write_text(json.dumps(worker(rank, ranks, store, *args)))
+        report.write_text(json.dumps(worker(rank, ranks, store, *args)))
     finally:
         dist.destroy_process_group()
