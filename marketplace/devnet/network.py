@@ -205,6 +205,9 @@ class Devnet:
             if time.monotonic() > deadline:
                 raise ServiceFailed("providers were not admitted in 120s: see the verifier's log")
             time.sleep(0.5)
+        progress("waiting for the providers to watch the market")
+        for actor in providers:
+            state.service(actor.name).wait_for_log(r"ready:", timeout=120)
         (self.root / "user.env").write_text(
             "".join(f"{k}={v}\n" for k, v in self._env(state, actors[0]).items() if k.startswith("ZOO_")))
 
