@@ -82,9 +82,15 @@ def train(config_path: Path, max_budget: str, max_price: str, tier: str, nodes: 
             settlement = jobs.settle(ledger, user, job_id)
         output = output or Path("weights") / f"job-{job_id}.pt"
         cid, state_hash = jobs.fetch_weights(ledger, storage, job_id, output)
-    console.print(f"result: checkpoint {cid} (state {state_hash[:16]}…), weights written to {output}")
-    console.print(f"settled in block {settlement.block} (tx {settlement.tx}): paid {zen(settlement.payment)}, "
-                  f"fee {zen(settlement.fee)} (5%), refunded {zen(settlement.refund)}")
+    _print_outcome(cid, state_hash, output, settlement.block, settlement.tx, settlement.payment, settlement.fee,
+                   settlement.refund)
+
+
+def _print_outcome(cid: str, state_hash: str, path: Path, block: int, tx: str, paid: int, fee: int,
+                   refund: int) -> None:
+    """The journey's last lines, whichever way it went: the result and the settlement."""
+    console.print(f"result: checkpoint {cid} (state {state_hash[:16]}…), weights written to {path}")
+    console.print(f"settled in block {block} (tx {tx}): paid {zen(paid)}, fee {zen(fee)} (5%), refunded {zen(refund)}")
 
 
 def _train_through_gateway(settings: Settings, config_path: Path, name: str, order: jobs.Order, max_budget: str,
@@ -105,10 +111,8 @@ def _train_through_gateway(settings: Settings, config_path: Path, name: str, ord
         with console.status("downloading and checking the final checkpoint"):
             result = job.result(output)
     settled = final["settlement"]
-    console.print(f"result: checkpoint {result.cid} (state {result.state_hash[2:18]}…), weights written to {result.path}")
-    console.print(f"settled in block {settled['block_number']} (tx {settled['tx_hash']}): "
-                  f"paid {zen(int(settled['payment']))}, fee {zen(int(settled['fee']))} (5%), "
-                  f"refunded {zen(int(settled['refund']))}")
+    _print_outcome(result.cid, result.state_hash[2:], result.path, settled["block_number"], settled["tx_hash"],
+                   int(settled["payment"]), int(settled["fee"]), int(settled["refund"]))
 
 
 def _follow(ledger, storage: Storage, job_id: int) -> None:
