@@ -186,16 +186,16 @@ class Worker:
         unit trains, for them to cover the unit's whole seconds: the market caps metering by that
         clock, and a unit trained while its predecessor's commit was in flight started before
         that commit's block. Once nothing overlaps the wait, or the deadline is near, it meters
-        what the clock allows rather than hold up the job. The block that will mine the commit
-        comes after the latest one, and block timestamps strictly increase, so the market sees
-        at least one second more than the latest block shows."""
+        what the clock allows rather than hold up the job, but never less than one second: a
+        sub-second unit committed in the block after its predecessor's waits for the next block
+        (the gas estimate runs at the latest block's time, so only a mined second counts)."""
         since = slot["lastCheckpointAt"]
-        due = min(since + math.ceil(unit.seconds) - 1, since + interval - DEADLINE_MARGIN)
+        due = min(since + math.ceil(unit.seconds), since + interval - DEADLINE_MARGIN)
         now = chain_time(self.ledger.w3)
-        while now < due and overlapping is not None and overlapping.is_set():
+        while now <= since or (now < due and overlapping is not None and overlapping.is_set()):
             time.sleep(CLOCK_POLL)
             now = chain_time(self.ledger.w3)
         if now - since > interval:
             log.warning("job=%d slot=%d unit=%d: past the checkpoint deadline by %ds", unit.job_id,
                         unit.slot, unit.index, now - since - interval)
-        return now + 1 - since
+        return now - since
