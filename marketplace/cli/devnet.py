@@ -32,7 +32,12 @@ def devnet() -> None:
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 8),
               help="Celery workers that re-run sampled units.")
 def up(root: Path, providers: int, verifiers: int, workers: int) -> None:
-    """Start Anvil, deploy, and start IPFS, Redis, verifiers and providers; wait until healthy."""
+    """Start Anvil, deploy, and start IPFS, Redis, the gateway, verifiers and providers; wait until healthy.
+
+    The gateway (API and Celery indexer) runs on a free loopback port, shown with the rest. The
+    user's settings in .devnet/user.env leave it out, so `train` talks to the chain; set
+    ZOO_GATEWAY_URL to its URL to send `train`, `jobs`, `node` and `wallet` through it.
+    """
     net = Devnet(root, providers=providers, verifiers=verifiers, workers=workers)
     started = time.monotonic()
     with console.status("starting the devnet") as status:
@@ -83,6 +88,9 @@ def _show(info: dict) -> None:
         console.print(f"ipfs {name}: {addr}")
     if info["redis_url"]:
         console.print(f"redis: {info['redis_url']}")
+    if info["gateway_url"]:
+        url = info["gateway_url"]
+        console.print(f"gateway: {url} (API docs {url}/docs, explorer {url}/ui/explorer/)")
     table = Table("service", "pid", "state", "log")
     for s in info["services"]:
         table.add_row(s["name"], str(s["pid"]), "[green]up[/]" if s["alive"] else "[red]down[/]", s["log"])

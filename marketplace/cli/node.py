@@ -12,13 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from marketplace.chain.ledger import Hardware
+from marketplace.cli.access import LedgerAccess, reach_ledger
 from marketplace.cli.wallet import amount, open_ledger, zen_amount
 from marketplace.config import Settings
+from marketplace.jobs import TIERS
 from marketplace.storage import Storage
-from marketplace.wallet import address_of, keystore_path, load_account
-from node.daemon.chainview import staking_account
-
-TIERS = {"community": 0, "bronze": 1, "silver": 2, "gold": 3}
+from marketplace.wallet import load_account
 
 console = Console()
 
@@ -40,6 +39,8 @@ def node() -> None:
 
     Configuration comes from ZOO_* environment variables (ZOO_RPC_URL, ZOO_MANIFEST, ZOO_IPFS_API,
     ZOO_IPFS_REPLICAS, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD or ZOO_WALLET_PASSWORD_FILE).
+    With ZOO_GATEWAY_URL set, register, stake, status and withdraw go through that gateway (the
+    wallet still signs here); `start` always talks to the chain at ZOO_RPC_URL.
     """
 
 
@@ -60,18 +61,17 @@ def register_command(tier: str, gpu_type: str, gpus: int, memory: int, network_g
 
     A verifier then checks the report and attests it; `node start` waits for that.
     """
-    from node.daemon.onboarding import publish_benchmark, register
+    from node.daemon.onboarding import attestation_of, publish_benchmark
 
     settings = Settings()
-    account = load_account(settings)
-    ledger = open_ledger(settings)
-    with (Storage(settings.ipfs_api, settings.ipfs_replicas) as storage,
-          console.status("running the matmul benchmark and pinning its report")):
-        report, cid = publish_benchmark(storage, replicas, device)
-    hardware = Hardware(gpu_type, gpus, memory, network_gbps, endpoint)
-    with console.status("registering"):
-        register(ledger, account, TIERS[tier], hardware, cid)
-    console.print(f"registered {account.address} in tier {tier}: benchmark {report.gflops} GFLOP/s, "
+    with reach_ledger(settings, signing=True) as (ledger, address):
+        with (Storage(settings.ipfs_api, settings.ipfs_replicas) as storage,
+              console.status("running the matmul benchmark and pinning its report")):
+            report, cid = publish_benchmark(storage, replicas, device)
+        hardware = Hardware(gpu_type, gpus, memory, network_gbps, endpoint, attestation_of(cid))
+        with console.status("registering"):
+            ledger.register_provider(tier, hardware)
+    console.print(f"registered {address} in tier {tier}: benchmark {report.gflops} GFLOP/s, "
                   f"report {cid}; waiting for a verifier's attestation")
 
 
@@ -79,15 +79,11 @@ def register_command(tier: str, gpu_type: str, gpus: int, memory: int, network_g
 @click.option("--amount", "zen", required=True, help="ZEN to stake, e.g. 1000 or 1500.5.")
 def stake_command(zen: str) -> None:
     """Stake ZEN in one transaction (an ERC-2612 permit signed by the wallet)."""
-    from node.daemon.onboarding import stake_with_permit
-
     wei = zen_amount(zen)
-    settings = Settings()
-    account = load_account(settings)
-    ledger = open_ledger(settings)
-    with console.status(f"staking {amount(wei)} ZEN"):
-        stake_with_permit(ledger, account, wei)
-    console.print(f"staked {amount(wei)} ZEN; total {amount(staking_account(ledger, account.address)['staked'])}")
+    with reach_ledger(Settings(), signing=True) as (ledger, address):
+        with console.status(f"staking {amount(wei)} ZEN"):
+            ledger.stake(wei)
+        console.print(f"staked {amount(wei)} ZEN; total {amount(ledger.standing(address).staked)}")
 
 
 @node.command("start")
@@ -103,7 +99,8 @@ def start_command(cost_floor: str, margin_bps: int, replicas: int, device: str |
     """Run the provider daemon in the foreground until SIGTERM or Ctrl-C.
 
     It waits for the benchmark attestation, then bids, trains what it wins, commits checkpoints
-    and collects its pay. Its journal lives in ZOO_HOME/node/journal.sqlite3.
+    and collects its pay. Its journal lives in ZOO_HOME/node/journal.sqlite3. The daemon is a
+    participant of the chain itself: it talks to ZOO_RPC_URL, never through a gateway.
     """
     from node.daemon import NodeConfig, Pricing, ProviderDaemon
 
@@ -129,24 +126,23 @@ def start_command(cost_floor: str, margin_bps: int, replicas: int, device: str |
 def status_command() -> None:
     """Show this provider's tier, stake, admission, held job slots and pay owed."""
     settings = Settings()
-    address = address_of(keystore_path(settings))
-    ledger = open_ledger(settings)
-    account = staking_account(ledger, address)
-    tier_name = next((name for name, i in TIERS.items() if i == account["tier"]), str(account["tier"]))
+    with reach_ledger(settings, signing=False) as (ledger, address):
+        standing = ledger.standing(address)
+        held = _held(settings, ledger, address)
     table = Table(title=f"provider {address}", show_header=False)
-    table.add_row("registered", "yes" if account["role"] == 1 else "no")
-    table.add_row("tier", tier_name)
-    table.add_row("admitted", "yes" if account["admitted"] else "no (awaiting a verifier's attestation)")
-    table.add_row("staked ZEN", amount(account["staked"]))
-    table.add_row("locked ZEN", amount(account["locked"]))
-    table.add_row("unbonding ZEN", amount(account["unbonding"]))
-    table.add_row("jobs held", ", ".join(f"job {j} slot {s}" for j, s in _held(settings, ledger, address)) or "none")
-    table.add_row("owed ZEN", amount(ledger.owed(address)))
+    table.add_row("registered", "yes" if standing.role == "provider" else "no")
+    table.add_row("tier", standing.tier_name)
+    table.add_row("admitted", "yes" if standing.admitted else "no (awaiting a verifier's attestation)")
+    table.add_row("staked ZEN", amount(standing.staked))
+    table.add_row("locked ZEN", amount(standing.locked))
+    table.add_row("unbonding ZEN", amount(standing.unbonding))
+    table.add_row("jobs held", ", ".join(f"job {j} slot {s}" for j, s in held) or "none")
+    table.add_row("owed ZEN", amount(standing.owed))
     console.print(table)
 
 
-def _held(settings: Settings, ledger, address: str) -> list[tuple[int, int]]:
-    """Slots the journal says this node works, confirmed against the chain."""
+def _held(settings: Settings, ledger: LedgerAccess, address: str) -> list[tuple[int, int]]:
+    """Slots the journal says this node works, confirmed against the ledger."""
     from node.daemon.journal import Journal
 
     path = journal_path(settings)
@@ -154,7 +150,7 @@ def _held(settings: Settings, ledger, address: str) -> list[tuple[int, int]]:
         return []
     journal = Journal(path)
     try:
-        return [(j, s) for j, s in journal.held_slots() if ledger.slot(j, s)["provider"] == address]
+        return [(j, s) for j, s in journal.held_slots() if ledger.slot_provider(j, s) == address]
     finally:
         journal.close()
 
@@ -162,13 +158,11 @@ def _held(settings: Settings, ledger, address: str) -> list[tuple[int, int]]:
 @node.command("withdraw")
 def withdraw_command() -> None:
     """Withdraw the pay owed to this provider by settled jobs."""
-    settings = Settings()
-    account = load_account(settings)
-    ledger = open_ledger(settings)
-    owed = ledger.owed(account.address)
-    if not owed:
-        console.print("nothing owed")
-        return
-    with console.status(f"withdrawing {amount(owed)} ZEN"):
-        ledger.withdraw(account)
+    with reach_ledger(Settings(), signing=True) as (ledger, address):
+        owed = ledger.standing(address).owed
+        if not owed:
+            console.print("nothing owed")
+            return
+        with console.status(f"withdrawing {amount(owed)} ZEN"):
+            ledger.withdraw()
     console.print(f"withdrew {amount(owed)} ZEN")

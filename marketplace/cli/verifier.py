@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from decimal import Decimal
 
 import click
 from rich.console import Console
+from rich.table import Table
 
-from marketplace.chain.deploy import ZEN
-from marketplace.cli.wallet import open_ledger, zen_amount
+from marketplace.cli.access import reach_ledger
+from marketplace.cli.wallet import amount, open_ledger, zen_amount
 from marketplace.config import Settings
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
@@ -34,7 +34,8 @@ def verifier() -> None:
 
     Settings come from ZOO_* environment variables: ZOO_RPC_URL, ZOO_MANIFEST, ZOO_IPFS_API,
     ZOO_IPFS_REPLICAS, ZOO_REDIS_URL, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD(_FILE),
-    ZOO_POLL_INTERVAL, ZOO_CONFIRMATIONS.
+    ZOO_POLL_INTERVAL, ZOO_CONFIRMATIONS. With ZOO_GATEWAY_URL set, register, stake and status go
+    through that gateway (the wallet still signs here); `start` always talks to the chain.
     """
 
 
@@ -46,22 +47,32 @@ def verifier() -> None:
 )
 def register_command(endpoint: str) -> None:
     """Register the wallet's account as a verifier."""
-    settings = Settings()
-    account = load_account(settings)
-    open_ledger(settings).register_verifier(account, endpoint)
-    console.print(f"registered verifier {account.address} at {endpoint}")
+    with reach_ledger(Settings(), signing=True) as (ledger, address):
+        ledger.register_verifier(endpoint)
+    console.print(f"registered verifier {address} at {endpoint}")
 
 
 @verifier.command("stake")
-@click.option("--amount", required=True, help="ZEN to add to the stake, e.g. 5000 or 0.5.")
-def stake_command(amount: str) -> None:
-    """Stake ZEN as a verifier (approve + stake); a verifier is active from the minimum stake."""
-    settings = Settings()
-    account = load_account(settings)
-    ledger = open_ledger(settings)
-    ledger.stake(account, zen_amount(amount))
-    staked = ledger.staking_account(account.address)["staked"]
-    console.print(f"{account.address} stakes {Decimal(staked) / ZEN} ZEN")
+@click.option("--amount", "zen", required=True, help="ZEN to add to the stake, e.g. 5000 or 0.5.")
+def stake_command(zen: str) -> None:
+    """Stake ZEN as a verifier in one transaction (an ERC-2612 permit); active from the minimum stake."""
+    wei = zen_amount(zen)
+    with reach_ledger(Settings(), signing=True) as (ledger, address):
+        ledger.stake(wei)
+        console.print(f"{address} stakes {amount(ledger.standing(address).staked)} ZEN")
+
+
+@verifier.command("status")
+def status_command() -> None:
+    """Show this verifier's registration, stake and the fees owed to it."""
+    with reach_ledger(Settings(), signing=False) as (ledger, address):
+        standing = ledger.standing(address)
+    table = Table(title=f"verifier {address}", show_header=False)
+    table.add_row("registered", "yes" if standing.role == "verifier" else "no")
+    table.add_row("staked ZEN", amount(standing.staked))
+    table.add_row("unbonding ZEN", amount(standing.unbonding))
+    table.add_row("owed ZEN", amount(standing.owed))
+    console.print(table)
 
 
 @verifier.command("start")
@@ -72,7 +83,8 @@ def start_command(log_level: str) -> None:
     It queues sampled units for `verifier worker` processes over Redis, posts their verdicts,
     answers other verifiers' disputes, attests benchmarks of registering providers and reports
     overdue slots. Its journal lives in ZOO_HOME/verifier.sqlite3. Prints a line starting
-    "verifier ready" once it is watching.
+    "verifier ready" once it is watching. The daemon talks to the chain at ZOO_RPC_URL, never
+    through a gateway.
     """
     from verifier.celery_app import configure
     from verifier.daemon import VerifierDaemon

@@ -7,7 +7,6 @@ from decimal import Decimal, InvalidOperation
 
 import click
 from rich.console import Console
-from web3 import Web3
 
 from marketplace import wallet as keystore
 from marketplace.chain.ledger import Ledger
@@ -76,12 +75,12 @@ def address_command() -> None:
 
 @wallet.command("balance")
 def balance_command() -> None:
-    """Show the wallet's ETH (for gas) and ZEN on the chain at ZOO_RPC_URL."""
-    settings = Settings()
-    address = keystore.address_of(keystore.keystore_path(settings))
-    ledger = open_ledger(settings)
-    eth = ledger.w3.eth.get_balance(Web3.to_checksum_address(address))
+    """Show the wallet's ETH (for gas) and ZEN: on the chain at ZOO_RPC_URL, or through ZOO_GATEWAY_URL if set."""
+    from marketplace.cli.access import reach_ledger  # which imports this module's open_ledger
+
+    with reach_ledger(Settings(), signing=False) as (ledger, address):
+        standing = ledger.standing(address)
     console = Console()
     console.print(f"{address}")
-    console.print(f"ETH {amount(eth):>24}")
-    console.print(f"ZEN {amount(ledger.balance(address)):>24}")
+    console.print(f"ETH {amount(standing.eth):>24}")
+    console.print(f"ZEN {amount(standing.zen):>24}")

@@ -1,5 +1,5 @@
-"""`devnet up|down|status`: Anvil, the ledger, IPFS nodes, Redis, verifier workers and daemons,
-provider nodes — all on loopback, with their pids, logs and settings kept in one folder."""
+"""`devnet up|down|status`: Anvil, the ledger, IPFS nodes, Redis, the gateway, verifier workers and
+daemons, provider nodes — all on loopback, with their pids, logs and settings kept in one folder."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 from web3 import Web3
 
 from marketplace import wallet
@@ -54,11 +55,10 @@ class DevnetError(ZooError, RuntimeError):
 
 @dataclass
 class Actor:
-    """A devnet account and the folder its process keeps its state in."""
+    """A devnet account; its process keeps its state in the devnet's folder of its name."""
 
     name: str
     index: int  # account index of Anvil's mnemonic
-    home: Path
 
     @property
     def address(self) -> str:
@@ -73,6 +73,7 @@ class State:
     rpc_url: str = ""
     manifest: str = ""
     redis_url: str = ""
+    gateway_url: str = ""  # the gateway's HTTP API
     ipfs: dict[str, str] = field(default_factory=dict)  # node name -> API multiaddr
     accounts: dict[str, str] = field(default_factory=dict)  # actor name -> address
     services: list[Service] = field(default_factory=list)
@@ -162,16 +163,17 @@ class Devnet:
         ledger = Ledger(w3, deployment)
         self._fund(ledger, actors)
         for actor in actors:
-            wallet.save(self._settings(state, actor), devnet_account(actor.index), PASSWORD)
+            wallet.save(self._settings(state, actor.name), devnet_account(actor.index), PASSWORD)
 
-        progress("starting Redis and the verifier workers")
+        progress("starting Redis, the gateway and the verifier workers")
         redis = RedisServer(self.root / "redis")
         redis.folder.mkdir(parents=True)
         self._spawn(state, "redis", redis.argv(), os.environ.copy()).wait_for_log("(?i)ready to accept connections")
         state.redis_url = redis.url
+        gateway = self.start_gateway(state)  # ready by the end, while the rest starts
         verifiers = [a for a in actors if a.name.startswith("verifier")]
         for i in range(self.workers):
-            worker = self._spawn(state, f"worker-{i}", cli("verifier", "worker"), self._env(state, verifiers[0]))
+            worker = self._spawn(state, f"worker-{i}", cli("verifier", "worker"), self._env(state, verifiers[0].name))
             worker.wait_for_log(r"ready\.", timeout=120)
 
         progress("registering and starting the verifiers")
@@ -179,7 +181,7 @@ class Devnet:
             account = devnet_account(actor.index)
             ledger.register_verifier(account, f"devnet://{actor.name}")
             ledger.stake(account, VERIFIER_STAKE)
-            service = self._spawn(state, actor.name, cli("verifier", "start"), self._env(state, actor))
+            service = self._spawn(state, actor.name, cli("verifier", "start"), self._env(state, actor.name))
             service.wait_for_log("verifier ready", timeout=120)
 
         progress("registering, staking and starting the providers")
@@ -194,7 +196,7 @@ class Devnet:
             onboarding.register(ledger, account, COMMUNITY, hardware, report_cid)
             onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
             self._spawn(state, actor.name, cli("node", "start", "--cost-floor", "1", "--replicas", str(replicas)),
-                        self._env(state, actor))
+                        self._env(state, actor.name))
 
         progress("waiting for the verifier to admit the providers")
         deadline = time.monotonic() + 120
@@ -208,33 +210,71 @@ class Devnet:
         progress("waiting for the providers to watch the market")
         for actor in providers:
             state.service(actor.name).wait_for_log(r"ready:", timeout=120)
+        progress("waiting for the gateway")
+        state.gateway_url = self.wait_for_gateway(*gateway)
+        # The user's settings leave the gateway out: `train` talks to the chain unless ZOO_GATEWAY_URL is set.
         (self.root / "user.env").write_text(
-            "".join(f"{k}={v}\n" for k, v in self._env(state, actors[0]).items() if k.startswith("ZOO_")))
+            "".join(f"{k}={v}\n" for k, v in self._env(state, actors[0].name).items() if k.startswith("ZOO_")))
+
+    def start_gateway(self, state: State) -> tuple[Service, Service]:
+        """The gateway's API server (a free loopback port) and its Celery beat indexer, started, not yet waited for.
+
+        Both share the database under the devnet's `gateway/` folder; the indexer steps over Redis.
+        """
+        env = self._env(state, "gateway")
+        (self.root / "gateway").mkdir(exist_ok=True)
+        server = self._spawn(state, "gateway", cli(
+            "gateway", "serve", "--host", "127.0.0.1", "--port", "0", "--log-level", "INFO"), env)
+        indexer = self._spawn(state, "gateway-indexer", [
+            sys.executable, "-m", "celery", "-A", "marketplace.gateway.tasks", "worker", "--beat", "--pool", "solo",
+            "--queues", "gateway", "--hostname", "gateway@%h", "--without-gossip", "--without-mingle",
+            "--loglevel", "INFO", "--schedule", str(self.root / "gateway" / "beat-schedule"),
+        ], env)
+        return server, indexer
+
+    @staticmethod
+    def wait_for_gateway(server: Service, indexer: Service, timeout: float = 120.0) -> str:
+        """The server's URL once its /health answers with a block the indexer has read."""
+        url = server.wait_for_log(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout=timeout).group(1)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).json()["indexed_block"] is not None:
+                    return url
+            except httpx.TransportError:
+                pass
+            for service in (server, indexer):
+                if not service.alive():
+                    raise ServiceFailed(f"{service.name} exited: see {service.log}")
+            if time.monotonic() > deadline:
+                raise ServiceFailed(f"the gateway indexed nothing in {timeout:.0f}s: see {indexer.log}")
+            time.sleep(0.2)
 
     def _actors(self) -> list[Actor]:
         names = ["user"] + [f"provider-{i}" for i in range(self.providers)] + [
             f"verifier-{i}" for i in range(self.verifiers)]
-        return [Actor(name, i + 1, self.root / name) for i, name in enumerate(names)]
+        return [Actor(name, i + 1) for i, name in enumerate(names)]
 
     def _replicas(self, state: State, name: str) -> list[str]:
         """Every other node: where an actor's content is pinned again, and read from."""
         return [addr for other, addr in state.ipfs.items() if other != name]
 
-    def _settings(self, state: State, actor: Actor) -> Settings:
+    def _settings(self, state: State, name: str) -> Settings:
+        """The settings of a devnet process: its own IPFS node (or the user's) and its home under the root."""
         return Settings(
             rpc_url=state.rpc_url,
             manifest=Path(state.manifest),
-            ipfs_api=state.ipfs.get(actor.name, state.ipfs["user"]),
-            ipfs_replicas=self._replicas(state, actor.name),
+            ipfs_api=state.ipfs.get(name, state.ipfs["user"]),
+            ipfs_replicas=self._replicas(state, name),
             redis_url=state.redis_url or Settings().redis_url,
-            home=actor.home,
+            home=self.root / name,
             wallet_password_file=self.root / "password",
             poll_interval=0.5,
         )
 
-    def _env(self, state: State, actor: Actor) -> dict[str, str]:
-        """The environment of an actor's process: its settings as ZOO_* variables."""
-        settings = self._settings(state, actor)
+    def _env(self, state: State, name: str) -> dict[str, str]:
+        """The environment of a devnet process: its settings as ZOO_* variables."""
+        settings = self._settings(state, name)
         values = settings.model_dump(exclude={"wallet_password", "wallet"}, exclude_none=True)
         env = {f"ZOO_{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v) for k, v in values.items()}
         return os.environ | env
@@ -289,6 +329,7 @@ class Devnet:
             "chain": chain,
             "ipfs": state.ipfs,
             "redis_url": state.redis_url,
+            "gateway_url": state.gateway_url,
             "accounts": state.accounts,
             "services": [{"name": s.name, "pid": s.pid, "alive": s.alive(), "log": s.log}
                          for s in state.services],

@@ -18,6 +18,7 @@ from eth_account.signers.local import LocalAccount
 
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN
+from marketplace.chain.ledger import Hardware
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
 from marketplace.sdk.errors import GatewayError, GatewayUnavailable, JobCancelled, NoBids
@@ -107,6 +108,15 @@ class AsyncClient:
     async def logs(self, job_id: int, since: int = 0) -> list[dict]:
         return await self.request("GET", f"/jobs/{job_id}/logs", params={"since": since})
 
+    async def provider(self, address: str) -> dict:
+        """A provider as indexed: tier, hardware, stake, the jobs it held slots in, its slashes."""
+        return await self.request("GET", f"/providers/{address}")
+
+    async def account(self, address: str | None = None) -> dict:
+        """An address's (default: the wallet's) ETH, ZEN, role, tier, admission, stake and pay owed, read live
+        from the chain at one block; amounts in wei."""
+        return await self.request("GET", f"/chain/accounts/{address or self._account().address}")
+
     def handle(self, job_id: int) -> AsyncJob:
         """A job by id, to follow, settle or fetch the result of."""
         return AsyncJob(self, job_id)
@@ -161,6 +171,11 @@ class AsyncClient:
                 raise GatewayError(0, f"transaction {sent['tx_hash']} reverted in block {status['block_number']}")
             await asyncio.sleep(min(self.poll_interval, 0.5))
 
+    def _signed_permit(self, permit: dict) -> dict:
+        """The gateway's permit (POST /transactions/permit), signed here: what a *WithPermit call takes."""
+        signature = self._account().sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
+        return {"deadline": permit["deadline"], "signature": signature}
+
     async def train(self, config: str | Path, max_budget: float | str | Decimal, *,
                     max_price: float | str | Decimal = 100, tier: str = "community", nodes: int | None = None,
                     sample_rate_bps: int = 1_000, checkpoint_interval: int = 600) -> AsyncJob:
@@ -174,18 +189,46 @@ class AsyncClient:
         budget = wei(max_budget)
         permit = await self.request("POST", "/transactions/permit", json={
             "owner": account.address, "spender": "JobMarket", "value": str(budget)})
-        signature = account.sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
         created = await self.transact("/transactions/jobs", {
             "spec_cid": spec["cid"], "max_budget": str(budget), "max_price": str(wei(max_price)),
             "tier": jobs.TIERS[tier], "nodes": nodes, "sample_rate_bps": sample_rate_bps,
-            "checkpoint_interval": checkpoint_interval,
-            "permit": {"deadline": permit["deadline"], "signature": signature},
+            "checkpoint_interval": checkpoint_interval, "permit": self._signed_permit(permit),
         })
         return AsyncJob(self, created["job_id"])
 
     async def withdraw(self) -> dict:
         """Take what the market owes this wallet (a provider's or verifier's pay)."""
         return await self.transact("/transactions/withdraw", {})
+
+    # --- providers and verifiers ----------------------------------------------------------
+
+    async def register_provider(self, hardware: Hardware, tier: str = "community") -> dict:
+        """Register the wallet as a provider of `tier` with this hardware; `hardware.attestation` is the
+        sha2-256 digest of its pinned benchmark report, which a verifier checks before admitting it."""
+        return await self.transact("/transactions/providers", {
+            "tier": jobs.TIERS[tier], "gpu_model": hardware.gpu_model, "gpus": hardware.gpus,
+            "gpu_memory_gb": hardware.gpu_memory_gb, "network_gbps": hardware.network_gbps,
+            "endpoint": hardware.endpoint, "attestation": "0x" + hardware.attestation.hex()})
+
+    async def register_verifier(self, endpoint: str) -> dict:
+        """Register the wallet as a verifier reached at `endpoint`."""
+        return await self.transact("/transactions/verifiers", {"endpoint": endpoint})
+
+    async def stake(self, amount: float | str | Decimal) -> dict:
+        """Stake `amount` ZEN in one transaction: a permit for the staking contract, signed here."""
+        value = wei(amount)
+        permit = await self.request("POST", "/transactions/permit", json={
+            "owner": self._account().address, "spender": "Staking", "value": str(value)})
+        return await self.transact("/transactions/stake", {
+            "amount": str(value), "permit": self._signed_permit(permit)})
+
+    async def unstake(self, amount: float | str | Decimal) -> dict:
+        """Move `amount` ZEN of free stake into unbonding (withdraw_stake once the delay is over)."""
+        return await self.transact("/transactions/unstake", {"amount": str(wei(amount))})
+
+    async def withdraw_stake(self) -> dict:
+        """Take back unbonded stake whose unbonding delay is over."""
+        return await self.transact("/transactions/stake/withdraw", {})
 
 
 class AsyncJob:
@@ -262,7 +305,7 @@ class AsyncJob:
 
         def fetch() -> None:
             with Storage(self.client.ipfs_api, self.client.ipfs_replicas) as storage:
-                jobs.write_weights(jobs.verified_checkpoint(storage, shown["cid"], shown["state_hash"]), path)
+                jobs.write_weights(jobs.verified_checkpoint(storage, shown["cid"], shown["state_hash"]).state["model"], path)
 
         await asyncio.to_thread(fetch)
         return Result(self.id, shown["cid"], shown["state_hash"], path)

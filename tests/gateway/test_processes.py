@@ -1,4 +1,4 @@
-"""The gateway as operators run it: Celery beat indexing over Redis, and the CLI's indexer and server."""
+"""The gateway as operators and the devnet run it: Celery beat indexing over Redis, and the CLI's indexer and server."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from gateway_support import free_port, gateway_env, wait_for_http
 from sqlalchemy import select
 
+from marketplace.devnet.network import Devnet, State
 from marketplace.gateway import db
 from marketplace.processes import terminate
 from verifier.redis_server import RedisServer
@@ -66,3 +67,26 @@ def test_cli_indexes_and_serves(ledger, story, env, tmp_path):
         terminate(server)
         terminate(indexer)
     assert "indexer ready" in indexer.stdout.read()
+
+
+def test_devnet_runs_the_gateway_and_stops_it_by_pid(ledger, ipfs_api, tmp_path):
+    """The devnet's own gateway: its API on a free port and its Celery indexer, started and stopped as `devnet up`
+    and `devnet down` do, on this module's ledger instead of a whole devnet's."""
+    root = tmp_path / "devnet"
+    root.mkdir()
+    devnet = Devnet(root)
+    with RedisServer(tmp_path / "redis") as redis:
+        state = State(root=root, rpc_url=ledger.w3.provider.endpoint_uri, redis_url=redis.url, ipfs={"user": ipfs_api},
+                      manifest=str(ledger.deployment.write(root / "deployment.json")))
+        try:
+            server, indexer = devnet.start_gateway(state)
+            state.gateway_url = devnet.wait_for_gateway(server, indexer)
+            state.save()
+            assert devnet.status()["gateway_url"] == state.gateway_url
+            assert httpx.get(f"{state.gateway_url}/health").json()["indexed_block"] >= ledger.deployment.deploy_block
+        finally:
+            stopped = devnet.down()
+    assert sorted(stopped) == ["gateway", "gateway-indexer"]
+    assert not server.alive() and not indexer.alive()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{state.gateway_url}/health")

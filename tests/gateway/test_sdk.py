@@ -1,5 +1,6 @@
-"""The SDK and `zoo-compute jobs` against a served gateway and its indexer: a job trained by scripted providers,
-followed, settled and its weights checked against the chain, in the blocking and async forms and from the CLI."""
+"""The SDK and the CLI against a served gateway and its indexer: a job trained by scripted providers, followed,
+settled and its weights checked against the chain, in the blocking and async forms and from `zoo-compute jobs`
+and `train`; and `node`, `verifier` and `wallet` with the gateway as their only way to the chain."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from marketplace import AsyncClient, Client
+from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobStatus, Ledger
 from marketplace.chain.scripted_job import Cast
@@ -176,3 +178,72 @@ def test_train_cli_goes_through_the_gateway_when_one_is_configured(served_gatewa
     assert "auction cleared at 60.000000 ZEN per GPU-hour" in result.output
     assert "weights written to" in result.output and "settled in block" in result.output
     assert torch.equal(torch.load(tmp_path / "w.pt")["weight"], torch.full((3,), 5.0))
+
+
+def gateway_only_env(account, served_gateway: str, ipfs_api: str, home: Path) -> dict[str, str]:
+    """A participant whose keystore holds `account` and whose only way to the chain is the gateway."""
+    _, keystore = import_key(Settings(home=home), account.key.hex(), "secret")
+    return {"ZOO_HOME": str(home), "ZOO_WALLET": str(keystore), "ZOO_WALLET_PASSWORD": "secret",
+            "ZOO_IPFS_API": ipfs_api, "ZOO_IPFS_REPLICAS": "[]", "ZOO_GATEWAY_URL": served_gateway,
+            "ZOO_RPC_URL": "http://127.0.0.1:9"}
+
+
+def invoke(env: dict[str, str], *args: str) -> str:
+    result = CliRunner().invoke(main, list(args), env=env)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def rows(table: str) -> dict[str, str]:
+    """A printed two-column table's rows, label to value."""
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in table.splitlines() if "│" in line]
+    return {label: value for label, value in cells}
+
+
+def test_node_verifier_and_wallet_cli_go_through_the_gateway(trained, served_gateway, ledger, cast, ipfs_api,
+                                                              tmp_path):
+    provider, verifier = devnet_account(7), devnet_account(8)  # fresh: the story onboarded 1 to 6
+    for account in (provider, verifier):
+        ledger.transfer(cast.governor, account.address, 6_000 * ZEN)
+    env = gateway_only_env(provider, served_gateway, ipfs_api, tmp_path / "provider")
+    assert invoke(env, "wallet", "balance").splitlines()[1:] == [f"ETH {10_000:>24,.6f}", f"ZEN {6_000:>24,.6f}"]
+
+    assert "waiting for a verifier's attestation" in invoke(env, "node", "register", "--replicas", "1")
+    assert "total 1,500.000000" in invoke(env, "node", "stake", "--amount", "1500")
+    account = ledger.staking_account(provider.address)
+    assert (account["role"], account["staked"]) == (1, 1_500 * ZEN)
+    status = rows(invoke(env, "node", "status"))
+    assert (status["registered"], status["tier"], status["staked ZEN"], status["jobs held"]) == (
+        "yes", "community", "1,500.000000", "none")
+    assert status["admitted"].startswith("no")
+    assert invoke(env, "node", "withdraw").strip() == "nothing owed"
+    too_much = CliRunner().invoke(main, ["node", "stake", "--amount", "1000000"], env=env)
+    assert too_much.exit_code == 1 and len(too_much.output.strip().splitlines()) == 1
+    assert "the stake needs 1,000,000.000000" in too_much.output
+
+    env = gateway_only_env(verifier, served_gateway, ipfs_api, tmp_path / "verifier")
+    invoke(env, "verifier", "register", "--endpoint", "https://verifier.example")
+    assert "stakes 5,000.000000 ZEN" in invoke(env, "verifier", "stake", "--amount", "5000")
+    assert ledger.staking.functions.isActiveVerifier(verifier.address).call()
+    assert rows(invoke(env, "verifier", "status"))["registered"] == "yes"
+
+    winner = cast.providers[0]  # the lowest bidder: it trained the job and has not withdrawn its pay
+    owed = ledger.owed(winner.address)
+    env = gateway_only_env(winner, served_gateway, ipfs_api, tmp_path / "winner")
+    assert owed and rows(invoke(env, "node", "status"))["owed ZEN"] == f"{owed / ZEN:,.6f}"
+    assert invoke(env, "node", "withdraw").strip() == f"withdrew {owed / ZEN:,.6f} ZEN"
+    assert ledger.owed(winner.address) == 0
+
+
+def test_sdk_unstakes_and_reads_accounts(served_gateway, ledger, cast):
+    provider = cast.providers[2]
+    with Client(served_gateway, wallet=provider) as client:
+        before = client.account()
+        client.unstake(100)
+        after = client.account(provider.address)
+        assert int(after["unbonding"]) - int(before["unbonding"]) == 100 * ZEN
+        assert int(before["staked"]) - int(after["staked"]) == 100 * ZEN
+        with pytest.raises(GatewayError, match="UnbondingNotOver") as refused:
+            client.withdraw_stake()
+        assert refused.value.status == 409
+        assert client.provider(provider.address)["address"] == provider.address

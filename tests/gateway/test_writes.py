@@ -147,3 +147,51 @@ def test_logs_are_written_by_the_jobs_user_and_providers_only(client, cast, stor
 def index_all(indexer) -> None:
     while indexer.step():
         pass
+
+
+def test_provider_registers_stakes_and_unstakes_from_signed_transactions(client, ledger, cast):
+    provider = devnet_account(7)  # a fresh account: the story onboarded 1 to 6
+    ledger.transfer(cast.governor, provider.address, 2_000 * ZEN)
+    registration = {"sender": provider.address, "tier": 0, "gpu_model": "cpu", "gpus": 0, "gpu_memory_gb": 0,
+                    "network_gbps": 1, "endpoint": "tcp://127.0.0.1:29500", "attestation": "0x" + "ab" * 32}
+    assert client.post("/transactions/providers", json=registration | {"attestation": "0xab"}).status_code == 422
+    unknown = client.post("/transactions/providers", json=registration | {"tier": 9})
+    assert unknown.status_code == 409 and "UnknownTier" in unknown.json()["detail"]
+    signed_and_sent(client, provider, client.post("/transactions/providers", json=registration).json())
+    again = client.post("/transactions/providers", json=registration)
+    assert again.status_code == 409 and "AlreadyRegistered" in again.json()["detail"]
+
+    stake = 1_500 * ZEN
+    permit = client.post("/transactions/permit", json={"owner": provider.address, "spender": "Staking",
+                                                       "value": str(stake)}).json()
+    signature = provider.sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
+    body = {"sender": provider.address, "amount": str(stake),
+            "permit": {"deadline": permit["deadline"], "signature": signature}}
+    unsigned = client.post("/transactions/stake", json=body).json()
+    assert (unsigned["from"], unsigned["to"]) == (provider.address, ledger.staking.address)
+    signed_and_sent(client, provider, unsigned)
+    assert client.post("/transactions/stake", json=body | {"amount": "0"}).status_code == 422
+    too_much = client.post("/transactions/stake", json=body | {"amount": str(10**6 * ZEN)})
+    assert too_much.status_code == 400 and "the stake needs 1,000,000" in too_much.json()["detail"]
+
+    unstake = {"sender": provider.address, "amount": str(2_000 * ZEN)}
+    refused = client.post("/transactions/unstake", json=unstake)
+    assert refused.status_code == 409 and "InsufficientFreeStake" in refused.json()["detail"]
+    signed_and_sent(client, provider, client.post("/transactions/unstake", json=unstake | {"amount": str(500 * ZEN)}).json())
+    early = client.post("/transactions/stake/withdraw", json={"sender": provider.address})
+    assert early.status_code == 409 and "UnbondingNotOver" in early.json()["detail"]
+
+    shown = client.get(f"/chain/accounts/{provider.address.lower()}").json()
+    assert (shown["role"], shown["tier"], shown["admitted"]) == ("provider", 0, False)
+    assert [int(shown[k]) for k in ("zen", "staked", "locked", "unbonding", "owed")] == [
+        500 * ZEN, 1_000 * ZEN, 0, 500 * ZEN, 0]
+    assert int(shown["eth"]) > 0 and shown["unbonding_ends"] > 0
+    assert client.get("/chain/accounts/0x1234").status_code == 422
+
+
+def test_verifier_registers_with_an_endpoint(client, ledger):
+    verifier = devnet_account(8)
+    assert client.post("/transactions/verifiers", json={"sender": verifier.address, "endpoint": ""}).status_code == 422
+    signed_and_sent(client, verifier, client.post("/transactions/verifiers", json={
+        "sender": verifier.address, "endpoint": "https://verifier.example"}).json())
+    assert client.get(f"/chain/accounts/{verifier.address}").json()["role"] == "verifier"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 Wei = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
 JobStatus = Literal["open", "running", "completed", "settled", "cancelled"]
+Role = Literal["none", "provider", "verifier"]
+ROLES: tuple[str, ...] = get_args(Role)  # Staking's Role enum, by value
 
 
 class Message(BaseModel):
@@ -26,8 +28,15 @@ def _wei(value):
     raise ValueError("a wei amount is an integer or a string of decimal digits")
 
 
-WeiIn = Annotated[int, BeforeValidator(_wei), Field(ge=0, le=2**256 - 1), WithJsonSchema(
-    {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 2**256 - 1}, {"type": "string", "pattern": "^[0-9]{1,78}$"}]})]
+def _wei_in(minimum: int):
+    """A uint256 wei amount of at least `minimum`, as an integer or a decimal string."""
+    return Annotated[int, BeforeValidator(_wei), Field(ge=minimum, le=2**256 - 1), WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": minimum, "maximum": 2**256 - 1},
+                   {"type": "string", "pattern": "^[0-9]{1,78}$"}]})]
+
+
+WeiIn = _wei_in(0)
+PositiveWeiIn = _wei_in(1)  # an amount to move: the ledger refuses 0
 
 
 class Request(BaseModel):
@@ -308,6 +317,38 @@ class JobOrderRequest(Request):
 
 class SenderRequest(Request):
     sender: Address
+
+
+class StakeRequest(Request):
+    """ZEN to add to the sender's stake, a provider's or a verifier's."""
+
+    sender: Address
+    amount: PositiveWeiIn
+    permit: PermitSignature | None = None  # with it, stakeWithPermit; without, stake (approve first)
+
+
+class UnstakeRequest(Request):
+    sender: Address
+    amount: PositiveWeiIn  # of the free stake (not locked as collateral), into unbonding
+
+
+class ProviderRegistration(Request):
+    """A provider's tier and hardware, as Staking.registerProvider records them."""
+
+    sender: Address
+    tier: int = Field(0, ge=0, le=255)
+    gpu_model: str = Field(min_length=1, max_length=100)  # e.g. "H100 80GB", or "cpu"
+    gpus: int = Field(0, ge=0, le=2**32 - 1)
+    gpu_memory_gb: int = Field(0, ge=0, le=2**32 - 1)  # per GPU
+    network_gbps: int = Field(0, ge=0, le=2**32 - 1)
+    endpoint: str = Field("", max_length=500)  # where a group job's rank 0 hosts the group, e.g. tcp://host:port
+    attestation: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$")  # sha2-256 digest of the pinned benchmark report
+
+
+class VerifierRegistration(Request):
+    sender: Address
+    endpoint: str = Field(min_length=1, max_length=500)  # where the verifier can be reached, as published
+
 
 
 class UnsignedTransaction(BaseModel):

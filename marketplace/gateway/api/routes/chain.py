@@ -20,8 +20,8 @@ from web3.exceptions import BlockNotFound, TransactionNotFound
 
 from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
-from marketplace.gateway.api.deps import LedgerDep
-from marketplace.gateway.api.schemas import NOT_FOUND, Message, Wei
+from marketplace.gateway.api.deps import AddressDep, LedgerDep
+from marketplace.gateway.api.schemas import NOT_FOUND, ROLES, Message, Role, Wei
 from marketplace.gateway.api.service import NotFound
 
 router = APIRouter(prefix="/chain", tags=["chain"])
@@ -83,6 +83,23 @@ class Holdings(BaseModel):
 
     block_number: int
     zen: dict[str, Wei]  # contract name -> balance
+
+
+class AccountView(BaseModel):
+    """A wallet's ETH and ZEN and its account with the ledger, read from the chain at one block."""
+
+    address: str
+    block_number: int
+    eth: Wei  # for gas
+    zen: Wei
+    role: Role
+    tier: int
+    admitted: bool  # a provider whose benchmark a verifier attested
+    staked: Wei  # locked included
+    locked: Wei  # collateral committed to running jobs
+    unbonding: Wei  # requested out, still slashable until withdrawn
+    unbonding_ends: int  # unix seconds; 0 when nothing unbonds
+    owed: Wei  # pay the market holds for it (pull: withdraw)
 
 
 @dataclass(frozen=True)
@@ -215,3 +232,18 @@ def holdings(ledger: LedgerDep, block: Annotated[int | None, Query(
         balances = {name: ledger.zen.functions.balanceOf(ledger.deployment.addresses[name]).call(block_identifier=number)
                     for name in HOLDERS}
     return {"block_number": number, "zen": balances}
+
+
+@router.get("/accounts/{address}", response_model=AccountView, responses=UNAVAILABLE)
+def account(ledger: LedgerDep, address: AddressDep):
+    """The wallet's ETH, ZEN, role, tier, admission, stake and the pay the market owes it, all at the latest block."""
+    with rpc():
+        number = ledger.w3.eth.block_number
+        role, tier, admitted, _, unbonding_ends, staked, locked, unbonding = (
+            ledger.staking.functions.account(address).call(block_identifier=number))
+        eth = ledger.w3.eth.get_balance(address, block_identifier=number)
+        zen = ledger.zen.functions.balanceOf(address).call(block_identifier=number)
+        owed = ledger.market.functions.owed(address).call(block_identifier=number)
+    return {"address": address, "block_number": number, "eth": eth, "zen": zen, "role": ROLES[role], "tier": tier,
+            "admitted": admitted, "staked": staked, "locked": locked, "unbonding": unbonding,
+            "unbonding_ends": unbonding_ends, "owed": owed}

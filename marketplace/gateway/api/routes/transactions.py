@@ -11,6 +11,8 @@ from web3.exceptions import TransactionNotFound
 from web3.logs import DISCARD
 
 from marketplace import jobs
+from marketplace.chain.deploy import ZEN
+from marketplace.chain.ledger import Hardware
 from marketplace.chain.permit import permit_typed_data, split_signature
 from marketplace.gateway.api.deps import JobId, LedgerDep, StorageDep
 from marketplace.gateway.api.schemas import (
@@ -20,10 +22,15 @@ from marketplace.gateway.api.schemas import (
     JobOrderRequest,
     PermitOut,
     PermitRequest,
+    PermitSignature,
+    ProviderRegistration,
     SenderRequest,
     SignedTransaction,
+    StakeRequest,
     TransactionStatus,
     UnsignedTransaction,
+    UnstakeRequest,
+    VerifierRegistration,
 )
 from marketplace.gateway.api.service import UnknownTransaction
 from marketplace.gateway.transactions import broadcast, unsigned
@@ -57,9 +64,13 @@ def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
     if body.permit is None:
         call = market.createJob(request.as_struct())
     else:
-        v, r, s = split_signature(bytes.fromhex(body.permit.signature[2:]))
-        call = market.createJobWithPermit(request.as_struct(), body.permit.deadline, v, r, s)
+        call = market.createJobWithPermit(request.as_struct(), *_permit_args(body.permit))
     return unsigned(ledger, call, sender)
+
+
+def _permit_args(permit: PermitSignature) -> tuple:
+    """(deadline, v, r, s): how the ledger's *WithPermit functions take a permit."""
+    return permit.deadline, *split_signature(bytes.fromhex(permit.signature[2:]))
 
 
 def _job_action(path: str, function: str, summary: str) -> None:
@@ -83,6 +94,53 @@ _job_action("settle", "settle", "settle: pay providers, the fee and the refund o
 def withdraw(body: SenderRequest, ledger: LedgerDep):
     """withdraw: a provider or verifier takes what the market owes it."""
     return unsigned(ledger, ledger.market.functions.withdraw(), Web3.to_checksum_address(body.sender))
+
+
+@router.post("/providers", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+def register_provider(body: ProviderRegistration, ledger: LedgerDep):
+    """registerProvider: join a tier with this hardware; active once staked and its benchmark is attested."""
+    hardware = Hardware(body.gpu_model, body.gpus, body.gpu_memory_gb, body.network_gbps, body.endpoint,
+                        bytes.fromhex(body.attestation[2:]))
+    call = ledger.staking.functions.registerProvider(body.tier, hardware.as_struct())
+    return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
+
+
+@router.post("/verifiers", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+def register_verifier(body: VerifierRegistration, ledger: LedgerDep):
+    """registerVerifier: publish where this verifier is reached; active from the minimum stake."""
+    call = ledger.staking.functions.registerVerifier(body.endpoint)
+    return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
+
+
+@router.post("/stake", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+def stake(body: StakeRequest, ledger: LedgerDep):
+    """stakeWithPermit (with the signed permit, spender Staking) or stake (after an approve).
+
+    More than the sender's ZEN is refused here, before anything is signed.
+    """
+    sender = Web3.to_checksum_address(body.sender)
+    if (held := ledger.balance(sender)) < body.amount:
+        raise jobs.InsufficientZen(f"wallet {sender} holds {held / ZEN:,.6f} ZEN, the stake needs {body.amount / ZEN:,.6f}")
+    staking = ledger.staking.functions
+    if body.permit is None:
+        call = staking.stake(body.amount)
+    else:
+        call = staking.stakeWithPermit(body.amount, *_permit_args(body.permit))
+    return unsigned(ledger, call, sender)
+
+
+@router.post("/unstake", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+def unstake(body: UnstakeRequest, ledger: LedgerDep):
+    """requestUnstake: move free stake into unbonding; withdraw it after the unbonding delay."""
+    call = ledger.staking.functions.requestUnstake(body.amount)
+    return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
+
+
+@router.post("/stake/withdraw", response_model=UnsignedTransaction, response_model_exclude_none=True,
+             responses=REFUSED)
+def withdraw_stake(body: SenderRequest, ledger: LedgerDep):
+    """withdraw (Staking): take back unbonded stake once the unbonding delay is over."""
+    return unsigned(ledger, ledger.staking.functions.withdraw(), Web3.to_checksum_address(body.sender))
 
 
 @router.post("", response_model=Broadcast, responses=REFUSED)
