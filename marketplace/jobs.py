@@ -18,8 +18,8 @@ from marketplace.chain.ledger import JobRequest, JobStatus, Ledger
 from marketplace.chain.permit import sign_permit
 from marketplace.errors import ZooError
 from marketplace.storage import Storage
-from node.engine import Checkpoint, JobSpec, parse_spec
-from node.work import units_per_node
+from node.engine import Checkpoint, CheckpointError, JobSpec, parse_spec, state_hash
+from node.work import load_rank_bundle, units_per_node
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def progress(ledger: Ledger, storage: Storage, job_id: int, losses: dict[str, fl
     if units:
         cid = units[0]["cid"]
         if cid not in losses:
-            losses[cid] = Checkpoint.load(storage.cat(cid)).metadata.get("metrics", {}).get("loss")
+            losses[cid] = unit_loss(storage.cat(cid))
         loss = losses[cid]
     return Progress(
         status=JobStatus(job["status"]),
@@ -163,6 +163,20 @@ def progress(ledger: Ledger, storage: Storage, job_id: int, losses: dict[str, fl
         accrued=sum(slot_budget - s["remaining"] for s in slots),
         loss=loss,
     )
+
+
+def unit_loss(data: bytes) -> float | None:
+    """The training loss a committed unit reports: a checkpoint's metrics, or the last loss a
+    group job's rank had seen when its round began; None for what is neither."""
+    try:
+        return Checkpoint.load(data).metadata.get("metrics", {}).get("loss")
+    except CheckpointError:
+        pass
+    try:
+        history = load_rank_bundle(data).unit.trainer["progress"]["loss_history"]
+    except ValueError:
+        return None
+    return float(history[-1]) if history else None
 
 
 def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
@@ -215,32 +229,52 @@ def settle(ledger: Ledger, user: LocalAccount, job_id: int, poll: float = 1.0) -
 
 
 def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -> tuple[str, str]:
-    """Write the trained model's weights to `output`; returns (checkpoint CID, state hash).
+    """Write the trained model's weights to `output`; returns (CID, state hash) of what they came from.
 
-    The checkpoint is the last live unit of slot 0; its state hash is checked against the one
-    committed on-chain before anything is written.
+    A single-node job's model is the last live unit of slot 0, a checkpoint, checked against the
+    state hash committed on-chain before anything is written. A group job's is the model every
+    rank's last round bundle holds: each rank applies the same outer steps, so all of them must
+    hold the same weights, and any disagreement is refused.
     """
     units = latest_units(ledger, job_id)
     if not units:
         raise JobError(f"job {job_id} has no committed checkpoint")
     unit = units[0]
-    committed = bytes(unit["stateHash"]).hex()
-    write_weights(verified_checkpoint(storage, unit["cid"], committed), output)
-    return unit["cid"], committed
+    data = storage.cat(unit["cid"])
+    try:
+        bundle = load_rank_bundle(data)
+    except ValueError:
+        committed = bytes(unit["stateHash"]).hex()
+        write_weights(verified_checkpoint(storage, unit["cid"], committed, data).state["model"], output)
+        return unit["cid"], committed
+    job = ledger.job(job_id)
+    if len(units) < job["nodes"] or any(u["index"] != job["unitsPerNode"] - 1 for u in units):
+        raise JobError(f"job {job_id} has not delivered every rank's last round")
+    digests = {}
+    for other in units:
+        last = bundle if other is unit else load_rank_bundle(storage.cat(other["cid"]))
+        if last.weights is None:
+            raise JobError(f"rank bundle {other['cid']} holds no trained model")
+        digests[other["slot"]] = state_hash(last.weights)
+    if len(set(digests.values())) != 1:
+        raise JobError(f"job {job_id}: the ranks' final weights disagree (by slot: {digests})")
+    write_weights(bundle.weights, output)
+    return unit["cid"], digests[unit["slot"]]
 
 
-def verified_checkpoint(storage: Storage, cid: str, committed: str) -> Checkpoint:
-    """The checkpoint at `cid`, refused unless it holds the committed state hash (hex, 0x optional)."""
-    checkpoint = Checkpoint.load(storage.cat(cid))
+def verified_checkpoint(storage: Storage, cid: str, committed: str, data: bytes | None = None) -> Checkpoint:
+    """The checkpoint at `cid` (`data` when already fetched), refused unless it holds the
+    committed state hash (hex, 0x optional)."""
+    checkpoint = Checkpoint.load(storage.cat(cid) if data is None else data)
     committed = committed.removeprefix("0x")
     if checkpoint.state_hash() != committed:
         raise JobError(f"checkpoint {cid} does not hold the committed state {committed}")
     return checkpoint
 
 
-def write_weights(checkpoint: Checkpoint, output: Path) -> None:
+def write_weights(weights: dict, output: Path) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint.state["model"], output)
+    torch.save(weights, output)
 
 
 def read_spec_text(path: Path) -> str:

@@ -11,7 +11,8 @@ names a rank bundle (`rank_bundle`): the rank's inputs for the round (a `RankUni
 global weights, its inner optimizer, data position and error-feedback residual at the
 round's start) and the payload it sent. The unit's state hash is the payload's sha256, the
 rank's commitment: a verifier re-runs the round from the inputs and names the rank whose
-payload does not reproduce.
+payload does not reproduce. A rank's last bundle also holds the group's trained model: every
+rank ends with the same weights, so the result is what all slots' last units agree on.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import io
 import math
 import pickle
 import struct
+from typing import NamedTuple
 
 import torch
 
@@ -68,8 +70,15 @@ def unit_steps(spec: JobSpec, index: int) -> int:
     return min(spec.checkpoint.every, spec.training.max_steps - start)
 
 
-def rank_bundle(unit: RankUnit, payload: bytes) -> bytes:
-    """What a group job's unit pins: the rank's round inputs and the payload it sent."""
+class RankBundle(NamedTuple):
+    unit: RankUnit  # the rank's inputs for the round
+    payload: bytes  # what it sent
+    weights: dict[str, torch.Tensor] | None  # the group's model after the job's last round
+
+
+def rank_bundle(unit: RankUnit, payload: bytes, weights: dict[str, torch.Tensor] | None = None) -> bytes:
+    """What a group job's unit pins: the rank's round inputs and the payload it sent; the last
+    round's also holds the trained model, the job's result."""
     buffer = io.BytesIO()
     torch.save(
         {
@@ -79,14 +88,15 @@ def rank_bundle(unit: RankUnit, payload: bytes) -> bytes:
             "trainer": unit.trainer,
             "residual": unit.residual,
             "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8),
+            "weights": weights,
         },
         buffer,
     )
     return buffer.getvalue()
 
 
-def load_rank_bundle(data: bytes) -> tuple[RankUnit, bytes]:
-    """The inputs and payload of a rank bundle; ValueError when it is not one."""
+def load_rank_bundle(data: bytes) -> RankBundle:
+    """The inputs, payload and (last round) weights of a rank bundle; ValueError when it is not one."""
     try:
         raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, struct.error) as exc:
@@ -94,4 +104,4 @@ def load_rank_bundle(data: bytes) -> tuple[RankUnit, bytes]:
     if not isinstance(raw, dict) or raw.get("format") != RANK_BUNDLE_FORMAT:
         raise ValueError(f"not a rank bundle: no {RANK_BUNDLE_FORMAT} tag")
     unit = RankUnit(raw["rank"], raw["round"], raw["trainer"], raw["residual"])
-    return unit, raw["payload"].numpy().tobytes()
+    return RankBundle(unit, raw["payload"].numpy().tobytes(), raw.get("weights"))

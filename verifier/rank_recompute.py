@@ -34,7 +34,7 @@ def judge_rank(
     except DistributedConfigError as exc:
         return RankJudgement(None, f"the job spec cannot be run: {exc}")
     try:
-        unit, payload = load_rank_bundle(bundle)
+        unit, payload, _ = load_rank_bundle(bundle)
     except ValueError as exc:
         return RankJudgement(False, f"committed rank bundle unreadable: {exc}")
     if (unit.rank, unit.round_) != (slot, index):

@@ -128,11 +128,12 @@ class GroupWorker:
         rank.start()
         try:
             began = time.monotonic()
-            for round_ in range(units_per_node(spec)):
+            rounds = units_per_node(spec)
+            for round_ in range(rounds):
                 if not self._await_round(rank, job_id, slot_id, round_, folder, stop):
                     return
                 finished = time.monotonic()
-                self._commit(job_id, slot_id, round_, folder, finished - began)
+                self._commit(job_id, slot_id, round_, folder, finished - began, last=round_ == rounds - 1)
                 began = finished
             rank.join()
             report = json.loads((folder / "report.json").read_text())
@@ -157,8 +158,8 @@ class GroupWorker:
         folder: Path,
         stop: threading.Event,
     ) -> bool:
-        """Wait until `round_` is complete on disk: the next round's inputs are saved only after
-        this round's payload was sent, and the last round is complete when the rank exits well.
+        """Wait until `round_` is complete on disk: the next round's inputs (after the last
+        round, the trained model) are saved only after this round's payload was sent.
         False when asked to stop, or once the slot is no longer this node's to deliver (the job
         was stopped, or the slot lost): a rank waiting on a group that ended is let go."""
         following = unit_path(folder, round_ + 1, slot_id)
@@ -170,14 +171,15 @@ class GroupWorker:
                 if self.worker.deliverable(job_id, slot_id) is None:
                     return False
                 looked = time.monotonic()
-        if not following.exists() and rank.exitcode != 0:
+        if not following.exists():
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in round {round_}")
         return True
 
-    def _commit(self, job_id: int, slot_id: int, round_: int, folder: Path, seconds: float) -> None:
+    def _commit(self, job_id: int, slot_id: int, round_: int, folder: Path, seconds: float, last: bool) -> None:
         payload = update_path(folder, round_, slot_id).read_bytes()
         inputs = RankUnit.load(unit_path(folder, round_, slot_id))
-        cid = self.worker.storage.add_bytes(rank_bundle(inputs, payload))
+        weights = RankUnit.load(unit_path(folder, round_ + 1, slot_id)).trainer["model"] if last else None
+        cid = self.worker.storage.add_bytes(rank_bundle(inputs, payload, weights))
         unit = Unit(job_id, slot_id, round_, cid, update_sha256(payload), seconds)
         self.worker.journal.add_unit(unit)
         slot = self.worker.ledger.slot(job_id, slot_id)

@@ -97,11 +97,15 @@ def diloco_rank(
     )
     steps = config.steps_per_round(spec)
     train_losses, eval_losses = [], []
-    for round_ in range(spec.training.max_steps // steps):
+    rounds = spec.training.max_steps // steps
+    for round_ in range(rounds + 1):
         if config.updates_dir is not None:
+            # the inputs of each round; after the last, the trained group model (round `rounds`)
             residual = None if exchange.feedback is None else exchange.feedback.residual
             unit = RankUnit(rank, round_, trainer.state(), residual)
             unit.save(unit_path(config.updates_dir, round_, rank))
+        if round_ == rounds:
+            break
         delta, losses = local_round(trainer, steps)
         global_weights.grad = exchange(delta, round_).value
         outer.step()

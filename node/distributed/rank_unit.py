@@ -44,7 +44,11 @@ class RankUnit:
     residual: torch.Tensor | None  # (N,) error feedback carried in; None before the first send
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        """Written whole or not at all: the provider's daemon takes its existence as the
+        previous round's end."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
         torch.save(
             {
                 "rank": self.rank,
@@ -52,8 +56,9 @@ class RankUnit:
                 "trainer": self.trainer,
                 "residual": self.residual,
             },
-            path,
+            partial,
         )
+        os.replace(partial, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RankUnit:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from marketplace import jobs
 from marketplace.chain.accounts import devnet_account
@@ -19,7 +20,7 @@ from node.daemon.group_worker import rendezvous, run_rank
 from node.distributed.exchange import update_path
 from node.distributed.group import free_port, rank_trainer
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
-from node.engine import load_spec
+from node.engine import load_spec, state_hash
 from node.work import diloco_config, load_rank_bundle, rank_bundle
 
 from .conftest import wait_for
@@ -77,15 +78,14 @@ def scaled(rank: int, update):
     return update * 10
 
 
-def eval_loss(spec, bundle: bytes) -> float:
-    """Held-out loss of the global weights a rank bundle starts its round from."""
-    unit, _ = load_rank_bundle(bundle)
-    trainer, batches = rank_trainer(spec, unit.rank)
-    trainer.load(unit.trainer)
+def eval_loss(spec, weights: dict) -> float:
+    """Held-out loss of a model's weights."""
+    trainer, batches = rank_trainer(spec, 0)
+    trainer.model.load_state_dict(weights)
     return trainer.evaluate(batches)
 
 
-def test_diloco_job_trains_across_providers_verifies_and_settles(network):
+def test_diloco_job_trains_across_providers_verifies_and_settles(network, tmp_path):
     ledger = network.ledger
     spec = load_spec(SPEC)
     with network.storage() as storage:
@@ -106,9 +106,15 @@ def test_diloco_job_trains_across_providers_verifies_and_settles(network):
         assert verdicts and all(r["pass"] for r in verdicts)
         assert not any(INCORRECT_COMPUTATION in slashes(ledger, provider) for provider in ranks)
 
-        # The group trained one model: the weights of the last round start below the first's loss.
-        first, last = (next(u["cid"] for u in units if (u["slot"], u["index"]) == (0, i)) for i in (0, 2))
-        assert eval_loss(spec, storage.cat(last)) < eval_loss(spec, storage.cat(first)) - 0.5
+        # The group trained one model, which every rank's last unit holds: the job's result, well
+        # below the loss of the weights the first round started from.
+        cid, digest = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")
+        assert cid == next(u["cid"] for u in units if (u["slot"], u["index"]) == (0, 2))
+        first_cid = next(u["cid"] for u in units if (u["slot"], u["index"]) == (0, 0))
+        first = load_rank_bundle(storage.cat(first_cid)).unit.trainer["model"]
+        trained = torch.load(tmp_path / "weights.pt", weights_only=True)
+        assert state_hash(trained) == digest
+        assert eval_loss(spec, trained) < eval_loss(spec, first) - 0.5
 
 
 def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):

@@ -194,6 +194,11 @@ def invoke(env: dict[str, str], *args: str) -> str:
     return result.output
 
 
+def said(env: dict[str, str], *args: str) -> str:
+    """The command's output as one line: the console wraps long lines at the terminal's width."""
+    return " ".join(invoke(env, *args).split())
+
+
 def rows(table: str) -> dict[str, str]:
     """A printed two-column table's rows, label to value."""
     cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in table.splitlines() if "│" in line]
@@ -208,8 +213,8 @@ def test_node_verifier_and_wallet_cli_go_through_the_gateway(trained, served_gat
     env = gateway_only_env(provider, served_gateway, ipfs_api, tmp_path / "provider")
     assert invoke(env, "wallet", "balance").splitlines()[1:] == [f"ETH {10_000:>24,.6f}", f"ZEN {6_000:>24,.6f}"]
 
-    assert "waiting for a verifier's attestation" in invoke(env, "node", "register", "--replicas", "1")
-    assert "total 1,500.000000" in invoke(env, "node", "stake", "--amount", "1500")
+    assert "waiting for a verifier's attestation" in said(env, "node", "register", "--replicas", "1")
+    assert "total 1,500.000000" in said(env, "node", "stake", "--amount", "1500")
     account = ledger.staking_account(provider.address)
     assert (account["role"], account["staked"]) == (1, 1_500 * ZEN)
     status = rows(invoke(env, "node", "status"))
@@ -223,7 +228,7 @@ def test_node_verifier_and_wallet_cli_go_through_the_gateway(trained, served_gat
 
     env = gateway_only_env(verifier, served_gateway, ipfs_api, tmp_path / "verifier")
     invoke(env, "verifier", "register", "--endpoint", "https://verifier.example")
-    assert "stakes 5,000.000000 ZEN" in invoke(env, "verifier", "stake", "--amount", "5000")
+    assert "stakes 5,000.000000 ZEN" in said(env, "verifier", "stake", "--amount", "5000")
     assert ledger.staking.functions.isActiveVerifier(verifier.address).call()
     assert rows(invoke(env, "verifier", "status"))["registered"] == "yes"
 
