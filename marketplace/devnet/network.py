@@ -42,6 +42,7 @@ PARAMETERS = Parameters(
     verification_fee=ZEN // 10,
     false_report_slash=100 * ZEN,
 )
+BLOCK_TIME = 1  # seconds between blocks once the devnet runs
 COMMUNITY = 0  # the tier of CPU and consumer-GPU nodes
 REPLICAS = 3
 FUNDING = 100_000 * ZEN
@@ -140,11 +141,21 @@ class Devnet:
         return state
 
     def _start(self, state: State, progress) -> None:
-        progress("starting Anvil")
+        """Processes start side by side, and the ledger is set up while Anvil mines a block per
+        transaction; the chain's clock then ticks a block a second, as the market expects."""
+        progress("starting Anvil, the IPFS nodes and Redis")
         anvil = self._spawn(state, "anvil", [
-            str(foundry_binary("anvil")), "--host", "127.0.0.1", "--port", "0", "--block-time", "1",
+            str(foundry_binary("anvil")), "--host", "127.0.0.1", "--port", "0",
             "--accounts", str(3 + self.providers + self.verifiers),
         ], os.environ.copy())
+        actors = self._actors()
+        state.accounts = {a.name: a.address for a in actors}
+        verifiers = [a for a in actors if a.name.startswith("verifier")]
+        providers = [a for a in actors if a.name.startswith("provider")]
+        ipfs = {a.name: self._spawn_ipfs(state, a.name) for a in actors if a not in verifiers}
+        redis = RedisServer(self.root / "redis")
+        redis.folder.mkdir(parents=True)
+        redis_service = self._spawn(state, "redis", redis.argv(), os.environ.copy())
         port = anvil.wait_for_log(r"Listening on 127\.0\.0\.1:(\d+)").group(1)
         state.rpc_url = f"http://127.0.0.1:{port}"
         w3 = Web3(Web3.HTTPProvider(state.rpc_url))
@@ -153,39 +164,19 @@ class Devnet:
         manifest = self.root / "deployment.json"
         deployment = deploy(w3, devnet_account(0), PARAMETERS, manifest=manifest)
         state.manifest = str(manifest)
-
-        actors = self._actors()
-        state.accounts = {a.name: a.address for a in actors}
-        progress("starting IPFS nodes")
-        for actor in actors:
-            if not actor.name.startswith("verifier"):
-                state.ipfs[actor.name] = self._start_ipfs(state, actor.name)
         ledger = Ledger(w3, deployment)
         self._fund(ledger, actors)
+        state.ipfs = {name: self._ipfs_address(state, name, service) for name, service in ipfs.items()}
+        redis_service.wait_for_log("(?i)ready to accept connections")
+        state.redis_url = redis.url
         for actor in actors:
             wallet.save(self._settings(state, actor.name), devnet_account(actor.index), PASSWORD)
 
-        progress("starting Redis, the gateway and the verifier workers")
-        redis = RedisServer(self.root / "redis")
-        redis.folder.mkdir(parents=True)
-        self._spawn(state, "redis", redis.argv(), os.environ.copy()).wait_for_log("(?i)ready to accept connections")
-        state.redis_url = redis.url
-        gateway = self.start_gateway(state)  # ready by the end, while the rest starts
-        verifiers = [a for a in actors if a.name.startswith("verifier")]
-        for i in range(self.workers):
-            worker = self._spawn(state, f"worker-{i}", cli("verifier", "worker"), self._env(state, verifiers[0].name))
-            worker.wait_for_log(r"ready\.", timeout=120)
-
-        progress("registering and starting the verifiers")
+        progress("registering and staking the verifiers and providers")
         for actor in verifiers:
             account = devnet_account(actor.index)
             ledger.register_verifier(account, f"devnet://{actor.name}")
             ledger.stake(account, VERIFIER_STAKE)
-            service = self._spawn(state, actor.name, cli("verifier", "start"), self._env(state, actor.name))
-            service.wait_for_log("verifier ready", timeout=120)
-
-        progress("registering, staking and starting the providers")
-        providers = [a for a in actors if a.name.startswith("provider")]
         replicas = min(REPLICAS, len(state.ipfs))  # a small devnet has fewer nodes to pin on
         for actor in providers:
             account = devnet_account(actor.index)
@@ -195,8 +186,21 @@ class Devnet:
             hardware = Hardware("cpu", 0, 0, 1, f"tcp://127.0.0.1:{free_port()}")
             onboarding.register(ledger, account, COMMUNITY, hardware, report_cid)
             onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
+        w3.provider.make_request("evm_setIntervalMining", [BLOCK_TIME])
+
+        progress("starting the gateway, the verifier workers, the verifiers and the providers")
+        gateway = self.start_gateway(state)
+        workers = [self._spawn(state, f"worker-{i}", cli("verifier", "worker"), self._env(state, verifiers[0].name))
+                   for i in range(self.workers)]
+        verifier_daemons = [self._spawn(state, a.name, cli("verifier", "start"), self._env(state, a.name))
+                            for a in verifiers]
+        for actor in providers:
             self._spawn(state, actor.name, cli("node", "start", "--cost-floor", "1", "--replicas", str(replicas)),
                         self._env(state, actor.name))
+        for worker in workers:
+            worker.wait_for_log(r"ready\.", timeout=120)
+        for daemon in verifier_daemons:
+            daemon.wait_for_log("verifier ready", timeout=120)
 
         progress("waiting for the verifier to admit the providers")
         deadline = time.monotonic() + 120
@@ -279,18 +283,22 @@ class Devnet:
         env = {f"ZOO_{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v) for k, v in values.items()}
         return os.environ | env
 
-    def _start_ipfs(self, state: State, name: str) -> str:
+    def _spawn_ipfs(self, state: State, name: str) -> Service:
         repo = self.root / "ipfs" / name
         (repo / "api").unlink(missing_ok=True)
-        service = self._spawn(state, f"ipfs-{name}", cli(
+        return self._spawn(state, f"ipfs-{name}", cli(
             "ipfs", "serve", "--repo", str(repo), "--host", "127.0.0.1", "--port", "0"),
             os.environ.copy())
+
+    def _ipfs_address(self, state: State, name: str, service: Service) -> str:
+        """The node's API address, once it has published it."""
+        api = self.root / "ipfs" / name / "api"
         deadline = time.monotonic() + 60
-        while not (repo / "api").exists():
+        while not api.exists():
             if not service.alive() or time.monotonic() > deadline:
                 raise ServiceFailed(f"IPFS node {name} did not start: see {service.log}")
             time.sleep(0.1)
-        return (repo / "api").read_text().strip()
+        return api.read_text().strip()
 
     def _fund(self, ledger: Ledger, actors: list[Actor]) -> None:
         governor = devnet_account(0)
