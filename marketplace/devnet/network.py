@@ -22,7 +22,7 @@ from marketplace.chain.ledger import Hardware, Ledger
 from marketplace.chain.toolchain import PROJECT_ROOT, foundry_binary
 from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
-from marketplace.devnet.process import Service, ServiceFailed
+from marketplace.devnet.process import Service, ServiceFailed, stop_all
 from marketplace.errors import ZooError
 from marketplace.storage import Storage
 from node.daemon import onboarding
@@ -321,8 +321,7 @@ class Devnet:
 
     @staticmethod
     def _stop(state: State) -> None:
-        for service in reversed(state.services):
-            service.stop()
+        stop_all(state.services)
 
     def status(self) -> dict:
         state = State.load(self.root)

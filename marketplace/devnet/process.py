@@ -46,20 +46,17 @@ class Service:
         try:
             pid, _ = os.waitpid(self.pid, os.WNOHANG)
             return pid == 0
-        except ChildProcessError:
-            return True
+        except ChildProcessError:  # someone else's child: a zombie until its parent reaps it
+            return not _zombie(self.pid)
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM, then SIGKILL after `timeout` seconds."""
-        if not self.alive():
-            return
-        os.kill(self.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                return
-            time.sleep(0.1)
-        os.kill(self.pid, signal.SIGKILL)
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM); `stop_all` waits."""
+        if self.alive():
+            os.kill(self.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
 
     def wait_for_log(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
         """Wait until the service's log matches `pattern` (how services announce readiness)."""
@@ -76,3 +73,23 @@ class Service:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def stop_all(services: list[Service], timeout: float = 15.0) -> None:
+    """SIGTERM every service, the latest started first, wait for them together, and SIGKILL
+    whatever still runs after `timeout` seconds."""
+    for service in reversed(services):
+        service.terminate()
+    deadline = time.monotonic() + timeout
+    while any(s.alive() for s in services) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for service in services:
+        service.kill()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +17,6 @@ from marketplace.chain.deploy import Deployment
 from marketplace.chain.ledger import Ledger
 from marketplace.config import Settings
 from marketplace.devnet.network import Devnet, State
-from marketplace.processes import terminate
 from marketplace.storage import Storage
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
@@ -68,45 +64,18 @@ def network(tmp_path_factory):
         yield Network(root, state, ledger, settings)
     finally:
         devnet.down()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        assert not State.load(root).running(), "devnet down stops every process devnet up started"
 
 
 @pytest.fixture(scope="session")
-def gateway(network, tmp_path_factory):
-    """The gateway over the devnet, as an operator runs it: `gateway index` and `gateway serve`
-    as processes with their own database, on a free port. Yields the base URL once the indexer
-    has caught up with the chain."""
-    folder = tmp_path_factory.mktemp("gateway")
-    env = network.env() | {"ZOO_HOME": str(folder), "ZOO_DATABASE_URL": f"sqlite:///{folder / 'gateway.sqlite3'}"}
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cli = [sys.executable, "-m", "marketplace.cli", "gateway"]
-    processes = []
-    try:
-        for name, args in (("index", ["index", "--interval", "0.2"]),
-                           ("serve", ["serve", "--port", str(port), "--log-level", "WARNING"])):
-            with open(folder / f"{name}.log", "w") as log:
-                processes.append(subprocess.Popen([*cli, *args], env=env, stdout=log, stderr=subprocess.STDOUT))
-        head = network.ledger.w3.eth.block_number
-
-        def caught_up():
-            if any(p.poll() is not None for p in processes):
-                pytest.fail(f"the gateway exited: see {folder}/index.log and {folder}/serve.log")
-            try:
-                return (httpx.get(f"{url}/health").json()["indexed_block"] or 0) >= head
-            except httpx.TransportError:
-                return False
-
-        wait_for(caught_up, 60, "the gateway to index the devnet", poll=0.2)
-        yield url
-    finally:
-        for process in processes:
-            terminate(process)
+def gateway(network):
+    """The devnet's own gateway (`devnet up` runs its API and its Celery indexer): its base URL,
+    once the index has caught up with the chain."""
+    url = network.state.gateway_url
+    head = network.ledger.w3.eth.block_number
+    wait_for(lambda: (httpx.get(f"{url}/health").json()["indexed_block"] or 0) >= head, 60,
+             "the devnet's gateway to index the chain", poll=0.2)
+    return url
 
 
 def wait_for(condition, timeout: float, what: str, poll: float = 0.5):
