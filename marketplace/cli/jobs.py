@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from marketplace.cli.train import follow_job, user_settings, zen
+from marketplace.devnet import STATE_DIR
+from marketplace.devnet.network import State
 from marketplace.errors import ZooError
 from marketplace.sdk import Client
 from marketplace.wallet import load_account
@@ -22,13 +24,21 @@ STATUSES = ("open", "running", "completed", "settled", "cancelled")
 def open_client(ctx: click.Context, *, wallet: bool = False) -> Client:
     """A client of the gateway (--gateway, ZOO_GATEWAY_URL or the devnet's), with the wallet when it must sign."""
     settings = user_settings()
-    url = ctx.obj or settings.gateway_url
+    url = ctx.obj or settings.gateway_url or devnet_gateway()
     if not url:
-        raise ZooError("no gateway: pass --gateway URL or set ZOO_GATEWAY_URL")
+        raise ZooError("no gateway: pass --gateway URL, set ZOO_GATEWAY_URL or start the devnet")
     client = Client(url, wallet=load_account(settings) if wallet else None, ipfs_api=settings.ipfs_api,
                     ipfs_replicas=settings.ipfs_replicas)
     ctx.call_on_close(client.close)
     return client
+
+
+def devnet_gateway() -> str | None:
+    """The gateway of the devnet running on this machine, if one runs."""
+    if not (STATE_DIR / "state.json").exists():
+        return None
+    state = State.load(STATE_DIR)
+    return state.gateway_url if state.running() else None
 
 
 def emit(data) -> None:
