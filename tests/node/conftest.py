@@ -26,7 +26,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning")
 
 
-PARAMETERS = Parameters(bid_window=8, reveal_window=12, verification_window=4, verification_fee=ZEN // 10)
+# Windows in seconds of chain time, which runs a block a second while a daemon runs. The tests
+# skip each window once what it was waiting for is in (every bid, every reveal, the last unit),
+# so the windows can be generous: a daemon killed after its bid and started again must still
+# reveal in time on a slow machine.
+PARAMETERS = Parameters(bid_window=30, reveal_window=30, verification_window=30,
+                        verification_fee=ZEN // 10)
 
 
 @pytest.fixture(scope="session")
@@ -98,10 +103,9 @@ def node_env(tmp_path_factory, anvil, manifest, deployment, ipfs_nodes) -> NodeE
 
 
 @pytest.fixture(scope="session")
-def onboarded(w3, ledger, cast, provider, node_env, tmp_path_factory) -> LocalAccount:
+def onboarded(ledger, cast, provider, node_env, tmp_path_factory) -> LocalAccount:
     """Rivals onboarded by script; the daemon's provider through `node register` and `node stake`,
-    then attested the way a verifier would. Interval mining starts after, so deadlines pass in
-    real time while the daemon runs."""
+    then attested the way a verifier would."""
     onboard(ledger, cast, Scenario(funding=20_000 * ZEN))
     ledger.transfer(cast.governor, provider.address, 20_000 * ZEN)
     env = node_env.with_home(tmp_path_factory.mktemp("onboard"))
@@ -114,12 +118,21 @@ def onboarded(w3, ledger, cast, provider, node_env, tmp_path_factory) -> LocalAc
         from_block=0, argument_filters={"provider": provider.address})
     attestation = event["args"]["attestation"]
     ledger.attest_benchmark(cast.verifiers[0], provider.address, attestation, 1)
-    w3.provider.make_request("evm_setIntervalMining", [1])
     return provider
 
 
+@pytest.fixture(scope="module")
+def real_time_chain(w3) -> Iterator[None]:
+    """A block a second while a module's daemons run, so deadlines pass in real time. Instant
+    mining again after: the folders that follow share this chain, and at a block a second each of
+    their transactions would wait for the next block."""
+    w3.provider.make_request("evm_setIntervalMining", [1])
+    yield
+    w3.provider.make_request("evm_setAutomine", [True])
+
+
 @pytest.fixture
-def start_daemon(onboarded, node_env, tmp_path) -> Iterator:
+def start_daemon(onboarded, real_time_chain, node_env, tmp_path) -> Iterator:
     """Starts daemons sharing one home (one journal) per test; kills leftovers at teardown."""
     started: list[Daemon] = []
     env = node_env.with_home(tmp_path / "home")

@@ -44,15 +44,31 @@ def create_job(ledger: Ledger, cast: Cast, storage: Storage) -> int:
     return ledger.create_job(cast.user, request)
 
 
-def rivals_bid(ledger: Ledger, cast: Cast, job_id: int) -> list:
-    return [(p, ledger.commit_bid(p, job_id, price)) for p, price in zip(cast.providers, RIVAL_BIDS)]
+def skip_past(ledger: Ledger, deadline: int) -> None:
+    """The chain's clock moved just past `deadline` now, instead of a wait in real time."""
+    now = chain_time(ledger.w3)
+    if now <= deadline:
+        ledger.advance_time(deadline + 1 - now)
 
 
-def rivals_reveal(ledger: Ledger, job_id: int, bids: list) -> None:
-    deadline = ledger.job(job_id)["bidDeadline"]
-    wait_for(lambda: chain_time(ledger.w3) > deadline, 30, "the bid deadline")
-    for provider, bid in bids:
-        ledger.reveal_bid(provider, bid)
+def bids_in(ledger: Ledger, cast: Cast, job_id: int, provider: str) -> list:
+    """The rivals' sealed bids, once the daemon's own is committed too; the rivals' to reveal."""
+    bids = [(p, ledger.commit_bid(p, job_id, price)) for p, price in zip(cast.providers, RIVAL_BIDS)]
+    wait_for(lambda: events(ledger, "BidCommitted", job_id, provider=provider), 30,
+             "the daemon's bid")
+    return bids
+
+
+def reveals_in(ledger: Ledger, job_id: int, bids: list, provider: str) -> None:
+    """With every bid in, the bid window is skipped; the rivals reveal, and once the daemon has
+    too, the reveal window is skipped: the daemon still has to notice each deadline and act."""
+    job = ledger.job(job_id)
+    skip_past(ledger, job["bidDeadline"])
+    for rival, bid in bids:
+        ledger.reveal_bid(rival, bid)
+    wait_for(lambda: events(ledger, "BidRevealed", job_id, provider=provider), 30,
+             "the daemon's reveal")
+    skip_past(ledger, job["revealDeadline"])
 
 
 def events(ledger: Ledger, name: str, job_id: int, **filters) -> list:
@@ -61,8 +77,12 @@ def events(ledger: Ledger, name: str, job_id: int, **filters) -> list:
 
 
 def wait_paid(ledger: Ledger, job_id: int, provider: str) -> None:
-    """Until the job is settled and the provider withdrew its pay."""
-    wait_for(lambda: events(ledger, "JobSettled", job_id), 120, f"job {job_id} settled")
+    """Until the job is completed, then (its verification window skipped) settled, and the
+    provider withdrew its pay."""
+    wait_for(lambda: events(ledger, "JobCompleted", job_id), 120, f"job {job_id} completed")
+    window = ledger.verification.functions.verificationWindow().call()
+    skip_past(ledger, ledger.job(job_id)["completedAt"] + window)
+    wait_for(lambda: events(ledger, "JobSettled", job_id), 30, f"job {job_id} settled")
     settled_block = events(ledger, "JobSettled", job_id)[0]["blockNumber"]
     wait_for(lambda: ledger.market.events.Withdrawn().get_logs(
         from_block=settled_block, argument_filters={"account": provider}), 30, "the withdrawal")
@@ -86,7 +106,8 @@ def test_daemon_wins_trains_settles_and_stops_on_sigterm(ledger, cast, onboarded
     daemon = start_daemon()
     balance = ledger.balance(onboarded.address)
     job_id = create_job(ledger, cast, storage)
-    rivals_reveal(ledger, job_id, rivals_bid(ledger, cast, job_id))
+    bids = bids_in(ledger, cast, job_id, onboarded.address)
+    reveals_in(ledger, job_id, bids, onboarded.address)
 
     wait_paid(ledger, job_id, onboarded.address)
     (cleared,) = events(ledger, "AuctionCleared", job_id)
@@ -123,12 +144,11 @@ def test_daemon_killed_after_bid_and_mid_pipeline_recovers(ledger, cast, onboard
     me = onboarded.address
     daemon = start_daemon()
     job_id = create_job(ledger, cast, storage)
-    bids = rivals_bid(ledger, cast, job_id)
-    wait_for(lambda: events(ledger, "BidCommitted", job_id, provider=me), 30, "the daemon's bid")
+    bids = bids_in(ledger, cast, job_id, me)
     daemon.kill()
 
     daemon = start_daemon()
-    rivals_reveal(ledger, job_id, bids)
+    reveals_in(ledger, job_id, bids, me)
     journal = Journal(tmp_path / "home" / "node" / "journal.sqlite3")  # the daemons' own
     index = wait_for(lambda: uncommitted_unit(ledger, journal, job_id), 90, "a unit trained ahead of the chain",
                      interval=0.05)
