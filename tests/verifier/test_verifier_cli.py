@@ -69,7 +69,6 @@ def test_errors_are_one_line(env):
 def test_daemon_process_posts_a_result_and_stops_on_sigterm(job, env, tmp_path):
     provider = job(10_000)
     ledger = provider.ledger
-    unit = provider.honest(0)
     log = tmp_path / "verifier.log"
     with open(log, "ab") as out:
         process = subprocess.Popen(
@@ -80,6 +79,7 @@ def test_daemon_process_posts_a_result_and_stops_on_sigterm(job, env, tmp_path):
         )
     posted = ledger.verification.events.ResultPosted()
     try:
+        unit = provider.honest(0)  # trained and committed while the verifier starts
         deadline = time.monotonic() + 90
         while not posted.get_logs(from_block=unit.block_number):
             assert process.poll() is None, log.read_text()
