@@ -52,7 +52,7 @@ class Network:
         os.kill(self.provider_service(address).pid, signal.SIGKILL)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped once the end-to-end tests are done, not at the session's end
 def network(tmp_path_factory):
     root = tmp_path_factory.mktemp("devnet")
     devnet = Devnet(root, providers=3, verifiers=2, workers=1)
@@ -67,7 +67,7 @@ def network(tmp_path_factory):
         assert not State.load(root).running(), "devnet down stops every process devnet up started"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gateway(network):
     """The devnet's own gateway (`devnet up` runs its API and its Celery indexer): its base URL,
     once the index has caught up with the chain."""
