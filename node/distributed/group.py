@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+LEAVE_TIMEOUT = timedelta(minutes=2)  # how long a rank that is done waits for the others to be
 Tamper = Callable[[int, torch.Tensor], torch.Tensor]  # (rank, update) -> what the rank sends
 Delay = Callable[[int, int], float]  # (rank, round) -> seconds the rank waits before sending
 
@@ -193,5 +194,8 @@ def join_and_run(
     dist.init_process_group("gloo", store=store, rank=rank, world_size=ranks, timeout=timeout)
     try:
         report.write_text(json.dumps(worker(rank, ranks, store, *args)))
+        # Ranks that exchange through the store finish at their own pace: none tears its
+        # connections down while another still uses them (that aborts the other's process).
+        dist.monitored_barrier(timeout=LEAVE_TIMEOUT)
     finally:
         dist.destroy_process_group()
