@@ -42,6 +42,7 @@ PARAMETERS = Parameters(
     verification_fee=ZEN // 10,
     false_report_slash=100 * ZEN,
 )
+INFRASTRUCTURE = ("anvil", "ipfs-", "redis")  # service names of what the other processes use
 BLOCK_TIME = 1  # seconds between blocks once the devnet runs
 COMMUNITY = 0  # the tier of CPU and consumer-GPU nodes
 REPLICAS = 3
@@ -321,7 +322,10 @@ class Devnet:
 
     @staticmethod
     def _stop(state: State) -> None:
-        stop_all(state.services)
+        """The processes that use the chain, IPFS and Redis first, then those."""
+        users = [s for s in state.services if not s.name.startswith(INFRASTRUCTURE)]
+        stop_all(users)
+        stop_all([s for s in state.services if s not in users])
 
     def status(self) -> dict:
         state = State.load(self.root)

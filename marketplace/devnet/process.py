@@ -80,11 +80,20 @@ def stop_all(services: list[Service], timeout: float = 15.0) -> None:
     whatever still runs after `timeout` seconds."""
     for service in reversed(services):
         service.terminate()
-    deadline = time.monotonic() + timeout
-    while any(s.alive() for s in services) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    if _wait_gone(services, timeout):
+        return
     for service in services:
         service.kill()
+    _wait_gone(services, 5.0)
+
+
+def _wait_gone(services: list[Service], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(s.alive() for s in services):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _zombie(pid: int) -> bool:
