@@ -242,30 +242,43 @@ def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -
     unit = units[0]
     data = storage.cat(unit["cid"])
     try:
-        bundle = load_rank_bundle(data)
-    except ValueError:
-        committed = bytes(unit["stateHash"]).hex()
-        write_weights(verified_checkpoint(storage, unit["cid"], committed, data).state["model"], output)
-        return unit["cid"], committed
+        checkpoint = Checkpoint.load(data)
+    except CheckpointError:
+        weights, digest = group_weights(ledger, storage, job_id, units, data)
+    else:
+        digest = bytes(unit["stateHash"]).hex()
+        weights = checked(checkpoint, unit["cid"], digest).state["model"]
+    write_weights(weights, output)
+    return unit["cid"], digest
+
+
+def group_weights(ledger: Ledger, storage: Storage, job_id: int, units: list[dict],
+                  first: bytes) -> tuple[dict, str]:
+    """The model all ranks' last bundles hold (`first`: slot 0's, already fetched), and its hash."""
     job = ledger.job(job_id)
     if len(units) < job["nodes"] or any(u["index"] != job["unitsPerNode"] - 1 for u in units):
         raise JobError(f"job {job_id} has not delivered every rank's last round")
-    digests = {}
-    for other in units:
-        last = bundle if other is unit else load_rank_bundle(storage.cat(other["cid"]))
-        if last.weights is None:
-            raise JobError(f"rank bundle {other['cid']} holds no trained model")
-        digests[other["slot"]] = state_hash(last.weights)
+    digests, weights = {}, None
+    for unit in units:
+        try:
+            held = load_rank_bundle(first if weights is None else storage.cat(unit["cid"])).weights
+        except ValueError as exc:
+            raise JobError(f"unit {unit['cid']} is neither a checkpoint nor a rank bundle: {exc}") from None
+        if held is None:
+            raise JobError(f"rank bundle {unit['cid']} holds no trained model")
+        weights = weights or held
+        digests[unit["slot"]] = state_hash(held)
     if len(set(digests.values())) != 1:
         raise JobError(f"job {job_id}: the ranks' final weights disagree (by slot: {digests})")
-    write_weights(bundle.weights, output)
-    return unit["cid"], digests[unit["slot"]]
+    return weights, digests[units[0]["slot"]]
 
 
-def verified_checkpoint(storage: Storage, cid: str, committed: str, data: bytes | None = None) -> Checkpoint:
-    """The checkpoint at `cid` (`data` when already fetched), refused unless it holds the
-    committed state hash (hex, 0x optional)."""
-    checkpoint = Checkpoint.load(storage.cat(cid) if data is None else data)
+def verified_checkpoint(storage: Storage, cid: str, committed: str) -> Checkpoint:
+    """The checkpoint at `cid`, refused unless it holds the committed state hash (hex, 0x optional)."""
+    return checked(Checkpoint.load(storage.cat(cid)), cid, committed)
+
+
+def checked(checkpoint: Checkpoint, cid: str, committed: str) -> Checkpoint:
     committed = committed.removeprefix("0x")
     if checkpoint.state_hash() != committed:
         raise JobError(f"checkpoint {cid} does not hold the committed state {committed}")
