@@ -196,6 +196,32 @@ def test_missing_argument_is_400(shared_node: Node):
     assert "required" in response.json()["Message"]
 
 
+def test_add_with_progress_streams_the_bytes_imported_then_the_result(shared_node: Node):
+    data = random_bytes(6 * 1024 * 1024 + 5, seed=21)
+    plain = requests.post(f"{shared_node.url}/api/v0/add", files={"file": ("data.bin", data)},
+                          timeout=60)
+    response = requests.post(f"{shared_node.url}/api/v0/add", params={"progress": "true"},
+                             files={"file": ("data.bin", data)}, timeout=60)
+    assert response.status_code == 200
+    *progress, result = [json.loads(line) for line in response.text.splitlines()]
+    assert result == plain.json()
+    counts = [event["Bytes"] for event in progress]
+    assert len(counts) >= 3 and counts == sorted(set(counts)) and counts[-1] == len(data)
+    assert all(event.keys() == {"Name", "Bytes"} and event["Name"] == "data.bin" for event in progress)
+
+
+def test_add_with_progress_ends_with_kubos_error_object_when_the_body_breaks_off(shared_node: Node):
+    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
+            + random_bytes(12 * 1024 * 1024, seed=22))  # no closing boundary
+    response = requests.post(f"{shared_node.url}/api/v0/add", params={"progress": "true"},
+                             data=body, headers={"Content-Type": "multipart/form-data; boundary=b"},
+                             timeout=60)
+    assert response.status_code == 200  # sent before the body was read
+    *progress, error = [json.loads(line) for line in response.text.splitlines()]
+    assert progress and all("Hash" not in event for event in progress)
+    assert error["Type"] == "error" and "ended inside a part" in error["Message"]
+
+
 @pytest.mark.parametrize("params, message", [
     ({"chunker": "rabin"}, "chunker"), ({"cid-version": "2"}, "cid-version"),
     ({"trickle": "true"}, "trickle"), ({"hash": "blake3"}, "blake3"),

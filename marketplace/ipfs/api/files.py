@@ -5,7 +5,7 @@ import json
 import logging
 import tarfile
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
 
@@ -16,12 +16,13 @@ from starlette.concurrency import run_in_threadpool
 
 from marketplace.ipfs import multipart, reader
 from marketplace.ipfs.api.deps import CidDep, RepoDep
-from marketplace.ipfs.api.streaming import FileStream
+from marketplace.ipfs.api.streaming import EventStream, FileStream
 from marketplace.ipfs.blockstore import Blockstore, BlockWriter
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.errors import Unsupported
 from marketplace.ipfs.importer import BlockSink, FileImporter, Imported, parse_chunker
 from marketplace.ipfs.pinstore import RECURSIVE
+from marketplace.ipfs.repo import Repo
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class AddOptions(BaseModel):
     chunker: str | None = Field(None, description="size-<bytes>, default size-262144")
     pin: bool = True
     only_hash: bool = Field(False, alias="only-hash")
+    progress: bool = Field(False, description="stream the bytes imported so far, as Kubo does")
     hash: str = Field("sha2-256", description="only sha2-256")
     trickle: bool = False
     wrap_with_directory: bool = Field(False, alias="wrap-with-directory")
@@ -77,17 +79,19 @@ def _finish(importer: FileImporter, pieces: list[memoryview]) -> Imported:
 
 
 async def _import(part: multipart.Part, options: AddOptions,
-                  store: Blockstore | None) -> Imported:
+                  store: Blockstore | None) -> AsyncIterator[int | Imported]:
     """Receive on the event loop while the add's own worker thread hashes earlier batches and
     a writer thread stores their blocks (hashlib and file writes release the GIL), so the
     three overlap. One worker per add keeps the batches in order; the bounded queues keep
-    memory flat however large the file. Without a store, blocks are only hashed."""
+    memory flat however large the file. Without a store, blocks are only hashed.
+
+    Yields the bytes imported so far each time a batch is done, then the import's result."""
     loop = asyncio.get_running_loop()
     writer = BlockWriter(store) if store is not None else None
     importer = options.importer(writer.add if writer else CID.of_parts)
-    in_flight: deque[asyncio.Future] = deque()
+    in_flight: deque[tuple[asyncio.Future, int]] = deque()  # batches and their sizes
     batch: list[memoryview] = []
-    batched = 0
+    batched = done = 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipfs-add") as worker:
         try:
             async for piece in part.chunks():
@@ -95,45 +99,77 @@ async def _import(part: multipart.Part, options: AddOptions,
                 batched += len(piece)
                 if batched >= _BATCH_BYTES:
                     if len(in_flight) == _MAX_IN_FLIGHT:
-                        await in_flight.popleft()
-                    in_flight.append(loop.run_in_executor(worker, _write_pieces, importer, batch))
+                        await asyncio.wait([in_flight[0][0]])
+                    while in_flight and in_flight[0][0].done():
+                        done += _oldest(in_flight)
+                        yield done
+                    in_flight.append(
+                        (loop.run_in_executor(worker, _write_pieces, importer, batch), batched))
                     batch, batched = [], 0
             while in_flight:
-                await in_flight.popleft()
+                await asyncio.wait([in_flight[0][0]])
+                done += _oldest(in_flight)
+                yield done
             imported = await loop.run_in_executor(worker, _finish, importer, batch)
         finally:
             if in_flight:  # the upload broke off: let queued work end before the worker goes
-                await asyncio.wait(in_flight)
+                await asyncio.wait([future for future, _ in in_flight])
             if writer:
                 await loop.run_in_executor(worker, writer.close)
-    return imported
+    if batched:
+        yield done + batched
+    yield imported
 
 
-@router.post("/add")
-async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Query()]) -> Response:
-    """Import each file part of a multipart body; one JSON line per file, as Kubo answers."""
-    options.check_supported()
+def _oldest(in_flight: deque[tuple[asyncio.Future, int]]) -> int:
+    """Take the oldest batch, which is done, off the queue; its size (or its error, raised)."""
+    future, size = in_flight.popleft()
+    future.result()
+    return size
+
+
+async def _add_events(request: Request, repo: Repo, options: AddOptions,
+                      boundary: bytes) -> AsyncIterator[dict[str, str | int]]:
+    """Kubo's add events: with `progress`, the bytes of each file imported so far as it goes;
+    a file's name, CID and cumulative size once it is in."""
     store = None if options.only_hash else repo.blocks
-    boundary = multipart.boundary_of(request.headers.get("content-type"))
-    lines = []
     # Polled rather than awaited in a thread: a cancelled wait must not leave the lock taken.
     while not repo.gc_lock.try_acquire_shared():
         await asyncio.sleep(_GC_WAIT_S)
+    added = 0
     try:
         async for part in multipart.MultipartReader(request.stream(), boundary).parts():
             if part.is_directory:
                 raise Unsupported("adding directories is not supported by this node, add files")
-            imported = await _import(part, options, store)
+            async for event in _import(part, options, store):
+                if isinstance(event, Imported):
+                    imported = event
+                elif options.progress:
+                    yield {"Name": part.filename, "Bytes": event}
             if options.pin and not options.only_hash:
                 await run_in_threadpool(repo.pins.add, imported.cid, RECURSIVE)
             name = part.filename or str(imported.cid)
             log.debug("added %s as %s (%d bytes)", name, imported.cid, imported.filesize)
-            lines.append({"Name": name, "Hash": str(imported.cid), "Size": str(imported.size)})
+            added += 1
+            yield {"Name": name, "Hash": str(imported.cid), "Size": str(imported.size)}
     finally:
         repo.gc_lock.release_shared()
-    if not lines:
+    if not added:
         raise multipart.MalformedMultipart("the request carried no file")
-    body = "".join(json.dumps(line) + "\n" for line in lines)
+
+
+@router.post("/add")
+async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Query()]) -> Response:
+    """Import each file part of a multipart body; one JSON line per file, as Kubo answers.
+
+    With `progress=true` the lines stream out as the body comes in, progress lines first (as
+    Kubo sends them); an error found after that ends the stream with Kubo's error object."""
+    options.check_supported()
+    boundary = multipart.boundary_of(request.headers.get("content-type"))
+    events = _add_events(request, repo, options, boundary)
+    if options.progress:
+        return EventStream(events)
+    body = "".join([json.dumps(event) + "\n" async for event in events])
     return Response(body, media_type="application/json", headers={"X-Chunked-Output": "1"})
 
 
