@@ -36,6 +36,9 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
 
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Result))) private _results;
     mapping(uint256 jobId => mapping(address provider => Complaint)) private _complaints;
+    /// @dev The block of the commitment a unit was flagged in: a unit replaced after a rollback is
+    /// a new commitment, not flagged.
+    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => uint64 unitBlock))) private _flagged;
     /// @inheritdoc IVerification
     mapping(uint256 jobId => uint256) public openDisputes;
     /// @inheritdoc IVerification
@@ -80,7 +83,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         // Strictly before the end: settlement may run at that very second.
         uint256 closesAt = uint256(unit.committedAt) + verificationWindow;
         if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
-        if (!_sampled(jobId, slot, index, unit.blockNumber)) revert NotSampled(jobId, slot, index);
+        if (!_toVerify(jobId, slot, index, unit.blockNumber)) revert NotSampled(jobId, slot, index);
         Result storage r = _results[jobId][slot][index];
         if (r.verdict != Verdict.None) {
             // A result about a unit voided by a rollback gives way to the unit that replaced it (a
@@ -104,6 +107,19 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
             ++openDisputes[jobId];
             emit DisputeOpened(jobId, slot, index, msg.sender);
         }
+    }
+
+    /// @inheritdoc IVerification
+    function flagUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) external {
+        if (market.participant(jobId, msg.sender).state != IJobMarket.ParticipantState.Active) {
+            revert NotInTheJob(msg.sender);
+        }
+        _checkUnit(jobId, slot, index, unit);
+        uint256 closesAt = uint256(unit.committedAt) + verificationWindow;
+        if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
+        if (_flagged[jobId][slot][index] == unit.blockNumber) revert AlreadyFlagged(jobId, slot, index);
+        _flagged[jobId][slot][index] = unit.blockNumber;
+        emit UnitFlagged(jobId, slot, index, msg.sender);
     }
 
     /// @inheritdoc IVerification
@@ -220,7 +236,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
 
     /// @inheritdoc IVerification
     function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool) {
-        return _sampled(jobId, slot, index, blockNumber);
+        return _toVerify(jobId, slot, index, blockNumber);
     }
 
     /// @inheritdoc IVerification
@@ -231,6 +247,11 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     /*//////////////////////////////////////////////////////////////
                                 INTERNAL
     //////////////////////////////////////////////////////////////*/
+
+    /// @dev Sampled, or flagged; the sample first, as most units are never flagged.
+    function _toVerify(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) internal view returns (bool) {
+        return _sampled(jobId, slot, index, blockNumber) || _flagged[jobId][slot][index] == blockNumber;
+    }
 
     /// @dev The seed is the hash of the block after the commitment, unknown when the provider
     /// committed. Past 256 blocks the EVM forgets it; such a unit counts as sampled, since a lost

@@ -8,8 +8,8 @@ from the checkpoint committed as unit `i - 1`.
 Group jobs (`diloco`): slot `s` is rank `s` of the job's group, and its unit `i` is its
 DiLoCo round `i`, so a slot delivers `max_steps / steps_per_round` units. The unit's CID
 names a rank bundle (`rank_bundle`): the rank's inputs for the round (a `RankUnit`: the
-global weights, its inner optimizer, data position and error-feedback residual at the
-round's start) and the payload it sent. The unit's state hash is the payload's sha256, the
+global weights and outer momentum, its inner optimizer, data position and error-feedback
+residual at the round's start) and the payload it sent. The unit's state hash is the payload's sha256, the
 rank's commitment: a verifier re-runs the round from the inputs and names the rank whose
 payload does not reproduce. A rank's last bundle also holds the group's trained model: every
 rank ends with the same weights, so the result is what all slots' last units agree on.
@@ -87,6 +87,7 @@ def rank_bundle(unit: RankUnit, payload: bytes, weights: dict[str, torch.Tensor]
             "round": unit.round_,
             "trainer": unit.trainer,
             "residual": unit.residual,
+            "momentum": unit.momentum,
             "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8),
             "weights": weights,
         },
@@ -103,5 +104,5 @@ def load_rank_bundle(data: bytes) -> RankBundle:
         raise ValueError(f"not a rank bundle: {exc}") from None
     if not isinstance(raw, dict) or raw.get("format") != RANK_BUNDLE_FORMAT:
         raise ValueError(f"not a rank bundle: no {RANK_BUNDLE_FORMAT} tag")
-    unit = RankUnit(raw["rank"], raw["round"], raw["trainer"], raw["residual"])
+    unit = RankUnit(raw["rank"], raw["round"], raw["trainer"], raw["residual"], raw.get("momentum"))
     return RankBundle(unit, raw["payload"].numpy().tobytes(), raw.get("weights"))

@@ -73,6 +73,7 @@ class VerifierDaemon:
             "JobCreated": self._on_job_created,
             "CheckpointCommitted": self._on_checkpoint,
             "DisputeOpened": self._on_dispute,
+            "UnitFlagged": self._on_flagged,
             "ProviderRegistered": self._on_registration,
             "SlotAssigned": self._on_slot_assigned,
             "ProviderRemoved": self._on_slot_released,
@@ -145,6 +146,23 @@ class VerifierDaemon:
             )
             return
         self.journal.add_work(j.DISPUTE, *found)
+
+    def _on_flagged(self, event: EventData) -> None:
+        """A provider of the job named a unit its group's aggregation excluded: the ledger now
+        counts it as sampled, so a unit skipped as unsampled is drawn again."""
+        args = event["args"]
+        found = self.journal.latest_unit(
+            args["jobId"], args["slot"], args["index"], event["blockNumber"]
+        )
+        if found is None:
+            log.warning(
+                "flagged job %d slot %d unit %d, committed before this journal began",
+                args["jobId"],
+                args["slot"],
+                args["index"],
+            )
+            return
+        self.journal.redraw(j.RESULT, *found)
 
     def _on_registration(self, event: EventData) -> None:
         args = event["args"]

@@ -137,6 +137,14 @@ class Journal:
             (kind, unit.job_id, unit.slot, unit.index, unit.block_number, log_index, NEW),
         )
 
+    def redraw(self, kind: str, unit: CommittedUnit, log_index: int) -> None:
+        """Draw a unit skipped as unsampled again: it was flagged since."""
+        self.db.execute(
+            "UPDATE work SET state = ?, note = 'flagged' WHERE state = ? AND kind = ? AND job = ? "
+            "AND slot = ? AND idx = ? AND block = ? AND log_index = ?",
+            (NEW, SKIPPED, kind, unit.job_id, unit.slot, unit.index, unit.block_number, log_index),
+        )
+
     def work(self, *states: str) -> list[Work]:
         marks = ",".join("?" * len(states))
         rows = self.db.execute(

@@ -58,6 +58,13 @@ interface IVerification {
     error NotAParticipant(address provider);
     /// @notice Thrown when a parameter is outside its allowed range.
     error ParameterOutOfRange();
+    /// @notice Thrown when a unit is flagged by an account that holds no slot of its job now.
+    error NotInTheJob(address caller);
+    /// @notice Thrown when a unit is flagged again.
+    error AlreadyFlagged(uint256 jobId, uint16 slot, uint32 index);
+
+    /// @notice Emitted when a provider of the job flags a unit for verification.
+    event UnitFlagged(uint256 indexed jobId, uint16 slot, uint32 index, address indexed by);
 
     /// @notice Emitted when a verifier posts a result for a sampled unit.
     event ResultPosted(
@@ -117,7 +124,14 @@ interface IVerification {
     /// @notice Closes a bandwidth complaint nobody answered within the dispute window.
     function expireBandwidthComplaint(uint256 jobId, address provider) external;
 
-    /// @notice Whether unit `index` of `slot`, committed in block `blockNumber`, is sampled.
+    /// @notice Flag unit `index` of `slot`, committed as `unit`, for verification whatever its
+    /// sample says: the ranks of a group job name a rank whose update their robust aggregation
+    /// excluded, so a verifier re-runs that rank's round. Only a provider holding a slot of the
+    /// job may flag, and only within the unit's verification window.
+    function flagUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) external;
+
+    /// @notice Whether unit `index` of `slot`, committed in block `blockNumber`, is to be verified:
+    /// sampled, or flagged by a provider of the job.
     function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool);
 
     /// @notice The result of unit `index` of `slot`.

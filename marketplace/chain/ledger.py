@@ -200,6 +200,19 @@ class Ledger:
             committed_at=block["timestamp"], block_number=event["blockNumber"],
         )
 
+    def committed_unit(self, job_id: int, slot: int, index: int) -> CommittedUnit | None:
+        """The slot's live commitment of unit `index` (its latest: a rolled-back unit is committed
+        again over the rejected one); None while there is none."""
+        events = [e for e in self.market.events.CheckpointCommitted().get_logs(
+            from_block=self.deployment.deploy_block, argument_filters={"jobId": job_id, "slot": slot},
+        ) if e["args"]["index"] == index]
+        return self.unit_from_event(events[-1]) if events else None
+
+    def flag_unit(self, provider: LocalAccount, unit: CommittedUnit):
+        """Have verifiers re-run `unit` whatever its sample: a rank the group's aggregation excluded."""
+        fn = self.verification.functions.flagUnit(unit.job_id, unit.slot, unit.index, unit.as_struct())
+        return self.send(fn, provider)
+
     def is_sampled(self, unit: CommittedUnit) -> bool:
         fn = self.verification.functions.isSampled(unit.job_id, unit.slot, unit.index, unit.block_number)
         return call(fn)

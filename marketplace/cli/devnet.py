@@ -47,6 +47,19 @@ def up(root: Path, providers: int, verifiers: int, workers: int) -> None:
     console.print(f"state and logs: {state.root}")
 
 
+@devnet.command("add-provider")
+@root_option
+def add_provider(root: Path) -> None:
+    """Start one more provider on the running devnet: funded, staked, with its own IPFS node.
+
+    A spare node bids for slots the others cannot take, such as a re-auctioned rank of a group
+    job whose other ranks are its own providers.
+    """
+    with console.status("registering, staking and starting a provider"):
+        address = Devnet(root).add_provider()
+    console.print(f"[green]provider {address}[/] started; the verifiers admit it shortly")
+
+
 @devnet.command()
 @root_option
 def down(root: Path) -> None:

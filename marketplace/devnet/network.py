@@ -47,6 +47,7 @@ BLOCK_TIME = 1  # seconds between blocks once the devnet runs
 COMMUNITY = 0  # the tier of CPU and consumer-GPU nodes
 REPLICAS = 3
 FUNDING = 100_000 * ZEN
+ETH_FUNDING = 10_000 * 10**18  # what Anvil gives the accounts it starts with
 PROVIDER_STAKE = 10_000 * ZEN
 VERIFIER_STAKE = 5_000 * ZEN
 
@@ -178,15 +179,8 @@ class Devnet:
             account = devnet_account(actor.index)
             ledger.register_verifier(account, f"devnet://{actor.name}")
             ledger.stake(account, VERIFIER_STAKE)
-        replicas = min(REPLICAS, len(state.ipfs))  # a small devnet has fewer nodes to pin on
         for actor in providers:
-            account = devnet_account(actor.index)
-            with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:
-                _, report_cid = onboarding.publish_benchmark(storage, replicas=replicas)
-            # a free loopback port: where a group job's rank 0 listens for the other ranks
-            hardware = Hardware("cpu", 0, 0, 1, f"tcp://127.0.0.1:{free_port()}")
-            onboarding.register(ledger, account, COMMUNITY, hardware, report_cid)
-            onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
+            self._register_provider(state, ledger, actor)
         w3.provider.make_request("evm_setIntervalMining", [BLOCK_TIME])
 
         progress("starting the gateway, the verifier workers, the verifiers and the providers")
@@ -196,8 +190,7 @@ class Devnet:
         verifier_daemons = [self._spawn(state, a.name, cli("verifier", "start"), self._env(state, a.name))
                             for a in verifiers]
         for actor in providers:
-            self._spawn(state, actor.name, cli("node", "start", "--cost-floor", "1", "--replicas", str(replicas)),
-                        self._env(state, actor.name))
+            self._spawn_provider(state, actor)
         for worker in workers:
             worker.wait_for_log(r"ready\.", timeout=120)
         for daemon in verifier_daemons:
@@ -220,6 +213,39 @@ class Devnet:
         # The user's settings leave the gateway out: `train` talks to the chain unless ZOO_GATEWAY_URL is set.
         (self.root / "user.env").write_text(
             "".join(f"{k}={v}\n" for k, v in self._env(state, actors[0].name).items() if k.startswith("ZOO_")))
+
+    def add_provider(self) -> str:
+        """One more provider on the running devnet: funded, with its own IPFS node, registered,
+        staked and its daemon started (the verifiers admit it soon after). Its address."""
+        state = State.load(self.root)
+        ledger = Ledger(Web3(Web3.HTTPProvider(state.rpc_url)), self.deployment())
+        providers = sum(name.startswith("provider") for name in state.accounts)
+        actor = Actor(f"provider-{providers}", len(state.accounts) + 1)  # the next unused account
+        ledger.w3.provider.make_request("anvil_setBalance", [actor.address, hex(ETH_FUNDING)])
+        self._fund(ledger, [actor])
+        state.accounts[actor.name] = actor.address
+        state.ipfs[actor.name] = self._ipfs_address(state, actor.name, self._spawn_ipfs(state, actor.name))
+        wallet.save(self._settings(state, actor.name), devnet_account(actor.index), PASSWORD)
+        self._register_provider(state, ledger, actor)
+        self._spawn_provider(state, actor).wait_for_log(r"ready:", timeout=120)
+        return actor.address
+
+    def _register_provider(self, state: State, ledger: Ledger, actor: Actor) -> None:
+        account = devnet_account(actor.index)
+        with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:
+            _, report_cid = onboarding.publish_benchmark(storage, replicas=self._replica_count(state))
+        # a free loopback port: where a group job's rank 0 listens for the other ranks
+        hardware = Hardware("cpu", 0, 0, 1, f"tcp://127.0.0.1:{free_port()}")
+        onboarding.register(ledger, account, COMMUNITY, hardware, report_cid)
+        onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
+
+    def _spawn_provider(self, state: State, actor: Actor) -> Service:
+        argv = cli("node", "start", "--cost-floor", "1", "--replicas", str(self._replica_count(state)))
+        return self._spawn(state, actor.name, argv, self._env(state, actor.name))
+
+    @staticmethod
+    def _replica_count(state: State) -> int:
+        return min(REPLICAS, len(state.ipfs))  # a small devnet has fewer nodes to pin on
 
     def start_gateway(self, state: State) -> tuple[Service, Service]:
         """The gateway's API server (a free loopback port) and its Celery beat indexer, started, not yet waited for.

@@ -1,13 +1,22 @@
 """A slot of a group job: this provider's rank of the job's DiLoCo group, one unit per round.
 
 The rank trains in a child process for the whole job, because the group's collectives and
-round board only work while every rank keeps its process group alive. The daemon's thread
+round board only work while the rank's process stays in the group. The daemon's thread
 meanwhile pins each round the rank finished (its inputs and the payload it sent, a rank
 bundle: see node/work.py) and commits it as the slot's next unit, so the chain sees the
 group's progress round by round and a verifier can re-run any rank's round.
 
 The group finds itself through the chain: ranks are slot indices, and rank 0's TCPStore
 listens on the endpoint its provider registered with the Staking contract.
+
+A rank can be taken over mid-job when the group's rounds have a deadline (the others go on
+with a quorum meanwhile): a provider that won the slot in its re-auction, or this node after
+a restart, starts from the slot's last committed bundle, re-runs that round and catches up
+on the group's weights from the rounds on the board.
+
+A round's robust aggregation may exclude a rank: the lowest rank it kept flags the excluded
+ranks' units of that round on-chain once they are committed, and verifiers re-run them
+whatever their sample.
 """
 
 from __future__ import annotations
@@ -19,18 +28,23 @@ import shutil
 import threading
 import time
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from marketplace.chain.ledger import Ledger
+from marketplace.chain.errors import ContractRevert
+from marketplace.chain.ledger import JobStatus, Ledger
 from marketplace.errors import ZooError
-from node.distributed.diloco import DilocoConfig, diloco_rank
-from node.distributed.exchange import update_path
-from node.distributed.group import Tamper, join_and_run
+from node.distributed.diloco import run_diloco_rank
+from node.distributed.exchange import aggregate_path, update_path
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
-from node.engine import JobSpec
-from node.work import diloco_config, is_group_job, rank_bundle, units_per_node
+from node.work import (
+    RankBundle,
+    diloco_config,
+    is_group_job,
+    load_rank_bundle,
+    rank_bundle,
+    units_per_node,
+)
 
 from .chainview import struct
 from .journal import Unit
@@ -38,9 +52,10 @@ from .worker import JobUnfit, Worker
 
 log = logging.getLogger(__name__)
 
-RENDEZVOUS_TIMEOUT = timedelta(minutes=5)  # how long a rank waits for the others to join
 ROUND_POLL = 0.2  # seconds between looks at the rank's folder
 CHAIN_POLL = 2.0  # seconds between looks at whether the slot is still ours to deliver
+# Reverts of flagUnit that leave nothing to do: another rank flagged it first, or it is too late.
+NOT_FLAGGABLE = ("AlreadyFlagged", "VerificationWindowClosed", "NotInTheJob", "UnitMismatch")
 
 
 class GroupFailed(ZooError):
@@ -66,22 +81,6 @@ def meeting_point(endpoint: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
-def run_rank(
-    spec: JobSpec,
-    config: DilocoConfig,
-    rank: int,
-    host: str,
-    port: int,
-    report: str,
-    tamper: Tamper | None = None,
-) -> None:
-    """One rank of the group, in its own process: join at `host:port`, train every round.
-
-    `tamper` replaces what the rank sends, to play a Byzantine rank in tests."""
-    join_and_run(rank, config.ranks, host, port, diloco_rank, (spec, config, tamper, None),
-                 Path(report), timeout=RENDEZVOUS_TIMEOUT)
-
-
 class GroupWorker:
     """Runs this node's rank of a group job and commits its rounds through the `Worker`'s
     commit path (pinning on the replicas, metering, the outbox)."""
@@ -89,6 +88,7 @@ class GroupWorker:
     def __init__(self, worker: Worker, scratch: Path):
         self.worker = worker
         self.scratch = scratch  # rank folders live here, one per job and slot
+        self._to_flag: list[tuple[int, int]] = []  # (rank, round) to flag once committed
 
     def check_job(self, job_id: int, job: dict) -> None:
         """Refuse, before bidding, a job this node could not deliver (see `Specs.check_job`), or a
@@ -106,48 +106,85 @@ class GroupWorker:
         if held is None:
             return
         slot, _ = held
-        if slot["unitsDone"]:
-            raise GroupFailed(
-                f"job {job_id} slot {slot_id}: rejoining a group mid-job (from round "
-                f"{slot['unitsDone']}) is not supported"
-            )
         spec = self.worker.specs.of_job(job_id)
         folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
         shutil.rmtree(folder, ignore_errors=True)  # rounds of an attempt that never committed
         config = replace(diloco_config(spec), updates_dir=str(folder))
+        done = slot["unitsDone"]
+        taken_over = self._last_round(job_id, slot_id, done - 1, config.uses_board) if done else None
         host, port = rendezvous(self.worker.ledger, job_id)
-        log.info(
-            "job=%d: rank %d of %d, meeting at %s:%d", job_id, slot_id, config.ranks, host, port
-        )
+        log.info("job=%d: rank %d of %d from round %d, meeting at %s:%d",
+                 job_id, slot_id, config.ranks, done, host, port)
+        start = None if taken_over is None else taken_over.unit
         rank = multiprocessing.get_context("spawn").Process(
-            target=run_rank,
-            args=(spec, config, slot_id, host, port, str(folder / "report.json")),
+            target=run_diloco_rank,
+            args=(spec, config, slot_id, host, port, str(folder / "report.json"), None, start),
             name=f"rank-{job_id}-{slot_id}",
             daemon=True,
         )
         rank.start()
+        self._to_flag = []
         try:
+            if taken_over is not None and not self._replay(rank, job_id, slot_id, taken_over, folder, stop):
+                return
             began = time.monotonic()
             rounds = units_per_node(spec)
-            for round_ in range(rounds):
+            for round_ in range(done, rounds):
                 if not self._await_round(rank, job_id, slot_id, round_, folder, stop):
                     return
                 finished = time.monotonic()
                 self._commit(job_id, slot_id, round_, folder, finished - began, last=round_ == rounds - 1)
                 began = finished
-            rank.join()
+            if not self._await_exit(rank, job_id, stop):
+                return
             report = json.loads((folder / "report.json").read_text())
-            log.info(
-                "job=%d: rank %d done, sent %d bytes in %d rounds",
-                job_id,
-                slot_id,
-                report["bytes_sent"],
-                len(report["commitments"]),
-            )
+            log.info("job=%d: rank %d done, sent %d bytes in %d rounds",
+                     job_id, slot_id, report["bytes_sent"], len(report["commitments"]))
         finally:
             if rank.is_alive():
                 rank.terminate()
                 rank.join()
+
+    def _last_round(self, job_id: int, slot_id: int, round_: int, uses_board: bool) -> RankBundle:
+        """The slot's last committed round, to take the rank over from (this node restarted, or
+        won the slot after its provider dropped out). Only a group whose rounds have a deadline
+        goes on without a rank and lets one join late; the others wait for every rank."""
+        if not uses_board:
+            raise GroupFailed(
+                f"job {job_id} slot {slot_id}: taking a rank over mid-job (from round {round_ + 1}) "
+                "needs rounds with a deadline (distributed.unit_deadline_s and a quorum)"
+            )
+        cid = self.worker.committed_cid(job_id, slot_id, round_)
+        log.info("job=%d slot=%d: taking the rank over from round %d (%s)", job_id, slot_id, round_, cid)
+        return load_rank_bundle(self.worker.storage.cat(cid))
+
+    def _replay(self, rank: multiprocessing.Process, job_id: int, slot_id: int, taken_over: RankBundle,
+                folder: Path, stop: threading.Event) -> bool:
+        """Let the rank re-run the last committed round from its inputs, for the state the round
+        left (inner optimizer, data position, residual; the group's aggregate comes from the
+        board). It must send the committed payload again, or it would go on from another state."""
+        round_ = taken_over.unit.round_
+        if not self._await_round(rank, job_id, slot_id, round_, folder, stop):
+            return False
+        if update_path(folder, round_, slot_id).read_bytes() != taken_over.payload:
+            raise GroupFailed(f"job {job_id} slot {slot_id}: round {round_} re-run from its inputs "
+                              "does not give the payload the slot committed")
+        return True
+
+    def _await_exit(self, rank: multiprocessing.Process, job_id: int, stop: threading.Event) -> bool:
+        """Wait for the rank's process to leave the group (rank 0 hosts the group's store and
+        stays until every rank is done with it). False when asked to stop, or once the job no
+        longer runs: every rank is then done, or none will be."""
+        looked = time.monotonic()
+        while rank.is_alive():
+            if stop.wait(ROUND_POLL):
+                return False
+            if time.monotonic() - looked > CHAIN_POLL:
+                if self.worker.ledger.job(job_id)["status"] != JobStatus.RUNNING:
+                    return False
+                self._flag_committed(job_id)
+                looked = time.monotonic()
+        return True
 
     def _await_round(
         self,
@@ -170,12 +207,14 @@ class GroupWorker:
             if time.monotonic() - looked > CHAIN_POLL:
                 if self.worker.deliverable(job_id, slot_id) is None:
                     return False
+                self._flag_committed(job_id)
                 looked = time.monotonic()
         if not following.exists():
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in round {round_}")
         return True
 
-    def _commit(self, job_id: int, slot_id: int, round_: int, folder: Path, seconds: float, last: bool) -> None:
+    def _commit(self, job_id: int, slot_id: int, round_: int, folder: Path, seconds: float,
+                last: bool) -> None:
         payload = update_path(folder, round_, slot_id).read_bytes()
         inputs = RankUnit.load(unit_path(folder, round_, slot_id))
         weights = RankUnit.load(unit_path(folder, round_ + 1, slot_id)).trainer["model"] if last else None
@@ -184,3 +223,30 @@ class GroupWorker:
         self.worker.journal.add_unit(unit)
         slot = self.worker.ledger.slot(job_id, slot_id)
         self.worker.commit(unit, slot, self.worker.ledger.job(job_id)["checkpointInterval"])
+        self._note_outliers(slot_id, round_, folder)
+        self._flag_committed(job_id)
+
+    def _note_outliers(self, slot_id: int, round_: int, folder: Path) -> None:
+        """Queue the round's units of the ranks the aggregation excluded, for verifiers to re-run
+        whatever their sample. Every rank saw the same round; the lowest rank not excluded flags."""
+        seen = json.loads(aggregate_path(folder, round_).read_text())
+        kept = [rank for rank in seen["members"] if rank not in seen["outliers"]]
+        if kept and kept[0] == slot_id:
+            self._to_flag += [(rank, round_) for rank in seen["outliers"]]
+
+    def _flag_committed(self, job_id: int) -> None:
+        """Flag each queued unit once its rank has committed it (it may still be training)."""
+        ledger = self.worker.ledger
+        for rank, round_ in list(self._to_flag):
+            unit = ledger.committed_unit(job_id, rank, round_)
+            if unit is None:
+                continue
+            try:
+                ledger.flag_unit(self.worker.account, unit)
+                log.warning("job=%d: flagged rank %d's round %d, which the aggregation excluded",
+                            job_id, rank, round_)
+            except ContractRevert as exc:
+                if exc.name not in NOT_FLAGGABLE:
+                    raise
+                log.info("job=%d: rank %d's round %d not flagged: %s", job_id, rank, round_, exc.name)
+            self._to_flag.remove((rank, round_))

@@ -154,15 +154,16 @@ class Worker:
         its latest CheckpointCommitted (after a restart, or a re-auctioned slot resuming another's work)."""
         if self._last is not None and self._last[0] == (job_id, slot_id, index):
             return self._last[1]
-        events = [e for e in self.ledger.market.events.CheckpointCommitted().get_logs(
-            from_block=self.ledger.deployment.deploy_block,
-            argument_filters={"jobId": job_id, "slot": slot_id},
-        ) if e["args"]["index"] == index]
-        if not events:
-            raise ChainError(f"job {job_id} slot {slot_id}: no checkpoint committed as unit {index}")
-        cid = events[-1]["args"]["cid"]
+        cid = self.committed_cid(job_id, slot_id, index)
         log.info("job=%d slot=%d: resuming from unit %d (%s)", job_id, slot_id, index, cid)
         return Checkpoint.load(self.storage.cat(cid))
+
+    def committed_cid(self, job_id: int, slot_id: int, index: int) -> str:
+        """The CID of the slot's live unit `index`."""
+        unit = self.ledger.committed_unit(job_id, slot_id, index)
+        if unit is None:
+            raise ChainError(f"job {job_id} slot {slot_id}: no checkpoint committed as unit {index}")
+        return unit.cid
 
     def commit(self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None = None) -> None:
         """Pin the unit's checkpoint on the replicas, then commit it, metering the wall time it

@@ -40,7 +40,7 @@ def train_ddp(
     gradient (`training.grad_clip`) before sending it, which also bounds one rank's pull.
     """
     check_schedule(spec)
-    return collect(spawn(_ddp_rank, config.ranks, spec, config, tamper, delay))
+    return collect(spawn(_ddp_rank, config, spec, config, tamper, delay))
 
 
 def _ddp_rank(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from .group import (
     Tamper,
     check_schedule,
     collect,
+    join_and_run,
     rank_report,
     rank_trainer,
     spawn,
@@ -73,7 +75,7 @@ def train_diloco(
     a rank back before it sends, to play a straggler.
     """
     check_schedule(spec, config.steps_per_round(spec))
-    return collect(spawn(diloco_rank, config.ranks, spec, config, tamper, delay))
+    return collect(spawn(diloco_rank, config, spec, config, tamper, delay))
 
 
 def diloco_rank(
@@ -84,9 +86,16 @@ def diloco_rank(
     config: DilocoConfig,
     tamper: Tamper | None,
     delay: Delay | None,
+    start: RankUnit | None = None,
 ) -> dict[str, Any]:
+    """One rank's rounds, from the spec's seed or, taking a rank over, from `start`: that
+    rank's inputs of a round, with which this process goes on exactly as the rank would have."""
     trainer, eval_batches = rank_trainer(spec, rank)
     exchange = Exchange(rank, config, store, tamper=tamper, delay=delay)
+    if start is not None:
+        trainer.load(start.trainer)
+        if exchange.feedback is not None:
+            exchange.feedback.residual = start.residual
     params = list(trainer.model.parameters())
     global_weights = torch.nn.Parameter(parameters_to_vector(params).detach().clone())  # (N,)
     outer = torch.optim.SGD(
@@ -95,14 +104,17 @@ def diloco_rank(
         momentum=config.outer_momentum,
         nesterov=config.outer_momentum > 0,
     )
+    if start is not None and start.momentum is not None:
+        outer.state[global_weights]["momentum_buffer"] = start.momentum.clone()
     steps = config.steps_per_round(spec)
     train_losses, eval_losses = [], []
     rounds = spec.training.max_steps // steps
-    for round_ in range(rounds + 1):
+    for round_ in range(0 if start is None else start.round_, rounds + 1):
         if config.updates_dir is not None:
             # the inputs of each round; after the last, the trained group model (round `rounds`)
             residual = None if exchange.feedback is None else exchange.feedback.residual
-            unit = RankUnit(rank, round_, trainer.state(), residual)
+            momentum = outer.state[global_weights].get("momentum_buffer")
+            unit = RankUnit(rank, round_, trainer.state(), residual, momentum)
             unit.save(unit_path(config.updates_dir, round_, rank))
         if round_ == rounds:
             break
@@ -117,3 +129,22 @@ def diloco_rank(
         eval_losses.append(trainer.evaluate(eval_batches) if rank == 0 else float("nan"))
     logger.info("rank %d done: eval loss %.4f", rank, eval_losses[-1])
     return rank_report(trainer, exchange, train_losses, eval_losses)
+
+
+def run_diloco_rank(
+    spec: JobSpec,
+    config: DilocoConfig,
+    rank: int,
+    host: str,
+    port: int,
+    report: str,
+    tamper: Tamper | None = None,
+    start: RankUnit | None = None,
+) -> None:
+    """One rank of a group that meets at `host:port`, in a process of its own (a provider's):
+    join, train every round from the seed or from `start`, and write the report to `report`.
+
+    `tamper` replaces what the rank sends, to play a Byzantine rank in tests."""
+    join_and_run(
+        rank, config, host, port, diloco_rank, (spec, config, tamper, None, start), Path(report)
+    )

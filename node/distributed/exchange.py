@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -21,6 +22,11 @@ logger = logging.getLogger(__name__)
 def update_path(updates_dir: str | os.PathLike[str], round_: int, rank: int) -> Path:
     """Where a rank saves the payload it sent in a round: its update, to pin and commit."""
     return Path(updates_dir, f"round-{round_:06d}", f"rank-{rank}.bin")
+
+
+def aggregate_path(updates_dir: str | os.PathLike[str], round_: int) -> Path:
+    """Where a rank notes who made up a round and whom the aggregator excluded (JSON)."""
+    return Path(updates_dir, f"round-{round_:06d}", "aggregate.json")
 
 
 def encode_update(
@@ -61,7 +67,7 @@ class Exchange:
         self.delay = delay  # plays a straggler in tests
         self.feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
         self.board = None
-        if config.deadline_s is not None:
+        if config.uses_board:
             quorum = config.quorum or config.ranks
             self.board = RoundBoard(store, config.ranks, quorum, config.deadline_s)
         self.bytes_sent = 0
@@ -90,6 +96,9 @@ class Exchange:
         result = self.config.aggregator(torch.stack(received))  # (members, numel)
         self.members.append(members)
         self.outliers.append([members[row] for row in result.outliers])
+        if self.config.updates_dir is not None:
+            seen = {"members": members, "outliers": self.outliers[-1]}
+            aggregate_path(self.config.updates_dir, round_).write_text(json.dumps(seen))
         return result
 
     def _account(self, payload: Payload, round_: int) -> None:

@@ -7,6 +7,7 @@ import json
 import logging
 import socket
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -31,7 +32,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LEAVE_TIMEOUT = timedelta(minutes=2)  # how long a rank that is done waits for the others to be
+JOIN_TIMEOUT = timedelta(minutes=5)  # how long a rank waits for the others to join
+LEAVE_TIMEOUT = timedelta(minutes=2)  # how long a gloo rank that is done waits for the others
+HOST_TIMEOUT = timedelta(hours=1)  # how long rank 0 keeps the board for ranks still catching up
+_LEFT = "left"  # the store's count of ranks done with the board
+_LEAVE_POLL_S = 0.1
 Tamper = Callable[[int, torch.Tensor], torch.Tensor]  # (rank, update) -> what the rank sends
 Delay = Callable[[int, int], float]  # (rank, round) -> seconds the rank waits before sending
 
@@ -65,6 +70,15 @@ class GroupConfig:
             raise DistributedConfigError(
                 "quorum needs deadline_s: without one, rounds wait for all"
             )
+
+    @property
+    def uses_board(self) -> bool:
+        """Whether the ranks exchange through the store's `RoundBoard` rather than gloo.
+
+        Rounds with a deadline do: their membership changes (a late rank, one that dropped
+        out, its replacement), while a gloo process group's members are fixed when it forms.
+        """
+        return self.deadline_s is not None
 
 
 @dataclass(frozen=True)
@@ -153,8 +167,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def spawn(worker: Callable[..., dict[str, Any]], ranks: int, *args: Any) -> list[dict[str, Any]]:
-    """Run `worker(rank, ranks, store, *args)` in `ranks` fresh processes in one gloo group.
+def spawn(
+    worker: Callable[..., dict[str, Any]], config: GroupConfig, *args: Any
+) -> list[dict[str, Any]]:
+    """Run `worker(rank, ranks, store, *args)` in `config.ranks` fresh processes of one group.
 
     `store` is the group's key-value store, which rounds with a deadline exchange through.
 
@@ -163,39 +179,68 @@ def spawn(worker: Callable[..., dict[str, Any]], ranks: int, *args: Any) -> list
     ranks exit blocks a rank whose report is larger than the pipe's buffer.
     """
     with tempfile.TemporaryDirectory(prefix="zoo-ranks-") as folder:
-        mp.spawn(_run, args=(ranks, free_port(), worker, args, folder), nprocs=ranks, join=True)
-        return [json.loads(Path(folder, f"{rank}.json").read_text()) for rank in range(ranks)]
+        mp.spawn(_run, args=(config, free_port(), worker, args, folder), nprocs=config.ranks)
+        return [json.loads(Path(folder, f"{rank}.json").read_text()) for rank in range(config.ranks)]
 
 
 def _run(
     rank: int,
-    ranks: int,
+    config: GroupConfig,
     port: int,
     worker: Callable[..., dict[str, Any]],
     args: tuple[Any, ...],
     folder: str,
 ) -> None:
-    join_and_run(rank, ranks, "127.0.0.1", port, worker, args, Path(folder, f"{rank}.json"))
+    join_and_run(rank, config, "127.0.0.1", port, worker, args, Path(folder, f"{rank}.json"))
 
 
 def join_and_run(
     rank: int,
-    ranks: int,
+    config: GroupConfig,
     host: str,
     port: int,
     worker: Callable[..., dict[str, Any]],
     args: tuple[Any, ...],
     report: Path,
-    timeout: timedelta = timedelta(minutes=5),
+    timeout: timedelta = JOIN_TIMEOUT,
 ) -> None:
-    """Join the gloo group that meets at `host:port` (rank 0 hosts its store), run
-    `worker(rank, ranks, store, *args)` and write its JSON report to `report`."""
-    store = dist.TCPStore(host, port, ranks, is_master=rank == 0, timeout=timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=ranks, timeout=timeout)
+    """Join the group that meets at `host:port` (rank 0 hosts its store), run
+    `worker(rank, ranks, store, *args)` and write its JSON report to `report`.
+
+    Ranks that exchange through gloo form its process group, which needs every rank at once.
+    Ranks that use the board need only the store, so one may join late: a rank that takes
+    over from one that dropped out. The store lives in rank 0's process, so rank 0 stays
+    until every rank said it is done with the board.
+    """
+    store = dist.TCPStore(host, port, config.ranks, is_master=rank == 0, timeout=timeout)
+    if config.uses_board:
+        report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
+        _leave(store, rank, config.ranks)
+        return
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=config.ranks, timeout=timeout
+    )
     try:
-        report.write_text(json.dumps(worker(rank, ranks, store, *args)))
-        # Ranks that exchange through the store finish at their own pace: none tears its
-        # connections down while another still uses them (that aborts the other's process).
+        report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
+        # Ranks finish at their own pace: none tears its connections down while another
+        # still uses them (that aborts the other's process).
         dist.monitored_barrier(timeout=LEAVE_TIMEOUT)
     finally:
         dist.destroy_process_group()
+
+
+def _leave(store: dist.Store, rank: int, ranks: int) -> None:
+    """Count this rank out of the board; rank 0 then waits for the others (HOST_TIMEOUT at
+    most: a rank that dropped out and was never replaced never counts itself out)."""
+    try:
+        left = store.add(_LEFT, 1)
+    except RuntimeError as exc:  # the host is gone: the group ended, nothing to tell
+        logger.info("rank %d: the group's store is gone (%s)", rank, exc)
+        return
+    deadline = time.monotonic() + HOST_TIMEOUT.total_seconds()
+    while rank == 0 and left < ranks:
+        if time.monotonic() > deadline:
+            logger.warning("rank 0 leaves with %d of %d ranks done", left, ranks)
+            return
+        time.sleep(_LEAVE_POLL_S)
+        left = store.add(_LEFT, 0)

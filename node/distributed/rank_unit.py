@@ -42,6 +42,9 @@ class RankUnit:
     round_: int  # the round, which draws random selections
     trainer: dict[str, Any]  # Trainer.state() at the round's start; its model is the global one
     residual: torch.Tensor | None  # (N,) error feedback carried in; None before the first send
+    # (N,) the outer optimizer's momentum, the same on every rank; None without momentum or
+    # before the first outer step. Not needed to re-run the round, but to take the rank over.
+    momentum: torch.Tensor | None = None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Written whole or not at all: the provider's daemon takes its existence as the
@@ -55,6 +58,7 @@ class RankUnit:
                 "round": self.round_,
                 "trainer": self.trainer,
                 "residual": self.residual,
+                "momentum": self.momentum,
             },
             partial,
         )
@@ -63,7 +67,7 @@ class RankUnit:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RankUnit:
         raw = torch.load(path, weights_only=True)
-        return cls(raw["rank"], raw["round"], raw["trainer"], raw["residual"])
+        return cls(raw["rank"], raw["round"], raw["trainer"], raw["residual"], raw["momentum"])
 
 
 class RankUpdate(NamedTuple):

@@ -27,9 +27,14 @@ class Network:
     """The running devnet as a test sees it."""
 
     root: Path
-    state: State
+    devnet: Devnet
     ledger: Ledger
     settings: Settings  # the user's
+
+    @property
+    def state(self) -> State:
+        """What runs now: a test may have added a provider."""
+        return State.load(self.root)
 
     @property
     def user(self):
@@ -44,12 +49,33 @@ class Network:
         return Storage(self.settings.ipfs_api, self.settings.ipfs_replicas)
 
     def provider_service(self, address: str):
-        name = next(n for n, a in self.state.accounts.items() if a == address)
-        return self.state.service(name)
+        state = self.state
+        name = next(n for n, a in state.accounts.items() if a == address)
+        return state.service(name)
 
     def kill(self, address: str) -> None:
-        """SIGKILL a provider's daemon: a machine that vanishes mid-job."""
-        os.kill(self.provider_service(address).pid, signal.SIGKILL)
+        """SIGKILL a provider's daemon and the processes it started (a group job's rank): a
+        machine that vanishes mid-job."""
+        daemon = self.provider_service(address).pid
+        for pid in [*descendants(daemon), daemon]:
+            os.kill(pid, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs, from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
 
 
 @pytest.fixture(scope="package")  # stopped once the end-to-end tests are done, not at the session's end
@@ -61,7 +87,7 @@ def network(tmp_path_factory):
         w3 = Web3(Web3.HTTPProvider(state.rpc_url))
         ledger = Ledger(w3, Deployment.load(Path(state.manifest)))
         settings = Settings(_env_file=root / "user.env")
-        yield Network(root, state, ledger, settings)
+        yield Network(root, devnet, ledger, settings)
     finally:
         devnet.down()
         assert not State.load(root).running(), "devnet down stops every process devnet up started"

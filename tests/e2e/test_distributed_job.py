@@ -1,6 +1,7 @@
 """DiLoCo jobs across providers of the devnet: the group forms from the chain's assignment, every
-rank commits its rounds, the verifiers re-run sampled rounds; the job settles, or a rank that sent
-something else than its round gives is named and slashed."""
+rank commits its rounds, a rank whose machine vanishes is replaced through the market, the
+verifiers re-run sampled rounds; the job settles, or a rank that sent something else than its
+round gives is named and slashed."""
 
 from __future__ import annotations
 
@@ -10,17 +11,19 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from marketplace import jobs
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware, JobStatus
 from node.daemon import onboarding
-from node.daemon.group_worker import rendezvous, run_rank
+from node.daemon.group_worker import rendezvous
+from node.distributed.diloco import run_diloco_rank
 from node.distributed.exchange import update_path
 from node.distributed.group import free_port, rank_trainer
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
-from node.engine import load_spec, state_hash
+from node.engine import load_spec, parse_spec, state_hash
 from node.work import diloco_config, load_rank_bundle, rank_bundle
 
 from .conftest import wait_for
@@ -28,7 +31,8 @@ from .conftest import wait_for
 pytestmark = pytest.mark.slow
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny-diloco-3.yaml"
-INCORRECT_COMPUTATION = 1
+DOWNTIME, INCORRECT_COMPUTATION = 0, 1  # Staking's slash reasons
+ZERO_ADDRESS = "0x" + "0" * 40
 CHEATER = 10  # an account of the devnet's mnemonic that nothing else on the devnet uses
 ORDER = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, sample_rate_bps=10_000,
                    checkpoint_interval=300)  # every unit sampled
@@ -50,9 +54,10 @@ def slashes(ledger, account: str) -> list[int]:
     return [log["args"]["reason"] for log in logs]
 
 
-def settle_and_pay_out(network, job_id: int) -> jobs.Settlement:
+def settle_and_pay_out(network, job_id: int, gone: tuple[str, ...] = ()) -> jobs.Settlement:
     """Settle the job and wait until every payout of it has left the market (providers withdraw,
-    verifiers claim their fees), so the balances later tests watch hold still."""
+    verifiers claim their fees; but not the providers `gone`), so the balances later tests watch
+    hold still."""
     ledger = network.ledger
     settlement = jobs.settle(ledger, network.user, job_id)
     verifiers = [a for n, a in network.state.accounts.items() if n.startswith("verifier")]
@@ -64,7 +69,7 @@ def settle_and_pay_out(network, job_id: int) -> jobs.Settlement:
         return {log["args"]["verifier"] for log in logs} >= owed_fees
 
     wait_for(claimed, 60, "the verifiers' fee claims")
-    payees = [*ledger.market.functions.participants(job_id).call(), *verifiers]
+    payees = [p for p in [*ledger.market.functions.participants(job_id).call(), *verifiers] if p not in gone]
     wait_for(lambda: all(ledger.owed(a) == 0 for a in payees), 120, "the payouts")
     return settlement
 
@@ -85,31 +90,59 @@ def eval_loss(spec, weights: dict) -> float:
     return trainer.evaluate(batches)
 
 
-def test_diloco_job_trains_across_providers_verifies_and_settles(network, tmp_path):
+def quorum_spec() -> str:
+    """The example group job with rounds that close after a deadline with 2 of the 3 ranks, so the
+    group goes on while one rank is being replaced; 4 rounds."""
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["training"]["max_steps"] = 80
+    raw["distributed"] |= {"unit_deadline_s": 3, "quorum": 2}
+    return yaml.safe_dump(raw)
+
+
+def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_settles(network, tmp_path):
     ledger = network.ledger
-    spec = load_spec(SPEC)
+    text = quorum_spec()
+    spec = parse_spec(text)
+    spare = network.devnet.add_provider()  # the fourth provider: one more than the group needs
+    wait_for(lambda: ledger.staking_account(spare)["admitted"], 60, "the spare provider's admission")
+    order = replace(ORDER, checkpoint_interval=40)  # a rank silent this long is reported
     with network.storage() as storage:
-        job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), ORDER)
+        job_id = jobs.submit(ledger, network.user, storage, text, order)
         jobs.wait_for_auction(ledger, network.user, job_id, timeout=60)
         ranks = [ledger.slot(job_id, slot)["provider"] for slot in range(3)]
         assert len(set(ranks)) == 3, "each rank is a different provider"
         assert rendezvous(ledger, job_id)[0] == "127.0.0.1"
 
+        # Rank 1's machine vanishes after its first round; the other two go on with the quorum.
+        wait_for(lambda: ledger.slot(job_id, 1)["unitsDone"] >= 1, 120, "rank 1's first round")
+        network.kill(ranks[1])
+        wait_for(lambda: DOWNTIME in slashes(ledger, ranks[1]), 120, "the downtime report")
+        # The slot is re-auctioned; the one provider not in the group yet wins it and takes the rank
+        # over from its last committed round.
+        wait_for(lambda: ledger.slot(job_id, 1)["provider"] not in (ZERO_ADDRESS, ranks[1]), 60,
+                 "the re-auction")
+        successor = ledger.slot(job_id, 1)["provider"]
+        assert successor not in ranks
         wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 240,
                  "every rank to commit its rounds")
         units = committed_units(ledger, job_id)
-        assert sorted((u["slot"], u["index"]) for u in units) == [(s, i) for s in range(3) for i in range(3)]
-        assert settle_and_pay_out(network, job_id).payment > 0
-        # Every unit is sampled, and verifiers re-ran rounds from their pinned inputs: those re-run
-        # within the devnet's short verification window passed (the rest count as accepted).
+        assert sorted({(u["slot"], u["index"]) for u in units}) == [(s, i) for s in range(3) for i in range(4)]
+        assert {u["provider"] for u in units if u["slot"] == 1} == {ranks[1], successor}
+        assert settle_and_pay_out(network, job_id, gone=(ranks[1],)).payment > 0
+        # Every unit is sampled, and verifiers re-ran rounds from their pinned inputs, the successor's
+        # too: those re-run within the devnet's short verification window passed.
         verdicts = results(ledger, job_id)
         assert verdicts and all(r["pass"] for r in verdicts)
-        assert not any(INCORRECT_COMPUTATION in slashes(ledger, provider) for provider in ranks)
+        assert not any(INCORRECT_COMPUTATION in slashes(ledger, p) for p in [*ranks, successor])
+        market = ledger.market.functions
+        assert market.earned(job_id, ranks[1]).call() > 0, "the dropped rank keeps its first round's pay"
+        assert ledger.owed(ranks[1]) > 0  # waiting for it to withdraw
+        assert market.earned(job_id, successor).call() > 0
 
-        # The group trained one model, which every rank's last unit holds: the job's result, well
-        # below the loss of the weights the first round started from.
+        # The group trained one model, which every rank's last unit holds, the successor's too: the
+        # job's result, well below the loss of the weights the first round started from.
         cid, digest = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")
-        assert cid == next(u["cid"] for u in units if (u["slot"], u["index"]) == (0, 2))
+        assert cid == next(u["cid"] for u in units if (u["slot"], u["index"]) == (0, 3))
         first_cid = next(u["cid"] for u in units if (u["slot"], u["index"]) == (0, 0))
         first = load_rank_bundle(storage.cat(first_cid)).unit.trainer["model"]
         trained = torch.load(tmp_path / "weights.pt", weights_only=True)
@@ -131,7 +164,8 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
         wait_for(lambda: ledger.staking_account(cheater.address)["admitted"], 60, "the cheater's admission")
 
         # The cheater underbids two honest providers and wins slot 0: it is rank 0 and hosts the group.
-        job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), ORDER)
+        # Nothing is sampled: the cheater is checked only because the honest ranks flag it.
+        job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), replace(ORDER, sample_rate_bps=0))
         bid = ledger.commit_bid(cheater, job_id, ZEN // 2)
         deadline = ledger.job(job_id)["bidDeadline"]
         wait_for(lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline, 30, "the reveal window")
@@ -141,7 +175,7 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
 
         # It trains with the group but sends ten times its pseudo-gradient, and commits that.
         config = replace(diloco_config(spec), updates_dir=str(tmp_path))
-        rank = multiprocessing.get_context("spawn").Process(target=run_rank, args=(
+        rank = multiprocessing.get_context("spawn").Process(target=run_diloco_rank, args=(
             spec, config, 0, *rendezvous(ledger, job_id), str(tmp_path / "report.json"), scaled))
         rank.start()
         try:
@@ -162,6 +196,10 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
 
     assert any(r["pass"] is False for r in results(ledger, job_id) if r["slot"] == 0)
     honest = [ledger.slot(job_id, slot)["provider"] for slot in (1, 2)]
+    # Centered clipping excluded rank 0's round, and the lowest rank it kept flagged it.
+    flags = ledger.verification.events.UnitFlagged().get_logs(
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+    assert [(f["args"]["slot"], f["args"]["index"], f["args"]["by"]) for f in flags] == [(0, 0, honest[0])]
     assert not any(INCORRECT_COMPUTATION in slashes(ledger, provider) for provider in honest)
     for slot, provider in zip((1, 2), honest, strict=True):
         log = Path(network.provider_service(provider).log)

@@ -101,7 +101,8 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
 
 def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):
     ledger = network.ledger
-    cheater = devnet_account(7)
+    cheater = devnet_account(11)  # an account of the devnet's mnemonic that nothing else on the devnet uses
+    ledger.w3.provider.make_request("anvil_setBalance", [cheater.address, hex(10 * 10**18)])
     ledger.transfer(devnet_account(0), cheater.address, 20_000 * ZEN)
     with network.storage() as storage:
         _, report = onboarding.publish_benchmark(storage, replicas=3)

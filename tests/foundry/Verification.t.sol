@@ -105,6 +105,62 @@ contract VerificationTest is BaseTest {
         _postResult(verifier1, jobId, 0, 0, unit, true);
     }
 
+    /// @dev A two-node job that samples nothing, won by provider1 (slot 0) and provider2 (slot 1);
+    /// provider1's first unit, ready to be drawn.
+    function _unsampledGroupUnit() internal returns (IJobMarket.Unit memory unit) {
+        IJobMarket.JobRequest memory r = _request(2, BUDGET);
+        r.sampleRateBps = 0;
+        jobId = _createJob(r);
+        address[] memory bidders = new address[](2);
+        uint96[] memory prices = new uint96[](2);
+        (bidders[0], bidders[1], prices[0], prices[1]) = (provider1, provider2, PRICE, PRICE);
+        _auction(jobId, bidders, prices);
+        assertEq(market.slot(jobId, 0).provider, provider1);
+        unit = _checkpoint(jobId, 0);
+        _rollToSample();
+    }
+
+    function test_flagUnit_letsAVerifierCheckAnUnsampledUnit() public {
+        IJobMarket.Unit memory unit = _unsampledGroupUnit();
+        assertFalse(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+        vm.expectEmit(address(verification));
+        emit IVerification.UnitFlagged(jobId, 0, 0, provider2);
+        vm.prank(provider2);
+        verification.flagUnit(jobId, 0, 0, unit);
+        assertTrue(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Disputed));
+    }
+
+    function test_RevertWhen_flagByAccountOutsideTheJob() public {
+        IJobMarket.Unit memory unit = _unsampledGroupUnit();
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotInTheJob.selector, provider3));
+        vm.prank(provider3);
+        verification.flagUnit(jobId, 0, 0, unit);
+    }
+
+    function test_RevertWhen_flagTwiceOrForgedOrLate() public {
+        IJobMarket.Unit memory unit = _unsampledGroupUnit();
+        vm.prank(provider2);
+        verification.flagUnit(jobId, 0, 0, unit);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyFlagged.selector, jobId, 0, 0));
+        vm.prank(provider2);
+        verification.flagUnit(jobId, 0, 0, unit);
+
+        IJobMarket.Unit memory forged = unit;
+        forged.stateHash = keccak256("forged");
+        vm.expectRevert(IVerification.UnitMismatch.selector);
+        vm.prank(provider2);
+        verification.flagUnit(jobId, 0, 0, forged);
+
+        IJobMarket.Unit memory next = _checkpoint(jobId, 0);
+        uint256 closesAt = uint256(next.committedAt) + VERIFICATION_WINDOW;
+        vm.warp(closesAt);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.VerificationWindowClosed.selector, closesAt));
+        vm.prank(provider2);
+        verification.flagUnit(jobId, 0, 1, next);
+    }
+
     function testFuzz_isSampled_drawsFromNextBlockHash(uint16 rate, uint32 units) public {
         rate = uint16(bound(rate, 0, BPS));
         units = uint32(bound(units, 1, UNITS));
