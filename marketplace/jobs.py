@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from eth_account.signers.local import LocalAccount
@@ -228,54 +229,64 @@ def settle(ledger: Ledger, user: LocalAccount, job_id: int, poll: float = 1.0) -
                       "0x" + event["transactionHash"].hex().removeprefix("0x"), event["blockNumber"])
 
 
+class LastUnit(NamedTuple):
+    """A slot's live last unit, as the chain or a gateway reports it."""
+
+    slot: int
+    index: int
+    cid: str
+    state_hash: str  # hex, 0x optional
+
+
 def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -> tuple[str, str]:
+    """Write the trained model's weights to `output`, from the units on the chain; see `write_result`."""
+    job = ledger.job(job_id)
+    units = [LastUnit(u["slot"], u["index"], u["cid"], bytes(u["stateHash"]).hex())
+             for u in latest_units(ledger, job_id)]
+    return write_result(storage, job_id, units, job["nodes"], job["unitsPerNode"], output)
+
+
+def write_result(storage: Storage, job_id: int, units: list[LastUnit], nodes: int, units_per_node: int,
+                 output: Path) -> tuple[str, str]:
     """Write the trained model's weights to `output`; returns (CID, state hash) of what they came from.
 
-    A single-node job's model is the last live unit of slot 0, a checkpoint, checked against the
-    state hash committed on-chain before anything is written. A group job's is the model every
-    rank's last round bundle holds: each rank applies the same outer steps, so all of them must
-    hold the same weights, and any disagreement is refused.
+    `units` are the slots' live last units. A single-node job's model is slot 0's, a checkpoint,
+    checked against the state hash committed on-chain before anything is written. A group job's
+    is the model every rank's last round bundle holds: each rank applies the same outer steps, so
+    all of them must hold the same weights, and any disagreement is refused.
     """
-    units = latest_units(ledger, job_id)
     if not units:
         raise JobError(f"job {job_id} has no committed checkpoint")
-    unit = units[0]
-    data = storage.cat(unit["cid"])
+    unit = min(units)  # slot 0's
+    data = storage.cat(unit.cid)
     try:
         checkpoint = Checkpoint.load(data)
     except CheckpointError:
-        weights, digest = group_weights(ledger, storage, job_id, units, data)
+        if len(units) < nodes or any(u.index != units_per_node - 1 for u in units):
+            raise JobError(f"job {job_id} has not delivered every rank's last round") from None
+        weights, digest = group_weights(storage, job_id, units, data)
     else:
-        digest = bytes(unit["stateHash"]).hex()
-        weights = checked(checkpoint, unit["cid"], digest).state["model"]
+        digest = unit.state_hash.removeprefix("0x")
+        weights = checked(checkpoint, unit.cid, digest).state["model"]
     write_weights(weights, output)
-    return unit["cid"], digest
+    return unit.cid, digest
 
 
-def group_weights(ledger: Ledger, storage: Storage, job_id: int, units: list[dict],
-                  first: bytes) -> tuple[dict, str]:
+def group_weights(storage: Storage, job_id: int, units: list[LastUnit], first: bytes) -> tuple[dict, str]:
     """The model all ranks' last bundles hold (`first`: slot 0's, already fetched), and its hash."""
-    job = ledger.job(job_id)
-    if len(units) < job["nodes"] or any(u["index"] != job["unitsPerNode"] - 1 for u in units):
-        raise JobError(f"job {job_id} has not delivered every rank's last round")
     digests, weights = {}, None
-    for unit in units:
+    for unit in sorted(units):
         try:
-            held = load_rank_bundle(first if weights is None else storage.cat(unit["cid"])).weights
+            held = load_rank_bundle(first if weights is None else storage.cat(unit.cid)).weights
         except ValueError as exc:
-            raise JobError(f"unit {unit['cid']} is neither a checkpoint nor a rank bundle: {exc}") from None
+            raise JobError(f"unit {unit.cid} is neither a checkpoint nor a rank bundle: {exc}") from None
         if held is None:
-            raise JobError(f"rank bundle {unit['cid']} holds no trained model")
+            raise JobError(f"rank bundle {unit.cid} holds no trained model")
         weights = weights or held
-        digests[unit["slot"]] = state_hash(held)
+        digests[unit.slot] = state_hash(held)
     if len(set(digests.values())) != 1:
         raise JobError(f"job {job_id}: the ranks' final weights disagree (by slot: {digests})")
-    return weights, digests[units[0]["slot"]]
-
-
-def verified_checkpoint(storage: Storage, cid: str, committed: str) -> Checkpoint:
-    """The checkpoint at `cid`, refused unless it holds the committed state hash (hex, 0x optional)."""
-    return checked(Checkpoint.load(storage.cat(cid)), cid, committed)
+    return weights, digests[min(digests)]
 
 
 def checked(checkpoint: Checkpoint, cid: str, committed: str) -> Checkpoint:

@@ -37,7 +37,7 @@ def wei(zen: float | str | Decimal) -> int:
 class Result:
     job_id: int
     cid: str  # the final checkpoint
-    state_hash: str  # as committed on-chain; the weights were checked against it
+    state_hash: str  # hex: the final checkpoint's, as committed on-chain; a group model's own
     path: Path  # where the weights were written
 
 
@@ -298,17 +298,20 @@ class AsyncJob:
         return await self.client.transact(f"/transactions/jobs/{self.id}/cancel", {})
 
     async def result(self, output: str | Path | None = None) -> Result:
-        """Download the final checkpoint by CID, check it against the state hash committed on-chain,
-        and write the model's weights to `output` (default weights/job-<id>.pt)."""
+        """Download the trained model by CID and write its weights to `output` (default
+        weights/job-<id>.pt): the final checkpoint, checked against the state hash committed
+        on-chain, or for a group job the model every rank's last round holds (see
+        `jobs.write_result`)."""
         shown = await self.client.request("GET", f"/jobs/{self.id}/result")
         path = Path(output) if output is not None else Path("weights") / f"job-{self.id}.pt"
+        units = [jobs.LastUnit(**slot) for slot in shown["slots"]]
 
-        def fetch() -> None:
+        def fetch() -> tuple[str, str]:
             with Storage(self.client.ipfs_api, self.client.ipfs_replicas) as storage:
-                jobs.write_weights(jobs.verified_checkpoint(storage, shown["cid"], shown["state_hash"]).state["model"], path)
+                return jobs.write_result(storage, self.id, units, shown["nodes"], shown["units_per_node"], path)
 
-        await asyncio.to_thread(fetch)
-        return Result(self.id, shown["cid"], shown["state_hash"], path)
+        cid, digest = await asyncio.to_thread(fetch)
+        return Result(self.id, cid, "0x" + digest, path)
 
     async def logs(self, *, follow: bool = False, since: int = 0) -> AsyncIterator[dict]:
         """The job's log lines; with `follow`, keep reading new ones until the job is finished."""

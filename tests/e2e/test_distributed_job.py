@@ -17,6 +17,7 @@ from marketplace import jobs
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware, JobStatus
+from marketplace.sdk import Client
 from node.daemon import onboarding
 from node.daemon.group_worker import rendezvous
 from node.distributed.diloco import run_diloco_rank
@@ -148,6 +149,15 @@ def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_se
         trained = torch.load(tmp_path / "weights.pt", weights_only=True)
         assert state_hash(trained) == digest
         assert eval_loss(spec, trained) < eval_loss(spec, first) - 0.5
+
+    # The devnet's gateway hands out the same model: the SDK checks every rank's last round too.
+    settings = network.settings
+    with Client(network.state.gateway_url, ipfs_api=settings.ipfs_api, ipfs_replicas=settings.ipfs_replicas) as client:
+        wait_for(lambda: [s["index"] for s in client.request("GET", f"/jobs/{job_id}/result")["slots"]] == [3] * 3,
+                 60, "the gateway to index every rank's last round")
+        result = client.handle(job_id).result(tmp_path / "from-gateway.pt")
+    assert (result.cid, result.state_hash) == (cid, "0x" + digest)
+    assert state_hash(torch.load(result.path, weights_only=True)) == digest
 
 
 def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):

@@ -209,8 +209,18 @@ class JobMetrics(BaseModel):
     units: list[UnitMetrics]
 
 
+class SlotResultPublic(BaseModel):
+    """A slot's last committed unit."""
+
+    slot: int
+    index: int
+    cid: str
+    state_hash: str
+
+
 class JobResultPublic(Row):
-    """The trained model: the last checkpoint of slot 0, as committed on-chain."""
+    """The trained model: the last checkpoint of slot 0, as committed on-chain. A group job's
+    model is what every rank's last round bundle holds (`slots`), which must agree."""
 
     job_id: int
     status: JobStatus
@@ -221,6 +231,9 @@ class JobResultPublic(Row):
     state_hash: str
     state_verified: bool | None  # the gateway read the checkpoint and it holds the state hash; None: not readable now
     results: list[ResultPublic]  # verifiers' verdicts on this unit
+    nodes: int
+    units_per_node: int
+    slots: list[SlotResultPublic]  # every slot's last unit, slot 0's first
 
 
 class TreasuryPublic(BaseModel):

@@ -224,8 +224,9 @@ def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
 
 def job_result(session: Session, storage, job_id: int) -> dict[str, Any]:
     job = get_job(session, job_id)
-    unit = session.scalar(select(db.Unit).where(db.Unit.job_id == job_id, db.Unit.slot == 0)
-                          .order_by(db.Unit.id.desc()).limit(1))
+    last = [session.scalar(select(db.Unit).where(db.Unit.job_id == job_id, db.Unit.slot == slot)
+                           .order_by(db.Unit.id.desc()).limit(1)) for slot in range(job["nodes"])]
+    unit = last[0]
     if unit is None:
         raise NotFound(f"job {job_id} has no committed checkpoint yet")
     facts = checkpoint_facts(session, storage, unit.cid)
@@ -237,6 +238,9 @@ def job_result(session: Session, storage, job_id: int) -> dict[str, Any]:
         "block_number": unit.block_number, "tx_hash": unit.tx_hash,
         "state_verified": None if facts is None else facts.state_hash == unit.state_hash,
         "results": list(results),
+        "nodes": job["nodes"], "units_per_node": job["units_per_node"],
+        "slots": [{"slot": u.slot, "index": u.index, "cid": u.cid, "state_hash": u.state_hash}
+                  for u in last if u is not None],
     }
 
 
