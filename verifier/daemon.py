@@ -134,35 +134,33 @@ class VerifierDaemon:
         args = event["args"]
         if args["challenger"] == self.address:
             return
-        found = self.journal.latest_unit(
-            args["jobId"], args["slot"], args["index"], event["blockNumber"]
-        )
-        if found is None:
-            log.warning(
-                "dispute on job %d slot %d unit %d, committed before this journal began",
-                args["jobId"],
-                args["slot"],
-                args["index"],
-            )
-            return
-        self.journal.add_work(j.DISPUTE, *found)
+        found = self._named_unit(event, "dispute on")
+        if found is not None:
+            self.journal.add_work(j.DISPUTE, *found)
 
     def _on_flagged(self, event: EventData) -> None:
         """A provider of the job named a unit its group's aggregation excluded: the ledger now
         counts it as sampled, so a unit skipped as unsampled is drawn again."""
+        found = self._named_unit(event, "flagged")
+        if found is not None:
+            self.journal.redraw(j.RESULT, *found)
+
+    def _named_unit(self, event: EventData, what: str) -> tuple[CommittedUnit, int] | None:
+        """The journal's latest commitment of the unit `event` names; None, with a warning,
+        for a unit committed before this journal began."""
         args = event["args"]
         found = self.journal.latest_unit(
             args["jobId"], args["slot"], args["index"], event["blockNumber"]
         )
         if found is None:
             log.warning(
-                "flagged job %d slot %d unit %d, committed before this journal began",
+                "%s job %d slot %d unit %d, committed before this journal began",
+                what,
                 args["jobId"],
                 args["slot"],
                 args["index"],
             )
-            return
-        self.journal.redraw(j.RESULT, *found)
+        return found
 
     def _on_registration(self, event: EventData) -> None:
         args = event["args"]
