@@ -5,9 +5,7 @@ import binascii
 import logging
 import os
 import threading
-from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from marketplace.ipfs import multihash
@@ -137,30 +135,3 @@ class Blockstore:
         for tmp in self.root.glob("*/.*.tmp"):
             tmp.unlink(missing_ok=True)
 
-
-class BlockWriter:
-    """A block sink for one import that hashes on the caller's thread, since the CID is needed
-    at once to link the block, and writes on a thread of its own, so writing one chunk
-    overlaps hashing the next. At most `depth` blocks wait for the disk, their buffers held
-    until written. `close` waits for every write and raises the first that failed; nothing
-    is left being written after it, so an import's blocks are all on disk before its pin."""
-
-    def __init__(self, store: Blockstore, depth: int = 4) -> None:
-        self._store = store
-        self._depth = depth
-        self._pending: deque[Future] = deque()
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipfs-write")
-
-    def add(self, parts: Sequence[Buffer], codec: int, version: int = 1) -> CID:
-        cid = CID.of_parts(parts, codec, version)
-        while len(self._pending) >= self._depth:
-            self._pending.popleft().result()
-        self._pending.append(self._thread.submit(self._store._write, cid, parts))
-        return cid
-
-    def close(self) -> None:
-        try:
-            while self._pending:
-                self._pending.popleft().result()
-        finally:
-            self._thread.shutdown()

@@ -37,7 +37,9 @@ class Imported:
 
 
 @dataclass(frozen=True, slots=True)
-class _Child:
+class Child:
+    """A stored block as its parent links it, with the file bytes under it."""
+
     link: dagpb.Link
     filesize: int
 
@@ -48,7 +50,12 @@ class FileImporter:
     leaf at the same depth, nodes filled to 174 links left to right, a lone chunk as the root.
 
     A chunk is kept as views of the buffers it arrived in until it is complete, so `write`
-    must be given buffers that do not change afterwards (bytes, or views of bytes)."""
+    must be given buffers that do not change afterwards (bytes, or views of bytes).
+
+    `write` is three steps that a caller may also take one by one, to store several leaves
+    at once: `chunks` cuts the stream, `leaf` stores one chunk (it only calls the sink, so it
+    may run on any thread), and `link` adds the leaves to the tree in file order; every leaf
+    is linked before `finish`."""
 
     def __init__(self, sink: BlockSink, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
                  cid_version: int = 0, raw_leaves: bool = False) -> None:
@@ -58,9 +65,16 @@ class FileImporter:
         self._raw_leaves = raw_leaves
         self._pending: list[memoryview] = []
         self._pending_size = 0
-        self._levels: list[list[_Child]] = []
+        self._levels: list[list[Child]] = []
 
     def write(self, data: Buffer) -> None:
+        for chunk in self.chunks(data):
+            self.link(self.leaf(chunk))
+
+    def chunks(self, data: Buffer) -> list[list[memoryview]]:
+        """The chunks `data` completes, each as the views of the buffers it arrived in; the
+        bytes of an incomplete chunk wait for the next write."""
+        complete = []
         view = memoryview(data).cast("B")
         while view:
             take = min(len(view), self._chunk_size - self._pending_size)
@@ -68,11 +82,27 @@ class FileImporter:
             self._pending_size += take
             view = view[take:]
             if self._pending_size == self._chunk_size:
-                self._flush_leaf()
+                complete.append(self._pending)
+                self._pending, self._pending_size = [], 0
+        return complete
+
+    def leaf(self, chunk: list[memoryview]) -> Child:
+        """Store one chunk as a leaf block."""
+        size = sum(len(part) for part in chunk)
+        if self._raw_leaves:
+            return Child(dagpb.Link(self._sink(chunk, RAW, 1), "", size), size)
+        block = dagpb.encode([], unixfs.encode_parts(unixfs.FILE, chunk, size, []))
+        cid = self._sink(block, DAG_PB, self._version)
+        return Child(dagpb.Link(cid, "", sum(len(part) for part in block)), size)
+
+    def link(self, leaf: Child) -> None:
+        """Add the file's next leaf to the tree."""
+        self._push(0, leaf)
 
     def finish(self) -> Imported:
         if self._pending or not self._levels:
-            self._flush_leaf()
+            self.link(self.leaf(self._pending))
+            self._pending, self._pending_size = [], 0
         level = 0
         while level < len(self._levels) - 1 or len(self._levels[level]) > 1:
             self._push(level + 1, self._close(level))
@@ -80,26 +110,14 @@ class FileImporter:
         root = self._levels[level][0]
         return Imported(root.link.cid, root.link.tsize, root.filesize)
 
-    def _flush_leaf(self) -> None:
-        chunk, size = self._pending, self._pending_size
-        self._pending, self._pending_size = [], 0
-        if self._raw_leaves:
-            cid = self._sink(chunk, RAW, 1)
-            tsize = size
-        else:
-            block = dagpb.encode([], unixfs.encode_parts(unixfs.FILE, chunk, size, []))
-            cid = self._sink(block, DAG_PB, self._version)
-            tsize = sum(len(part) for part in block)
-        self._push(0, _Child(dagpb.Link(cid, "", tsize), size))
-
-    def _push(self, level: int, child: _Child) -> None:
+    def _push(self, level: int, child: Child) -> None:
         if level == len(self._levels):
             self._levels.append([])
         if len(self._levels[level]) == MAX_LINKS:
             self._push(level + 1, self._close(level))
         self._levels[level].append(child)
 
-    def _close(self, level: int) -> _Child:
+    def _close(self, level: int) -> Child:
         """Turn a level's pending children into one internal node."""
         children, self._levels[level] = self._levels[level], []
         sizes = [c.filesize for c in children]
@@ -108,7 +126,7 @@ class FileImporter:
                              unixfs.encode_parts(unixfs.FILE, [], filesize, sizes))
         cid = self._sink(block, DAG_PB, self._version)
         tsize = sum(len(part) for part in block) + sum(c.link.tsize for c in children)
-        return _Child(dagpb.Link(cid, "", tsize), filesize)
+        return Child(dagpb.Link(cid, "", tsize), filesize)
 
 
 def only_hash(data: bytes | memoryview, **options) -> CID:

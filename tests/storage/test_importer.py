@@ -1,6 +1,7 @@
 """The importer makes Kubo's CIDs: checked against the independent `ipfs_cid` tool, and the DAG
 shape checked against go-unixfs's balanced layout."""
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,23 @@ def test_random_sizes_match_ipfs_cid(tmp_path: Path, seed: int):
     path.write_bytes(data)
     assert str(import_bytes(data, write_size=7919)) == ipfs_cid(path)["CIDv0"]
 
+
+
+@pytest.mark.parametrize("options", [{}, {"raw_leaves": True, "cid_version": 1}])
+def test_leaves_stored_on_threads_in_any_order_give_the_same_dag(options):
+    """The add path cuts chunks and links leaves in order, but stores them on worker threads."""
+    data = random_bytes(MAX_LINKS * CHUNK + 3 * CHUNK + 5, seed=7)
+    sequential, threaded = MemoryStore(), MemoryStore()
+    importer = FileImporter(threaded.add, **options)
+    chunks = [chunk for start in range(0, len(data), 100_000)
+              for chunk in importer.chunks(data[start:start + 100_000])]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        leaves = list(pool.map(importer.leaf, chunks[::-1]))[::-1]
+    for leaf in leaves:
+        importer.link(leaf)
+    root = importer.finish().cid
+    assert root == import_bytes(data, sequential, **options)
+    assert threaded == sequential
 
 def test_one_chunk_with_raw_leaves_is_a_raw_block():
     data = b"hello\n"

@@ -11,8 +11,8 @@ import ipfshttpclient
 import pytest
 import requests
 
-from marketplace.ipfs.blockstore import Blockstore, BlockWriter
-from marketplace.ipfs.cid import CID, RAW
+from marketplace.ipfs.blockstore import Blockstore
+from marketplace.ipfs.cid import CID
 from marketplace.ipfs.gclock import GcLock
 
 from .support import CHUNK, random_bytes
@@ -126,20 +126,3 @@ def test_gc_lock_waits_for_writers_and_turns_new_ones_away():
     assert collected.is_set()
     assert lock.try_acquire_shared()
 
-
-def test_block_writer_has_every_block_stored_once_closed(tmp_path):
-    store = Blockstore(tmp_path / "blocks")
-    writer = BlockWriter(store, depth=2)
-    blocks = [random_bytes(1000, seed=i) for i in range(6)]
-    cids = [writer.add([block[:10], block[10:]], RAW) for block in blocks]
-    writer.close()
-    assert [store.get(cid) for cid in cids] == blocks
-
-
-def test_block_writer_reports_a_failed_write_on_close(tmp_path):
-    store = Blockstore(tmp_path / "blocks")
-    store.path(CID.of(b"unwritable", RAW)).parent.write_bytes(b"")  # a file where its folder goes
-    writer = BlockWriter(store)
-    writer.add([b"unwritable"], RAW)
-    with pytest.raises(OSError):
-        writer.close()

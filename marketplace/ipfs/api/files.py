@@ -3,6 +3,7 @@
 import asyncio
 import json
 import logging
+import os
 import tarfile
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -17,10 +18,10 @@ from starlette.concurrency import run_in_threadpool
 from marketplace.ipfs import multipart, reader
 from marketplace.ipfs.api.deps import CidDep, RepoDep
 from marketplace.ipfs.api.streaming import EventStream, FileStream
-from marketplace.ipfs.blockstore import Blockstore, BlockWriter
+from marketplace.ipfs.blockstore import Blockstore
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.errors import Unsupported
-from marketplace.ipfs.importer import BlockSink, FileImporter, Imported, parse_chunker
+from marketplace.ipfs.importer import BlockSink, Child, FileImporter, Imported, parse_chunker
 from marketplace.ipfs.pinstore import RECURSIVE
 from marketplace.ipfs.repo import Repo
 
@@ -28,10 +29,13 @@ log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["files"])
 
-# Bytes gathered from the socket before handing them to the add's worker thread, and how many
-# such batches may wait for it: the receive loop runs ahead of hashing by at most a few MiB.
+# Bytes received before their complete chunks go to a worker, and how many such batches may
+# be in flight: the receive loop runs ahead of storing by at most a few MiB.
 _BATCH_BYTES = 1024 * 1024
 _MAX_IN_FLIGHT = 4
+# Threads storing one add's leaves. Hashing and file writes release the GIL, so each worker
+# can keep a core busy; more than a few would only hold more of the body in memory.
+_WORKERS = min(4, os.cpu_count() or 1)
 _GC_WAIT_S = 0.05
 
 
@@ -68,64 +72,59 @@ class AddOptions(BaseModel):
                             cid_version=self.cid_version, raw_leaves=raw_leaves)
 
 
-def _write_pieces(importer: FileImporter, pieces: list[memoryview]) -> None:
-    for piece in pieces:
-        importer.write(piece)
-
-
-def _finish(importer: FileImporter, pieces: list[memoryview]) -> Imported:
-    _write_pieces(importer, pieces)
-    return importer.finish()
+def _store(importer: FileImporter, chunks: list[list[memoryview]]) -> list[Child]:
+    return [importer.leaf(chunk) for chunk in chunks]
 
 
 async def _import(part: multipart.Part, options: AddOptions,
                   store: Blockstore | None) -> AsyncIterator[int | Imported]:
-    """Receive on the event loop while the add's own worker thread hashes earlier batches and
-    a writer thread stores their blocks (hashlib and file writes release the GIL), so the
-    three overlap. One worker per add keeps the batches in order; the bounded queues keep
-    memory flat however large the file. Without a store, blocks are only hashed.
+    """Receive on the event loop and cut the stream into chunks there, while worker threads
+    hash and store batches of chunks as leaf blocks (hashlib and file writes release the
+    GIL, so the workers and the loop run on all cores). A chunk is hashed and written by one
+    thread, one straight after the other, while its bytes are still in that core's cache.
+    The loop links finished leaves into the tree in file order, storing an internal node
+    (8 KiB, one per 174 leaves) as its level fills. The bounded queue keeps memory flat
+    however large the file. Without a store, blocks are only hashed.
 
     Yields the bytes imported so far each time a batch is done, then the import's result."""
     loop = asyncio.get_running_loop()
-    writer = BlockWriter(store) if store is not None else None
-    importer = options.importer(writer.add if writer else CID.of_parts)
-    in_flight: deque[tuple[asyncio.Future, int]] = deque()  # batches and their sizes
-    batch: list[memoryview] = []
+    importer = options.importer(store.add if store is not None else CID.of_parts)
+    in_flight: deque[asyncio.Future[list[Child]]] = deque()
+    batch: list[list[memoryview]] = []
     batched = done = 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ipfs-add") as worker:
+    with ThreadPoolExecutor(_WORKERS, thread_name_prefix="ipfs-add") as workers:
         try:
             async for piece in part.chunks():
-                batch.append(piece)
+                batch += importer.chunks(piece)
                 batched += len(piece)
-                if batched >= _BATCH_BYTES:
+                if batched >= _BATCH_BYTES and batch:
                     if len(in_flight) == _MAX_IN_FLIGHT:
-                        await asyncio.wait([in_flight[0][0]])
-                    while in_flight and in_flight[0][0].done():
-                        done += _oldest(in_flight)
+                        await asyncio.wait([in_flight[0]])
+                    while in_flight and in_flight[0].done():
+                        done += _link(importer, in_flight.popleft())
                         yield done
-                    in_flight.append(
-                        (loop.run_in_executor(worker, _write_pieces, importer, batch), batched))
+                    in_flight.append(loop.run_in_executor(workers, _store, importer, batch))
                     batch, batched = [], 0
+            in_flight.append(loop.run_in_executor(workers, _store, importer, batch))
             while in_flight:
-                await asyncio.wait([in_flight[0][0]])
-                done += _oldest(in_flight)
+                await asyncio.wait([in_flight[0]])
+                done += _link(importer, in_flight.popleft())
                 yield done
-            imported = await loop.run_in_executor(worker, _finish, importer, batch)
+            imported = await loop.run_in_executor(workers, importer.finish)
         finally:
-            if in_flight:  # the upload broke off: let queued work end before the worker goes
-                await asyncio.wait([future for future, _ in in_flight])
-            if writer:
-                await loop.run_in_executor(worker, writer.close)
-    if batched:
-        yield done + batched
+            if in_flight:  # the upload broke off: let queued work end before the workers go
+                await asyncio.wait(in_flight)
+    if imported.filesize > done:
+        yield imported.filesize
     yield imported
 
 
-def _oldest(in_flight: deque[tuple[asyncio.Future, int]]) -> int:
-    """Take the oldest batch, which is done, off the queue; its size (or its error, raised)."""
-    future, size = in_flight.popleft()
-    future.result()
-    return size
+def _link(importer: FileImporter, stored: asyncio.Future[list[Child]]) -> int:
+    """Link a finished batch's leaves (or raise its error); the file bytes they hold."""
+    leaves = stored.result()
+    for leaf in leaves:
+        importer.link(leaf)
+    return sum(leaf.filesize for leaf in leaves)
 
 
 async def _add_events(request: Request, repo: Repo, options: AddOptions,
