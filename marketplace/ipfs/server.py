@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
+from marketplace.ipfs import allocator
 from marketplace.ipfs.api import blocks, files, gateway, node, pins
 from marketplace.ipfs.blockstore import CorruptBlock
 from marketplace.ipfs.errors import BlockNotFound, IpfsError
@@ -25,6 +26,10 @@ API_PREFIX = "/api/v0"
 # A corrupt local block is reported like a missing one: this node cannot serve valid bytes
 # for the CID, and a client should try another replica.
 _NOT_FOUND = (BlockNotFound, NotPinned, CorruptBlock)
+# Body buffers the allocator reuses rather than returns to the kernel: above one network read
+# (1 MiB), and room for what an add holds in flight at once.
+_LARGEST_REUSED = 4 * 1024 * 1024
+_KEPT_FREE = 32 * 1024 * 1024
 
 
 def _error(request: Request, status: int, message: str) -> Response:
@@ -83,6 +88,7 @@ def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _exit_on_signal)
+    allocator.reuse_freed_buffers(_LARGEST_REUSED, _KEPT_FREE)
     repo = Repo(repo_path)
     try:
         sock = _listen(host, port)
