@@ -4,7 +4,10 @@ fp32 all-reduce every step (the baseline), ddp with compressed gradients, DiLoCo
 reduction in bytes and the loss penalty of each.
 
 Every run has the same ranks, each training `max_steps` steps of the same batch size on its
-own shard, so all four see the same tokens. Bytes are the payloads the ranks put on the wire
+own shard, so all four see the same tokens. The default horizon is long enough for DiLoCo's
+regime: its cost in loss comes from the early rounds, while each rank's small batch still
+makes its own steps noisy, and it shrinks as training goes on (H=100 in fp32: +7.6% at 1,200
+steps, +3.2% at 3,600). Bytes are the payloads the ranks put on the wire
 (values, positions and scales), summed over ranks; an fp32 all-reduce counts 4 bytes per
 parameter per rank and step.
 """
@@ -36,7 +39,7 @@ def main() -> None:
         "--spec", type=Path, default=Path("node/specs/tiny.yaml"), help="job spec to train"
     )
     parser.add_argument("--ranks", type=int, default=3, help="local gloo ranks")
-    parser.add_argument("--steps", type=int, default=1200, help="optimizer steps per rank")
+    parser.add_argument("--steps", type=int, default=7200, help="optimizer steps per rank")
     parser.add_argument("--every", type=int, default=100, help="DiLoCo's H: local steps per round")
     parser.add_argument(
         "--ddp-ratio", type=float, default=0.01, help="ddp: fraction of gradient entries sent"
