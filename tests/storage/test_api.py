@@ -1,5 +1,6 @@
 """The embedded node over HTTP: the Kubo RPC subset through ipfshttpclient, and the gateway."""
 
+import asyncio
 import io
 import json
 import socket
@@ -10,12 +11,14 @@ import pytest
 import requests
 
 from marketplace.ipfs import car, dagpb, reader, unixfs
+from marketplace.ipfs.api import files
 from marketplace.ipfs.cid import CID, RAW
 
 from .support import CHUNK, Node, ipfs_cid, needs_ipfs_cid, random_bytes, read_car
 
 HELLO_V0 = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN"
 UNKNOWN = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEM"  # valid CID, content nobody added
+MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +211,20 @@ def test_add_with_progress_streams_the_bytes_imported_then_the_result(shared_nod
     counts = [event["Bytes"] for event in progress]
     assert len(counts) >= 3 and counts == sorted(set(counts)) and counts[-1] == len(data)
     assert all(event.keys() == {"Name", "Bytes"} and event["Name"] == "data.bin" for event in progress)
+
+
+def test_progress_rises_at_every_line_however_the_body_arrives():
+    """The last piece of a body may complete no chunk: no progress line repeats the one before."""
+    class Part:  # what an add reads of a multipart part
+        async def chunks(self):
+            for piece in [bytes(MIB)] * 6 + [b"tail!"]:
+                yield piece
+
+    async def events():
+        return [event async for event in files._import(Part(), files.AddOptions(), None)]
+
+    *counts, imported = asyncio.run(events())
+    assert counts == sorted(set(counts)) and counts[-1] == imported.filesize == 6 * MIB + 5
 
 
 def test_add_with_progress_ends_with_kubos_error_object_when_the_body_breaks_off(shared_node: Node):

@@ -105,7 +105,8 @@ async def _import(part: multipart.Part, options: AddOptions,
                         yield done
                     in_flight.append(loop.run_in_executor(workers, _store, importer, batch))
                     batch, batched = [], 0
-            in_flight.append(loop.run_in_executor(workers, _store, importer, batch))
+            if batch:  # every batch holds a leaf, so each one linked moves the progress on
+                in_flight.append(loop.run_in_executor(workers, _store, importer, batch))
             while in_flight:
                 await asyncio.wait([in_flight[0]])
                 done += _link(importer, in_flight.popleft())
