@@ -5,14 +5,16 @@ whole step range; its unit `i` is the `checkpoint.every` optimizer steps from st
 `i * every` (the last unit may be shorter). Unit 0 starts from the spec's seed; unit `i > 0`
 from the checkpoint committed as unit `i - 1`.
 
-Group jobs (`diloco`): slot `s` is rank `s` of the job's group, and its unit `i` is its
-DiLoCo round `i`, so a slot delivers `max_steps / steps_per_round` units. The unit's CID
-names a rank bundle (`rank_bundle`): the rank's inputs for the round (a `RankUnit`: the
-global weights and outer momentum, its inner optimizer, data position and error-feedback
-residual at the round's start) and the payload it sent. The unit's state hash is the payload's sha256, the
-rank's commitment: a verifier re-runs the round from the inputs and names the rank whose
-payload does not reproduce. A rank's last bundle also holds the group's trained model: every
-rank ends with the same weights, so the result is what all slots' last units agree on.
+Group jobs (`ddp`, `diloco`): slot `s` is rank `s` of the job's group, and its unit `i` is
+its DiLoCo round `i`, or in ddp its `checkpoint.every` steps from step `i * every`. The
+unit's CID names a rank bundle (`rank_bundle`): the rank's inputs for the unit (a
+`RankUnit`: the global weights and outer momentum, its optimizer, data position and
+error-feedback residual at the unit's start), the payloads it sent, back to back, and in
+ddp every step's members and what each of them sent, from which each step's aggregate is
+rebuilt. The unit's state hash is the payloads' sha256, the rank's commitment: a verifier
+re-runs the unit from the bundle and names the rank whose payloads do not reproduce. A
+rank's last bundle also holds the group's trained model: every rank ends with the same
+weights, so the result is what all slots' last units agree on.
 """
 
 from __future__ import annotations
@@ -25,13 +27,11 @@ from typing import NamedTuple
 
 import torch
 
-from node.distributed.diloco import DilocoConfig
-from node.distributed.group import DistributedConfigError
 from node.distributed.job import group_config
-from node.distributed.rank_unit import RankUnit
+from node.distributed.rank_unit import RankUnit, RecordedRound
 from node.engine import JobSpec, Shard
 
-RANK_BUNDLE_FORMAT = "zoo-compute/rank-unit-v1"
+RANK_BUNDLE_FORMAT = "zoo-compute/rank-unit-v2"
 
 
 def is_group_job(spec: JobSpec) -> bool:
@@ -39,21 +39,10 @@ def is_group_job(spec: JobSpec) -> bool:
     return spec.distributed.strategy != "single"
 
 
-def diloco_config(spec: JobSpec) -> DilocoConfig:
-    """The group settings of a group job; ddp is trained by the engine's ranks but has no
-    per-round units yet, so the market takes diloco only."""
-    config = group_config(spec)
-    if not isinstance(config, DilocoConfig):
-        raise DistributedConfigError(
-            f"the market runs diloco group jobs; got strategy {spec.distributed.strategy}"
-        )
-    return config
-
-
 def units_per_node(spec: JobSpec) -> int:
     """How many work units one slot delivers: what `createJob` is asked for."""
     if is_group_job(spec):
-        return spec.training.max_steps // diloco_config(spec).steps_per_round(spec)
+        return spec.training.max_steps // group_config(spec).steps_per_unit(spec)
     return math.ceil(spec.training.max_steps / spec.checkpoint.every)
 
 
@@ -71,14 +60,20 @@ def unit_steps(spec: JobSpec, index: int) -> int:
 
 
 class RankBundle(NamedTuple):
-    unit: RankUnit  # the rank's inputs for the round
-    payload: bytes  # what it sent
-    weights: dict[str, torch.Tensor] | None  # the group's model after the job's last round
+    unit: RankUnit  # the rank's inputs for the unit
+    payload: bytes  # what it sent, back to back
+    weights: dict[str, torch.Tensor] | None  # the group's model after the job's last unit
+    rounds: list[RecordedRound] | None  # ddp: every step's members and what they sent
 
 
-def rank_bundle(unit: RankUnit, payload: bytes, weights: dict[str, torch.Tensor] | None = None) -> bytes:
-    """What a group job's unit pins: the rank's round inputs and the payload it sent; the last
-    round's also holds the trained model, the job's result."""
+def rank_bundle(
+    unit: RankUnit,
+    payload: bytes,
+    weights: dict[str, torch.Tensor] | None = None,
+    rounds: list[RecordedRound] | None = None,
+) -> bytes:
+    """What a group job's unit pins: the rank's inputs and the payloads it sent, in ddp the
+    unit's rounds; the last unit's also holds the trained model, the job's result."""
     buffer = io.BytesIO()
     torch.save(
         {
@@ -88,8 +83,12 @@ def rank_bundle(unit: RankUnit, payload: bytes, weights: dict[str, torch.Tensor]
             "trainer": unit.trainer,
             "residual": unit.residual,
             "momentum": unit.momentum,
-            "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8),
+            "payload": _tensor(payload),
             "weights": weights,
+            "rounds": None if rounds is None else [
+                {"members": members, "payloads": [_tensor(p) for p in payloads]}
+                for members, payloads in rounds
+            ],
         },
         buffer,
     )
@@ -97,12 +96,24 @@ def rank_bundle(unit: RankUnit, payload: bytes, weights: dict[str, torch.Tensor]
 
 
 def load_rank_bundle(data: bytes) -> RankBundle:
-    """The inputs, payload and (last round) weights of a rank bundle; ValueError when it is not one."""
+    """The inputs, payload, (last unit) weights and (ddp) rounds of a rank bundle; ValueError
+    when it is not one."""
     try:
         raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError, struct.error) as exc:
         raise ValueError(f"not a rank bundle: {exc}") from None
     if not isinstance(raw, dict) or raw.get("format") != RANK_BUNDLE_FORMAT:
         raise ValueError(f"not a rank bundle: no {RANK_BUNDLE_FORMAT} tag")
-    unit = RankUnit(raw["rank"], raw["round"], raw["trainer"], raw["residual"], raw.get("momentum"))
-    return RankBundle(unit, raw["payload"].numpy().tobytes(), raw.get("weights"))
+    unit = RankUnit(raw["rank"], raw["round"], raw["trainer"], raw["residual"], raw["momentum"])
+    rounds = None if raw["rounds"] is None else [
+        RecordedRound(list(r["members"]), [_bytes(p) for p in r["payloads"]]) for r in raw["rounds"]
+    ]
+    return RankBundle(unit, _bytes(raw["payload"]), raw["weights"], rounds)
+
+
+def _tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+
+
+def _bytes(tensor: torch.Tensor) -> bytes:
+    return tensor.numpy().tobytes()

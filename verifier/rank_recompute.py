@@ -1,12 +1,15 @@
-"""Judge one rank's round of a group job: re-run it from its pinned inputs, compare payload hashes.
+"""Judge one rank's unit of a group job: re-run it from its pinned bundle, compare hashes.
 
-A group job's unit is a rank's DiLoCo round (see node/work.py): its CID names a rank bundle,
-its state hash is the sha256 of the payload the rank sent. Re-running the round from the
-bundle's inputs on the CPU gives the payload an honest rank sent, bit for bit, so a rank
-that sent anything else is named by its own commitment.
+A group job's unit is a rank's DiLoCo round or ddp unit (see node/work.py): its CID names a
+rank bundle, its state hash is the sha256 of the payloads the rank sent. Re-running the unit
+from the bundle on the CPU gives the payloads an honest rank sent, bit for bit, so a rank
+that sent anything else is named by its own commitment. In ddp the bundle also records
+each step's members and their payloads, which the re-run aggregates as the rank did; a
+record of the rank's own payload that is not what its re-run sends fails the unit.
 
-What this does not check is that the inputs themselves follow from the previous round's
-aggregate: a rank that commits a consistent round from made-up inputs passes here.
+What this does not check is that the inputs themselves follow from the previous unit (nor,
+in ddp, that the other members' recorded payloads are the ones they committed): a rank
+that commits a consistent unit from made-up inputs passes here.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from node.distributed.group import DistributedConfigError
-from node.distributed.rank_unit import run_rank_unit, update_sha256
+from node.distributed.job import group_config, run_rank_unit
+from node.distributed.rank_unit import update_sha256
 from node.engine import JobSpec
-from node.work import diloco_config, load_rank_bundle
+from node.work import load_rank_bundle
 
 
 class RankJudgement(NamedTuple):
@@ -30,21 +34,27 @@ def judge_rank(
 ) -> RankJudgement:
     """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`."""
     try:
-        config = diloco_config(spec)
+        config = group_config(spec)
     except DistributedConfigError as exc:
         return RankJudgement(None, f"the job spec cannot be run: {exc}")
     try:
-        unit, payload, _ = load_rank_bundle(bundle)
+        unit, payload, _, rounds = load_rank_bundle(bundle)
     except ValueError as exc:
         return RankJudgement(False, f"committed rank bundle unreadable: {exc}")
     if (unit.rank, unit.round_) != (slot, index):
         return RankJudgement(
             False,
-            f"the bundle holds rank {unit.rank} round {unit.round_}, not {slot} round {index}",
+            f"the bundle holds rank {unit.rank} unit {unit.round_}, not {slot} unit {index}",
         )
     if update_sha256(payload) != committed:
         return RankJudgement(False, "the pinned payload is not the committed one")
-    recomputed = run_rank_unit(spec, config, unit).sha256
+    expected = len(config.unit_rounds(spec, index))
+    if rounds is not None and len(rounds) != expected:
+        return RankJudgement(False, f"the bundle records {len(rounds)} rounds, not {expected}")
+    try:
+        recomputed = run_rank_unit(spec, config, unit, rounds).sha256
+    except ValueError as exc:  # rounds missing, or contradicting the re-run (ReplayMismatch)
+        return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
     if recomputed != committed:
-        return RankJudgement(False, "the re-run round sends a different payload", recomputed)
-    return RankJudgement(True, "the re-run round sends the committed payload", recomputed)
+        return RankJudgement(False, "the re-run unit sends a different payload", recomputed)
+    return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)

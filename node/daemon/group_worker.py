@@ -1,21 +1,22 @@
-"""A slot of a group job: this provider's rank of the job's DiLoCo group, one unit per round.
+"""A slot of a group job: this provider's rank of the job's ddp or DiLoCo group, unit by unit.
 
 The rank trains in a child process for the whole job, because the group's collectives and
 round board only work while the rank's process stays in the group. The daemon's thread
-meanwhile pins each round the rank finished (its inputs and the payload it sent, a rank
-bundle: see node/work.py) and commits it as the slot's next unit, so the chain sees the
-group's progress round by round and a verifier can re-run any rank's round.
+meanwhile pins each unit the rank finished (its inputs and what it sent; in ddp also what
+the others sent at each step: a rank bundle, see node/work.py) and commits it as the slot's
+next unit, so the chain sees the group's progress unit by unit and a verifier can re-run
+any rank's unit.
 
 The group finds itself through the chain: ranks are slot indices, and rank 0's TCPStore
 listens on the endpoint its provider registered with the Staking contract.
 
 A rank can be taken over mid-job when the group's rounds have a deadline (the others go on
 with a quorum meanwhile): a provider that won the slot in its re-auction, or this node after
-a restart, starts from the slot's last committed bundle, re-runs that round and catches up
+a restart, starts from the slot's last committed bundle, re-runs that unit and catches up
 on the group's weights from the rounds on the board.
 
 A round's robust aggregation may exclude a rank: the lowest rank it kept flags the excluded
-ranks' units of that round on-chain once they are committed, and verifiers re-run them
+ranks' units holding that round on-chain once they are committed, and verifiers re-run them
 whatever their sample.
 """
 
@@ -34,17 +35,13 @@ from urllib.parse import urlsplit
 from marketplace.chain.errors import ContractRevert
 from marketplace.chain.ledger import JobStatus, Ledger
 from marketplace.errors import ZooError
-from node.distributed.diloco import run_diloco_rank
-from node.distributed.exchange import aggregate_path, update_path
+from node.distributed.diloco import DilocoConfig
+from node.distributed.exchange import aggregate_path, recorded_round, sent_in, update_path
+from node.distributed.group import GroupConfig
+from node.distributed.job import group_config, run_rank
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
-from node.work import (
-    RankBundle,
-    diloco_config,
-    is_group_job,
-    load_rank_bundle,
-    rank_bundle,
-    units_per_node,
-)
+from node.engine import JobSpec
+from node.work import RankBundle, is_group_job, load_rank_bundle, rank_bundle, units_per_node
 
 from .chainview import struct
 from .journal import Unit
@@ -109,15 +106,15 @@ class GroupWorker:
         spec = self.worker.specs.of_job(job_id)
         folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
         shutil.rmtree(folder, ignore_errors=True)  # rounds of an attempt that never committed
-        config = replace(diloco_config(spec), updates_dir=str(folder))
+        config = replace(group_config(spec), updates_dir=str(folder))
         done = slot["unitsDone"]
-        taken_over = self._last_round(job_id, slot_id, done - 1, config.uses_board) if done else None
+        taken_over = self._last_unit(job_id, slot_id, done - 1, config.uses_board) if done else None
         host, port = rendezvous(self.worker.ledger, job_id)
-        log.info("job=%d: rank %d of %d from round %d, meeting at %s:%d",
+        log.info("job=%d: rank %d of %d from unit %d, meeting at %s:%d",
                  job_id, slot_id, config.ranks, done, host, port)
         start = None if taken_over is None else taken_over.unit
         rank = multiprocessing.get_context("spawn").Process(
-            target=run_diloco_rank,
+            target=run_rank,
             args=(spec, config, slot_id, host, port, str(folder / "report.json"), None, start),
             name=f"rank-{job_id}-{slot_id}",
             daemon=True,
@@ -125,49 +122,51 @@ class GroupWorker:
         rank.start()
         self._to_flag = []
         try:
-            if taken_over is not None and not self._replay(rank, job_id, slot_id, taken_over, folder, stop):
+            if taken_over is not None and not self._replay(
+                rank, job_id, slot_id, taken_over, spec, config, stop
+            ):
                 return
             began = time.monotonic()
-            rounds = units_per_node(spec)
-            for round_ in range(done, rounds):
-                if not self._await_round(rank, job_id, slot_id, round_, folder, stop):
+            units = units_per_node(spec)
+            for index in range(done, units):
+                if not self._await_unit(rank, job_id, slot_id, index, folder, stop):
                     return
                 finished = time.monotonic()
-                self._commit(job_id, slot_id, round_, folder, finished - began, last=round_ == rounds - 1)
+                self._commit(job_id, slot_id, index, spec, config, finished - began, last=index == units - 1)
                 began = finished
             if not self._await_exit(rank, job_id, stop):
                 return
             report = json.loads((folder / "report.json").read_text())
-            log.info("job=%d: rank %d done, sent %d bytes in %d rounds",
+            log.info("job=%d: rank %d done, sent %d bytes in %d exchanges",
                      job_id, slot_id, report["bytes_sent"], len(report["commitments"]))
         finally:
             if rank.is_alive():
                 rank.terminate()
                 rank.join()
 
-    def _last_round(self, job_id: int, slot_id: int, round_: int, uses_board: bool) -> RankBundle:
-        """The slot's last committed round, to take the rank over from (this node restarted, or
+    def _last_unit(self, job_id: int, slot_id: int, index: int, uses_board: bool) -> RankBundle:
+        """The slot's last committed unit, to take the rank over from (this node restarted, or
         won the slot after its provider dropped out). Only a group whose rounds have a deadline
         goes on without a rank and lets one join late; the others wait for every rank."""
         if not uses_board:
             raise GroupFailed(
-                f"job {job_id} slot {slot_id}: taking a rank over mid-job (from round {round_ + 1}) "
+                f"job {job_id} slot {slot_id}: taking a rank over mid-job (from unit {index + 1}) "
                 "needs rounds with a deadline (distributed.unit_deadline_s and a quorum)"
             )
-        cid = self.worker.committed_cid(job_id, slot_id, round_)
-        log.info("job=%d slot=%d: taking the rank over from round %d (%s)", job_id, slot_id, round_, cid)
+        cid = self.worker.committed_cid(job_id, slot_id, index)
+        log.info("job=%d slot=%d: taking the rank over from unit %d (%s)", job_id, slot_id, index, cid)
         return load_rank_bundle(self.worker.storage.cat(cid))
 
     def _replay(self, rank: multiprocessing.Process, job_id: int, slot_id: int, taken_over: RankBundle,
-                folder: Path, stop: threading.Event) -> bool:
-        """Let the rank re-run the last committed round from its inputs, for the state the round
-        left (inner optimizer, data position, residual; the group's aggregate comes from the
-        board). It must send the committed payload again, or it would go on from another state."""
-        round_ = taken_over.unit.round_
-        if not self._await_round(rank, job_id, slot_id, round_, folder, stop):
+                spec: JobSpec, config: GroupConfig, stop: threading.Event) -> bool:
+        """Let the rank re-run the last committed unit from its inputs, for the state the unit
+        left (optimizer, data position, residual; the group's aggregates come from the board).
+        It must send the committed payloads again, or it would go on from another state."""
+        index, folder = taken_over.unit.round_, Path(config.updates_dir)
+        if not self._await_unit(rank, job_id, slot_id, index, folder, stop):
             return False
-        if update_path(folder, round_, slot_id).read_bytes() != taken_over.payload:
-            raise GroupFailed(f"job {job_id} slot {slot_id}: round {round_} re-run from its inputs "
+        if sent_in(folder, config.unit_rounds(spec, index), slot_id) != taken_over.payload:
+            raise GroupFailed(f"job {job_id} slot {slot_id}: unit {index} re-run from its inputs "
                               "does not give the payload the slot committed")
         return True
 
@@ -186,20 +185,20 @@ class GroupWorker:
                 looked = time.monotonic()
         return True
 
-    def _await_round(
+    def _await_unit(
         self,
         rank: multiprocessing.Process,
         job_id: int,
         slot_id: int,
-        round_: int,
+        index: int,
         folder: Path,
         stop: threading.Event,
     ) -> bool:
-        """Wait until `round_` is complete on disk: the next round's inputs (after the last
-        round, the trained model) are saved only after this round's payload was sent.
+        """Wait until unit `index` is complete on disk: the next unit's inputs (after the last
+        unit, the trained model) are saved only after this unit's payloads were sent.
         False when asked to stop, or once the slot is no longer this node's to deliver (the job
         was stopped, or the slot lost): a rank waiting on a group that ended is let go."""
-        following = unit_path(folder, round_ + 1, slot_id)
+        following = unit_path(folder, index + 1, slot_id)
         looked = time.monotonic()
         while not following.exists() and rank.is_alive():
             if stop.wait(ROUND_POLL):
@@ -210,29 +209,39 @@ class GroupWorker:
                 self._flag_committed(job_id)
                 looked = time.monotonic()
         if not following.exists():
-            raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in round {round_}")
+            raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in unit {index}")
         return True
 
-    def _commit(self, job_id: int, slot_id: int, round_: int, folder: Path, seconds: float,
-                last: bool) -> None:
-        payload = update_path(folder, round_, slot_id).read_bytes()
-        inputs = RankUnit.load(unit_path(folder, round_, slot_id))
-        weights = RankUnit.load(unit_path(folder, round_ + 1, slot_id)).trainer["model"] if last else None
-        cid = self.worker.storage.add_bytes(rank_bundle(inputs, payload, weights))
-        unit = Unit(job_id, slot_id, round_, cid, update_sha256(payload), seconds)
+    def _commit(self, job_id: int, slot_id: int, index: int, spec: JobSpec, config: GroupConfig,
+                seconds: float, last: bool) -> None:
+        """Pin and commit unit `index`, queue the excluded ranks to flag, and drop its files."""
+        folder, rounds = Path(config.updates_dir), config.unit_rounds(spec, index)
+        payload = sent_in(folder, rounds, slot_id)
+        inputs = RankUnit.load(unit_path(folder, index, slot_id))
+        weights = RankUnit.load(unit_path(folder, index + 1, slot_id)).trainer["model"] if last else None
+        # a DiLoCo round is re-run from its inputs alone; ddp steps need the others' payloads
+        recorded = None if isinstance(config, DilocoConfig) else [recorded_round(folder, r) for r in rounds]
+        cid = self.worker.storage.add_bytes(rank_bundle(inputs, payload, weights, recorded))
+        unit = Unit(job_id, slot_id, index, cid, update_sha256(payload), seconds)
         self.worker.journal.add_unit(unit)
         slot = self.worker.ledger.slot(job_id, slot_id)
         self.worker.commit(unit, slot, self.worker.ledger.job(job_id)["checkpointInterval"])
-        self._note_outliers(slot_id, round_, folder)
+        self._note_outliers(slot_id, index, rounds, folder)
         self._flag_committed(job_id)
+        for round_ in rounds:
+            shutil.rmtree(update_path(folder, round_, slot_id).parent, ignore_errors=True)
+        shutil.rmtree(unit_path(folder, index, slot_id).parent, ignore_errors=True)
 
-    def _note_outliers(self, slot_id: int, round_: int, folder: Path) -> None:
-        """Queue the round's units of the ranks the aggregation excluded, for verifiers to re-run
-        whatever their sample. Every rank saw the same round; the lowest rank not excluded flags."""
-        seen = json.loads(aggregate_path(folder, round_).read_text())
-        kept = [rank for rank in seen["members"] if rank not in seen["outliers"]]
-        if kept and kept[0] == slot_id:
-            self._to_flag += [(rank, round_) for rank in seen["outliers"]]
+    def _note_outliers(self, slot_id: int, index: int, rounds: range, folder: Path) -> None:
+        """Queue the units holding rounds of the ranks the aggregation excluded, for verifiers to
+        re-run whatever their sample. Every rank saw the same rounds; in each, the lowest rank
+        not excluded flags."""
+        for round_ in rounds:
+            seen = json.loads(aggregate_path(folder, round_).read_text())
+            kept = [rank for rank in seen["members"] if rank not in seen["outliers"]]
+            if kept and kept[0] == slot_id:
+                self._to_flag += [(rank, index) for rank in seen["outliers"]
+                                  if (rank, index) not in self._to_flag]
 
     def _flag_committed(self, job_id: int) -> None:
         """Flag each queued unit once its rank has committed it (it may still be training)."""

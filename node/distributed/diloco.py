@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,8 +11,10 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from node.engine.spec import JobSpec
+from node.engine.train import Trainer
 
-from .exchange import Exchange
+from .compression import ErrorFeedback
+from .exchange import Exchange, encode_update
 from .group import (
     Delay,
     DistributedConfigError,
@@ -22,12 +23,11 @@ from .group import (
     Tamper,
     check_schedule,
     collect,
-    join_and_run,
     rank_report,
     rank_trainer,
     spawn,
 )
-from .rank_unit import RankUnit, local_round, unit_path
+from .rank_unit import RankUnit, rank_threads, save_unit_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +56,12 @@ class DilocoConfig(GroupConfig):
                 f"outer_momentum must be in [0, 1); got {self.outer_momentum}"
             )
 
-    def steps_per_round(self, spec: JobSpec) -> int:
+    def steps_per_unit(self, spec: JobSpec) -> int:
+        """A DiLoCo rank's unit is a round: H local steps."""
         return self.inner_steps or spec.checkpoint.every
+
+    def unit_rounds(self, spec: JobSpec, index: int) -> range:
+        return range(index, index + 1)
 
 
 def train_diloco(
@@ -74,7 +78,7 @@ def train_diloco(
     what a rank sends, to play a Byzantine rank; `delay` (`(rank, round) -> seconds`) holds
     a rank back before it sends, to play a straggler.
     """
-    check_schedule(spec, config.steps_per_round(spec))
+    check_schedule(spec, config.steps_per_unit(spec))
     return collect(spawn(diloco_rank, config, spec, config, tamper, delay))
 
 
@@ -106,16 +110,13 @@ def diloco_rank(
     )
     if start is not None and start.momentum is not None:
         outer.state[global_weights]["momentum_buffer"] = start.momentum.clone()
-    steps = config.steps_per_round(spec)
+    steps = config.steps_per_unit(spec)
     train_losses, eval_losses = [], []
     rounds = spec.training.max_steps // steps
     for round_ in range(0 if start is None else start.round_, rounds + 1):
         if config.updates_dir is not None:
-            # the inputs of each round; after the last, the trained group model (round `rounds`)
-            residual = None if exchange.feedback is None else exchange.feedback.residual
             momentum = outer.state[global_weights].get("momentum_buffer")
-            unit = RankUnit(rank, round_, trainer.state(), residual, momentum)
-            unit.save(unit_path(config.updates_dir, round_, rank))
+            save_unit_inputs(config.updates_dir, rank, round_, trainer, exchange.feedback, momentum)
         if round_ == rounds:
             break
         delta, losses = local_round(trainer, steps)
@@ -131,20 +132,27 @@ def diloco_rank(
     return rank_report(trainer, exchange, train_losses, eval_losses)
 
 
-def run_diloco_rank(
-    spec: JobSpec,
-    config: DilocoConfig,
-    rank: int,
-    host: str,
-    port: int,
-    report: str,
-    tamper: Tamper | None = None,
-    start: RankUnit | None = None,
-) -> None:
-    """One rank of a group that meets at `host:port`, in a process of its own (a provider's):
-    join, train every round from the seed or from `start`, and write the report to `report`.
+def local_round(trainer: Trainer, steps: int) -> tuple[torch.Tensor, list[float]]:
+    """`steps` local optimizer steps; the pseudo-gradient (start minus end weights) and losses."""
+    params = list(trainer.model.parameters())
+    start = parameters_to_vector(params).detach().clone()  # (N,)
+    losses = []
+    for _ in range(steps):
+        loss, _ = trainer.forward_backward()
+        trainer.apply(loss)
+        losses.append(loss)
+    with torch.no_grad():
+        return start - parameters_to_vector(params), losses  # (N,)
 
-    `tamper` replaces what the rank sends, to play a Byzantine rank in tests."""
-    join_and_run(
-        rank, config, host, port, diloco_rank, (spec, config, tamper, None, start), Path(report)
-    )
+
+def rerun_diloco_unit(spec: JobSpec, config: DilocoConfig, unit: RankUnit) -> bytes:
+    """What the rank sent in its round, re-run from the round's inputs."""
+    with rank_threads():
+        trainer, _ = rank_trainer(spec, unit.rank)
+        trainer.load(unit.trainer)
+        delta, _ = local_round(trainer, config.steps_per_unit(spec))
+        feedback = None
+        if config.error_feedback:
+            feedback = ErrorFeedback(config.compressor)
+            feedback.residual = unit.residual
+        return encode_update(config.compressor, feedback, delta, unit.round_).to_bytes()

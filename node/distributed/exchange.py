@@ -15,6 +15,7 @@ from .aggregation import Aggregate
 from .compression import Compressor, ErrorFeedback, Payload
 from .group import Delay, GroupConfig, Tamper
 from .quorum import RoundBoard
+from .rank_unit import RecordedRound
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +28,17 @@ def update_path(updates_dir: str | os.PathLike[str], round_: int, rank: int) -> 
 def aggregate_path(updates_dir: str | os.PathLike[str], round_: int) -> Path:
     """Where a rank notes who made up a round and whom the aggregator excluded (JSON)."""
     return Path(updates_dir, f"round-{round_:06d}", "aggregate.json")
+
+
+def recorded_round(updates_dir: str | os.PathLike[str], round_: int) -> RecordedRound:
+    """A round as a rank saved it: its members and what each of them sent."""
+    members = json.loads(aggregate_path(updates_dir, round_).read_text())["members"]
+    return RecordedRound(members, [update_path(updates_dir, round_, m).read_bytes() for m in members])
+
+
+def sent_in(updates_dir: str | os.PathLike[str], rounds: range, rank: int) -> bytes:
+    """What a rank sent in `rounds`, back to back: the payload of the unit they make up."""
+    return b"".join(update_path(updates_dir, round_, rank).read_bytes() for round_ in rounds)
 
 
 def encode_update(
@@ -91,15 +103,21 @@ class Exchange:
             numel = update.numel()
             parse = self.config.compressor.parse
             payloads = [parse(data, numel) for data in self.board.payloads(round_, members)]
-        decompress = self.config.compressor.decompress
-        received = [decompress(p, update.numel(), round_) for p in payloads]
-        result = self.config.aggregator(torch.stack(received))  # (members, numel)
+        result = aggregate(self.config, payloads, update.numel(), round_)
         self.members.append(members)
         self.outliers.append([members[row] for row in result.outliers])
         if self.config.updates_dir is not None:
-            seen = {"members": members, "outliers": self.outliers[-1]}
-            aggregate_path(self.config.updates_dir, round_).write_text(json.dumps(seen))
+            self._record(round_, members, payloads)
         return result
+
+    def _record(self, round_: int, members: list[int], payloads: list[Payload]) -> None:
+        """Save who made up the round, whom the aggregator flagged and what every member sent:
+        a ddp unit's verifier rebuilds each step's aggregate from them."""
+        for member, payload in zip(members, payloads, strict=True):
+            if member != self.rank:  # its own is saved already
+                update_path(self.config.updates_dir, round_, member).write_bytes(payload.to_bytes())
+        seen = {"members": members, "outliers": self.outliers[-1]}
+        aggregate_path(self.config.updates_dir, round_).write_text(json.dumps(seen))
 
     def _account(self, payload: Payload, round_: int) -> None:
         self.bytes_sent += payload.nbytes
@@ -108,6 +126,43 @@ class Exchange:
             path = update_path(self.config.updates_dir, round_, self.rank)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(payload.to_bytes())
+
+
+class ReplayExchange:
+    """A rank's exchanges played back from recorded rounds, for a verifier's re-run of a ddp
+    unit: this rank's update is encoded as `Exchange` encodes it, and aggregated with what
+    the round's members sent, as recorded. What the rank sends is kept, in order."""
+
+    def __init__(self, rank: int, config: GroupConfig, residual: torch.Tensor | None,
+                 rounds: list[RecordedRound]):
+        self.rank = rank
+        self.config = config
+        self.feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
+        if self.feedback is not None:
+            self.feedback.residual = residual
+        self.rounds = iter(rounds)
+        self.sent: list[bytes] = []
+
+    def __call__(self, update: torch.Tensor, round_: int) -> Aggregate:
+        payload = encode_update(self.config.compressor, self.feedback, update, round_).to_bytes()
+        self.sent.append(payload)
+        members, recorded = next(self.rounds)
+        if self.rank in members and recorded[members.index(self.rank)] != payload:
+            raise ReplayMismatch(f"round {round_} records another payload from rank {self.rank} "
+                                 "than its re-run sends")
+        parse = self.config.compressor.parse
+        payloads = [parse(data, update.numel()) for data in recorded]
+        return aggregate(self.config, payloads, update.numel(), round_)
+
+
+class ReplayMismatch(ValueError):
+    """Recorded rounds that contradict the rank's own re-run."""
+
+
+def aggregate(config: GroupConfig, payloads: list[Payload], numel: int, round_: int) -> Aggregate:
+    """The round's aggregate of the members' payloads, in the members' order."""
+    received = [config.compressor.decompress(p, numel, round_) for p in payloads]
+    return config.aggregator(torch.stack(received))  # (members, numel)
 
 
 def _all_gather(payload: Payload) -> list[Payload]:

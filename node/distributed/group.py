@@ -71,6 +71,15 @@ class GroupConfig:
                 "quorum needs deadline_s: without one, rounds wait for all"
             )
 
+    def steps_per_unit(self, spec: JobSpec) -> int:
+        """Optimizer steps in one of a rank's work units: in ddp, `checkpoint.every`."""
+        return spec.checkpoint.every
+
+    def unit_rounds(self, spec: JobSpec, index: int) -> range:
+        """The exchanges a rank's unit `index` takes part in; ddp exchanges at every step."""
+        steps = self.steps_per_unit(spec)
+        return range(index * steps, (index + 1) * steps)
+
     @property
     def uses_board(self) -> bool:
         """Whether the ranks exchange through the store's `RoundBoard` rather than gloo.

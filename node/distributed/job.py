@@ -1,16 +1,24 @@
-"""A job's `distributed` section as the group's settings, and training a spec by it."""
+"""A job's `distributed` section as the group's settings; training by it, and re-running a unit."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from node.engine.spec import AggregationSpec, CompressionSpec, DilocoSpec, JobSpec
 
 from .aggregation import Aggregator
 from .compression import Compressor
-from .ddp import train_ddp
-from .diloco import DilocoConfig, train_diloco
-from .group import DistributedConfigError, DistributedResult, GroupConfig
+from .ddp import ddp_rank, rerun_ddp_unit, train_ddp
+from .diloco import DilocoConfig, diloco_rank, rerun_diloco_unit, train_diloco
+from .group import (
+    DistributedConfigError,
+    DistributedResult,
+    GroupConfig,
+    Tamper,
+    join_and_run,
+)
+from .rank_unit import RankUnit, RankUpdate, RecordedRound, update_sha256
 
 
 def group_config(
@@ -64,3 +72,35 @@ def train_spec(
     if isinstance(config, DilocoConfig):
         return train_diloco(spec, config)
     return train_ddp(spec, config)
+
+
+def run_rank(
+    spec: JobSpec,
+    config: GroupConfig,
+    rank: int,
+    host: str,
+    port: int,
+    report: str,
+    tamper: Tamper | None = None,
+    start: RankUnit | None = None,
+) -> None:
+    """One rank of a group that meets at `host:port`, in a process of its own (a provider's):
+    join, train every unit from the seed or from `start`, and write the report to `report`.
+
+    `tamper` replaces what the rank sends, to play a Byzantine rank in tests."""
+    worker = diloco_rank if isinstance(config, DilocoConfig) else ddp_rank
+    join_and_run(rank, config, host, port, worker, (spec, config, tamper, None, start), Path(report))
+
+
+def run_rank_unit(
+    spec: JobSpec, config: GroupConfig, unit: RankUnit, rounds: list[RecordedRound] | None = None
+) -> RankUpdate:
+    """Re-run one rank's unit from its inputs (and, in ddp, the unit's recorded rounds): what
+    it should have sent, and the hash it should have committed."""
+    if isinstance(config, DilocoConfig):
+        payload = rerun_diloco_unit(spec, config, unit)
+    else:
+        if rounds is None:
+            raise ValueError("a ddp unit is re-run from the rounds it took part in")
+        payload = rerun_ddp_unit(spec, config, unit, rounds)
+    return RankUpdate(payload, update_sha256(payload))

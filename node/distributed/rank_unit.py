@@ -1,54 +1,48 @@
-"""One rank's DiLoCo round as a verifiable unit: its inputs, its update's bytes and their hash.
+"""One rank's work unit as a verifiable record: its inputs, the bytes it sent and their hash.
 
-A rank commits to the sha256 of the payload it sends each round. The payload is a pure
-function of the spec, the group's settings and the rank's state at the round's start (the
-global weights, its inner optimizer, schedule and data position, its error-feedback
-residual), so a verifier holding that state re-runs the round on the CPU and gets the same
-bytes, or names the rank that sent something else.
+A rank's unit is a DiLoCo round (H local steps, one exchange) or, in ddp, `checkpoint.every`
+optimizer steps (an exchange each). The rank commits to the sha256 of the payloads it sent
+in the unit, back to back (their sizes follow from the group's settings). Those payloads
+are a pure function of the spec, the group's settings, the rank's state at the unit's start
+(the global weights, its optimizer, schedule and data position, its error-feedback
+residual) and, in ddp, what the other ranks sent at each step before this one. A verifier
+holding those re-runs the unit on the CPU and gets the same bytes, or names the rank that
+sent something else.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
-from torch.nn.utils import parameters_to_vector
 
-from node.engine.spec import JobSpec
 from node.engine.train import Trainer
 
 from .compression import ErrorFeedback
-from .exchange import encode_update, update_path
-from .group import rank_trainer
-
-if TYPE_CHECKING:
-    from .diloco import DilocoConfig  # which imports this module
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RankUnit:
-    """What one rank's round starts from; with the spec and settings, it fixes the update."""
+    """What one rank's unit starts from; with the spec and settings, it fixes what it sends."""
 
     rank: int  # the rank, which is also its data shard
-    round_: int  # the round, which draws random selections
-    trainer: dict[str, Any]  # Trainer.state() at the round's start; its model is the global one
+    round_: int  # the unit's index: the DiLoCo round, or the ddp unit of checkpoint.every steps
+    trainer: dict[str, Any]  # Trainer.state() at the unit's start; its model is the global one
     residual: torch.Tensor | None  # (N,) error feedback carried in; None before the first send
-    # (N,) the outer optimizer's momentum, the same on every rank; None without momentum or
-    # before the first outer step. Not needed to re-run the round, but to take the rank over.
+    # (N,) the outer optimizer's momentum, the same on every rank; None without one (ddp),
+    # without momentum, or before the first outer step. Not needed to re-run the unit, but
+    # to take the rank over.
     momentum: torch.Tensor | None = None
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Written whole or not at all: the provider's daemon takes its existence as the
-        previous round's end."""
+        previous unit's end."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
@@ -70,60 +64,45 @@ class RankUnit:
         return cls(raw["rank"], raw["round"], raw["trainer"], raw["residual"], raw["momentum"])
 
 
+def save_unit_inputs(
+    updates_dir: str | os.PathLike[str],
+    rank: int,
+    index: int,
+    trainer: Trainer,
+    feedback: ErrorFeedback | None,
+    momentum: torch.Tensor | None = None,
+) -> None:
+    """Save the inputs of the rank's unit `index`; after its last unit, the trained model."""
+    residual = None if feedback is None else feedback.residual
+    RankUnit(rank, index, trainer.state(), residual, momentum).save(
+        unit_path(updates_dir, index, rank)
+    )
+
+
+class RecordedRound(NamedTuple):
+    """One exchange as a rank saw it: who made it up and what each of them sent."""
+
+    members: list[int]
+    payloads: list[bytes]  # by member
+
+
 class RankUpdate(NamedTuple):
-    payload: bytes  # what the rank sends for the round: pinned as its update
+    payload: bytes  # what the rank sent in the unit, its payloads back to back: pinned
     sha256: str  # update_sha256(payload): what the rank commits
 
 
 def update_sha256(payload: bytes) -> str:
-    """The commitment to a rank's update: the sha256 of its payload bytes, in hex."""
+    """The commitment to a rank's unit: the sha256 of its payload bytes, in hex."""
     return hashlib.sha256(payload).hexdigest()
 
 
-def unit_path(updates_dir: str | os.PathLike[str], round_: int, rank: int) -> Path:
-    """Where a rank saves the inputs of its round, beside its update."""
-    return update_path(updates_dir, round_, rank).with_suffix(".unit.pt")
-
-
-def local_round(trainer: Trainer, steps: int) -> tuple[torch.Tensor, list[float]]:
-    """`steps` local optimizer steps; the pseudo-gradient (start minus end weights) and losses."""
-    params = list(trainer.model.parameters())
-    start = parameters_to_vector(params).detach().clone()  # (N,)
-    losses = []
-    for _ in range(steps):
-        loss, _ = trainer.forward_backward()
-        trainer.apply(loss)
-        losses.append(loss)
-    with torch.no_grad():
-        return start - parameters_to_vector(params), losses  # (N,)
-
-
-def run_rank_unit(spec: JobSpec, config: DilocoConfig, unit: RankUnit) -> RankUpdate:
-    """Re-run one rank's round from its inputs: the update it should have sent, and its hash."""
-    with _rank_threads():
-        trainer, _ = rank_trainer(spec, unit.rank)
-        trainer.load(unit.trainer)
-        delta, _ = local_round(trainer, config.steps_per_round(spec))
-        feedback = None
-        if config.error_feedback:
-            feedback = ErrorFeedback(config.compressor)
-            feedback.residual = unit.residual
-        payload = encode_update(config.compressor, feedback, delta, unit.round_).to_bytes()
-    return RankUpdate(payload, update_sha256(payload))
-
-
-def verify_rank_unit(spec: JobSpec, config: DilocoConfig, unit: RankUnit, committed: str) -> bool:
-    """Whether the rank's committed hash is what its round gives when re-run from its inputs."""
-    honest = run_rank_unit(spec, config, unit).sha256 == committed
-    if not honest:
-        logger.warning(
-            "rank %d round %d: committed update does not reproduce", unit.rank, unit.round_
-        )
-    return honest
+def unit_path(updates_dir: str | os.PathLike[str], index: int, rank: int) -> Path:
+    """Where a rank saves the inputs of its unit `index`."""
+    return Path(updates_dir, f"unit-{index:06d}", f"rank-{rank}.pt")
 
 
 @contextmanager
-def _rank_threads() -> Iterator[None]:
+def rank_threads() -> Iterator[None]:
     """Ranks train with one thread (bits differ across thread counts); restore the caller's."""
     threads = torch.get_num_threads()
     deterministic = torch.are_deterministic_algorithms_enabled()

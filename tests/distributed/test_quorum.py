@@ -1,5 +1,5 @@
 """Stragglers: a round closes at its deadline with a quorum, a late rank catches up, and a rank
-that dropped out is taken over from its last round."""
+that dropped out is taken over from its last unit (a DiLoCo round, or ddp steps)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import pytest
 import torch.distributed as dist
 from tiny_job import tiny_spec
 
-from node.distributed.diloco import DilocoConfig, run_diloco_rank, train_diloco
-from node.distributed.exchange import update_path
-from node.distributed.group import free_port
+from node.distributed.diloco import DilocoConfig, train_diloco
+from node.distributed.exchange import sent_in
+from node.distributed.group import GroupConfig, free_port
+from node.distributed.job import run_rank
 from node.distributed.quorum import QuorumTimeout, RoundBoard
 from node.distributed.rank_unit import RankUnit, unit_path
 
@@ -80,28 +81,31 @@ def test_a_straggler_misses_one_round_and_rejoins_on_the_group_weights() -> None
 
 
 @pytest.mark.slow
-def test_a_rank_killed_mid_job_is_taken_over_from_its_last_round(tmp_path: Path) -> None:
-    rounds, steps = 5, 20
-    spec = tiny_spec(rounds * steps, steps)
+@pytest.mark.parametrize(("strategy", "steps"), [(DilocoConfig, 20), (GroupConfig, 4)])
+def test_a_rank_killed_mid_job_is_taken_over_from_its_last_unit(
+    tmp_path: Path, strategy: type[GroupConfig], steps: int
+) -> None:
+    units = 5
+    spec = tiny_spec(units * steps, steps)
     port = free_port()
 
     def start(rank: int, folder: Path, unit: RankUnit | None = None) -> multiprocessing.Process:
-        config = DilocoConfig(3, quorum=2, deadline_s=DEADLINE_S, updates_dir=str(folder))
+        config = strategy(3, quorum=2, deadline_s=DEADLINE_S, updates_dir=str(folder))
         report = str(folder / "report.json")
         process = multiprocessing.get_context("spawn").Process(
-            target=run_diloco_rank, args=(spec, config, rank, "127.0.0.1", port, report, None, unit)
+            target=run_rank, args=(spec, config, rank, "127.0.0.1", port, report, None, unit)
         )
         process.start()
         return process
 
     first = [start(rank, tmp_path / str(rank)) for rank in range(3)]
-    # Rank 1's machine vanishes as its round 2 begins, after it sent round 1.
+    # Rank 1's machine vanishes as its unit 2 begins, after it sent unit 1.
     while not unit_path(tmp_path / "1", 2, 1).exists():
         assert first[1].is_alive()
         time.sleep(0.005)
     os.kill(first[1].pid, signal.SIGKILL)
     first[1].join()
-    # Another process takes rank 1 over from the inputs of its last round sent.
+    # Another process takes rank 1 over from the inputs of its last unit sent.
     taken_over = start(1, tmp_path / "1-again", RankUnit.load(unit_path(tmp_path / "1", 1, 1)))
     for process in (first[0], first[2], taken_over):
         process.join(timeout=120)
@@ -109,10 +113,11 @@ def test_a_rank_killed_mid_job_is_taken_over_from_its_last_round(tmp_path: Path)
 
     reports = [json.loads((tmp_path / name / "report.json").read_text()) for name in ("0", "1-again", "2")]
     assert len({report["weights_sha256"] for report in reports}) == 1  # one group model
-    # Re-run from its inputs, round 1 gives the bytes the first process sent (and committed to).
-    resent = update_path(tmp_path / "1-again", 1, 1).read_bytes()
-    assert resent == update_path(tmp_path / "1", 1, 1).read_bytes()
-    assert len(reports[1]["commitments"]) == rounds - 1  # rounds 1 to 4
+    # Re-run from its inputs, unit 1 sends the bytes the first process sent (and committed to).
+    rounds = strategy(3).unit_rounds(spec, 1)
+    assert sent_in(tmp_path / "1-again", rounds, 1) == sent_in(tmp_path / "1", rounds, 1)
+    exchanges = units * len(rounds)
+    assert len(reports[1]["commitments"]) == exchanges - rounds.start  # from unit 1 on
     members = reports[0]["members"]
     assert members[:2] == [[0, 1, 2], [0, 1, 2]]
     assert [0, 2] in members[2:]  # the group went on without rank 1 meanwhile

@@ -1,4 +1,4 @@
-"""Per-rank verifiable units: a re-run of one rank's round reproduces its commitment bit for bit."""
+"""Per-rank verifiable units: a re-run of one rank's unit reproduces its commitment bit for bit."""
 
 from __future__ import annotations
 
@@ -10,28 +10,21 @@ from tiny_job import tiny_spec
 
 from node.distributed.aggregation import Aggregator
 from node.distributed.compression import Compressor
+from node.distributed.ddp import train_ddp
 from node.distributed.diloco import DilocoConfig, train_diloco
-from node.distributed.exchange import update_path
-from node.distributed.rank_unit import (
-    RankUnit,
-    run_rank_unit,
-    unit_path,
-    update_sha256,
-    verify_rank_unit,
-)
+from node.distributed.exchange import ReplayMismatch, recorded_round, sent_in, update_path
+from node.distributed.group import GroupConfig
+from node.distributed.job import run_rank_unit
+from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 
-ROUNDS, H = 3, 5
+UNITS, STEPS = 3, 5
+COMPRESSION = {"compressor": Compressor(ratio=0.1, bits=4, selection="random")}
 
 
 @pytest.mark.slow
-def test_a_verifier_reproduces_honest_ranks_and_names_the_cheater(tmp_path: Path) -> None:
-    spec = tiny_spec(ROUNDS * H, H)
-    config = DilocoConfig(
-        ranks=3,
-        compressor=Compressor(ratio=0.1, bits=4, selection="random"),
-        aggregator=Aggregator("centered_clip"),
-        updates_dir=str(tmp_path),
-    )
+def test_a_verifier_reproduces_honest_diloco_ranks_and_names_the_cheater(tmp_path: Path) -> None:
+    spec = tiny_spec(UNITS * STEPS, STEPS)
+    config = DilocoConfig(3, aggregator=Aggregator("centered_clip"), updates_dir=str(tmp_path), **COMPRESSION)
     result = train_diloco(spec, config, tamper=ScaledRank(1, factor=1.5))
     round_ = 1  # past the first round: a residual and the group's weights come in
     verdicts = {}
@@ -40,7 +33,31 @@ def test_a_verifier_reproduces_honest_ranks_and_names_the_cheater(tmp_path: Path
         committed = result.commitments[rank][round_]
         saved = update_path(tmp_path, round_, rank).read_bytes()
         assert update_sha256(saved) == committed
-        verdicts[rank] = verify_rank_unit(spec, config, unit, committed)
+        rerun = run_rank_unit(spec, config, unit)
+        verdicts[rank] = rerun.sha256 == committed
         if rank == 2:
-            assert run_rank_unit(spec, config, unit).payload == saved
+            assert rerun.payload == saved
     assert verdicts == {0: True, 1: False, 2: True}
+
+
+@pytest.mark.slow
+def test_a_ddp_unit_is_re_run_step_by_step_from_the_rounds_it_recorded(tmp_path: Path) -> None:
+    spec = tiny_spec(UNITS * STEPS, STEPS)
+    config = GroupConfig(3, aggregator=Aggregator("centered_clip"), updates_dir=str(tmp_path), **COMPRESSION)
+    result = train_ddp(spec, config, tamper=ScaledRank(1, factor=1.5))
+    index = 1  # past the first unit: a residual and trained weights come in
+    rounds = config.unit_rounds(spec, index)
+    assert list(rounds) == [5, 6, 7, 8, 9]
+    recorded = [recorded_round(tmp_path, r) for r in rounds]
+    assert all(members == [0, 1, 2] for members, _ in recorded)
+    for rank in (0, 2):
+        sent = sent_in(tmp_path, rounds, rank)
+        # the unit's payload is its steps' payloads back to back, each the one committed
+        assert [update_sha256(r.payloads[rank]) for r in recorded] == result.commitments[rank][5:10]
+        rerun = run_rank_unit(spec, config, RankUnit.load(unit_path(tmp_path, index, rank)), recorded)
+        assert rerun.payload == sent
+    # The scaled rank's recorded payloads are not what its unit gives: named at its first step.
+    with pytest.raises(ReplayMismatch, match="round 5 records another payload from rank 1"):
+        run_rank_unit(spec, config, RankUnit.load(unit_path(tmp_path, index, 1)), recorded)
+    with pytest.raises(ValueError, match="rounds it took part in"):
+        run_rank_unit(spec, config, RankUnit.load(unit_path(tmp_path, index, 0)))

@@ -1,7 +1,7 @@
-"""DiLoCo jobs across providers of the devnet: the group forms from the chain's assignment, every
-rank commits its rounds, a rank whose machine vanishes is replaced through the market, the
-verifiers re-run sampled rounds; the job settles, or a rank that sent something else than its
-round gives is named and slashed."""
+"""Group jobs across providers of the devnet: the group forms from the chain's assignment, every
+rank commits its units (ddp steps or DiLoCo rounds), a rank whose machine vanishes is replaced
+through the market, the verifiers re-run sampled units; the job settles, or a rank that sent
+something else than its round gives is named and slashed."""
 
 from __future__ import annotations
 
@@ -20,18 +20,19 @@ from marketplace.chain.ledger import Hardware, JobStatus
 from marketplace.sdk import Client
 from node.daemon import onboarding
 from node.daemon.group_worker import rendezvous
-from node.distributed.diloco import run_diloco_rank
 from node.distributed.exchange import update_path
 from node.distributed.group import free_port, rank_trainer
+from node.distributed.job import group_config, run_rank
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 from node.engine import load_spec, parse_spec, state_hash
-from node.work import diloco_config, load_rank_bundle, rank_bundle
+from node.work import load_rank_bundle, rank_bundle
 
 from .conftest import wait_for
 
 pytestmark = pytest.mark.slow
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny-diloco-3.yaml"
+DDP_SPEC = SPEC.with_name("tiny-ddp-3.yaml")
 DOWNTIME, INCORRECT_COMPUTATION = 0, 1  # Staking's slash reasons
 ZERO_ADDRESS = "0x" + "0" * 40
 CHEATER = 10  # an account of the devnet's mnemonic that nothing else on the devnet uses
@@ -98,6 +99,37 @@ def quorum_spec() -> str:
     raw["training"]["max_steps"] = 80
     raw["distributed"] |= {"unit_deadline_s": 3, "quorum": 2}
     return yaml.safe_dump(raw)
+
+
+def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_path):
+    ledger = network.ledger
+    spec = load_spec(DDP_SPEC)
+    with network.storage() as storage:
+        job_id = jobs.submit(ledger, network.user, storage, DDP_SPEC.read_text(), ORDER)
+        jobs.wait_for_auction(ledger, network.user, job_id, timeout=60)
+        wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 240,
+                 "every rank to commit its units")
+        units = {(u["slot"], u["index"]): u for u in committed_units(ledger, job_id)}
+        assert sorted(units) == [(s, i) for s in range(3) for i in range(3)]
+        # A unit is a rank's 20 steps: it pins what every rank sent at each of them, and commits
+        # the hash of its own payloads, back to back.
+        bundle = load_rank_bundle(storage.cat(units[2, 1]["cid"]))
+        assert (bundle.unit.rank, bundle.unit.trainer["progress"]["step"]) == (2, 20)
+        assert [members for members, _ in bundle.rounds] == [[0, 1, 2]] * 20
+        assert bundle.payload == b"".join(payloads[2] for _, payloads in bundle.rounds)
+        assert bytes(units[2, 1]["stateHash"]).hex() == update_sha256(bundle.payload)
+        assert settle_and_pay_out(network, job_id).payment > 0
+        verdicts = results(ledger, job_id)
+        assert verdicts and all(r["pass"] for r in verdicts)
+        assert not any(INCORRECT_COMPUTATION in slashes(ledger, ledger.slot(job_id, s)["provider"]) for s in range(3))
+
+        # Every rank applied the same aggregates: all last units hold one model, the job's result.
+        cid, digest = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")
+        assert cid == units[0, 2]["cid"]
+        first = load_rank_bundle(storage.cat(units[0, 0]["cid"])).unit.trainer["model"]
+        trained = torch.load(tmp_path / "weights.pt", weights_only=True)
+        assert state_hash(trained) == digest
+        assert eval_loss(spec, trained) < eval_loss(spec, first) - 0.5
 
 
 def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_settles(network, tmp_path):
@@ -184,8 +216,8 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
         assert ledger.slot(job_id, 0)["provider"] == cheater.address
 
         # It trains with the group but sends ten times its pseudo-gradient, and commits that.
-        config = replace(diloco_config(spec), updates_dir=str(tmp_path))
-        rank = multiprocessing.get_context("spawn").Process(target=run_diloco_rank, args=(
+        config = replace(group_config(spec), updates_dir=str(tmp_path))
+        rank = multiprocessing.get_context("spawn").Process(target=run_rank, args=(
             spec, config, 0, *rendezvous(ledger, job_id), str(tmp_path / "report.json"), scaled))
         rank.start()
         try:

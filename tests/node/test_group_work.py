@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from node.daemon.group_worker import GroupFailed, meeting_point
-from node.distributed.rank_unit import RankUnit
+from node.distributed.rank_unit import RankUnit, RecordedRound
 from node.engine import load_spec
 from node.work import load_rank_bundle, rank_bundle, units_per_node
 
@@ -17,18 +17,27 @@ SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
 
 def test_a_group_job_delivers_one_unit_per_round_and_a_single_job_one_per_checkpoint():
     assert units_per_node(load_spec(SPECS / "tiny-diloco-3.yaml")) == 60 // 20
+    assert units_per_node(load_spec(SPECS / "tiny-ddp-3.yaml")) == 60 // 20  # checkpoint.every
     assert units_per_node(load_spec(SPECS / "tiny-diloco.yaml")) == 1200 // 100
     assert units_per_node(load_spec(SPECS / "tiny.yaml")) == 300 // 50
 
 
 def test_a_rank_bundle_keeps_the_round_inputs_and_the_payload_bit_for_bit():
     unit = RankUnit(2, 5, {"step": 7, "weights": torch.arange(4.0)}, torch.ones(3))
-    loaded, payload, weights = load_rank_bundle(rank_bundle(unit, b"\x00\x01payload"))
+    loaded, payload, weights, _ = load_rank_bundle(rank_bundle(unit, b"\x00\x01payload"))
     assert (loaded.rank, loaded.round_, loaded.trainer["step"]) == (2, 5, 7)
     assert torch.equal(loaded.trainer["weights"], unit.trainer["weights"])
     assert torch.equal(loaded.residual, unit.residual)
     assert payload == b"\x00\x01payload"
     assert weights is None
+
+
+def test_a_ddp_bundle_keeps_what_every_member_sent_at_each_step():
+    unit = RankUnit(1, 0, {"step": 0}, None)
+    rounds = [RecordedRound([0, 1, 2], [b"a", b"b", b"c"]), RecordedRound([0, 1], [b"d", b"e"])]
+    bundle = load_rank_bundle(rank_bundle(unit, b"be", rounds=rounds))
+    assert bundle.rounds == rounds
+    assert load_rank_bundle(rank_bundle(unit, b"be")).rounds is None  # a DiLoCo round's
 
 
 def test_a_last_round_bundle_holds_the_trained_model():

@@ -1,20 +1,25 @@
-"""A group job's round judged from its rank bundle: an honest rank passes, any other is named."""
+"""A group job's unit judged from its rank bundle: an honest rank passes, any other is named."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
+from node.distributed.ddp import train_ddp
+from node.distributed.exchange import recorded_round, sent_in
 from node.distributed.group import rank_trainer
-from node.distributed.rank_unit import RankUnit, run_rank_unit, update_sha256
+from node.distributed.job import group_config, run_rank_unit
+from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 from node.engine import parse_spec
-from node.work import diloco_config, rank_bundle
+from node.work import load_rank_bundle, rank_bundle
 from verifier.rank_recompute import judge_rank
 
-SPEC_TEXT = (
-    Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny-diloco-3.yaml"
-).read_text()
+SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
+SPEC_TEXT = (SPECS / "tiny-diloco-3.yaml").read_text()
+DDP_TEXT = (SPECS / "tiny-ddp-3.yaml").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +33,7 @@ def honest(spec):
     """Rank 1's first round, its inputs as the rank saves them and the payload it sends."""
     trainer, _ = rank_trainer(spec, 1)
     unit = RankUnit(1, 0, trainer.state(), None)
-    return unit, run_rank_unit(spec, diloco_config(spec), unit).payload
+    return unit, run_rank_unit(spec, group_config(spec), unit).payload
 
 
 def test_an_honest_round_reproduces_its_commitment(spec, honest):
@@ -45,10 +50,10 @@ def test_a_rank_that_sent_another_update_is_named(spec, honest):
     trainer.load(unit.trainer)
     # It skips a local step of the round and sends the update from there.
     trainer.apply(trainer.forward_backward()[0])
-    cheat = run_rank_unit(spec, diloco_config(spec), RankUnit(1, 0, trainer.state(), None)).payload
+    cheat = run_rank_unit(spec, group_config(spec), RankUnit(1, 0, trainer.state(), None)).payload
     verdict = judge_rank(spec, 1, 0, update_sha256(cheat), rank_bundle(lazy, cheat))
     assert verdict.passed is False
-    assert verdict.reason == "the re-run round sends a different payload"
+    assert verdict.reason == "the re-run unit sends a different payload"
 
 
 def test_a_bundle_for_another_rank_or_payload_fails(spec, honest):
@@ -65,3 +70,59 @@ def test_a_single_node_spec_cannot_be_judged_as_a_rank(honest):
     unit, payload = honest
     verdict = judge_rank(single, 1, 0, update_sha256(payload), rank_bundle(unit, payload))
     assert verdict.passed is None
+
+
+def doubled(rank: int, gradient):
+    """What rank 1 sends instead of its gradient in the ddp group below."""
+    return gradient * 2 if rank == 1 else gradient
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """The ddp e2e spec cut to 2 units of 2 steps, trained by its 3 ranks, rank 1 cheating: the
+    spec and the folder of every rank's inputs and every round's payloads."""
+    raw = yaml.safe_load(DDP_TEXT)
+    raw["training"] |= {"max_steps": 4, "warmup_steps": 1}
+    raw["checkpoint"]["every"] = 2
+    spec = parse_spec(raw)
+    folder = tmp_path_factory.mktemp("ddp")
+    train_ddp(spec, replace(group_config(spec), updates_dir=str(folder)), tamper=doubled)
+    return spec, folder
+
+
+def ddp_bundle(spec, folder: Path, rank: int, index: int = 1) -> tuple[str, bytes]:
+    """The commitment and bundle of `rank`'s unit `index`, as its provider pins them."""
+    rounds = group_config(spec).unit_rounds(spec, index)
+    payload = sent_in(folder, rounds, rank)
+    recorded = [recorded_round(folder, r) for r in rounds]
+    unit = RankUnit.load(unit_path(folder, index, rank))
+    return update_sha256(payload), rank_bundle(unit, payload, rounds=recorded)
+
+
+@pytest.mark.slow
+def test_an_honest_ddp_unit_reproduces_from_its_recorded_rounds(ddp_run):
+    spec, folder = ddp_run
+    committed, bundle = ddp_bundle(spec, folder, rank=2)
+    verdict = judge_rank(spec, 2, 1, committed, bundle)
+    assert verdict.passed is True
+    assert verdict.recomputed_state_hash == committed
+
+
+@pytest.mark.slow
+def test_a_ddp_rank_that_sent_another_gradient_is_named(ddp_run):
+    spec, folder = ddp_run
+    committed, bundle = ddp_bundle(spec, folder, rank=1)
+    verdict = judge_rank(spec, 1, 1, committed, bundle)
+    assert verdict.passed is False
+    assert "round 2 records another payload from rank 1" in verdict.reason
+
+
+@pytest.mark.slow
+def test_a_ddp_bundle_must_record_every_round_of_its_unit(ddp_run):
+    spec, folder = ddp_run
+    committed, bundle = ddp_bundle(spec, folder, rank=2)
+    unit, payload, _, rounds = load_rank_bundle(bundle)
+    short = judge_rank(spec, 2, 1, committed, rank_bundle(unit, payload, rounds=rounds[:1]))
+    assert short.reason == "the bundle records 1 rounds, not 2"
+    bare = judge_rank(spec, 2, 1, committed, rank_bundle(unit, payload))
+    assert bare.passed is False and "rounds it took part in" in bare.reason
