@@ -74,9 +74,7 @@ def ddp_rank(
     trainer, eval_batches = rank_trainer(spec, rank)
     exchange = Exchange(rank, config, store, tamper=tamper, delay=delay)
     if start is not None:
-        trainer.load(start.trainer)
-        if exchange.feedback is not None:
-            exchange.feedback.residual = start.residual
+        start.restore(trainer, exchange.feedback)
     every = config.steps_per_unit(spec)
     units = spec.training.max_steps // every
     train_losses, eval_losses = [], []
@@ -98,7 +96,7 @@ def rerun_ddp_unit(
     """What the rank sent in its unit, re-run from its inputs and the unit's recorded rounds."""
     with rank_threads():
         trainer, _ = rank_trainer(spec, unit.rank)
-        trainer.load(unit.trainer)
-        exchange = ReplayExchange(unit.rank, config, unit.residual, rounds)
+        exchange = ReplayExchange(unit.rank, config, rounds)
+        unit.restore(trainer, exchange.feedback)
         ddp_steps(trainer, exchange, config.steps_per_unit(spec))
     return b"".join(exchange.sent)

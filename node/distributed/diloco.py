@@ -97,9 +97,7 @@ def diloco_rank(
     trainer, eval_batches = rank_trainer(spec, rank)
     exchange = Exchange(rank, config, store, tamper=tamper, delay=delay)
     if start is not None:
-        trainer.load(start.trainer)
-        if exchange.feedback is not None:
-            exchange.feedback.residual = start.residual
+        start.restore(trainer, exchange.feedback)
     params = list(trainer.model.parameters())
     global_weights = torch.nn.Parameter(parameters_to_vector(params).detach().clone())  # (N,)
     outer = torch.optim.SGD(
@@ -149,10 +147,7 @@ def rerun_diloco_unit(spec: JobSpec, config: DilocoConfig, unit: RankUnit) -> by
     """What the rank sent in its round, re-run from the round's inputs."""
     with rank_threads():
         trainer, _ = rank_trainer(spec, unit.rank)
-        trainer.load(unit.trainer)
+        feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
+        unit.restore(trainer, feedback)
         delta, _ = local_round(trainer, config.steps_per_unit(spec))
-        feedback = None
-        if config.error_feedback:
-            feedback = ErrorFeedback(config.compressor)
-            feedback.residual = unit.residual
         return encode_update(config.compressor, feedback, delta, unit.round_).to_bytes()

@@ -133,13 +133,10 @@ class ReplayExchange:
     unit: this rank's update is encoded as `Exchange` encodes it, and aggregated with what
     the round's members sent, as recorded. What the rank sends is kept, in order."""
 
-    def __init__(self, rank: int, config: GroupConfig, residual: torch.Tensor | None,
-                 rounds: list[RecordedRound]):
+    def __init__(self, rank: int, config: GroupConfig, rounds: list[RecordedRound]):
         self.rank = rank
         self.config = config
         self.feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
-        if self.feedback is not None:
-            self.feedback.residual = residual
         self.rounds = iter(rounds)
         self.sent: list[bytes] = []
 

@@ -58,6 +58,12 @@ class RankUnit:
         )
         os.replace(partial, path)
 
+    def restore(self, trainer: Trainer, feedback: ErrorFeedback | None) -> None:
+        """Put a rank's trainer and error feedback where this unit starts."""
+        trainer.load(self.trainer)
+        if feedback is not None:
+            feedback.residual = self.residual
+
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RankUnit:
         raw = torch.load(path, weights_only=True)
