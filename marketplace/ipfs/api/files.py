@@ -7,7 +7,7 @@ import os
 import tarfile
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -30,12 +30,13 @@ log = logging.getLogger(__name__)
 router = APIRouter(tags=["files"])
 
 # Bytes received before their complete chunks go to a worker, and how many such batches may
-# be in flight: the receive loop runs ahead of storing by at most a few MiB.
+# wait for the workers: the receive loop runs ahead of storing by at most a few MiB.
 _BATCH_BYTES = 1024 * 1024
 _MAX_IN_FLIGHT = 4
-# Threads storing one add's leaves. Hashing and file writes release the GIL, so each worker
-# can keep a core busy; more than a few would only hold more of the body in memory.
-_WORKERS = min(4, os.cpu_count() or 1)
+# Threads storing one add's leaves beside the event loop, which stores batches too when they
+# are behind. Hashing and file writes release the GIL, so each thread can keep a core busy;
+# more than a few would only hold more of the body in memory.
+_WORKERS = max(1, min(4, (os.cpu_count() or 1) - 1))
 _GC_WAIT_S = 0.05
 
 
@@ -82,14 +83,16 @@ async def _import(part: multipart.Part, options: AddOptions,
     hash and store batches of chunks as leaf blocks (hashlib and file writes release the
     GIL, so the workers and the loop run on all cores). A chunk is hashed and written by one
     thread, one straight after the other, while its bytes are still in that core's cache.
-    The loop links finished leaves into the tree in file order, storing an internal node
-    (8 KiB, one per 174 leaves) as its level fills. The bounded queue keeps memory flat
-    however large the file. Without a store, blocks are only hashed.
+    When the workers are _MAX_IN_FLIGHT batches behind, the loop stores the next batch
+    itself rather than wait for them: waiting, it would idle, and a worker would have to
+    wake it (an eventfd write and a hand-over of the GIL per batch). The loop links
+    finished leaves into the tree in file order, storing an internal node (8 KiB, one per
+    174 leaves) as its level fills. The bounded queue keeps memory flat however large the
+    file. Without a store, blocks are only hashed.
 
     Yields the bytes imported so far each time a batch is done, then the import's result."""
-    loop = asyncio.get_running_loop()
     importer = options.importer(store.add if store is not None else CID.of_parts)
-    in_flight: deque[asyncio.Future[list[Child]]] = deque()
+    in_flight: deque[Future[list[Child]]] = deque()
     batch: list[list[memoryview]] = []
     batched = done = 0
     with ThreadPoolExecutor(_WORKERS, thread_name_prefix="ipfs-add") as workers:
@@ -98,29 +101,45 @@ async def _import(part: multipart.Part, options: AddOptions,
                 batch += importer.chunks(piece)
                 batched += len(piece)
                 if batched >= _BATCH_BYTES and batch:
-                    if len(in_flight) == _MAX_IN_FLIGHT:
-                        await asyncio.wait([in_flight[0]])
                     while in_flight and in_flight[0].done():
                         done += _link(importer, in_flight.popleft())
                         yield done
-                    in_flight.append(loop.run_in_executor(workers, _store, importer, batch))
+                    if sum(not stored.done() for stored in in_flight) < _MAX_IN_FLIGHT:
+                        in_flight.append(workers.submit(_store, importer, batch))
+                    else:
+                        in_flight.append(_stored_here(importer, batch))
                     batch, batched = [], 0
             if batch:  # every batch holds a leaf, so each one linked moves the progress on
-                in_flight.append(loop.run_in_executor(workers, _store, importer, batch))
+                in_flight.append(workers.submit(_store, importer, batch))
             while in_flight:
-                await asyncio.wait([in_flight[0]])
+                await _finished(in_flight[0])
                 done += _link(importer, in_flight.popleft())
                 yield done
-            imported = await loop.run_in_executor(workers, importer.finish)
+            imported = await asyncio.get_running_loop().run_in_executor(workers, importer.finish)
         finally:
             if in_flight:  # the upload broke off: let queued work end before the workers go
-                await asyncio.wait(in_flight)
+                await asyncio.wait([asyncio.wrap_future(stored) for stored in in_flight])
     if imported.filesize > done:
         yield imported.filesize
     yield imported
 
 
-def _link(importer: FileImporter, stored: asyncio.Future[list[Child]]) -> int:
+def _stored_here(importer: FileImporter, chunks: list[list[memoryview]]) -> Future[list[Child]]:
+    """Store a batch on the calling thread, as a finished future to queue behind the workers'."""
+    stored: Future[list[Child]] = Future()
+    stored.set_result(_store(importer, chunks))
+    return stored
+
+
+async def _finished(stored: Future[list[Child]]) -> None:
+    """Wait for a worker's batch at the end of the body. Workers do not wake the event loop
+    when a batch is done, as an asyncio future of theirs would: the loop looks at finished
+    batches on its own turns."""
+    if not stored.done():
+        await asyncio.wait([asyncio.wrap_future(stored)])
+
+
+def _link(importer: FileImporter, stored: Future[list[Child]]) -> int:
     """Link a finished batch's leaves (or raise its error); the file bytes they hold."""
     leaves = stored.result()
     for leaf in leaves:
