@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 router = APIRouter(tags=["files"])
 
 # Bytes received before their complete chunks go to a worker, and how many such batches may
-# wait for the workers: the receive loop runs ahead of storing by at most a few MiB.
-_BATCH_BYTES = 1024 * 1024
+# wait for the workers: the receive loop runs ahead of storing by at most about 10 MiB.
+_BATCH_BYTES = 2 * 1024 * 1024
 _MAX_IN_FLIGHT = 4
 # Threads storing one add's leaves beside the event loop, which stores batches too when they
 # are behind. Hashing and file writes release the GIL, so each thread can keep a core busy;
