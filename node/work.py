@@ -112,7 +112,7 @@ def load_rank_bundle(data: bytes) -> RankBundle:
 
 
 def _tensor(data: bytes) -> torch.Tensor:
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def _bytes(tensor: torch.Tensor) -> bytes:

@@ -128,6 +128,10 @@ class Exchange:
             path.write_bytes(payload.to_bytes())
 
 
+class ReplayMismatch(ValueError):
+    """Recorded rounds that contradict the rank's own re-run."""
+
+
 class ReplayExchange:
     """A rank's exchanges played back from recorded rounds, for a verifier's re-run of a ddp
     unit: this rank's update is encoded as `Exchange` encodes it, and aggregated with what
@@ -150,10 +154,6 @@ class ReplayExchange:
         parse = self.config.compressor.parse
         payloads = [parse(data, update.numel()) for data in recorded]
         return aggregate(self.config, payloads, update.numel(), round_)
-
-
-class ReplayMismatch(ValueError):
-    """Recorded rounds that contradict the rank's own re-run."""
 
 
 def aggregate(config: GroupConfig, payloads: list[Payload], numel: int, round_: int) -> Aggregate:
