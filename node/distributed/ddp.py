@@ -1,12 +1,21 @@
-"""Data-parallel SGD: every step, the ranks' gradients are exchanged and aggregated."""
+"""Data-parallel SGD: every step, the ranks' gradients are exchanged and aggregated.
 
-from __future__ import annotations
+Each rank's model is wrapped in `DistributedDataParallel`, whose communication hook sends the
+step's gradient through the group's `Exchange` (compressed, all-gathered, robustly aggregated)
+instead of DDP's all-reduce; a verifier's re-run goes through the same hook with the rounds
+played back.
+"""
 
+# Without `from __future__ import annotations`: DDP checks a hook's annotations at run time.
+import itertools
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import torch
 import torch.distributed as dist
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.parallel import DistributedDataParallel
 
 from node.engine.spec import JobSpec
 from node.engine.train import Trainer
@@ -28,6 +37,72 @@ from .rank_unit import RankUnit, RecordedRound, rank_threads, save_unit_inputs
 logger = logging.getLogger(__name__)
 
 
+class StepExchange:
+    """The state of `step_exchange_hook`: the trainer whose step is the round, the exchange,
+    and the step's buckets that wait for the last one."""
+
+    def __init__(self, trainer: Trainer, exchange: Exchange | ReplayExchange):
+        self.trainer = trainer
+        self.exchange = exchange
+        params = list(trainer.model.parameters())
+        starts = itertools.accumulate((p.numel() for p in params), initial=0)
+        self.slices = {id(p): slice(start, start + p.numel()) for p, start in zip(params, starts)}
+        self.numel = sum(p.numel() for p in params)
+        self.waiting: list[tuple[dist.GradBucket, torch.futures.Future[torch.Tensor]]] = []
+
+    def exchange_waiting(self) -> None:
+        """Send the gradient of the waiting buckets, flat in the model's parameter order,
+        through the exchange; write the aggregate back into them and resolve their futures."""
+        waiting, self.waiting = self.waiting, []
+        flat = torch.empty(self.numel)
+        for bucket, _ in waiting:
+            for param, grad in zip(bucket.parameters(), bucket.gradients(), strict=True):
+                flat[self.slices[id(param)]] = grad.reshape(-1)
+        aggregate = self.exchange(flat, self.trainer.step).value  # (N,)
+        for bucket, future in waiting:
+            for param, grad in zip(bucket.parameters(), bucket.gradients(), strict=True):
+                grad.copy_(aggregate[self.slices[id(param)]].view_as(grad))  # views of the buffer
+            future.set_result(bucket.buffer())
+
+
+def step_exchange_hook(
+    state: StepExchange, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook that sends each step's whole gradient through an exchange.
+
+    DDP hands the hook its gradient buckets one by one as backward fills them. Compression (a
+    random selection drawn per step), the robust aggregator and the rank's commitment work on
+    the step's whole gradient, so the buckets wait for the last one; then every bucket gets
+    its slices of the aggregate, which DDP writes into the parameters' `.grad`.
+    """
+    future: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    state.waiting.append((bucket, future))
+    if bucket.is_last():
+        state.exchange_waiting()
+    return future
+
+
+@contextmanager
+def ddp_group() -> Iterator[None]:
+    """The process group DDP wraps a rank's model in: the ranks' gloo group when they formed
+    one; otherwise (rounds through the store's board, a verifier's re-run) a group of this
+    process alone, the hook's exchange being all the traffic between ranks."""
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def wrap(trainer: Trainer, exchange: Exchange | ReplayExchange) -> None:
+    """Wrap the trainer's model in DDP, its gradients exchanged by `exchange` every step."""
+    trainer.ddp = DistributedDataParallel(trainer.model)
+    trainer.ddp.register_comm_hook(StepExchange(trainer, exchange), step_exchange_hook)
+
+
 def train_ddp(
     spec: JobSpec,
     config: GroupConfig,
@@ -38,22 +113,17 @@ def train_ddp(
     """Train `spec` for `training.max_steps` steps, exchanging gradients at every step.
 
     With fp32 and the plain mean this is ordinary all-reduce data parallelism: the same as
-    one process taking the mean gradient of all ranks' batches. Each rank clips its own
-    gradient (`training.grad_clip`) before sending it, which also bounds one rank's pull.
+    one process taking the mean gradient of all ranks' batches (and clipping that).
     """
     check_schedule(spec)
     return collect(spawn(ddp_rank, config, spec, config, tamper, delay))
 
 
-def ddp_steps(trainer: Trainer, exchange: Exchange | ReplayExchange, steps: int) -> list[float]:
+def ddp_steps(trainer: Trainer, steps: int) -> list[float]:
     """`steps` optimizer steps, each on the aggregate of the ranks' gradients; their losses."""
-    params = list(trainer.model.parameters())
     losses = []
     for _ in range(steps):
-        loss, _ = trainer.forward_backward()
-        grads = [p.grad for p in params]
-        aggregate = exchange(parameters_to_vector(grads), trainer.step)  # (N,)
-        vector_to_parameters(aggregate.value, grads)  # each .grad now its slice of the aggregate
+        loss, _ = trainer.forward_backward()  # DDP's hook exchanged the gradients in backward
         trainer.apply(loss)
         losses.append(loss)
     return losses
@@ -78,14 +148,16 @@ def ddp_rank(
     every = config.steps_per_unit(spec)
     units = spec.training.max_steps // every
     train_losses, eval_losses = [], []
-    for index in range(0 if start is None else start.round_, units + 1):
-        if config.updates_dir is not None:
-            save_unit_inputs(config.updates_dir, rank, index, trainer, exchange.feedback)
-        if index == units:
-            break
-        losses = ddp_steps(trainer, exchange, every)
-        train_losses.append(sum(losses) / len(losses))
-        eval_losses.append(trainer.evaluate(eval_batches) if rank == 0 else float("nan"))
+    with ddp_group():
+        wrap(trainer, exchange)
+        for index in range(0 if start is None else start.round_, units + 1):
+            if config.updates_dir is not None:
+                save_unit_inputs(config.updates_dir, rank, index, trainer, exchange.feedback)
+            if index == units:
+                break
+            losses = ddp_steps(trainer, every)
+            train_losses.append(sum(losses) / len(losses))
+            eval_losses.append(trainer.evaluate(eval_batches) if rank == 0 else float("nan"))
     logger.info("rank %d done: eval loss %.4f", rank, eval_losses[-1])
     return rank_report(trainer, exchange, train_losses, eval_losses)
 
@@ -98,5 +170,7 @@ def rerun_ddp_unit(
         trainer, _ = rank_trainer(spec, unit.rank)
         exchange = ReplayExchange(unit.rank, config, rounds)
         unit.restore(trainer, exchange.feedback)
-        ddp_steps(trainer, exchange, config.steps_per_unit(spec))
+        with ddp_group():
+            wrap(trainer, exchange)
+            ddp_steps(trainer, config.steps_per_unit(spec))
     return b"".join(exchange.sent)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from .data import Sampler
@@ -67,6 +68,9 @@ class Trainer:
         self.autocast = torch.autocast(
             device.type, dtype=torch.bfloat16, enabled=spec.training.precision == "bf16"
         )
+        # the model's DDP wrapper when it trains as one rank of a group: its communication
+        # hook exchanges the gradients in backward
+        self.ddp: DistributedDataParallel | None = None
         self.step = 0  # optimizer steps applied so far
         self.stream = 0  # shard index the cursor belongs to
         self.cursor = 0  # next batch of that shard's stream; runs ahead of step after skips
@@ -76,14 +80,19 @@ class Trainer:
         """Accumulate gradients over the micro-batches of the batch at the cursor.
 
         Returns the mean loss and, when clipping is on, the global grad norm before clipping.
+        In a ddp group the gradients are the group's aggregate by then, so clipping bounds
+        the aggregate, as one process training on the whole batch would.
         """
         accum = self.spec.training.grad_accum_steps
+        model = self.model if self.ddp is None else self.ddp
         total = torch.zeros((), device=self.device)
         for micro in range(accum):
+            if self.ddp is not None:  # exchange once per batch: in the last micro-batch's backward
+                self.ddp.require_backward_grad_sync = micro == accum - 1
             x, y = self.sampler.batch(self.stream, self.cursor, micro)
             x, y = x.to(self.device), y.to(self.device)
             with self.autocast:
-                _, loss = self.model(x, y)
+                _, loss = model(x, y)
             (loss / accum).backward()
             total += loss.detach()
         grad_norm = None
