@@ -1,12 +1,16 @@
 """The node's HTTP/1.1 protocol: uvicorn's httptools one, with fewer copies of request bodies."""
 
 import asyncio
+import os
 import threading
 
+import httptools
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _READ_SIZE = 1024 * 1024
+# A body with at least this much still to come after a read is read past the parser.
+_DIRECT_BODY_MIN = _READ_SIZE
 _read_buffers = threading.local()
 
 
@@ -20,12 +24,25 @@ def _read_buffer() -> memoryview:
 class _BodyPassingProtocol(HttpToolsProtocol):
     """Upstream appends every body piece the parser delivers to a bytearray, which the app's
     `receive()` then copies out again with `bytes(...)`: two copies of every uploaded byte.
-    Here a piece that arrives while nothing is waiting is handed over as the parser's own
-    bytes object, which `bytes(...)` returns as it is. Pieces arriving behind an unread one
+    Here a piece that arrives while nothing is waiting is handed over as the bytes object it
+    came in, which `bytes(...)` returns as it is. Pieces arriving behind an unread one
     (small chunks of a chunk-encoded body, parsed from one read) are joined in a bytearray as
-    upstream does, so what the app receives, and the flow control, are unchanged."""
+    upstream does, so what the app receives, and the flow control, are unchanged.
+
+    `body_left` counts down what a Content-Length body still owes (None for other bodies),
+    so the rest of a large one can be read without the parser."""
+
+    body_left: int | None = None
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        headers = dict(self.headers)
+        sized = b"content-length" in headers and b"transfer-encoding" not in headers
+        self.body_left = int(headers[b"content-length"]) if sized else None
 
     def on_body(self, body: bytes) -> None:
+        if self.body_left is not None:
+            self.body_left -= len(body)
         cycle = self.cycle
         if cycle.body or cycle.response_complete or self.parser.should_upgrade():
             if isinstance(cycle.body, bytes):
@@ -37,6 +54,32 @@ class _BodyPassingProtocol(HttpToolsProtocol):
             self.flow.pause_reading()
         cycle.message_event.set()
 
+    def end_body_read_past_parser(self) -> None:
+        """The body's last bytes were read without the parser, which still waits for them: end
+        the request as the parser would have, and parse the next one with a fresh parser
+        (set up as upstream sets up its own)."""
+        self.parser = httptools.HttpRequestParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self.on_message_complete()
+
+
+class _ReadSwitch:
+    """The transport as uvicorn's protocol sees it: its flow control's pause_reading and
+    resume_reading go to whichever reader has the socket, the transport or the body reader."""
+
+    def __init__(self, owner: "NodeHttpProtocol", transport: asyncio.Transport) -> None:
+        self._owner = owner
+        self._transport = transport
+
+    def pause_reading(self) -> None:
+        self._owner.set_reading(False)
+
+    def resume_reading(self) -> None:
+        self._owner.set_reading(True)
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
 
 class NodeHttpProtocol(asyncio.BufferedProtocol):
     """uvicorn's protocol (above) behind asyncio's buffered-read interface, which uvloop only
@@ -45,15 +88,28 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
     each copied into a fresh bytes object: one copy of every uploaded byte less, and a
     quarter of the read callbacks. The buffer is shared by the thread's connections, as
     uvloop shares its own: the parser copies out everything it passes on (URL, headers, body
-    pieces) before the next read can land in it. Not for WebSocket upgrades (ws="none")."""
+    pieces) before the next read can land in it. Not for WebSocket upgrades (ws="none").
+
+    The parser's copy of a body piece is the last copy left. Once a read leaves a large
+    Content-Length body with at least _DIRECT_BODY_MIN bytes to come, the rest is read
+    without the parser, each read straight into the bytes object the app receives: the
+    transport stops reading and a duplicate of its socket, watched by the event loop, reads
+    exactly the bytes the body still owes (never into the next request), then hands the
+    socket back to the transport and the next request to a fresh parser. uvicorn's flow
+    control pauses and resumes that reader as it would the transport."""
 
     def __init__(self, **uvicorn_args) -> None:
         self._http = _BodyPassingProtocol(**uvicorn_args)
+        self._transport: asyncio.Transport | None = None
+        self._reading = True  # what the flow control last asked for
+        self._body_fd: int | None = None  # the duplicate socket, while reading a body past the parser
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._http.connection_made(transport)  # type: ignore[arg-type]
+        self._transport = transport  # type: ignore[assignment]
+        self._http.connection_made(_ReadSwitch(self, transport))  # type: ignore[arg-type]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._close_body_reader()
         self._http.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
@@ -70,3 +126,53 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._http.data_received(_read_buffer()[:nbytes])  # type: ignore[arg-type]
+        http = self._http
+        if (http.body_left is not None and http.body_left >= _DIRECT_BODY_MIN
+                and http.parser is not None and not http.parser.should_upgrade()):
+            self._open_body_reader()
+
+    def set_reading(self, reading: bool) -> None:
+        self._reading = reading
+        loop = asyncio.get_running_loop()
+        if self._body_fd is None:
+            if reading:
+                self._transport.resume_reading()
+            else:
+                self._transport.pause_reading()
+        elif reading:
+            loop.add_reader(self._body_fd, self._read_body)
+        else:
+            loop.remove_reader(self._body_fd)
+
+    def _open_body_reader(self) -> None:
+        if self._reading:
+            self._transport.pause_reading()
+        self._body_fd = os.dup(self._transport.get_extra_info("socket").fileno())
+        self.set_reading(self._reading)
+
+    def _close_body_reader(self) -> None:
+        if self._body_fd is not None:
+            asyncio.get_running_loop().remove_reader(self._body_fd)
+            os.close(self._body_fd)
+            self._body_fd = None
+
+    def _read_body(self) -> None:
+        http = self._http
+        try:
+            piece = os.read(self._body_fd, min(http.body_left, _READ_SIZE))  # type: ignore[arg-type]
+        except BlockingIOError:
+            return
+        except OSError:
+            piece = b""
+        if not piece:  # the client closed or failed: the transport finds out and reports it
+            self._hand_back()
+            return
+        http.on_body(piece)
+        if http.body_left == 0:
+            self._hand_back()
+            http.end_body_read_past_parser()
+
+    def _hand_back(self) -> None:
+        self._close_body_reader()
+        if self._reading:
+            self._transport.resume_reading()

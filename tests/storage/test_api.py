@@ -4,6 +4,7 @@ import asyncio
 import io
 import json
 import socket
+import time
 from pathlib import Path
 
 import ipfshttpclient
@@ -13,6 +14,7 @@ import requests
 from marketplace.ipfs import car, dagpb, reader, unixfs
 from marketplace.ipfs.api import files
 from marketplace.ipfs.cid import CID, RAW
+from marketplace.ipfs.importer import only_hash
 
 from .support import CHUNK, Node, ipfs_cid, needs_ipfs_cid, random_bytes, read_car
 
@@ -73,27 +75,90 @@ def test_add_over_http_matches_ipfs_cid_at_chunk_edges(client, tmp_path: Path, s
         assert client.add(str(path), cid_version=1, raw_leaves=False)["Hash"] == expected["CIDv1"]
 
 
+def _add_request(data: bytes, query: bytes = b"", close: bool = False) -> bytes:
+    """A raw `add` request with a Content-Length body holding `data` as one file part."""
+    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
+            + data + b"\r\n--b--\r\n")
+    return (b"POST /api/v0/add%s HTTP/1.1\r\nHost: x\r\n%s"
+            b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: %d\r\n\r\n"
+            % (query, b"Connection: close\r\n" if close else b"", len(body))) + body
+
+
+def _connect(node: Node) -> socket.socket:
+    host, port = node.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _responses(sock: socket.socket, count: int) -> list[tuple[int, bytes]]:
+    """(status, body) of the next `count` responses on a connection, all sized ones."""
+    answers, stream = [], sock.makefile("rb")
+    for _ in range(count):
+        status = int(stream.readline().split()[1])
+        headers = {}
+        while (line := stream.readline()) != b"\r\n":
+            name, _, value = line.decode().partition(":")
+            headers[name.strip().lower()] = value.strip()
+        answers.append((status, stream.read(int(headers["content-length"]))))
+    return answers
+
+
 def test_a_sized_body_arriving_in_uneven_pieces_adds_intact(shared_node: Node, client):
     """A Content-Length body (as Storage.add_file sends) written in pieces of uneven sizes, so
     its pieces reach the app as the reads cut them. Chunk-encoded bodies, whose small chunks
     the server joins, are what ipfshttpclient sends in the other add tests."""
     data = random_bytes(3 * CHUNK + 11, seed=5)
-    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
-            + data + b"\r\n--b--\r\n")
-    host, port = shared_node.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(b"POST /api/v0/add HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                     b"Content-Type: multipart/form-data; boundary=b\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(body))
+    request = _add_request(data, close=True)
+    with _connect(shared_node) as sock:
         offset, sizes = 0, [1, 70_000, 3, 200_000, 17, 65_537]
-        while offset < len(body):
+        while offset < len(request):
             piece = sizes[offset % len(sizes)]
-            sock.sendall(body[offset:offset + piece])
+            sock.sendall(request[offset:offset + piece])
             offset += piece
-        answer = sock.makefile("rb").read()
-    assert b" 200 " in answer.split(b"\r\n", 1)[0]
-    assert json.loads(answer.rsplit(b"\r\n\r\n", 1)[1])["Hash"] == client.add_bytes(data)
+        [(status, answer)] = _responses(sock, 1)
+    assert status == 200
+    assert json.loads(answer)["Hash"] == client.add_bytes(data)
+
+
+def test_a_large_body_read_past_the_parser_ends_where_the_next_request_begins(shared_node: Node,
+                                                                                client):
+    """A body with megabytes still to come is read without the HTTP parser; the request
+    pipelined right behind it must still be parsed from its first byte."""
+    large, small = random_bytes(3 * MIB + 5, seed=6), random_bytes(1000, seed=7)
+    with _connect(shared_node) as sock:
+        sock.sendall(_add_request(large) + _add_request(small, close=True))
+        answers = _responses(sock, 2)
+    assert [status for status, _ in answers] == [200, 200]
+    assert [json.loads(body)["Hash"] for _, body in answers] == [client.add_bytes(large),
+                                                                 client.add_bytes(small)]
+
+
+def test_a_large_body_refused_before_it_is_read_is_still_drained(shared_node: Node, client):
+    """An add refused on its options answers before reading its body; the connection goes on
+    to the next request once the rest of the body has been read off it."""
+    small = random_bytes(1000, seed=8)
+    with _connect(shared_node) as sock:
+        sock.sendall(_add_request(random_bytes(3 * MIB, seed=9), b"?trickle=true")
+                     + _add_request(small, close=True))
+        (refused, message), (status, answer) = _responses(sock, 2)
+    assert refused == 400 and b"trickle" in message
+    assert status == 200 and json.loads(answer)["Hash"] == client.add_bytes(small)
+
+
+def test_a_client_gone_mid_body_leaves_the_node_serving(shared_node: Node, client):
+    """The body reader's duplicate of the socket is closed with the connection."""
+    fds = Path(f"/proc/{shared_node.process.pid}/fd")
+    before = len(list(fds.iterdir()))
+    request = _add_request(random_bytes(8 * MIB, seed=10))
+    with _connect(shared_node) as sock:
+        sock.sendall(request[:3 * MIB])
+    for _ in range(100):
+        if len(list(fds.iterdir())) <= before:
+            break
+        time.sleep(0.05)
+    assert len(list(fds.iterdir())) <= before
+    assert client.add_bytes(b"still serving") == str(only_hash(b"still serving"))
 
 
 def test_cid_version_1_implies_raw_leaves_like_kubo(client):
