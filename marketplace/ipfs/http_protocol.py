@@ -9,8 +9,11 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _READ_SIZE = 1024 * 1024
-# A body with at least this much still to come after a read is read past the parser.
+# A body with at least this much still to come after a read is read past the parser, up to
+# _BODY_READ_SIZE at a time: as much as the add pipeline hands a worker at once, so a read
+# is one batch and one pass through the app's loop.
 _DIRECT_BODY_MIN = _READ_SIZE
+_BODY_READ_SIZE = 2 * 1024 * 1024
 _read_buffers = threading.local()
 
 
@@ -159,7 +162,7 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
     def _read_body(self) -> None:
         http = self._http
         try:
-            piece = os.read(self._body_fd, min(http.body_left, _READ_SIZE))  # type: ignore[arg-type]
+            piece = os.read(self._body_fd, min(http.body_left, _BODY_READ_SIZE))  # type: ignore[arg-type]
         except BlockingIOError:
             return
         except OSError:

@@ -27,7 +27,7 @@ API_PREFIX = "/api/v0"
 # for the CID, and a client should try another replica.
 _NOT_FOUND = (BlockNotFound, NotPinned, CorruptBlock)
 # Body buffers the allocator reuses rather than returns to the kernel: above one network read
-# (1 MiB), and room for what an add holds in flight at once.
+# (up to 2 MiB of a body), and room for what an add holds in flight at once.
 _LARGEST_REUSED = 4 * 1024 * 1024
 _KEPT_FREE = 32 * 1024 * 1024
 

@@ -294,7 +294,7 @@ def test_progress_rises_at_every_line_however_the_body_arrives():
 
 def test_add_with_progress_ends_with_kubos_error_object_when_the_body_breaks_off(shared_node: Node):
     body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
-            + random_bytes(12 * 1024 * 1024, seed=22))  # no closing boundary
+            + random_bytes(32 * MIB, seed=22))  # no closing boundary
     response = requests.post(f"{shared_node.url}/api/v0/add", params={"progress": "true"},
                              data=body, headers={"Content-Type": "multipart/form-data; boundary=b"},
                              timeout=60)

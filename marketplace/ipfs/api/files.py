@@ -90,7 +90,8 @@ async def _import(part: multipart.Part, options: AddOptions,
     174 leaves) as its level fills. The bounded queue keeps memory flat however large the
     file. Without a store, blocks are only hashed.
 
-    Yields the bytes imported so far each time a batch is done, then the import's result."""
+    Yields the bytes imported so far as batches are found done (the loop looks after every
+    piece it receives), then the import's result."""
     importer = options.importer(store.add if store is not None else CID.of_parts)
     in_flight: deque[Future[list[Child]]] = deque()
     batch: list[list[memoryview]] = []
@@ -100,10 +101,10 @@ async def _import(part: multipart.Part, options: AddOptions,
             async for piece in part.chunks():
                 batch += importer.chunks(piece)
                 batched += len(piece)
+                while in_flight and in_flight[0].done():
+                    done += _link(importer, in_flight.popleft())
+                    yield done
                 if batched >= _BATCH_BYTES and batch:
-                    while in_flight and in_flight[0].done():
-                        done += _link(importer, in_flight.popleft())
-                        yield done
                     if sum(not stored.done() for stored in in_flight) < _MAX_IN_FLIGHT:
                         in_flight.append(workers.submit(_store, importer, batch))
                     else:
