@@ -1,7 +1,7 @@
 """The node's HTTP/1.1 protocol: uvicorn's httptools one, with fewer copies of request bodies."""
 
 import asyncio
-import os
+import socket
 import threading
 
 import httptools
@@ -99,13 +99,16 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
     transport stops reading and a duplicate of its socket, watched by the event loop, reads
     exactly the bytes the body still owes (never into the next request), then hands the
     socket back to the transport and the next request to a fresh parser. uvicorn's flow
-    control pauses and resumes that reader as it would the transport."""
+    control pauses and resumes that reader as it would the transport. Meanwhile the socket's
+    receive low-water mark is the piece the reader wants (up to _BODY_READ_SIZE, never more
+    than the body owes), so the loop wakes it once per full piece, not for every part of one
+    that arrives; it is back at one byte before the transport reads again."""
 
     def __init__(self, **uvicorn_args) -> None:
         self._http = _BodyPassingProtocol(**uvicorn_args)
         self._transport: asyncio.Transport | None = None
         self._reading = True  # what the flow control last asked for
-        self._body_fd: int | None = None  # the duplicate socket, while reading a body past the parser
+        self._body_socket: socket.socket | None = None  # while reading a body past the parser
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
@@ -136,33 +139,43 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
 
     def set_reading(self, reading: bool) -> None:
         self._reading = reading
-        loop = asyncio.get_running_loop()
-        if self._body_fd is None:
+        if self._body_socket is None:
             if reading:
                 self._transport.resume_reading()
             else:
                 self._transport.pause_reading()
         elif reading:
-            loop.add_reader(self._body_fd, self._read_body)
+            asyncio.get_running_loop().add_reader(self._body_socket, self._read_body)
         else:
-            loop.remove_reader(self._body_fd)
+            asyncio.get_running_loop().remove_reader(self._body_socket)
 
     def _open_body_reader(self) -> None:
         if self._reading:
             self._transport.pause_reading()
-        self._body_fd = os.dup(self._transport.get_extra_info("socket").fileno())
+        shared = self._transport.get_extra_info("socket")
+        self._body_socket = socket.fromfd(shared.fileno(), shared.family, shared.type)
+        self._body_socket.setblocking(False)
+        self._wake_for_next_piece()
         self.set_reading(self._reading)
 
+    def _wake_for_next_piece(self) -> None:
+        piece = min(self._http.body_left, _BODY_READ_SIZE)  # type: ignore[type-var]
+        self._body_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, piece)  # type: ignore[union-attr]
+
     def _close_body_reader(self) -> None:
-        if self._body_fd is not None:
-            asyncio.get_running_loop().remove_reader(self._body_fd)
-            os.close(self._body_fd)
-            self._body_fd = None
+        if self._body_socket is not None:
+            asyncio.get_running_loop().remove_reader(self._body_socket)
+            try:
+                self._body_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+            except OSError:
+                pass  # the connection is gone, and the low-water mark with it
+            self._body_socket.close()
+            self._body_socket = None
 
     def _read_body(self) -> None:
         http = self._http
         try:
-            piece = os.read(self._body_fd, min(http.body_left, _BODY_READ_SIZE))  # type: ignore[arg-type]
+            piece = self._body_socket.recv(min(http.body_left, _BODY_READ_SIZE))  # type: ignore[union-attr,type-var]
         except BlockingIOError:
             return
         except OSError:
@@ -171,9 +184,11 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
             self._hand_back()
             return
         http.on_body(piece)
-        if http.body_left == 0:
-            self._hand_back()
-            http.end_body_read_past_parser()
+        if http.body_left:
+            self._wake_for_next_piece()
+            return
+        self._hand_back()
+        http.end_body_read_past_parser()
 
     def _hand_back(self) -> None:
         self._close_body_reader()
