@@ -54,14 +54,18 @@ class StepExchange:
         """Send the gradient of the waiting buckets, flat in the model's parameter order,
         through the exchange; write the aggregate back into them and resolve their futures."""
         waiting, self.waiting = self.waiting, []
+        grads = [  # (where in the flat gradient, the bucket's view of that parameter's grad)
+            (self.slices[id(param)], grad)
+            for bucket, _ in waiting
+            for param, grad in zip(bucket.parameters(), bucket.gradients(), strict=True)
+        ]
         flat = torch.empty(self.numel)
-        for bucket, _ in waiting:
-            for param, grad in zip(bucket.parameters(), bucket.gradients(), strict=True):
-                flat[self.slices[id(param)]] = grad.reshape(-1)
+        for where, grad in grads:
+            flat[where] = grad.reshape(-1)
         aggregate = self.exchange(flat, self.trainer.step).value  # (N,)
+        for where, grad in grads:
+            grad.copy_(aggregate[where].view_as(grad))
         for bucket, future in waiting:
-            for param, grad in zip(bucket.parameters(), bucket.gradients(), strict=True):
-                grad.copy_(aggregate[self.slices[id(param)]].view_as(grad))  # views of the buffer
             future.set_result(bucket.buffer())
 
 
