@@ -20,10 +20,11 @@ from marketplace.chain.errors import ChainError, ContractRevert
 from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import CommittedUnit, JobStatus, Ledger
 from marketplace.storage import Storage, StorageError
+from node.engine import DataError, JobSpec, SpecError, parse_spec
 from verifier import journal as j
 from verifier.admission import admit
 from verifier.journal import Journal, Work
-from verifier.recompute import UnitInputs
+from verifier.recompute import PeerUnit, UnitInputs
 from verifier.tasks import verify_unit
 from verifier.views import view
 
@@ -66,6 +67,7 @@ class VerifierDaemon:
         self.celery = celery
         self.downtime_every = downtime_every
         self._last_downtime_check = 0.0
+        self._specs: dict[int, JobSpec | None] = {}  # job -> its spec, None when unreadable
         start = journal.next_block(ledger.deployment.deploy_block)
         contracts = [ledger.market, ledger.staking, ledger.verification]
         self.cursor = EventCursor(ledger.w3, contracts, start, confirmations)
@@ -208,6 +210,8 @@ class VerifierDaemon:
                 if unit.provider == self.address or not self.ledger.is_sampled(unit):
                     self.journal.update(work, j.SKIPPED)
                     continue
+                if self._awaits_peers(unit, latest["timestamp"]):
+                    continue
             inputs = self._inputs(unit)
             if inputs is None:
                 log.warning(
@@ -226,6 +230,38 @@ class VerifierDaemon:
                 unit.index,
                 task.id,
             )
+
+    def _ddp_nodes(self, job_id: int) -> int:
+        """How many ranks the job's ddp group has; 0 for any other job (or an unreadable spec,
+        which its workers report)."""
+        if job_id not in self._specs:
+            spec_cid = self.journal.spec_cid(job_id)
+            try:
+                text = self.storage.cat(spec_cid).decode() if spec_cid else None
+                self._specs[job_id] = None if text is None else parse_spec(text)
+            except (SpecError, DataError, ValueError):
+                self._specs[job_id] = None
+        spec = self._specs[job_id]
+        return spec.distributed.nodes if spec and spec.distributed.strategy == "ddp" else 0
+
+    def _peers(self, unit: CommittedUnit) -> tuple[PeerUnit, ...]:
+        """The other ranks' commitments of a ddp unit so far: their records vote on this one's."""
+        head = self.ledger.w3.eth.block_number
+        found = [
+            self.journal.latest_unit(unit.job_id, slot, unit.index, head)
+            for slot in range(self._ddp_nodes(unit.job_id))
+            if slot != unit.slot
+        ]
+        return tuple(PeerUnit(p.slot, p.cid, p.state_hash.hex()) for p, _ in filter(None, found))
+
+    def _awaits_peers(self, unit: CommittedUnit, now: int) -> bool:
+        """Whether to hold a ddp unit back until every other rank committed the same unit, for
+        half the verification window at most: the re-run needs the time that is left."""
+        nodes = self._ddp_nodes(unit.job_id)
+        if not nodes or len(self._peers(unit)) == nodes - 1:
+            return False
+        window = self.ledger.verification.functions.verificationWindow().call()
+        return now < unit.committed_at + window // 2
 
     def _inputs(self, unit: CommittedUnit) -> UnitInputs | None:
         spec_cid = self.journal.spec_cid(unit.job_id)
@@ -246,6 +282,7 @@ class VerifierDaemon:
             state_hash=unit.state_hash.hex(),
             previous_cid=previous[0].cid if previous else None,
             previous_state_hash=previous[0].state_hash.hex() if previous else None,
+            peers=self._peers(unit),
         )
 
     def collect(self) -> None:

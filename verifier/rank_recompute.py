@@ -5,15 +5,17 @@ rank bundle, its state hash is the sha256 of the payloads the rank sent. Re-runn
 from the bundle on the CPU gives the payloads an honest rank sent, bit for bit, so a rank
 that sent anything else is named by its own commitment. In ddp the bundle also records
 each step's members and their payloads, which the re-run aggregates as the rank did; a
-record of the rank's own payload that is not what its re-run sends fails the unit.
+record of the rank's own payload that is not what its re-run sends fails the unit, and so
+does a record the other members' bundles and commitments outvote (`group_records`): made-up
+payloads of other members, or a payload the rank sent the group but did not commit.
 
-What this does not check is that the inputs themselves follow from the previous unit (nor,
-in ddp, that the other members' recorded payloads are the ones they committed): a rank
-that commits a consistent unit from made-up inputs passes here.
+What this does not check is that the unit's inputs follow from the previous unit: a rank
+that commits a consistent unit from made-up starting weights passes here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from node.distributed.group import DistributedConfigError
@@ -21,6 +23,7 @@ from node.distributed.job import group_config, run_rank_unit
 from node.distributed.rank_unit import update_sha256
 from node.engine import JobSpec
 from node.work import load_rank_bundle
+from verifier.group_records import MemberView, contradiction, member_view
 
 
 class RankJudgement(NamedTuple):
@@ -30,9 +33,16 @@ class RankJudgement(NamedTuple):
 
 
 def judge_rank(
-    spec: JobSpec, slot: int, index: int, committed: str, bundle: bytes
+    spec: JobSpec,
+    slot: int,
+    index: int,
+    committed: str,
+    bundle: bytes,
+    peers: Mapping[int, tuple[str, bytes]] | None = None,
 ) -> RankJudgement:
-    """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`."""
+    """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`,
+    and in ddp whether its records agree with the group's: `peers` maps the other slots that
+    committed the same unit to their commitment and bundle."""
     try:
         config = group_config(spec)
     except DistributedConfigError as exc:
@@ -51,6 +61,12 @@ def judge_rank(
     expected = len(config.unit_rounds(spec, index))
     if rounds is not None and len(rounds) != expected:
         return RankJudgement(False, f"the bundle records {len(rounds)} rounds, not {expected}")
+    own = None if rounds is None else member_view(payload, rounds)
+    if own is not None:  # ddp (a payload that does not split fails its re-run below)
+        views = _peer_views(index, payload, len(own.rounds), peers or {}) | {slot: own}
+        reason = contradiction(slot, config.unit_rounds(spec, index), views)
+        if reason is not None:
+            return RankJudgement(False, reason)
     try:
         recomputed = run_rank_unit(spec, config, unit, rounds).sha256
     except ValueError as exc:  # rounds missing, or contradicting the re-run (ReplayMismatch)
@@ -58,3 +74,26 @@ def judge_rank(
     if recomputed != committed:
         return RankJudgement(False, "the re-run unit sends a different payload", recomputed)
     return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)
+
+
+def _peer_views(
+    index: int, payload: bytes, steps: int, peers: Mapping[int, tuple[str, bytes]]
+) -> dict[int, MemberView]:
+    """The views of the peers whose bundles hold their committed unit `index`, with as many
+    steps and bytes as this rank's; any other peer fails its own verification, not this one."""
+    views = {}
+    for peer, (commitment, data) in peers.items():
+        try:
+            bundle = load_rank_bundle(data)
+        except ValueError:
+            continue
+        if (
+            (bundle.unit.rank, bundle.unit.round_) == (peer, index)
+            and update_sha256(bundle.payload) == commitment
+            and bundle.rounds is not None
+            and len(bundle.rounds) == steps
+            and len(bundle.payload) == len(payload)
+            and (view := member_view(bundle.payload, bundle.rounds)) is not None
+        ):
+            views[peer] = view
+    return views

@@ -28,6 +28,15 @@ TRANSIENT = (ContentNotFound, NodeUnavailable, CidMismatch)
 
 
 @dataclass(frozen=True)
+class PeerUnit:
+    """Another slot's commitment of the same unit of a group job: its bundle's CID and hash."""
+
+    slot: int
+    cid: str
+    state_hash: str  # hex, as committed
+
+
+@dataclass(frozen=True)
 class UnitInputs:
     """Everything a worker needs to re-run a unit, all of it read from the chain by the daemon.
 
@@ -44,13 +53,16 @@ class UnitInputs:
     state_hash: str  # hex, as committed
     previous_cid: str | None = None
     previous_state_hash: str | None = None
+    # group jobs: the other slots' commitments of this unit, whose records vote on this one's
+    peers: tuple[PeerUnit, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> UnitInputs:
-        return cls(**data)
+        peers = tuple(PeerUnit(**peer) for peer in data.get("peers", ()))
+        return cls(**data | {"peers": peers})
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,7 @@ class Verdict:
             "checkpoint_cid": inputs.cid,
             "previous_cid": inputs.previous_cid,
             "committed_state_hash": inputs.state_hash,
+            "peers": [asdict(peer) for peer in inputs.peers],
             "recomputed_state_hash": self.recomputed_state_hash,
             "pass": self.passed,
             "reason": self.reason,
@@ -88,6 +101,18 @@ def _fetch(storage: Storage, cid: str, what: str) -> bytes:
         return storage.cat(cid)
     except TRANSIENT as exc:
         raise InputsUnavailable(f"{what} {cid}: {exc}") from exc
+
+
+def _peer_bundles(peers: tuple[PeerUnit, ...], storage: Storage) -> dict[int, tuple[str, bytes]]:
+    """slot -> (commitment, bundle) of each peer whose bundle can be fetched now; one that
+    cannot just has no say, rather than holding this unit's verdict back."""
+    bundles = {}
+    for peer in peers:
+        try:
+            bundles[peer.slot] = (peer.state_hash, storage.cat(peer.cid))
+        except TRANSIENT as exc:
+            log.warning("slot %d's bundle %s: %s; judging without it", peer.slot, peer.cid, exc)
+    return bundles
 
 
 def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
@@ -105,7 +130,9 @@ def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
         return Verdict(None, f"the job spec cannot be run: {exc}")
     if is_group_job(spec):
         bundle = _fetch(storage, inputs.cid, "rank bundle")
-        return Verdict(*judge_rank(spec, inputs.slot, inputs.index, inputs.state_hash, bundle))
+        peers = _peer_bundles(inputs.peers, storage) if spec.distributed.strategy == "ddp" else {}
+        judgement = judge_rank(spec, inputs.slot, inputs.index, inputs.state_hash, bundle, peers)
+        return Verdict(*judgement)
     try:
         shard, steps = unit_shard(spec, inputs.slot), unit_steps(spec, inputs.index)
     except (DataError, ValueError) as exc:

@@ -5,6 +5,7 @@ something else than its round gives is named and slashed."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from dataclasses import replace
 from pathlib import Path
@@ -122,6 +123,14 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
         verdicts = results(ledger, job_id)
         assert verdicts and all(r["pass"] for r in verdicts)
         assert not any(INCORRECT_COMPUTATION in slashes(ledger, ledger.slot(job_id, s)["provider"]) for s in range(3))
+        # Each unit was judged against the other ranks' records of the same steps.
+        for verdict in verdicts:
+            evidence = json.loads(storage.cat(verdict["evidenceCid"]))
+            others = {s for s in range(3) if s != verdict["slot"]}
+            assert {peer["slot"] for peer in evidence["peers"]} == others
+            assert all(
+                peer["cid"] == units[peer["slot"], verdict["index"]]["cid"] for peer in evidence["peers"]
+            )
 
         # Every rank applied the same aggregates: all last units hold one model, the job's result.
         cid, digest = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")

@@ -99,13 +99,66 @@ def ddp_bundle(spec, folder: Path, rank: int, index: int = 1) -> tuple[str, byte
     return update_sha256(payload), rank_bundle(unit, payload, rounds=recorded)
 
 
+def peers_of(spec, folder: Path, rank: int, **bundles: tuple[str, bytes]):
+    """The other ranks' commitments and bundles of unit 1, some of them replaced (`rank_<n>`)."""
+    return {
+        peer: bundles.get(f"rank_{peer}") or ddp_bundle(spec, folder, peer)
+        for peer in range(3)
+        if peer != rank
+    }
+
+
+def recording(committed_bundle: tuple[str, bytes], step: int, sender: int, data: bytes):
+    """The bundle with its record of what `sender` sent at the unit's `step` replaced by `data`."""
+    committed, bundle = committed_bundle
+    unit, payload, _, rounds = load_rank_bundle(bundle)
+    members, payloads = rounds[step]
+    payloads[members.index(sender)] = data
+    return committed, rank_bundle(unit, payload, rounds=rounds)
+
+
 @pytest.mark.slow
 def test_an_honest_ddp_unit_reproduces_from_its_recorded_rounds(ddp_run):
     spec, folder = ddp_run
     committed, bundle = ddp_bundle(spec, folder, rank=2)
-    verdict = judge_rank(spec, 2, 1, committed, bundle)
-    assert verdict.passed is True
-    assert verdict.recomputed_state_hash == committed
+    for peers in (None, peers_of(spec, folder, 2)):
+        verdict = judge_rank(spec, 2, 1, committed, bundle, peers)
+        assert verdict.passed is True
+        assert verdict.recomputed_state_hash == committed
+
+
+@pytest.mark.slow
+def test_a_ddp_rank_recording_what_another_did_not_send_is_outvoted_by_the_group(ddp_run):
+    spec, folder = ddp_run
+    # Rank 2 records a made-up payload from rank 0 at the unit's last step: it changes only the
+    # weights after the unit, so the re-run still sends what rank 2 committed.
+    made_up = sent_in(folder, range(2, 3), 0)
+    committed, bundle = recording(ddp_bundle(spec, folder, rank=2), 1, 0, made_up)
+    assert judge_rank(spec, 2, 1, committed, bundle).passed is True  # alone, it passes
+    verdict = judge_rank(spec, 2, 1, committed, bundle, peers_of(spec, folder, 2))
+    assert verdict.passed is False
+    assert verdict.reason == "step 3 records a payload from rank 0 that the group did not see it send"
+
+
+@pytest.mark.slow
+def test_a_ddp_rank_that_sent_the_group_another_payload_than_it_committed_is_named(ddp_run):
+    spec, folder = ddp_run
+    # Rank 0 commits its honest payloads but sent ranks 1 and 2 something else at step 3.
+    sent = sent_in(folder, range(2, 3), 0)
+    received = {
+        f"rank_{rank}": recording(ddp_bundle(spec, folder, rank), 1, 0, sent)
+        for rank in (1, 2)
+    }
+    committed, bundle = ddp_bundle(spec, folder, rank=0)
+    verdict = judge_rank(spec, 0, 1, committed, bundle, peers_of(spec, folder, 0, **received))
+    assert verdict.passed is False
+    assert verdict.reason == "the group received another payload from rank 0 in step 3 than it committed"
+    # The ranks that recorded what rank 0 sent them agree with each other: neither is named.
+    committed, bundle = received.pop("rank_2")
+    peers = peers_of(spec, folder, 2, **received)
+    assert judge_rank(spec, 2, 1, committed, bundle, peers).passed is True
+    # Two ranks alone that disagree name nobody.
+    assert judge_rank(spec, 2, 1, committed, bundle, {0: peers[0]}).passed is True
 
 
 @pytest.mark.slow
