@@ -9,8 +9,10 @@ record of the rank's own payload that is not what its re-run sends fails the uni
 does a record the other members' bundles and commitments outvote (`group_records`): made-up
 payloads of other members, or a payload the rank sent the group but did not commit.
 
-What this does not check is that the unit's inputs follow from the previous unit: a rank
-that commits a consistent unit from made-up starting weights passes here.
+A unit must also start where the rank was left: unit 0 from the job's seed, and a ddp unit
+where the re-run of the slot's previous unit ends. A DiLoCo round starts from weights the
+other ranks' payloads of the round before make, so past round 0 its inputs are not checked:
+a rank that commits a consistent round from made-up global weights passes here.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from node.distributed.group import DistributedConfigError
-from node.distributed.job import group_config, run_rank_unit
-from node.distributed.rank_unit import update_sha256
+from node.distributed.job import first_unit, group_config, run_rank_unit
+from node.distributed.rank_unit import RankUnit, update_sha256
 from node.engine import JobSpec
 from node.work import load_rank_bundle
 from verifier.group_records import MemberView, contradiction, member_view
@@ -39,10 +41,14 @@ def judge_rank(
     committed: str,
     bundle: bytes,
     peers: Mapping[int, tuple[str, bytes]] | None = None,
+    previous: tuple[str, bytes] | None = None,
 ) -> RankJudgement:
-    """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`,
-    and in ddp whether its records agree with the group's: `peers` maps the other slots that
-    committed the same unit to their commitment and bundle."""
+    """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`
+    from where the rank was left, and in ddp whether its records agree with the group's.
+
+    `peers` maps the other slots that committed the same unit to their commitment and bundle;
+    `previous` is the slot's commitment and bundle of unit `index - 1` (ddp).
+    """
     try:
         config = group_config(spec)
     except DistributedConfigError as exc:
@@ -73,7 +79,36 @@ def judge_rank(
         return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
     if recomputed != committed:
         return RankJudgement(False, "the re-run unit sends a different payload", recomputed)
+    misplaced = _misplaced_start(spec, unit, previous)
+    if misplaced is not None:
+        return RankJudgement(False, misplaced, recomputed)
     return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)
+
+
+def _misplaced_start(
+    spec: JobSpec, unit: RankUnit, previous: tuple[str, bytes] | None
+) -> str | None:
+    """Why the unit does not start where the rank was left; None when it does, or when that
+    cannot be told (no previous ddp bundle, or one that fails its own verification)."""
+    if unit.round_ == 0:
+        if unit.state_hash() != first_unit(spec, unit.rank).state_hash():
+            return "the unit does not start from the job's seed"
+        return None
+    if previous is None:
+        return None
+    commitment, data = previous
+    try:
+        before, payload, _, rounds = load_rank_bundle(data)
+        if (before.rank, before.round_) != (unit.rank, unit.round_ - 1) or rounds is None:
+            return None
+        rerun = run_rank_unit(spec, group_config(spec), before, rounds)
+    except ValueError:
+        return None
+    if rerun.following is None or rerun.sha256 != commitment or update_sha256(payload) != commitment:
+        return None
+    if rerun.following.state_hash() != unit.state_hash():
+        return "the unit does not start where the slot's previous unit ends"
+    return None
 
 
 def _peer_views(

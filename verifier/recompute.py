@@ -11,6 +11,7 @@ from node.engine import (
     Checkpoint,
     CheckpointError,
     DataError,
+    JobSpec,
     SpecError,
     TrainingDiverged,
     parse_spec,
@@ -103,6 +104,22 @@ def _fetch(storage: Storage, cid: str, what: str) -> bytes:
         raise InputsUnavailable(f"{what} {cid}: {exc}") from exc
 
 
+def _judge_rank_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
+    """A group job's unit, in ddp with the bundles around it: the other slots' of the same
+    unit, and the slot's previous one, where this unit must start."""
+    bundle = _fetch(storage, inputs.cid, "rank bundle")
+    peers, previous = {}, None
+    if spec.distributed.strategy == "ddp":
+        peers = _peer_bundles(inputs.peers, storage)
+        if inputs.previous_cid is not None and inputs.previous_state_hash is not None:
+            data = _fetch(storage, inputs.previous_cid, "previous rank bundle")
+            previous = (inputs.previous_state_hash, data)
+    judgement = judge_rank(
+        spec, inputs.slot, inputs.index, inputs.state_hash, bundle, peers, previous
+    )
+    return Verdict(*judgement)
+
+
 def _peer_bundles(peers: tuple[PeerUnit, ...], storage: Storage) -> dict[int, tuple[str, bytes]]:
     """slot -> (commitment, bundle) of each peer whose bundle can be fetched now; one that
     cannot just has no say, rather than holding this unit's verdict back."""
@@ -129,10 +146,7 @@ def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
     except (SpecError, DataError, ValueError) as exc:
         return Verdict(None, f"the job spec cannot be run: {exc}")
     if is_group_job(spec):
-        bundle = _fetch(storage, inputs.cid, "rank bundle")
-        peers = _peer_bundles(inputs.peers, storage) if spec.distributed.strategy == "ddp" else {}
-        judgement = judge_rank(spec, inputs.slot, inputs.index, inputs.state_hash, bundle, peers)
-        return Verdict(*judgement)
+        return _judge_rank_unit(spec, inputs, storage)
     try:
         shard, steps = unit_shard(spec, inputs.slot), unit_steps(spec, inputs.index)
     except (DataError, ValueError) as exc:

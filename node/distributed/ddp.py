@@ -168,8 +168,9 @@ def ddp_rank(
 
 def rerun_ddp_unit(
     spec: JobSpec, config: GroupConfig, unit: RankUnit, rounds: list[RecordedRound]
-) -> bytes:
-    """What the rank sent in its unit, re-run from its inputs and the unit's recorded rounds."""
+) -> tuple[bytes, RankUnit]:
+    """What the rank sent in its unit, re-run from its inputs and the unit's recorded rounds,
+    and where the unit leaves it: the inputs of its next unit."""
     with rank_threads():
         trainer, _ = rank_trainer(spec, unit.rank)
         exchange = ReplayExchange(unit.rank, config, rounds)
@@ -177,4 +178,6 @@ def rerun_ddp_unit(
         with ddp_group():
             wrap(trainer, exchange)
             ddp_steps(trainer, config.steps_per_unit(spec))
-    return b"".join(exchange.sent)
+        residual = None if exchange.feedback is None else exchange.feedback.residual
+        following = RankUnit(unit.rank, unit.round_ + 1, trainer.state(), residual)
+    return b"".join(exchange.sent), following

@@ -17,8 +17,9 @@ from .group import (
     GroupConfig,
     Tamper,
     join_and_run,
+    rank_trainer,
 )
-from .rank_unit import RankUnit, RankUpdate, RecordedRound, update_sha256
+from .rank_unit import RankUnit, RankUpdate, RecordedRound, rank_threads, update_sha256
 
 
 def group_config(
@@ -97,10 +98,18 @@ def run_rank_unit(
 ) -> RankUpdate:
     """Re-run one rank's unit from its inputs (and, in ddp, the unit's recorded rounds): what
     it should have sent, and the hash it should have committed."""
+    following = None
     if isinstance(config, DilocoConfig):
         payload = rerun_diloco_unit(spec, config, unit)
     else:
         if rounds is None:
             raise ValueError("a ddp unit is re-run from the rounds it took part in")
-        payload = rerun_ddp_unit(spec, config, unit, rounds)
-    return RankUpdate(payload, update_sha256(payload))
+        payload, following = rerun_ddp_unit(spec, config, unit, rounds)
+    return RankUpdate(payload, update_sha256(payload), following)
+
+
+def first_unit(spec: JobSpec, rank: int) -> RankUnit:
+    """The inputs every rank's unit 0 starts from: the spec's seed, nothing sent yet."""
+    with rank_threads():
+        trainer, _ = rank_trainer(spec, rank)
+        return RankUnit(rank, 0, trainer.state(), None)

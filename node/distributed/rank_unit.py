@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from node.engine.checkpoint import state_hash
 from node.engine.train import Trainer
 
 from .compression import ErrorFeedback
@@ -57,6 +58,18 @@ class RankUnit:
             partial,
         )
         os.replace(partial, path)
+
+    def state_hash(self) -> str:
+        """The digest of everything the unit starts from (engine/checkpoint.py's format)."""
+        return state_hash(
+            {
+                "rank": self.rank,
+                "round": self.round_,
+                "trainer": self.trainer,
+                "residual": self.residual,
+                "momentum": self.momentum,
+            }
+        )
 
     def restore(self, trainer: Trainer, feedback: ErrorFeedback | None) -> None:
         """Put a rank's trainer and error feedback where this unit starts."""
@@ -95,6 +108,9 @@ class RecordedRound(NamedTuple):
 class RankUpdate(NamedTuple):
     payload: bytes  # what the rank sent in the unit, its payloads back to back: pinned
     sha256: str  # update_sha256(payload): what the rank commits
+    # ddp: the inputs of the rank's next unit, where this one leaves it. None in DiLoCo,
+    # whose next round starts from weights the other ranks' payloads make.
+    following: RankUnit | None = None
 
 
 def update_sha256(payload: bytes) -> str:

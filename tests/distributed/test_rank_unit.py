@@ -14,7 +14,7 @@ from node.distributed.ddp import train_ddp
 from node.distributed.diloco import DilocoConfig, train_diloco
 from node.distributed.exchange import ReplayMismatch, recorded_round, sent_in, update_path
 from node.distributed.group import GroupConfig
-from node.distributed.job import run_rank_unit
+from node.distributed.job import first_unit, run_rank_unit
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 
 UNITS, STEPS = 3, 5
@@ -37,6 +37,8 @@ def test_a_verifier_reproduces_honest_diloco_ranks_and_names_the_cheater(tmp_pat
         verdicts[rank] = rerun.sha256 == committed
         if rank == 2:
             assert rerun.payload == saved
+        first = RankUnit.load(unit_path(tmp_path, 0, rank))
+        assert first.state_hash() == first_unit(spec, rank).state_hash()  # the seed
     assert verdicts == {0: True, 1: False, 2: True}
 
 
@@ -56,6 +58,10 @@ def test_a_ddp_unit_is_re_run_step_by_step_from_the_rounds_it_recorded(tmp_path:
         assert [update_sha256(r.payloads[rank]) for r in recorded] == result.commitments[rank][5:10]
         rerun = run_rank_unit(spec, config, RankUnit.load(unit_path(tmp_path, index, rank)), recorded)
         assert rerun.payload == sent
+        # and it ends where the rank's next unit starts, bit for bit, as unit 0 starts from the seed
+        following = RankUnit.load(unit_path(tmp_path, index + 1, rank))
+        assert rerun.following.state_hash() == following.state_hash()
+        assert first_unit(spec, rank).state_hash() == RankUnit.load(unit_path(tmp_path, 0, rank)).state_hash()
     # The scaled rank's recorded payloads are not what its unit gives: named at its first step.
     with pytest.raises(ReplayMismatch, match="round 5 records another payload from rank 1"):
         run_rank_unit(spec, config, RankUnit.load(unit_path(tmp_path, index, 1)), recorded)

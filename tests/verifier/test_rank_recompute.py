@@ -11,8 +11,8 @@ import yaml
 from node.distributed.ddp import train_ddp
 from node.distributed.exchange import recorded_round, sent_in
 from node.distributed.group import rank_trainer
-from node.distributed.job import group_config, run_rank_unit
-from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
+from node.distributed.job import first_unit, group_config, run_rank_unit
+from node.distributed.rank_unit import RankUnit, RecordedRound, unit_path, update_sha256
 from node.engine import parse_spec
 from node.work import load_rank_bundle, rank_bundle
 from verifier.rank_recompute import judge_rank
@@ -54,6 +54,18 @@ def test_a_rank_that_sent_another_update_is_named(spec, honest):
     verdict = judge_rank(spec, 1, 0, update_sha256(cheat), rank_bundle(lazy, cheat))
     assert verdict.passed is False
     assert verdict.reason == "the re-run unit sends a different payload"
+
+
+def test_a_first_round_that_does_not_start_from_the_seed_is_named(spec, honest):
+    unit, _ = honest
+    trainer, _ = rank_trainer(spec, 1)
+    trainer.load(unit.trainer)
+    trainer.apply(trainer.forward_backward()[0])  # a head start of one step
+    ahead = RankUnit(1, 0, trainer.state(), None)
+    payload = run_rank_unit(spec, group_config(spec), ahead).payload
+    verdict = judge_rank(spec, 1, 0, update_sha256(payload), rank_bundle(ahead, payload))
+    assert verdict.passed is False
+    assert verdict.reason == "the unit does not start from the job's seed"
 
 
 def test_a_bundle_for_another_rank_or_payload_fails(spec, honest):
@@ -121,10 +133,28 @@ def recording(committed_bundle: tuple[str, bytes], step: int, sender: int, data:
 def test_an_honest_ddp_unit_reproduces_from_its_recorded_rounds(ddp_run):
     spec, folder = ddp_run
     committed, bundle = ddp_bundle(spec, folder, rank=2)
+    previous = ddp_bundle(spec, folder, rank=2, index=0)
     for peers in (None, peers_of(spec, folder, 2)):
-        verdict = judge_rank(spec, 2, 1, committed, bundle, peers)
+        verdict = judge_rank(spec, 2, 1, committed, bundle, peers, previous)
         assert verdict.passed is True
         assert verdict.recomputed_state_hash == committed
+
+
+@pytest.mark.slow
+def test_a_ddp_unit_that_does_not_start_where_the_previous_one_ends_is_named(ddp_run):
+    spec, folder = ddp_run
+    # Rank 2 skips its first unit: it runs its second from the seed, with records that leave
+    # itself out, so the bundle re-runs to its commitment.
+    unit = replace(first_unit(spec, 2), round_=1)
+    recorded = [recorded_round(folder, step) for step in (2, 3)]
+    rounds = [RecordedRound([0, 1], payloads[:2]) for _, payloads in recorded]
+    payload = run_rank_unit(spec, group_config(spec), unit, rounds).payload
+    committed, bundle = update_sha256(payload), rank_bundle(unit, payload, rounds=rounds)
+    assert judge_rank(spec, 2, 1, committed, bundle).passed is True  # alone, it passes
+    previous = ddp_bundle(spec, folder, rank=2, index=0)
+    verdict = judge_rank(spec, 2, 1, committed, bundle, previous=previous)
+    assert verdict.passed is False
+    assert verdict.reason == "the unit does not start where the slot's previous unit ends"
 
 
 @pytest.mark.slow
