@@ -232,13 +232,17 @@ class VerifierDaemon:
             )
 
     def _ddp_nodes(self, job_id: int) -> int:
-        """How many ranks the job's ddp group has; 0 for any other job (or an unreadable spec,
-        which its workers report)."""
+        """How many ranks the job's ddp group has; 0 for any other job, or while its spec cannot
+        be read (the re-run reports that)."""
         if job_id not in self._specs:
             spec_cid = self.journal.spec_cid(job_id)
             try:
-                text = self.storage.cat(spec_cid).decode() if spec_cid else None
-                self._specs[job_id] = None if text is None else parse_spec(text)
+                data = self.storage.cat(spec_cid) if spec_cid else None
+            except StorageError as exc:  # read again for the job's later units
+                log.warning("job %d's spec %s: %s", job_id, spec_cid, exc)
+                return 0
+            try:
+                self._specs[job_id] = None if data is None else parse_spec(data.decode())
             except (SpecError, DataError, ValueError):
                 self._specs[job_id] = None
         spec = self._specs[job_id]
