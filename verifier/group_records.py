@@ -36,7 +36,7 @@ def member_view(payload: bytes, rounds: list[RecordedRound]) -> MemberView | Non
 def contradiction(rank: int, steps: range, views: dict[int, MemberView]) -> str | None:
     """Why the majority contradicts `rank`'s view of its unit (`steps`, the unit's global step
     numbers), or None when it does not. `views` holds `rank`'s and every peer's that could be
-    read, all of the same unit."""
+    read, all of the same unit and its steps."""
     for position, step in enumerate(steps):
         for sender, votes in _votes(position, views).items():
             mine = votes.get(rank)
@@ -55,8 +55,6 @@ def _votes(position: int, views: dict[int, MemberView]) -> dict[int, dict[int, b
     """sender -> {voter: bytes}: each sender's commitment for the step, and every record of it."""
     votes: dict[int, dict[int, bytes]] = {}
     for voter, view in views.items():
-        if len(view.sent) <= position or len(view.rounds) <= position:
-            continue
         votes.setdefault(voter, {})[voter] = view.sent[position]
         members, payloads = view.rounds[position]
         for sender, data in zip(members, payloads, strict=True):

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from node.distributed.group import DistributedConfigError
+from node.distributed.group import DistributedConfigError, GroupConfig
 from node.distributed.job import first_unit, group_config, run_rank_unit
 from node.distributed.rank_unit import RankUnit, update_sha256
 from node.engine import JobSpec
-from node.work import load_rank_bundle
+from node.work import RankBundle, load_rank_bundle
 from verifier.group_records import MemberView, contradiction, member_view
 
 
@@ -69,7 +69,7 @@ def judge_rank(
         return RankJudgement(False, f"the bundle records {len(rounds)} rounds, not {expected}")
     own = None if rounds is None else member_view(payload, rounds)
     if own is not None:  # ddp (a payload that does not split fails its re-run below)
-        views = _peer_views(index, payload, len(own.rounds), peers or {}) | {slot: own}
+        views = _peer_views(index, own, peers or {}) | {slot: own}
         reason = contradiction(slot, config.unit_rounds(spec, index), views)
         if reason is not None:
             return RankJudgement(False, reason)
@@ -79,14 +79,14 @@ def judge_rank(
         return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
     if recomputed != committed:
         return RankJudgement(False, "the re-run unit sends a different payload", recomputed)
-    misplaced = _misplaced_start(spec, unit, previous)
+    misplaced = _misplaced_start(spec, config, unit, previous)
     if misplaced is not None:
         return RankJudgement(False, misplaced, recomputed)
     return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)
 
 
 def _misplaced_start(
-    spec: JobSpec, unit: RankUnit, previous: tuple[str, bytes] | None
+    spec: JobSpec, config: GroupConfig, unit: RankUnit, previous: tuple[str, bytes] | None
 ) -> str | None:
     """Why the unit does not start where the rank was left; None when it does, or when that
     cannot be told (no previous ddp bundle, or one that fails its own verification)."""
@@ -97,14 +97,14 @@ def _misplaced_start(
     if previous is None:
         return None
     commitment, data = previous
+    before = _committed_bundle(data, unit.rank, unit.round_ - 1, commitment)
+    if before is None or before.rounds is None:
+        return None
     try:
-        before, payload, _, rounds = load_rank_bundle(data)
-        if (before.rank, before.round_) != (unit.rank, unit.round_ - 1) or rounds is None:
-            return None
-        rerun = run_rank_unit(spec, group_config(spec), before, rounds)
+        rerun = run_rank_unit(spec, config, before.unit, before.rounds)
     except ValueError:
         return None
-    if rerun.following is None or rerun.sha256 != commitment or update_sha256(payload) != commitment:
+    if rerun.following is None or rerun.sha256 != commitment:
         return None
     if rerun.following.state_hash() != unit.state_hash():
         return "the unit does not start where the slot's previous unit ends"
@@ -112,23 +112,28 @@ def _misplaced_start(
 
 
 def _peer_views(
-    index: int, payload: bytes, steps: int, peers: Mapping[int, tuple[str, bytes]]
+    index: int, own: MemberView, peers: Mapping[int, tuple[str, bytes]]
 ) -> dict[int, MemberView]:
     """The views of the peers whose bundles hold their committed unit `index`, with as many
     steps and bytes as this rank's; any other peer fails its own verification, not this one."""
     views = {}
     for peer, (commitment, data) in peers.items():
-        try:
-            bundle = load_rank_bundle(data)
-        except ValueError:
+        bundle = _committed_bundle(data, peer, index, commitment)
+        if bundle is None or bundle.rounds is None:
             continue
-        if (
-            (bundle.unit.rank, bundle.unit.round_) == (peer, index)
-            and update_sha256(bundle.payload) == commitment
-            and bundle.rounds is not None
-            and len(bundle.rounds) == steps
-            and len(bundle.payload) == len(payload)
-            and (view := member_view(bundle.payload, bundle.rounds)) is not None
-        ):
+        view = member_view(bundle.payload, bundle.rounds)
+        if view is not None and [len(p) for p in view.sent] == [len(p) for p in own.sent]:
             views[peer] = view
     return views
+
+
+def _committed_bundle(data: bytes, rank: int, index: int, commitment: str) -> RankBundle | None:
+    """The bundle in `data` if it is `rank`'s unit `index` holding the payload `commitment`
+    names; None when it is anything else."""
+    try:
+        bundle = load_rank_bundle(data)
+    except ValueError:
+        return None
+    if (bundle.unit.rank, bundle.unit.round_) != (rank, index):
+        return None
+    return bundle if update_sha256(bundle.payload) == commitment else None
