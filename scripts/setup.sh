@@ -20,11 +20,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# `npm install` with the committed lock installs exactly the locked versions. Not `npm ci`: it
-# refuses this lock because @foundry-rs lists platform packages the registry does not have.
+# `npm ci` installs exactly the committed lock and never rewrites it: a lock out of step with
+# package.json is an error here, not a silent edit of a tracked file. The lock lists every
+# platform's optional package (@foundry-rs, esbuild), as `npm install` writes it on any machine;
+# only this platform's are downloaded.
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  echo "setup: npm install (package-lock.json)"
-  npm install --no-audit --no-fund --loglevel=error
+  echo "setup: npm ci (package-lock.json)"
+  npm ci --no-audit --no-fund --loglevel=error
 fi
 
 # The gateway's pages: bundle their scripts (viem) with esbuild when a source is newer than the
