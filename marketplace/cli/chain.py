@@ -23,10 +23,12 @@ rpc_option = click.option(
 )
 
 
-def connect(rpc_url: str) -> Web3:
+def connect(rpc_url: str, change: str = "set ZOO_RPC_URL") -> Web3:
+    """The chain at `rpc_url`; `change` says how the command that asks lets a user point it elsewhere."""
     w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
     if not w3.is_connected():
-        raise ChainError(f"no chain answers at {rpc_url}: start one (see README) or pass --rpc-url")
+        raise ChainError(f"no chain answers at {rpc_url}: start one (`zoo-compute devnet up` for a local one) "
+                         f"or {change}")
     return w3
 
 
@@ -45,7 +47,7 @@ def deploy_command(rpc_url: str, manifest: Path | None) -> None:
     The deployer key comes from the environment variable ZOO_DEPLOYER_KEY; on a local Anvil
     chain (id 31337) the devnet's account 0 is used when it is unset.
     """
-    w3 = connect(rpc_url)
+    w3 = connect(rpc_url, "pass --rpc-url or set ZOO_RPC_URL")
     key = os.environ.get("ZOO_DEPLOYER_KEY")
     if key:
         deployer = Account.from_key(key)

@@ -26,7 +26,7 @@ def open_client(ctx: click.Context, *, wallet: bool = False) -> Client:
     settings = user_settings()
     url = ctx.obj or settings.gateway_url or devnet_gateway()
     if not url:
-        raise ZooError("no gateway: pass --gateway URL, set ZOO_GATEWAY_URL or start the devnet")
+        raise ZooError("no gateway: set ZOO_GATEWAY_URL, pass `zoo-compute jobs --gateway URL ...` or start the devnet")
     client = Client(url, wallet=load_account(settings) if wallet else None, ipfs_api=settings.ipfs_api,
                     ipfs_replicas=settings.ipfs_replicas)
     ctx.call_on_close(client.close)
