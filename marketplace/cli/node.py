@@ -13,7 +13,7 @@ from rich.table import Table
 
 from marketplace.chain.ledger import Hardware
 from marketplace.cli.access import LedgerAccess, reach_ledger
-from marketplace.cli.wallet import amount, open_ledger, zen_amount
+from marketplace.cli.wallet import ZEN_AMOUNT, amount, open_ledger
 from marketplace.config import Settings
 from marketplace.jobs import TIERS
 from marketplace.storage import Storage
@@ -76,10 +76,9 @@ def register_command(tier: str, gpu_type: str, gpus: int, memory: int, network_g
 
 
 @node.command("stake")
-@click.option("--amount", "zen", required=True, help="ZEN to stake, e.g. 1000 or 1500.5.")
-def stake_command(zen: str) -> None:
+@click.option("--amount", "wei", required=True, type=ZEN_AMOUNT, help="ZEN to stake, e.g. 1000 or 1500.5.")
+def stake_command(wei: int) -> None:
     """Stake ZEN in one transaction (an ERC-2612 permit signed by the wallet)."""
-    wei = zen_amount(zen)
     with reach_ledger(Settings(), signing=True) as (ledger, address):
         with console.status(f"staking {amount(wei)} ZEN"):
             ledger.stake(wei)
@@ -87,7 +86,7 @@ def stake_command(zen: str) -> None:
 
 
 @node.command("start")
-@click.option("--cost-floor", default="1", show_default=True,
+@click.option("--cost-floor", default="1", show_default=True, type=ZEN_AMOUNT,
               help="Your cost of one GPU-hour in ZEN (a CPU node counts as 1 GPU); never bids below it.")
 @click.option("--margin-bps", default=2_000, show_default=True, type=click.IntRange(0),
               help="Asked above the cost floor, in basis points, as far as a job's max price allows.")
@@ -95,7 +94,7 @@ def stake_command(zen: str) -> None:
 @device_option
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]), help="How much the daemon logs.")
-def start_command(cost_floor: str, margin_bps: int, replicas: int, device: str | None, log_level: str) -> None:
+def start_command(cost_floor: int, margin_bps: int, replicas: int, device: str | None, log_level: str) -> None:
     """Run the provider daemon in the foreground until SIGTERM or Ctrl-C.
 
     It waits for the benchmark attestation, then bids, trains what it wins, commits checkpoints
@@ -109,7 +108,7 @@ def start_command(cost_floor: str, margin_bps: int, replicas: int, device: str |
     account = load_account(settings)
     ledger = open_ledger(settings)
     config = NodeConfig(
-        pricing=Pricing(zen_amount(cost_floor), margin_bps),
+        pricing=Pricing(cost_floor, margin_bps),
         journal_path=journal_path(settings), ipfs_api=settings.ipfs_api,
         ipfs_replicas=tuple(settings.ipfs_replicas), replicas=replicas, device=device,
         poll_interval=settings.poll_interval, confirmations=settings.confirmations,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -11,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobStatus
-from marketplace.cli.wallet import open_ledger, zen_amount
+from marketplace.cli.wallet import ZEN_AMOUNT, open_ledger
 from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
 from marketplace.sdk import Client, Job
@@ -35,8 +36,10 @@ def zen(wei: int) -> str:
 @click.command()
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Job spec (YAML; see node/specs/README.md).")
-@click.option("--max-budget", required=True, help="Most ZEN to spend; escrowed, the unspent part refunded.")
-@click.option("--max-price", default="100", show_default=True, help="Most ZEN per GPU-hour to pay a provider.")
+@click.option("--max-budget", required=True, type=ZEN_AMOUNT,
+              help="Most ZEN to spend; escrowed, the unspent part refunded.")
+@click.option("--max-price", default="100", show_default=True, type=ZEN_AMOUNT,
+              help="Most ZEN per GPU-hour to pay a provider.")
 @click.option("--tier", type=click.Choice(list(jobs.TIERS)), default="community", show_default=True,
               help="Provider tier to buy from.")
 @click.option("--nodes", type=click.IntRange(1, 64), help="Providers to train on [default: the spec's].")
@@ -49,11 +52,11 @@ def zen(wei: int) -> str:
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the trained weights [default: weights/job-<id>.pt].")
 @click.option("--no-wait", is_flag=True, help="Print the job id once escrowed and return.")
-def train(config_path: Path, max_budget: str, max_price: str, tier: str, nodes: int | None, sample_rate: int,
+def train(config_path: Path, max_budget: int, max_price: int, tier: str, nodes: int | None, sample_rate: int,
           checkpoint_interval: int, auction_timeout: int, output: Path | None, no_wait: bool) -> None:
     """Train a model on the market: escrow, auction, training, settlement, weights back by CID."""
     order = jobs.Order(
-        max_budget=zen_amount(max_budget), max_price=zen_amount(max_price), tier=jobs.TIERS[tier],
+        max_budget=max_budget, max_price=max_price, tier=jobs.TIERS[tier],
         nodes=nodes, sample_rate_bps=sample_rate, checkpoint_interval=checkpoint_interval,
     )
     try:
@@ -62,8 +65,7 @@ def train(config_path: Path, max_budget: str, max_price: str, tier: str, nodes: 
         raise click.ClickException(f"invalid job spec {config_path}: {exc}") from None
     settings = user_settings()
     if settings.gateway_url:
-        return _train_through_gateway(settings, config_path, spec.name, order, max_budget, max_price, tier, nodes,
-                                      auction_timeout, output, no_wait)
+        return _train_through_gateway(settings, config_path, spec.name, order, tier, auction_timeout, output, no_wait)
     ledger = open_ledger(settings)
     user = load_account(settings)
     with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
@@ -93,15 +95,15 @@ def _print_outcome(cid: str, state_hash: str, path: Path, block: int, tx: str, p
     console.print(f"settled in block {block} (tx {tx}): paid {zen(paid)}, fee {zen(fee)} (5%), refunded {zen(refund)}")
 
 
-def _train_through_gateway(settings: Settings, config_path: Path, name: str, order: jobs.Order, max_budget: str,
-                           max_price: str, tier: str, nodes: int | None, auction_timeout: int, output: Path | None,
-                           no_wait: bool) -> None:
+def _train_through_gateway(settings: Settings, config_path: Path, name: str, order: jobs.Order, tier: str,
+                           auction_timeout: int, output: Path | None, no_wait: bool) -> None:
     """The same journey through the gateway at ZOO_GATEWAY_URL, signing with the wallet here (the SDK)."""
     with Client(settings.gateway_url, wallet=load_account(settings), ipfs_api=settings.ipfs_api,
                 ipfs_replicas=settings.ipfs_replicas) as client:
         with console.status("uploading the spec and escrowing the budget"):
-            job = client.train(config_path, max_budget, max_price=max_price, tier=tier, nodes=nodes,
-                               sample_rate_bps=order.sample_rate_bps, checkpoint_interval=order.checkpoint_interval)
+            job = client.train(config_path, Decimal(order.max_budget) / ZEN, max_price=Decimal(order.max_price) / ZEN,
+                               tier=tier, nodes=order.nodes, sample_rate_bps=order.sample_rate_bps,
+                               checkpoint_interval=order.checkpoint_interval)
         console.print(f"job {job.id}: {name}, budget {zen(order.max_budget)} escrowed")
         if no_wait:
             click.echo(job.id)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from marketplace.cli.access import reach_ledger
-from marketplace.cli.wallet import amount, open_ledger, zen_amount
+from marketplace.cli.wallet import ZEN_AMOUNT, amount, open_ledger
 from marketplace.config import Settings
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
@@ -53,10 +53,9 @@ def register_command(endpoint: str) -> None:
 
 
 @verifier.command("stake")
-@click.option("--amount", "zen", required=True, help="ZEN to add to the stake, e.g. 5000 or 0.5.")
-def stake_command(zen: str) -> None:
+@click.option("--amount", "wei", required=True, type=ZEN_AMOUNT, help="ZEN to add to the stake, e.g. 5000 or 0.5.")
+def stake_command(wei: int) -> None:
     """Stake ZEN as a verifier in one transaction (an ERC-2612 permit); active from the minimum stake."""
-    wei = zen_amount(zen)
     with reach_ledger(Settings(), signing=True) as (ledger, address):
         ledger.stake(wei)
         console.print(f"{address} stakes {amount(ledger.standing(address).staked)} ZEN")

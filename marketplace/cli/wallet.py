@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 
 import click
 from rich.console import Console
@@ -14,6 +14,8 @@ from marketplace.cli.chain import connect
 from marketplace.config import Settings
 
 ETHER = 10**18
+MAX_ZEN = Decimal(2**256) / ETHER  # a uint256 of wei
+MAX_DIGITS = 100  # enough for any amount below MAX_ZEN down to the wei
 
 
 def open_ledger(settings: Settings) -> Ledger:
@@ -27,15 +29,30 @@ def amount(wei: int) -> str:
     return f"{wei / ETHER:,.6f}"
 
 
-def zen_amount(text: str) -> int:
-    """A positive ZEN amount typed on the command line (e.g. 5000 or 0.5), in wei."""
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise click.BadParameter(f"{text!r} is not a number of ZEN") from None
-    if value <= 0:
-        raise click.BadParameter("must be more than 0 ZEN")
-    return int(value * ETHER)
+class ZenAmount(click.ParamType):
+    """A positive ZEN amount typed on the command line (e.g. 5000 or 0.5), given to the command in wei."""
+
+    name = "zen"
+
+    def convert(self, value, param, ctx) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            zen = Decimal(value)
+        except InvalidOperation:
+            self.fail(f"{value!r} is not a number of ZEN", param, ctx)
+        if not zen.is_finite() or zen <= 0:
+            self.fail(f"must be more than 0 ZEN, got {value}", param, ctx)
+        if zen >= MAX_ZEN:
+            self.fail(f"must be less than {MAX_ZEN:.3e} ZEN, got {value}", param, ctx)
+        with localcontext(prec=MAX_DIGITS):  # exact: no rounding of the wei
+            wei = zen.scaleb(18)
+        if wei != wei.to_integral_value():
+            self.fail(f"ZEN has 18 decimals, got {value}", param, ctx)
+        return int(wei)
+
+
+ZEN_AMOUNT = ZenAmount()
 
 
 @click.group()

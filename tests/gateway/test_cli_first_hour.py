@@ -64,3 +64,20 @@ def test_chain_deploy_names_its_own_rpc_url_option():
     assert result.exit_code == 1
     assert "--rpc-url" in result.output
     assert_names_only_what_exists(result.output, command_of(["chain", "deploy"]))
+
+
+@pytest.mark.parametrize(("args", "option", "said"), [
+    (["train", "--config", str(SPEC), "--max-budget", "-5"], "--max-budget", "must be more than 0 ZEN, got -5"),
+    (["train", "--config", str(SPEC), "--max-budget", "0"], "--max-budget", "must be more than 0 ZEN, got 0"),
+    (["train", "--config", str(SPEC), "--max-budget", "5", "--max-price", "-1"], "--max-price",
+     "must be more than 0 ZEN, got -1"),
+    (["train", "--config", str(SPEC), "--max-budget", "lots"], "--max-budget", "'lots' is not a number of ZEN"),
+    (["train", "--config", str(SPEC), "--max-budget", "1e-19"], "--max-budget", "ZEN has 18 decimals, got 1e-19"),
+    (["node", "stake", "--amount", "0"], "--amount", "must be more than 0 ZEN, got 0"),
+    (["node", "start", "--cost-floor", "-2"], "--cost-floor", "must be more than 0 ZEN, got -2"),
+    (["verifier", "stake", "--amount", "nan"], "--amount", "must be more than 0 ZEN, got nan"),
+])
+def test_a_bad_amount_names_its_option(args, option, said, env):
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 2
+    assert f"Error: Invalid value for '{option}': {said}" in result.output
