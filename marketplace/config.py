@@ -8,15 +8,20 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from marketplace.devnet import STATE_DIR
+
+DEVNET_USER_ENV = STATE_DIR / "user.env"  # written by `devnet up`, removed by `devnet down`
+
 
 class Settings(BaseSettings):
     """Where the chain, IPFS, Redis and this process's own state are.
 
-    Every field reads from `ZOO_<FIELD>` (e.g. ZOO_RPC_URL); the devnet writes an env file that
-    sets them all for the processes it starts.
+    Every field reads from `ZOO_<FIELD>` (e.g. ZOO_RPC_URL). While a devnet runs from this checkout,
+    its user's settings (DEVNET_USER_ENV) fill the fields the environment leaves unset, for every
+    command alike: `train`, `jobs`, `wallet`, `node` and `verifier` then act as the devnet's user.
     """
 
-    model_config = SettingsConfigDict(env_prefix="ZOO_", env_file=None, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="ZOO_", env_file=DEVNET_USER_ENV, extra="ignore")
 
     rpc_url: str = "http://127.0.0.1:8545"  # JSON-RPC endpoint of the chain
     manifest: Path | None = None  # deployment manifest; default deployments/<chain id>.json

@@ -34,9 +34,12 @@ def devnet() -> None:
 def up(root: Path, providers: int, verifiers: int, workers: int) -> None:
     """Start Anvil, deploy, and start IPFS, Redis, the gateway, verifiers and providers; wait until healthy.
 
-    The gateway (API and Celery indexer) runs on a free loopback port, shown with the rest. The
-    user's settings in .devnet/user.env leave it out, so `train` talks to the chain; set
-    ZOO_GATEWAY_URL to its URL to send `train`, `jobs`, `node` and `wallet` through it.
+    The devnet user's settings go to ROOT/user.env (removed by `down`). Every command run from
+    this checkout reads .devnet/user.env for what ZOO_* variables leave unset, so `train`, `jobs`,
+    `wallet`, `node` and `verifier` act as the devnet's user with its wallet; `set -a; . ROOT/user.env`
+    exports the same values to a shell. The gateway (API and Celery indexer) runs on a free loopback
+    port, shown with the rest; user.env leaves it out, so `train` talks to the chain: set
+    ZOO_GATEWAY_URL to its URL to send `train`, `node`, `verifier` and `wallet` through it.
     """
     net = Devnet(root, providers=providers, verifiers=verifiers, workers=workers)
     started = time.monotonic()

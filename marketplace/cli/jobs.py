@@ -9,7 +9,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from marketplace.cli.train import follow_job, user_settings, zen
+from marketplace.cli.train import follow_job, zen
+from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
 from marketplace.devnet.network import State
 from marketplace.errors import ZooError
@@ -23,7 +24,7 @@ STATUSES = ("open", "running", "completed", "settled", "cancelled")
 
 def open_client(ctx: click.Context, *, wallet: bool = False) -> Client:
     """A client of the gateway (--gateway, ZOO_GATEWAY_URL or the devnet's), with the wallet when it must sign."""
-    settings = user_settings()
+    settings = Settings()
     url = ctx.obj or settings.gateway_url or devnet_gateway()
     if not url:
         raise ZooError("no gateway: set ZOO_GATEWAY_URL, pass `zoo-compute jobs --gateway URL ...` or start the devnet")

@@ -38,7 +38,8 @@ def node() -> None:
     """Run this machine as a compute provider.
 
     Configuration comes from ZOO_* environment variables (ZOO_RPC_URL, ZOO_MANIFEST, ZOO_IPFS_API,
-    ZOO_IPFS_REPLICAS, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD or ZOO_WALLET_PASSWORD_FILE).
+    ZOO_IPFS_REPLICAS, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD or ZOO_WALLET_PASSWORD_FILE);
+    while a devnet runs from this checkout, .devnet/user.env fills what they leave unset.
     With ZOO_GATEWAY_URL set, register, stake, status and withdraw go through that gateway (the
     wallet still signs here); `start` always talks to the chain at ZOO_RPC_URL.
     """

@@ -14,19 +14,12 @@ from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobStatus
 from marketplace.cli.wallet import ZEN_AMOUNT, open_ledger
 from marketplace.config import Settings
-from marketplace.devnet import STATE_DIR
 from marketplace.sdk import Client, Job
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
 from node.engine import SpecError
 
 console = Console()
-
-
-def user_settings() -> Settings:
-    """ZOO_* settings; on a machine running the devnet, its user's settings fill what is unset."""
-    devnet_env = STATE_DIR / "user.env"
-    return Settings(_env_file=devnet_env if devnet_env.exists() else None)
 
 
 def zen(wei: int) -> str:
@@ -63,7 +56,7 @@ def train(config_path: Path, max_budget: int, max_price: int, tier: str, nodes: 
         spec_text, spec = jobs.load_spec_text(config_path)
     except SpecError as exc:
         raise click.ClickException(f"invalid job spec {config_path}: {exc}") from None
-    settings = user_settings()
+    settings = Settings()
     if settings.gateway_url:
         return _train_through_gateway(settings, config_path, spec.name, order, tier, auction_timeout, output, no_wait)
     ledger = open_ledger(settings)

@@ -34,7 +34,8 @@ def verifier() -> None:
 
     Settings come from ZOO_* environment variables: ZOO_RPC_URL, ZOO_MANIFEST, ZOO_IPFS_API,
     ZOO_IPFS_REPLICAS, ZOO_REDIS_URL, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD(_FILE),
-    ZOO_POLL_INTERVAL, ZOO_CONFIRMATIONS. With ZOO_GATEWAY_URL set, register, stake and status go
+    ZOO_POLL_INTERVAL, ZOO_CONFIRMATIONS; while a devnet runs from this checkout,
+    .devnet/user.env fills what they leave unset. With ZOO_GATEWAY_URL set, register, stake and status go
     through that gateway (the wallet still signs here); `start` always talks to the chain.
     """
 

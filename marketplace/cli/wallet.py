@@ -59,8 +59,11 @@ ZEN_AMOUNT = ZenAmount()
 def wallet() -> None:
     """The keystore this machine signs with.
 
-    Keystores live under ZOO_HOME/keystore (default ~/.zoo-compute/keystore). The password
-    comes from ZOO_WALLET_PASSWORD, the file ZOO_WALLET_PASSWORD_FILE names, or a prompt.
+    The keystore is ZOO_WALLET, else the only one under ZOO_HOME/keystore (default
+    ~/.zoo-compute/keystore). The password comes from ZOO_WALLET_PASSWORD, the file
+    ZOO_WALLET_PASSWORD_FILE names, or a prompt. While a devnet runs from this checkout, its
+    user's settings (.devnet/user.env) fill what the environment leaves unset, as for every command:
+    the wallet is then the devnet user's.
     """
 
 

@@ -114,6 +114,20 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "marketplace.cli", *args]
 
 
+def write_env_file(path: Path, variables: dict[str, str]) -> None:
+    """Write `variables` so that a shell's `set -a; . FILE` and Settings (python-dotenv) read the same values.
+
+    Each value is single-quoted: a shell expands nothing there and keeps spaces (a JSON list has them).
+    python-dotenv would still read a backslash as an escape and expand `${...}`, and a quote ends the
+    value for both, so a value holding any of them is refused rather than read two ways.
+    """
+    for key, value in variables.items():
+        if any(bad in value for bad in ("'", "\\", "${")):
+            raise DevnetError(f"{key}={value!r} holds a quote, a backslash or ${{: a shell and the CLI would read "
+                              f"{path} differently")
+    path.write_text("".join(f"{key}='{value}'\n" for key, value in variables.items()))
+
+
 class Devnet:
     """Starts and stops the whole local network."""
 
@@ -211,8 +225,7 @@ class Devnet:
         progress("waiting for the gateway")
         state.gateway_url = self.wait_for_gateway(*gateway)
         # The user's settings leave the gateway out: `train` talks to the chain unless ZOO_GATEWAY_URL is set.
-        (self.root / "user.env").write_text(
-            "".join(f"{k}={v}\n" for k, v in self._env(state, actors[0].name).items() if k.startswith("ZOO_")))
+        write_env_file(self.root / "user.env", self._variables(state, actors[0].name))
 
     def add_provider(self) -> str:
         """One more provider on the running devnet: funded, with its own IPFS node, registered,
@@ -291,7 +304,10 @@ class Devnet:
         return [addr for other, addr in state.ipfs.items() if other != name]
 
     def _settings(self, state: State, name: str) -> Settings:
-        """The settings of a devnet process: its own IPFS node (or the user's) and its home under the root."""
+        """The settings of a devnet process: its own IPFS node (or the user's) and its home under the root.
+
+        Every field is given, so nothing comes from the environment of whoever runs `devnet up`.
+        """
         return Settings(
             rpc_url=state.rpc_url,
             manifest=Path(state.manifest),
@@ -301,14 +317,21 @@ class Devnet:
             home=self.root / name,
             wallet_password_file=self.root / "password",
             poll_interval=0.5,
+            confirmations=0,
+            database_url=None,
+            gateway_url=None,
+            wallet=None,
+            wallet_password=None,
         )
 
+    def _variables(self, state: State, name: str) -> dict[str, str]:
+        """A devnet process's settings as ZOO_* variables."""
+        values = self._settings(state, name).model_dump(exclude_none=True)
+        return {f"ZOO_{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v) for k, v in values.items()}
+
     def _env(self, state: State, name: str) -> dict[str, str]:
-        """The environment of a devnet process: its settings as ZOO_* variables."""
-        settings = self._settings(state, name)
-        values = settings.model_dump(exclude={"wallet_password", "wallet"}, exclude_none=True)
-        env = {f"ZOO_{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v) for k, v in values.items()}
-        return os.environ | env
+        """The environment of a devnet process: this one's, with the process's settings as the only ZOO_* variables."""
+        return {k: v for k, v in os.environ.items() if not k.startswith("ZOO_")} | self._variables(state, name)
 
     def _spawn_ipfs(self, state: State, name: str) -> Service:
         repo = self.root / "ipfs" / name
@@ -344,6 +367,8 @@ class Devnet:
         state = State.load(self.root)
         stopped = [s.name for s in state.running()]
         self._stop(state)
+        # Commands read the user's settings while the file exists: they would point at a chain that is gone.
+        (self.root / "user.env").unlink(missing_ok=True)
         return stopped
 
     @staticmethod

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from dotenv import dotenv_values
 from web3 import Web3
 
 from marketplace.chain.accounts import devnet_account
@@ -42,8 +43,7 @@ class Network:
 
     def env(self) -> dict[str, str]:
         """The environment a `zoo-compute` command of the user runs with."""
-        lines = (self.root / "user.env").read_text().splitlines()
-        return os.environ | dict(line.split("=", 1) for line in lines if line)
+        return os.environ | dotenv_values(self.root / "user.env")
 
     def storage(self) -> Storage:
         return Storage(self.settings.ipfs_api, self.settings.ipfs_replicas)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import click
@@ -12,11 +16,18 @@ from click.testing import CliRunner
 from marketplace import wallet
 from marketplace.cli import main
 from marketplace.config import Settings
+from marketplace.devnet.network import Devnet, State, write_env_file
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
 NOWHERE = "http://127.0.0.1:9"  # a port nothing listens on
 PASSWORD = "first hour password"
 KEY = "0x" + "22" * 32
+
+
+@pytest.fixture(autouse=True)
+def no_devnet(monkeypatch, tmp_path):
+    """A devnet running from this checkout must not lend these tests its user's settings."""
+    monkeypatch.setitem(Settings.model_config, "env_file", tmp_path / "no-devnet" / "user.env")
 
 
 @pytest.fixture
@@ -81,3 +92,55 @@ def test_a_bad_amount_names_its_option(args, option, said, env):
     result = CliRunner().invoke(main, args, env=env)
     assert result.exit_code == 2
     assert f"Error: Invalid value for '{option}': {said}" in result.output
+
+
+def devnet_user_env(root: Path, rpc_url: str, manifest: Path) -> Path:
+    """The user.env `devnet up` writes for a devnet under `root` (a space in it, as a home folder may have)."""
+    state = State(root=root, rpc_url=rpc_url, manifest=str(manifest), redis_url="redis://127.0.0.1:9/0",
+                  ipfs={"user": "/ip4/127.0.0.1/tcp/9/http", "provider-0": "/ip4/127.0.0.1/tcp/10/http",
+                        "provider-1": "/ip4/127.0.0.1/tcp/11/http"})
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "password").write_text(PASSWORD)
+    devnet = Devnet(root)
+    write_env_file(root / "user.env", devnet._variables(state, "user"))
+    return root / "user.env"
+
+
+@pytest.fixture
+def clean_environment(monkeypatch):
+    """No ZOO_* variable from whoever runs the tests."""
+    for name in [name for name in os.environ if name.startswith("ZOO_")]:
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.usefixtures("clean_environment")
+def test_a_shell_sources_the_devnet_user_env_to_the_values_the_cli_reads(tmp_path, monkeypatch):
+    path = devnet_user_env(tmp_path / "dev net", NOWHERE, tmp_path / "dev net" / "deployment.json")
+    shell = subprocess.run(["bash", "-c", f"set -a; . {shlex.quote(str(path))} && env -0"], capture_output=True,
+                           text=True, check=True, env={"PATH": os.environ["PATH"]})
+    exported = dict(line.split("=", 1) for line in shell.stdout.split("\0") if line.startswith("ZOO_"))
+    assert json.loads(exported["ZOO_IPFS_REPLICAS"]) == ["/ip4/127.0.0.1/tcp/10/http", "/ip4/127.0.0.1/tcp/11/http"]
+    assert exported["ZOO_HOME"] == str(tmp_path / "dev net" / "user")
+
+    from_file = Settings(_env_file=path)
+    for name, value in exported.items():
+        monkeypatch.setenv(name, value)
+    assert Settings(_env_file=None) == from_file
+    assert from_file.rpc_url == NOWHERE and from_file.wallet_password_file == tmp_path / "dev net" / "password"
+
+
+@pytest.mark.usefixtures("clean_environment")
+def test_every_command_finds_the_devnet_users_wallet(ledger, tmp_path, monkeypatch):
+    root = tmp_path / "devnet"
+    path = devnet_user_env(root, ledger.w3.provider.endpoint_uri, ledger.deployment.write(tmp_path / "31337.json"))
+    account, _ = wallet.import_key(Settings(_env_file=path), KEY, PASSWORD)
+    monkeypatch.setitem(Settings.model_config, "env_file", path)  # as when the devnet runs from this checkout
+    runner = CliRunner()
+
+    assert runner.invoke(main, ["wallet", "address"]).output.strip() == account.address
+    for args in (["wallet", "balance"], ["node", "status"], ["verifier", "status"]):
+        shown = runner.invoke(main, args)
+        assert shown.exit_code == 0, shown.output
+        assert account.address in "".join(shown.output.split())  # rich may wrap it in a table's title
+    trained = runner.invoke(main, ["train", "--config", str(SPEC), "--max-budget", "0.001"])
+    assert "below the reserve" in trained.output  # signed in as the same wallet, on the same chain
