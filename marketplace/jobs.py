@@ -14,7 +14,7 @@ import torch
 from eth_account.signers.local import LocalAccount
 from web3.logs import DISCARD
 
-from marketplace.chain.errors import ChainError
+from marketplace.chain.errors import ChainError, ContractRevert, TransactionReverted
 from marketplace.chain.ledger import JobRequest, JobStatus, Ledger
 from marketplace.chain.permit import sign_permit
 from marketplace.errors import ZooError
@@ -219,7 +219,7 @@ def settle(ledger: Ledger, user: LocalAccount, job_id: int, poll: float = 1.0) -
         if now >= job["completedAt"] + window and open_disputes == 0:
             try:
                 ledger.send(ledger.market.functions.settle(job_id), user)
-            except ZooError as exc:  # a provider settled in the same block
+            except (ContractRevert, TransactionReverted) as exc:  # e.g. a provider settled first, or in the same block
                 log.info("settle: %s", exc)
         time.sleep(poll)
     (event,) = ledger.market.events.JobSettled().get_logs(

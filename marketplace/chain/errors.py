@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import re
+from datetime import UTC, datetime
 from functools import cache
+from importlib import resources
 
 from eth_abi import decode
-from eth_utils import function_signature_to_4byte_selector
+from eth_utils import function_signature_to_4byte_selector, is_address, to_checksum_address
 from web3.exceptions import ContractCustomError, ContractLogicError, ContractPanicError
 
 from marketplace.errors import ZooError
+
+_PLACEHOLDER = re.compile(r"\{(\w+)(?::(\w+))?\}")
 
 
 class ChainError(ZooError):
@@ -16,13 +22,58 @@ class ChainError(ZooError):
 
 
 class ContractRevert(ChainError):
-    """A contract refused a call with one of its custom errors."""
+    """A contract refused a call with one of its custom errors; the message says why in words."""
 
     def __init__(self, name: str, args: dict[str, object]):
         self.name = name
         self.args_by_name = args
-        shown = ", ".join(f"{k}={v}" for k, v in args.items())
-        super().__init__(f"{name}({shown})")
+        super().__init__(sentence(name, args))
+
+
+@cache
+def _revert_table() -> dict:
+    """The sentences for the ledger's custom errors, shared with the web pages (which import the same file)."""
+    return json.loads(resources.files("marketplace.chain").joinpath("revert_messages.json").read_text())
+
+
+def _zen(wei: int) -> str:
+    """Wei as exact ZEN, with thousands separators and no trailing zeros (as the web pages show it)."""
+    from marketplace.chain.deploy import ZEN  # deploy imports this module
+
+    whole, fraction = divmod(int(wei), ZEN)
+    digits = f"{fraction:018d}".rstrip("0")
+    return f"{whole:,}.{digits}" if digits else f"{whole:,}"
+
+
+def _formatted(value: object, kind: str | None) -> str:
+    table = _revert_table()
+    if kind == "zen":
+        return _zen(int(value))
+    if kind == "time":
+        return datetime.fromtimestamp(int(value), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if kind in table["enums"]:
+        names = table["enums"][kind]
+        return names[value] if 0 <= int(value) < len(names) else str(value)
+    if isinstance(value, str) and is_address(value):
+        return to_checksum_address(value)
+    return str(value)
+
+
+def sentence(name: str, args: dict[str, object]) -> str:
+    """A custom error in words, from the shared table; an error the table lacks is shown as its call."""
+    template = _revert_table()["messages"].get(name)
+    if template is None:
+        return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
+    return _PLACEHOLDER.sub(lambda m: _formatted(args[m[1]], m[2]), template)
+
+
+class TransactionReverted(ChainError):
+    """A mined transaction failed; `reason` is what the contract said when the call is replayed on that block."""
+
+    def __init__(self, tx_hash: str, block: int, reason: ChainError | None):
+        self.tx_hash, self.block, self.reason = tx_hash, block, reason
+        said = f": {reason}" if reason is not None else ""
+        super().__init__(f"transaction {tx_hash} reverted in block {block}{said}")
 
 
 def _abi_type(param: dict) -> str:

@@ -8,7 +8,7 @@ from web3.contract.contract import ContractConstructor, ContractFunction
 from web3.exceptions import ContractCustomError, ContractLogicError, ContractPanicError
 from web3.types import TxReceipt
 
-from marketplace.chain.errors import ChainError, explain
+from marketplace.chain.errors import ChainError, TransactionReverted, explain
 
 REVERTS = (ContractCustomError, ContractLogicError, ContractPanicError)
 
@@ -46,8 +46,21 @@ def send(
     tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
     receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=120)
     if receipt["status"] != 1:
-        raise ChainError(f"transaction {tx_hash.hex()} reverted in block {receipt['blockNumber']}")
+        raise TransactionReverted(tx_hash.to_0x_hex(), receipt["blockNumber"], revert_reason(w3, tx_hash))
     return receipt
+
+
+def revert_reason(w3: Web3, tx_hash) -> ChainError | None:
+    """Why a mined transaction reverted: the contract's error when the call is replayed on the state its
+    block left. Most reverts of a sound transaction come from a transaction before it in the same block
+    (someone settled first), and that state still refuses the call; None if the replay passes."""
+    sent = w3.eth.get_transaction(tx_hash)
+    call = {"from": sent["from"], "to": sent["to"], "data": sent["input"], "value": sent["value"], "gas": sent["gas"]}
+    try:
+        w3.eth.call(call, block_identifier=sent["blockNumber"])
+    except REVERTS as exc:
+        return explain(exc)
+    return None
 
 
 def call(fn: ContractFunction, **kwargs):

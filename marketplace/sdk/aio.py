@@ -21,7 +21,13 @@ from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
-from marketplace.sdk.errors import GatewayError, GatewayUnavailable, JobCancelled, NoBids
+from marketplace.sdk.errors import (
+    GatewayError,
+    GatewayUnavailable,
+    JobCancelled,
+    NoBids,
+    TransactionReverted,
+)
 from marketplace.storage import Storage
 
 SESSION_MINUTES = 60  # how long a sign-in asks to last
@@ -168,7 +174,7 @@ class AsyncClient:
             if status["status"] == "succeeded":
                 return status
             if status["status"] == "reverted":
-                raise GatewayError(0, f"transaction {sent['tx_hash']} reverted in block {status['block_number']}")
+                raise TransactionReverted(sent["tx_hash"], status["block_number"], status.get("error"))
             await asyncio.sleep(min(self.poll_interval, 0.5))
 
     def _signed_permit(self, permit: dict) -> dict:
@@ -287,8 +293,12 @@ class AsyncJob:
             await asyncio.sleep(self.client.poll_interval)
 
     async def _try_settle(self) -> None:
+        """Settle if the ledger lets us; someone else settling first, even in the same block, is no failure:
+        the next look at the job finds it settled."""
         try:
             await self.client.transact(f"/transactions/jobs/{self.id}/settle", {})
+        except TransactionReverted:
+            pass  # mined behind another settle (or a dispute opened in the same block)
         except GatewayError as exc:
             if exc.status != 409:  # 409: the window is not over yet, or someone settled first
                 raise

@@ -20,6 +20,15 @@ class GatewayUnavailable(GatewayError, ConnectionError):
         super().__init__(0, f"no gateway answers at {url}: {reason}")
 
 
+class TransactionReverted(GatewayError):
+    """A transaction signed here was mined and reverted; the message says what the contract refused."""
+
+    def __init__(self, tx_hash: str, block: int, reason: str | None):
+        said = f": {reason}" if reason else ""
+        super().__init__(0, f"transaction {tx_hash} reverted in block {block}{said}")
+        self.tx_hash, self.block = tx_hash, block
+
+
 class NoBids(ZooError):
     """The auction did not fill in time; the job was cancelled and its budget refunded."""
 

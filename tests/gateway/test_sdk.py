@@ -8,13 +8,17 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
 from click.testing import CliRunner
 
-from marketplace import AsyncClient, Client
+from marketplace import AsyncClient, Client, jobs
+from marketplace.chain import tx
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobStatus, Ledger
@@ -30,6 +34,7 @@ pytestmark = pytest.mark.anvil
 SPEC = Path(__file__).parents[2] / "node/specs/tiny.yaml"
 UNITS = 6  # the tiny spec's units per node
 GPU_SECONDS = 599
+T = TypeVar("T")
 ORDER = {"max_budget": 500, "max_price": 100, "sample_rate_bps": 0, "checkpoint_interval": 3600}
 
 
@@ -145,6 +150,9 @@ def test_jobs_cli_lists_shows_follows_fetches_and_cancels(trained, served_gatewa
     cancelled = json.loads(jobs("cancel", str(unfilled), "--json"))
     assert cancelled["status"] == "succeeded"
     assert ledger.market.functions.status(unfilled).call() == JobStatus.CANCELLED
+    settled = runner.invoke(main, ["jobs", "cancel", str(job_id)], env=env)
+    assert settled.exit_code == 1 and settled.output.strip().splitlines() == [
+        f"Error: POST /transactions/jobs/{job_id}/cancel: Job {job_id} is settled, which does not allow this."]
 
     missing = runner.invoke(main, ["jobs", "show", "999999"], env=env)
     assert missing.exit_code == 1 and missing.output.strip().splitlines() == [
@@ -249,7 +257,76 @@ def test_sdk_unstakes_and_reads_accounts(served_gateway, ledger, cast):
         after = client.account(provider.address)
         assert int(after["unbonding"]) - int(before["unbonding"]) == 100 * ZEN
         assert int(before["staked"]) - int(after["staked"]) == 100 * ZEN
-        with pytest.raises(GatewayError, match="UnbondingNotOver") as refused:
+        with pytest.raises(GatewayError, match="Your unbonding stake can be withdrawn from .*, not yet") as refused:
             client.withdraw_stake()
         assert refused.value.status == 409
         assert client.provider(provider.address)["address"] == provider.address
+
+
+def settle_behind_a_provider(ledger: Ledger, cast: Cast, job_id: int, settle: Callable[[], T]) -> tuple[T, str]:
+    """Run `settle` (the user's way of settling) while a provider's settle lands first in the same block:
+    the user's transaction is sent, the provider's follows with a higher tip, and one block mines both.
+    What `settle` returned, and the user's (reverted) transaction."""
+    w3, market = ledger.w3, ledger.market.functions
+    provider = next(p for p in cast.providers if p.address == ledger.slot(job_id, 0)["provider"])
+    w3.provider.make_request("evm_setAutomine", [False])
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            user = pool.submit(settle)
+            (users_tx,) = pending_transactions(w3, count=1)
+            ahead = tx.build(w3, market.settle(job_id), provider.address)
+            ahead["maxPriorityFeePerGas"] = users_tx["maxPriorityFeePerGas"] * 10
+            ahead["maxFeePerGas"] = users_tx["maxFeePerGas"] + ahead["maxPriorityFeePerGas"]
+            w3.eth.send_raw_transaction(provider.sign_transaction(ahead).raw_transaction)
+            pending_transactions(w3, count=2)
+            w3.provider.make_request("evm_mine", [])
+            outcome = user.result(timeout=120)
+    finally:
+        w3.provider.make_request("evm_setAutomine", [True])
+    block = w3.eth.get_block("latest", full_transactions=True)
+    assert [t["from"] for t in block["transactions"]] == [provider.address, cast.user.address]
+    assert [w3.eth.get_transaction_receipt(t["hash"])["status"] for t in block["transactions"]] == [1, 0]
+    return outcome, users_tx["hash"].to_0x_hex()
+
+
+def pending_transactions(w3, count: int, timeout: float = 60) -> list[dict]:
+    """The pool's transactions once it holds `count` of them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        content = w3.provider.make_request("txpool_content", [])["result"]["pending"]
+        found = [w3.eth.get_transaction(t["hash"]) for by_nonce in content.values() for t in by_nonce.values()]
+        if len(found) >= count:
+            return found
+        assert time.monotonic() < deadline, f"{len(found)} of {count} transactions reached the pool"
+        time.sleep(0.1)
+
+
+def completed_job(ledger: Ledger, cast: Cast, client: Client, ipfs_api: str) -> int:
+    """A job escrowed through the gateway, trained by the scripted providers, its verification window over."""
+    job = client.train(config=SPEC, **ORDER)
+    with Storage(ipfs_api) as storage:
+        provide(ledger, cast, storage, job.id)
+    assert ledger.market.functions.status(job.id).call() == JobStatus.COMPLETED
+    return job.id
+
+
+def test_the_sdk_settles_a_job_a_provider_settles_in_the_same_block(served_gateway, ledger, cast, ipfs_api):
+    with Client(served_gateway, wallet=cast.user, ipfs_api=ipfs_api, ipfs_replicas=[], poll_interval=0.2) as client:
+        job_id = completed_job(ledger, cast, client, ipfs_api)
+        held = ledger.balance(cast.user.address)
+        final, lost = settle_behind_a_provider(ledger, cast, job_id, client.handle(job_id).wait)
+        assert final["status"] == "settled"
+        assert ledger.balance(cast.user.address) == held + int(final["settlement"]["refund"])
+        said = client.request("GET", f"/transactions/status/{lost}")
+        assert (said["status"], said["error"]) == ("reverted", f"Job {job_id} is settled, which does not allow this.")
+
+
+def test_the_chain_path_settles_a_job_a_provider_settles_in_the_same_block(served_gateway, ledger, cast, ipfs_api):
+    with Client(served_gateway, wallet=cast.user, ipfs_api=ipfs_api, ipfs_replicas=[], poll_interval=0.2) as client:
+        job_id = completed_job(ledger, cast, client, ipfs_api)
+    held = ledger.balance(cast.user.address)
+    settlement, _ = settle_behind_a_provider(ledger, cast, job_id,
+                                             lambda: jobs.settle(ledger, cast.user, job_id, poll=0.2))
+    assert settlement.block == ledger.w3.eth.block_number
+    assert ledger.balance(cast.user.address) == held + settlement.refund
+    assert settlement.payment == UNITS * (GPU_SECONDS * ledger.slot(job_id, 0)["price"] // 3600)

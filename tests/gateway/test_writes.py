@@ -99,10 +99,13 @@ def test_job_escrowed_with_a_permit_then_cancelled_from_signed_transactions(clie
     index_all(indexer)
     assert client.get(f"/jobs/{job_id}").json()["user"] == user.address
     settle = client.post(f"/transactions/jobs/{job_id}/settle", json={"sender": user.address})
-    assert settle.status_code == 409 and settle.json()["detail"]  # the ledger's custom error, decoded
+    assert (settle.status_code, settle.json()) == (409, {"detail": f"Job {job_id} is open, which does not allow this.",
+                                                         "error": "WrongJobStatus"})
     signed_and_sent(client, user, client.post(f"/transactions/jobs/{job_id}/cancel",
                                               json={"sender": user.address}).json())
     assert market.status(job_id).call() == JobStatus.CANCELLED and ledger.balance(user.address) == held
+    again = client.post(f"/transactions/jobs/{job_id}/cancel", json={"sender": user.address})
+    assert (again.status_code, again.json()["detail"]) == (409, f"Job {job_id} is cancelled, which does not allow this.")
 
     too_much = order | {"max_budget": str(10**9 * ZEN), "permit": None}
     assert "holds" in client.post("/transactions/jobs", json=too_much).json()["detail"]
@@ -156,10 +159,11 @@ def test_provider_registers_stakes_and_unstakes_from_signed_transactions(client,
                     "network_gbps": 1, "endpoint": "tcp://127.0.0.1:29500", "attestation": "0x" + "ab" * 32}
     assert client.post("/transactions/providers", json=registration | {"attestation": "0xab"}).status_code == 422
     unknown = client.post("/transactions/providers", json=registration | {"tier": 9})
-    assert unknown.status_code == 409 and "UnknownTier" in unknown.json()["detail"]
+    assert (unknown.status_code, unknown.json()) == (409, {"detail": "There is no tier 9.", "error": "UnknownTier"})
     signed_and_sent(client, provider, client.post("/transactions/providers", json=registration).json())
     again = client.post("/transactions/providers", json=registration)
-    assert again.status_code == 409 and "AlreadyRegistered" in again.json()["detail"]
+    assert (again.status_code, again.json()["error"]) == (409, "AlreadyRegistered")
+    assert again.json()["detail"] == f"Account {provider.address} is already registered."
 
     stake = 1_500 * ZEN
     permit = client.post("/transactions/permit", json={"owner": provider.address, "spender": "Staking",
@@ -176,10 +180,13 @@ def test_provider_registers_stakes_and_unstakes_from_signed_transactions(client,
 
     unstake = {"sender": provider.address, "amount": str(2_000 * ZEN)}
     refused = client.post("/transactions/unstake", json=unstake)
-    assert refused.status_code == 409 and "InsufficientFreeStake" in refused.json()["detail"]
+    assert (refused.status_code, refused.json()["error"]) == (409, "InsufficientFreeStake")
+    assert refused.json()["detail"] == ("Only 1,500 ZEN of your stake is free (the rest is locked as collateral for "
+                                        "running jobs); you asked for 2,000 ZEN.")
     signed_and_sent(client, provider, client.post("/transactions/unstake", json=unstake | {"amount": str(500 * ZEN)}).json())
     early = client.post("/transactions/stake/withdraw", json={"sender": provider.address})
-    assert early.status_code == 409 and "UnbondingNotOver" in early.json()["detail"]
+    assert (early.status_code, early.json()["error"]) == (409, "UnbondingNotOver")
+    assert early.json()["detail"].startswith("Your unbonding stake can be withdrawn from ")
 
     shown = client.get(f"/chain/accounts/{provider.address.lower()}").json()
     assert (shown["role"], shown["tier"], shown["admitted"]) == ("provider", 0, False)

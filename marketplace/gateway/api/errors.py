@@ -32,7 +32,8 @@ def refused(_: Request, exc: Exception) -> JSONResponse:
     status = status_of(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     detail = f"invalid job spec: {exc}" if isinstance(exc, SpecError) else str(exc)
-    return JSONResponse(status_code=status, content={"detail": detail}, headers=headers)
+    named = {"error": exc.name} if isinstance(exc, ContractRevert) else {}
+    return JSONResponse(status_code=status, content={"detail": detail} | named, headers=headers)
 
 
 def method_not_allowed(request: Request, _: Exception) -> JSONResponse:

@@ -19,6 +19,12 @@ class Message(BaseModel):
     detail: str
 
 
+class Revert(Message):
+    """Why the ledger would refuse it: its custom error in words, and by name for programs."""
+
+    error: str  # the custom error's name, e.g. "UnbondingNotOver"
+
+
 def _wei(value):
     """Wei arrive as a JSON integer or, for clients whose numbers are doubles, as a decimal string."""
     if isinstance(value, str) and re.fullmatch(r"[0-9]{1,78}", value):
@@ -49,7 +55,7 @@ NOT_FOUND = {404: {"model": Message, "description": "Not in the index."}}
 SIGNED_IN = {401: {"model": Message, "description": "No live Sign-In with Ethereum session."},
              403: {"model": Message, "description": "The signed-in wallet may not write here."}}
 REFUSED = {400: {"model": Message, "description": "Invalid input, or a transaction the gateway will not send."},
-           409: {"model": Message, "description": "The ledger would revert it now (its custom error)."}}
+           409: {"model": Revert, "description": "The ledger would revert it now (its custom error)."}}
 
 
 class Row(BaseModel):
@@ -396,3 +402,4 @@ class TransactionStatus(BaseModel):
     block_number: int | None
     gas_used: int | None
     job_id: int | None  # the job it created, if it created one
+    error: str | None = None  # why it reverted: the contract's error on the state its block left

@@ -11,6 +11,7 @@ from web3.exceptions import TransactionNotFound
 from web3.logs import DISCARD
 
 from marketplace import jobs
+from marketplace.chain import tx
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.chain.permit import permit_typed_data, split_signature
@@ -152,7 +153,7 @@ def send_signed(body: SignedTransaction, ledger: LedgerDep):
 
 @router.get("/status/{tx_hash}", response_model=TransactionStatus, responses=NOT_FOUND)
 def transaction_status(tx_hash: TxHash, ledger: LedgerDep):
-    """Whether the transaction is mined and succeeded, and the job it created if any."""
+    """Whether the transaction is mined and succeeded, the job it created if any, and why it reverted if it did."""
     try:
         receipt = ledger.w3.eth.get_transaction_receipt(tx_hash)
     except TransactionNotFound:
@@ -164,7 +165,10 @@ def transaction_status(tx_hash: TxHash, ledger: LedgerDep):
             raise UnknownTransaction(f"transaction {tx_hash} is neither pending nor mined") from None
         return {"tx_hash": tx_hash, "status": "pending", "block_number": None, "gas_used": None, "job_id": None}
     created = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
+    reverted = receipt["status"] != 1
+    reason = tx.revert_reason(ledger.w3, receipt["transactionHash"]) if reverted else None
     return {"tx_hash": HexBytes(receipt["transactionHash"]).to_0x_hex(),
-            "status": "succeeded" if receipt["status"] == 1 else "reverted",
+            "status": "reverted" if reverted else "succeeded",
             "block_number": receipt["blockNumber"], "gas_used": receipt["gasUsed"],
-            "job_id": created[0]["args"]["jobId"] if created else None}
+            "job_id": created[0]["args"]["jobId"] if created else None,
+            "error": None if reason is None else str(reason)}

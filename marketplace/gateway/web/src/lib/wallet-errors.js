@@ -2,6 +2,7 @@
 // ledger's custom errors decoded from the revert data, and the page's own checks.
 import { BaseError, ContractFunctionRevertedError } from "viem";
 import { when, zen } from "./format.js";
+import REVERTS from "../../../../chain/revert_messages.json";
 
 /** A problem the page found itself, already in plain words. */
 export class WalletProblem extends Error {}
@@ -10,17 +11,23 @@ const REJECTED = 4001; // EIP-1193: the user rejected the request
 const UNAUTHORIZED = 4100;
 const DISCONNECTED = 4900;
 
-/** The ledger's custom errors a staking action can meet, as sentences. */
-const REVERTS = {
-  NotRegistered: () => "This wallet is not registered as a provider, so it cannot stake yet: register it first with `zoo-compute node register`.",
-  ZeroAmount: () => "Enter an amount above zero.",
-  InsufficientFreeStake: ([, free, needed]) => `Only ${zen(free)} ZEN of your stake is free (the rest is locked as collateral for running jobs); you asked for ${zen(needed)} ZEN.`,
-  UnbondingNotOver: ([endsAt]) => `Your unbonding stake can be withdrawn from ${when(endsAt)}, not yet.`,
-  NothingToWithdraw: () => "Nothing has finished unbonding, so there is nothing to withdraw.",
-  ERC20InsufficientBalance: ([, balance, needed]) => `You hold ${zen(balance)} ZEN, less than the ${zen(needed)} ZEN this needs.`,
-  ERC20InsufficientAllowance: ([, allowance, needed]) => `The permit was not accepted: the staking contract may take ${zen(allowance)} ZEN of yours, not ${zen(needed)}. Sign again.`,
-  SafeCastOverflowedUintDowncast: () => "That amount is larger than any stake can be.",
-};
+const PLACEHOLDER = /\{(\w+)(?::(\w+))?\}/g;
+
+function formatted(value, kind) {
+  if (kind === "zen") return zen(value);
+  if (kind === "time") return when(value);
+  const names = REVERTS.enums[kind];
+  if (names) return names[Number(value)] ?? String(value);
+  return String(value);
+}
+
+/** A ledger custom error in words, from the table the CLI and the gateway use too. */
+export function sentence(name, args = [], inputs = []) {
+  const template = REVERTS.messages[name];
+  if (!template) return `The ledger refused: ${name}(${args.join(", ")}).`;
+  const byName = Object.fromEntries(inputs.map((input, i) => [input.name, args[i]]));
+  return template.replace(PLACEHOLDER, (_, arg, kind) => formatted(byName[arg], kind));
+}
 
 function walletCode(error) {
   if (error instanceof BaseError) return error.walk((e) => typeof e?.code === "number")?.code;
@@ -37,8 +44,7 @@ export function explain(error) {
     if (error.walk((e) => e?.name === "ChainMismatchError")) return "Your wallet switched to another chain: switch back and try again.";
     const revert = error.walk((e) => e instanceof ContractFunctionRevertedError);
     if (revert?.data?.errorName) {
-      const say = REVERTS[revert.data.errorName];
-      return say ? say(revert.data.args ?? []) : `The ledger refused: ${revert.data.errorName}(${(revert.data.args ?? []).join(", ")}).`;
+      return sentence(revert.data.errorName, revert.data.args ?? [], revert.data.abiItem?.inputs ?? []);
     }
     if (revert) return `The ledger refused: ${revert.reason ?? revert.shortMessage}.`;
     return error.shortMessage;
