@@ -75,7 +75,11 @@ def down(root: Path) -> None:
 @root_option
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def status(root: Path, as_json: bool) -> None:
-    """Show each process, the chain and where everything is."""
+    """Show each process, the chain and where everything is.
+
+    When no devnet runs here (none started, or stopped by `down`), it says so and exits with status 1,
+    so `zoo-compute devnet status >/dev/null` tells a script whether one runs.
+    """
     info = Devnet(root).status()
     if as_json:
         click.echo(json.dumps(info, indent=2))
@@ -98,7 +102,9 @@ def logs(root: Path, service: str | None, lines: int) -> None:
 
 
 def _show(info: dict) -> None:
-    console.print(f"chain: {info['rpc_url']} {info['chain']}")
+    chain = info["chain"]
+    answer = f"chain id {chain['chain_id']}, block {chain['block']}" if chain else "not answering"
+    console.print(f"chain: {info['rpc_url']} ({answer})")
     console.print(f"manifest: {info['manifest']}")
     for name, addr in info["ipfs"].items():
         console.print(f"ipfs {name}: {addr}")

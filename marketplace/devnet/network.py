@@ -379,7 +379,12 @@ class Devnet:
         stop_all([s for s in state.services if s not in users])
 
     def status(self) -> dict:
+        """What runs and where it is; a devnet none of whose processes runs (stopped by `down`, or never
+        finished starting) is refused, since its URLs and ports are of processes that are gone."""
         state = State.load(self.root)
+        if not state.running():
+            raise DevnetError(f"no devnet is running in {self.root}: start one with `zoo-compute devnet up` "
+                              f"(`zoo-compute devnet logs` shows the logs of the last one)")
         chain = {}
         if state.rpc_url:
             w3 = Web3(Web3.HTTPProvider(state.rpc_url))

@@ -17,6 +17,7 @@ from marketplace import wallet
 from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.devnet.network import Devnet, State, write_env_file
+from marketplace.devnet.process import Service
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
 NOWHERE = "http://127.0.0.1:9"  # a port nothing listens on
@@ -144,3 +145,30 @@ def test_every_command_finds_the_devnet_users_wallet(ledger, tmp_path, monkeypat
         assert account.address in "".join(shown.output.split())  # rich may wrap it in a table's title
     trained = runner.invoke(main, ["train", "--config", str(SPEC), "--max-budget", "0.001"])
     assert "below the reserve" in trained.output  # signed in as the same wallet, on the same chain
+
+
+def devnet_state(root: Path, pid: int) -> None:
+    """A devnet's state file whose only process has `pid`."""
+    state = State(root=root, rpc_url=NOWHERE, gateway_url="http://127.0.0.1:10", redis_url="redis://127.0.0.1:11/0",
+                  ipfs={"user": "/ip4/127.0.0.1/tcp/12/http"})
+    state.services = [Service("anvil", ["anvil"], str(root / "logs" / "anvil.log"), pid=pid)]
+    state.save()
+
+
+def test_devnet_status_after_down_says_none_runs_instead_of_stale_urls(tmp_path):
+    root = tmp_path / "devnet"
+    root.mkdir()
+    devnet_state(root, os.getpid())  # a process that runs: this one
+    shown = CliRunner().invoke(main, ["devnet", "status", "--root", str(root)])
+    assert shown.exit_code == 0, shown.output
+    assert f"chain: {NOWHERE} (not answering)" in shown.output and "{}" not in shown.output
+
+    devnet_state(root, 2**22 + 1)  # above the kernel's pid range: everything `up` started has stopped
+    (root / "user.env").write_text(f"ZOO_RPC_URL='{NOWHERE}'\n")
+    assert CliRunner().invoke(main, ["devnet", "down", "--root", str(root)]).exit_code == 0
+    assert not (root / "user.env").exists()
+    for args in ([], ["--json"]):
+        shown = CliRunner().invoke(main, ["devnet", "status", "--root", str(root), *args])
+        assert shown.exit_code == 1
+        assert shown.output.startswith(f"Error: no devnet is running in {root}: start one with `zoo-compute devnet up`")
+        assert NOWHERE not in shown.output and "127.0.0.1:10" not in shown.output
