@@ -317,12 +317,29 @@ class JobSpec(_Section):
 
 
 def parse_spec(source: str | bytes | Mapping[str, Any]) -> JobSpec:
-    """Validate a spec given as YAML text or an already-parsed mapping."""
+    """Validate a spec given as YAML text or an already-parsed mapping.
+
+    Text that is not YAML is refused at its line and column (1-based, as editors count), with the
+    line shown and a caret under the column: the line the parser stopped at, or, when that one is
+    blank (an unclosed bracket or quote), the line where the unclosed construct began.
+    """
     if isinstance(source, (str, bytes)):
         try:
             source = yaml.safe_load(source)
+        except yaml.MarkedYAMLError as exc:
+            mark, began, message = exc.problem_mark, exc.context_mark, exc.problem or "not YAML"
+            if exc.context is not None:
+                at = f" at line {began.line + 1}, column {began.column + 1}" if began is not None else ""
+                message += f" ({exc.context}{at})"
+            if mark is None:
+                raise SpecError([("yaml", message)]) from None
+            shown = mark.get_snippet()
+            if (shown is None or not shown.split("\n")[0].strip()) and began is not None:
+                shown = began.get_snippet()
+            where = f"line {mark.line + 1}, column {mark.column + 1}"
+            raise SpecError([(where, f"{message}\n{shown}" if shown else message)]) from None
         except yaml.YAMLError as exc:
-            raise SpecError([("yaml", str(exc).replace("\n", " "))]) from None
+            raise SpecError([("yaml", str(exc))]) from None
     if not isinstance(source, Mapping):
         raise SpecError(
             [("spec", f"expected a mapping at the top level, got {type(source).__name__}")]

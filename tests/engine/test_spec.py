@@ -112,7 +112,7 @@ def test_missing_data_section(tiny_raw):
 
 
 def test_yaml_syntax_error_is_a_spec_error():
-    with pytest.raises(SpecError, match="yaml"):
+    with pytest.raises(SpecError, match=r"^line 1, column 17: expected ',' or ']'"):
         parse_spec("model: [unclosed")
 
 

@@ -12,12 +12,14 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from test_writes import bearer
 
 from marketplace import wallet
 from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.devnet.network import Devnet, State, write_env_file
 from marketplace.devnet.process import Service
+from node.engine import SpecError, parse_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
 NOWHERE = "http://127.0.0.1:9"  # a port nothing listens on
@@ -172,3 +174,20 @@ def test_devnet_status_after_down_says_none_runs_instead_of_stale_urls(tmp_path)
         assert shown.exit_code == 1
         assert shown.output.startswith(f"Error: no devnet is running in {root}: start one with `zoo-compute devnet up`")
         assert NOWHERE not in shown.output and "127.0.0.1:10" not in shown.output
+
+
+def test_broken_yaml_is_shown_at_its_line_by_train_and_the_gateway(client, cast, tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC.read_text().replace("lr: ", "lr: 0.1: ", 1))
+    line = next(i for i, text in enumerate(spec.read_text().splitlines()) if "lr: 0.1: " in text)
+    with pytest.raises(SpecError) as caught:
+        parse_spec(spec.read_text())
+    problem = str(caught.value)
+    assert problem.startswith(f"line {line + 1}, column ") and "\n" in problem
+
+    trained = CliRunner().invoke(main, ["train", "--config", str(spec), "--max-budget", "10"])
+    assert trained.exit_code == 1 and "Traceback" not in trained.output
+    assert trained.output == f"Error: invalid job spec {spec}: {problem}\n"
+
+    refused = client.post("/uploads/spec", json={"spec": spec.read_text()}, headers=bearer(client, cast.user))
+    assert refused.status_code == 400 and refused.json()["detail"] == f"invalid job spec: {problem}"
