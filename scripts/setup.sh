@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the demo and the tests need on a fresh machine, and nothing twice: Debian
-# packages, the pinned npm toolchain (solc-js, Foundry, OpenZeppelin, viem, esbuild), the web pages'
-# bundles, and the Python venv.
+# packages, the pinned npm toolchain (solc-js, Foundry, OpenZeppelin, viem, esbuild, Swagger UI), the
+# web pages' build, and the Python venv.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,11 +29,12 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   npm ci --no-audit --no-fund --loglevel=error
 fi
 
-# The gateway's pages: bundle their scripts (viem) with esbuild when a source is newer than the
-# bundle. The bundles are built, not committed (marketplace/gateway/web/dist/ is ignored).
+# The gateway's pages: bundle their scripts (viem) with esbuild and copy Swagger UI for /docs
+# when a source is newer than the build. The build is not committed (marketplace/gateway/web/dist/
+# is ignored).
 web=marketplace/gateway/web
-if [ ! -f $web/dist/explorer.js ] || [ ! -f $web/dist/stake.js ] ||
-   [ -n "$(find $web/src package.json package-lock.json -newer $web/dist/stake.js -print -quit)" ]; then
+if [ ! -f $web/dist/explorer.js ] || [ ! -f $web/dist/stake.js ] || [ ! -f $web/dist/swagger-ui/swagger-ui-bundle.js ] ||
+   [ -n "$(find $web/src $web/build.mjs package.json package-lock.json -newer $web/dist/stake.js -print -quit)" ]; then
   echo "setup: npm run build (the gateway's pages)"
   npm run build --silent
 fi

@@ -136,6 +136,25 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
     wait_for(lambda: all(ledger.owed(p) == 0 for p in market.participants(job_id).call()), 60, "the payout")
 
 
+# --- the API reference -------------------------------------------------------------------------------
+
+
+def test_api_reference_renders_with_no_other_site(gateway, page: Page):
+    # Every request to another origin is refused, as on a machine with no network: Swagger UI,
+    # its stylesheet and the OpenAPI document must all come from the gateway.
+    elsewhere = []
+    page.context.route(lambda url: not url.startswith(gateway),
+                       lambda route: (elsewhere.append(route.request.url), route.abort()))
+    page.goto(f"{gateway}/")
+    assert page.url == f"{gateway}/ui/explorer/"
+    page.get_by_role("link", name="API").click()
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("Zoo Compute gateway")
+    expect(page.locator(".opblock").first).to_be_visible()
+    expect(page.locator(".opblock-summary-path", has_text="/jobs/{job_id}").first).to_be_visible()
+    assert page.locator(".opblock").count() > 20
+    assert elsewhere == []
+
+
 # --- the staking page ------------------------------------------------------------------------------
 
 
