@@ -5,8 +5,10 @@ wallet and says in plain words why it cannot."""
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
+import httpx
 import pytest
 from eth_account.signers.local import LocalAccount
 from playwright.sync_api import Browser, Page, expect, sync_playwright
@@ -54,8 +56,39 @@ def page(browser: Browser, request):
 
 
 def shown(wei: int) -> str:
-    """ZEN as the pages show it: exact, with thousands separators."""
+    """ZEN exactly, with thousands separators: the staking page's figures, and the explorer's titles."""
     return format((Decimal(wei) / ZEN).normalize(), ",f")
+
+
+SHORT = re.compile(r"(?P<approx>≈)?(?P<value>-?\d{1,3}(,\d{3})*(\.\d{1,6})?)|<0\.000001")
+FLOAT_ARTIFACT = re.compile(r"\d\.\d{7,}")  # more decimals than any figure shows, as 0.003999999999999998
+
+
+def check_amounts(page: Page) -> None:
+    """Every amount the explorer shows: its wei (data-wei) in full in its title, and as text that
+    amount to 6 decimals, exact or marked ≈ and rounded to the nearest; and no figure on the page
+    with more decimals than that."""
+    amounts = page.locator("[data-wei]").evaluate_all("nodes => nodes.map(n => [n.dataset.wei, n.title, n.textContent])")
+    assert amounts
+    for wei_text, title, text in amounts:
+        wei = int(wei_text)
+        assert title == f"{shown(wei)} ZEN"
+        match = SHORT.fullmatch(text)
+        assert match, f"{text!r} is not an amount to 6 decimals"
+        exact = Decimal(wei) / ZEN
+        if text == "<0.000001":
+            assert 0 < exact < Decimal("0.0000005")
+        elif match["approx"]:
+            value = Decimal(match["value"].replace(",", ""))
+            assert value != exact and abs(value - exact) <= Decimal("0.0000005"), f"{text} for {exact}"
+        else:
+            assert Decimal(match["value"].replace(",", "")) == exact, f"{text} for {exact}"
+    assert not FLOAT_ARTIFACT.search(page.locator("body").inner_text())
+
+
+def wei_in(cell) -> int:
+    """The amount in a table cell or figure, to the wei."""
+    return int(cell.locator("[data-wei]").get_attribute("data-wei"))
 
 
 def snap(page: Page, name: str) -> None:
@@ -101,7 +134,7 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
         jobs.follow(ledger, storage, job_id, lambda progress: None)
     expect(row.locator(".status")).to_have_text("completed")
     accrued = ledger.job(job_id)["budget"] - ledger.slot(job_id, 0)["remaining"]
-    assert accrued > 0 and wei_of(row.locator('[data-field="paid"]').inner_text()) == accrued
+    assert accrued > 0 and wei_in(row.locator('[data-field="paid"]')) == accrued
     snap(page, "explorer-job-completed")
     settled = jobs.settle(ledger, user, job_id)
     expect(row.locator(".status")).to_have_text("settled")
@@ -109,8 +142,7 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
     budget = ledger.job(job_id)["budget"]
     market = ledger.market.functions
     earned = [market.earned(job_id, p).call() for p in market.participants(job_id).call()]
-    figures = {field: wei_of(row.locator(f'[data-field="{field}"]').inner_text())
-               for field in ("escrow", "paid", "fee", "payouts", "refund")}
+    figures = {field: wei_in(row.locator(f'[data-field="{field}"]')) for field in ("escrow", "paid", "fee", "payouts", "refund")}
     assert figures == {"escrow": budget, "paid": settled.payment, "fee": settled.fee,
                      "payouts": settled.payment - settled.fee, "refund": settled.refund}
     assert len(earned) == 1 and settled.payment == earned[0] > 0
@@ -119,6 +151,7 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
     expect(row.locator('[data-field="check"]')).to_have_text("✓ escrow = payouts + fee + refund")
     expect(page.locator("#network-check")).to_contain_text("✓ every escrowed ZEN is paid, refunded or still in escrow")
     expect(page.locator("#network-check")).to_contain_text("treasury matches the chain at block")
+    check_amounts(page)
     snap(page, "explorer-job-settled")
 
     # The settlement's row links to its transaction, decoded from the chain by the gateway.
@@ -134,6 +167,62 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
 
     # The provider withdraws on its own; later tests that measure balances must not see it happen.
     wait_for(lambda: all(ledger.owed(p) == 0 for p in market.participants(job_id).call()), 60, "the payout")
+
+
+@pytest.fixture(scope="module")
+def settled_job(network, gateway) -> int:
+    """A settled job for the explorer to show: the devnet's newest, or a quick one run now."""
+    newest = httpx.get(f"{gateway}/jobs", params={"status": "settled", "limit": 1}).json()
+    if newest:
+        return newest[0]["job_id"]
+    ledger, user = network.ledger, network.user
+    order = jobs.Order(max_budget=20 * ZEN, max_price=10 * ZEN, sample_rate_bps=0, checkpoint_interval=600)
+    with network.storage() as storage:
+        job_id = jobs.submit(ledger, user, storage, QUICK_SPEC, order)
+        jobs.wait_for_auction(ledger, user, job_id, timeout=60)
+        jobs.follow(ledger, storage, job_id, lambda progress: None)
+    jobs.settle(ledger, user, job_id)
+    return job_id
+
+
+def inside(box: dict, width: int) -> bool:
+    return box["x"] >= 0 and box["x"] + box["width"] <= width
+
+
+@pytest.mark.parametrize("width", [1280, 1400, 2000])
+def test_explorer_fits_the_window(browser: Browser, gateway, settled_job, width):
+    height = 900
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(UI_TIMEOUT_MS)
+    try:
+        page.goto(f"{gateway}/ui/explorer/")
+        row = page.locator(f'#jobs tr[data-job="{settled_job}"]')
+        expect(row.locator(".status")).to_have_text("settled")
+        check_amounts(page)
+        # Every column of the jobs table is in the window without scrolling it sideways, the
+        # reconciliation and the last event included.
+        headers = page.locator("#jobs thead th")
+        expect(headers.nth(9)).to_have_text("Reconciles")
+        for i in range(headers.count()):
+            assert inside(headers.nth(i).bounding_box(), width), f"column {headers.nth(i).inner_text()!r} is cut off"
+        assert inside(row.locator('[data-field="check"]').bounding_box(), width)
+        assert page.locator("#jobs").evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth")
+        snap(page, f"explorer-{width}")
+
+        # A job's view, opened by its link or by its address, starts at the top of the window.
+        row.locator(f'a[href="#job/{settled_job}"]').click()
+        expect(page.locator("#job-title")).to_have_text(f"Job {settled_job}")
+        assert 0 <= page.locator("#job-title").bounding_box()["y"] < 0.1 * height
+        check_amounts(page)
+        page.goto("about:blank")
+        page.goto(f"{gateway}/ui/explorer/#job/{settled_job}")
+        expect(page.locator("#job-title")).to_have_text(f"Job {settled_job}")
+        expect(page.locator("#job [data-wei]").first).to_be_visible()
+        page.wait_for_function("document.querySelector('#job-title').getBoundingClientRect().top < innerHeight / 10")
+        page.screenshot(path=ARTIFACTS / f"explorer-job-{width}.png")  # the window, as the reader sees it
+    finally:
+        context.close()
 
 
 # --- the API reference -------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 // indexer has read a new block, so it follows a running job live at little cost.
 import { ApiError, get, getAll } from "./lib/api.js";
 import { fill, figure, h, markLoaded, say } from "./lib/dom.js";
-import { percent, short, when, zen } from "./lib/format.js";
+import { percent, short, when, zen, zenShort } from "./lib/format.js";
 
 const POLL_MS = 2000;
 const JOBS_SHOWN = 25;
@@ -27,7 +27,11 @@ const txLink = (hash) => h("a", { href: `#tx/${hash}`, class: "mono", title: has
 const blockLink = (number) => h("a", { href: `#block/${number}` }, `block ${number}`);
 const jobLink = (id) => h("a", { href: `#job/${id}` }, `#${id}`);
 const account = (address) => h("span", { class: "mono", title: address }, short(address));
-const amount = (wei) => h("span", { "data-wei": String(wei) }, zen(wei));
+// An amount to 6 decimals (marked ≈ where rounded); hovering shows it to the wei.
+function amount(wei) {
+  const { text, exact } = zenShort(wei);
+  return h("span", { "data-wei": String(wei), title: `${zen(wei)} ZEN`, class: exact ? "amount" : "amount rounded" }, text);
+}
 const cell = (content, attrs = {}) => h("td", attrs, content);
 const num = (wei, attrs = {}) => cell(wei === null || wei === undefined ? "—" : amount(wei), { class: "num", ...attrs });
 const where = (row) => [txLink(row.tx_hash), " in ", blockLink(row.block_number)];
@@ -111,14 +115,14 @@ function renderJob({ job, units }) {
     h("dl", { class: "figures" },
       figure("Escrow", amount(job.budget)),
       figure("Paid (fee included)", amount(m.paid)),
-      figure(`Fee${fee ? ` (${fee / 100}% of each provider's pay)` : ""}`, [amount(m.fee), ` — ${percent(m.fee, m.paid)} of paid`]),
+      figure(`Fee${fee ? ` (${percent(fee, 10000)} of each provider's pay)` : ""}`, [amount(m.fee), ` — ${percent(m.fee, m.paid)} of paid`]),
       figure("Verifiers' share of the fee", amount(s.verifier_pool)),
       figure("Fee to the treasury", amount(m.fee - BigInt(s.verifier_pool))),
       figure("Paid to providers", amount(m.payouts)),
       figure("Refunded to the user", amount(m.refund)),
       figure("Reconciles", reconciliation(job, m)),
       figure("Transaction", where(s))),
-  ] : [h("p", {}, `Accrued so far: ${zen(m.paid)} ZEN for ${units.length} committed unit(s).`)];
+  ] : [h("p", {}, "Accrued so far: ", amount(m.paid), ` ZEN for ${units.length} committed unit(s).`)];
 
   fill($("#job"),
     h("h2", { id: "job-title" }, `Job ${job.job_id}`),
@@ -142,6 +146,7 @@ function renderJob({ job, units }) {
     table("Committed units", ["Slot", "Unit", "GPU-seconds", "Pay", "Checkpoint", "Verification", "Transaction"],
       units.map((u) => h("tr", {}, cell(String(u.slot)), cell(String(u.index)), cell(String(u.gpu_seconds), { class: "num" }),
         num(u.amount), cell(h("span", { class: "mono", title: u.cid }, short(u.cid))), cell(verdicts(u)), cell(where(u))))),
+    h("p", {}, h("a", { href: "#" }, "Close")),
   );
   $("#job").hidden = false;
 }
@@ -265,7 +270,8 @@ async function showSelectedJob() {
     renderJob(state.details.get(id) ?? (await jobDetail({ job_id: id })));
   } catch (error) {
     if (!(error instanceof ApiError && error.status === 404)) throw error;
-    fill($("#job"), h("h2", { id: "job-title" }, `Job ${id}`), h("p", {}, `${error.message}: not created yet, or not indexed yet.`));
+    fill($("#job"), h("h2", { id: "job-title" }, `Job ${id}`), h("p", {}, `${error.message}: not created yet, or not indexed yet.`),
+      h("p", {}, h("a", { href: "#" }, "Close")));
     $("#job").hidden = false;
   }
 }
@@ -309,7 +315,10 @@ async function route() {
   if (!tx && !block) {
     view.hidden = true;
     await showSelectedJob().catch((error) => say($("#problem"), error.message));
-    if (location.hash.startsWith("#job/")) $("#job").scrollIntoView();
+    if (location.hash.startsWith("#job/")) {
+      $("#job").focus({ preventScroll: true });
+      $("#job").scrollIntoView();
+    }
     return;
   }
   try {
