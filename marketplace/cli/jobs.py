@@ -112,12 +112,39 @@ def show_command(ctx, job_id: int, as_json: bool) -> None:
 @JSON
 @click.pass_context
 def logs_command(ctx, job_id: int, follow: bool, as_json: bool) -> None:
-    """The job's log, as its user and providers posted it."""
-    for line in open_client(ctx).handle(job_id).logs(follow=follow):
+    """The job's log, oldest first, as its user and providers posted it.
+
+    A provider posts a line for each unit it commits (steps, loss, checkpoint, block) when it runs with
+    ZOO_GATEWAY_URL set, as the devnet's do. A log with no lines is said so on stderr.
+    """
+    client = open_client(ctx)
+
+    def show(line: dict) -> None:
         if as_json:
             emit(line)
         else:
             click.echo(f"{line['author'][:10]}  {line['line']}")
+
+    page, since = client.logs(job_id), 0
+    if not page:
+        click.echo(no_lines(job_id, client.job(job_id)["status"]), err=True)
+    while page:  # the gateway answers a page at a time
+        for line in page:
+            show(line)
+        since = page[-1]["id"]
+        page = client.logs(job_id, since)
+    if follow:
+        for line in client.handle(job_id).logs(follow=True, since=since):
+            show(line)
+
+
+def no_lines(job_id: int, status: str) -> str:
+    """Why a job's log is empty, as far as the gateway can tell."""
+    why = {"open": "its auction is open, so no provider works on it yet",
+           "cancelled": "it was cancelled"}.get(status, "none of its providers posted any")
+    yet = "" if status in ("settled", "cancelled") else " yet"
+    return (f"job {job_id} has no log lines{yet}: {why} (a provider posts a line for each unit it commits when it "
+            f"runs with ZOO_GATEWAY_URL set; `zoo-compute jobs show {job_id}` shows the units committed)")
 
 
 @jobs.command("result")

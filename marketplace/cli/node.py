@@ -41,7 +41,8 @@ def node() -> None:
     ZOO_IPFS_REPLICAS, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD or ZOO_WALLET_PASSWORD_FILE);
     while a devnet runs from this checkout, .devnet/user.env fills what they leave unset.
     With ZOO_GATEWAY_URL set, register, stake, status and withdraw go through that gateway (the
-    wallet still signs here); `start` always talks to the chain at ZOO_RPC_URL.
+    wallet still signs here); `start` always talks to the chain at ZOO_RPC_URL, and posts its
+    jobs' log lines to the gateway.
     """
 
 
@@ -100,7 +101,9 @@ def start_command(cost_floor: int, margin_bps: int, replicas: int, device: str |
 
     It waits for the benchmark attestation, then bids, trains what it wins, commits checkpoints
     and collects its pay. Its journal lives in ZOO_HOME/node/journal.sqlite3. The daemon is a
-    participant of the chain itself: it talks to ZOO_RPC_URL, never through a gateway.
+    participant of the chain itself: it talks to ZOO_RPC_URL, never through a gateway. With
+    ZOO_GATEWAY_URL set, it also posts a line to the job's log there for each unit it commits
+    (steps, loss, checkpoint, block), which `zoo-compute jobs logs` shows.
     """
     from node.daemon import NodeConfig, Pricing, ProviderDaemon
 
@@ -113,6 +116,7 @@ def start_command(cost_floor: int, margin_bps: int, replicas: int, device: str |
         journal_path=journal_path(settings), ipfs_api=settings.ipfs_api,
         ipfs_replicas=tuple(settings.ipfs_replicas), replicas=replicas, device=device,
         poll_interval=settings.poll_interval, confirmations=settings.confirmations,
+        gateway_url=settings.gateway_url or None,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -203,6 +203,7 @@ class Devnet:
                    for i in range(self.workers)]
         verifier_daemons = [self._spawn(state, a.name, cli("verifier", "start"), self._env(state, a.name))
                             for a in verifiers]
+        state.gateway_url = self.gateway_url_of(gateway[0])  # where the providers post their jobs' log lines
         for actor in providers:
             self._spawn_provider(state, actor)
         for worker in workers:
@@ -223,7 +224,7 @@ class Devnet:
         for actor in providers:
             state.service(actor.name).wait_for_log(r"ready:", timeout=120)
         progress("waiting for the gateway")
-        state.gateway_url = self.wait_for_gateway(*gateway)
+        self.wait_for_gateway(*gateway)
         # The user's settings leave the gateway out: `train` talks to the chain unless ZOO_GATEWAY_URL is set.
         write_env_file(self.root / "user.env", self._variables(state, actors[0].name))
 
@@ -253,8 +254,10 @@ class Devnet:
         onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
 
     def _spawn_provider(self, state: State, actor: Actor) -> Service:
+        """A provider's daemon; it posts a line to the job's log at the devnet's gateway for each unit it commits."""
         argv = cli("node", "start", "--cost-floor", "1", "--replicas", str(self._replica_count(state)))
-        return self._spawn(state, actor.name, argv, self._env(state, actor.name))
+        env = self._env(state, actor.name) | {"ZOO_GATEWAY_URL": state.gateway_url}
+        return self._spawn(state, actor.name, argv, env)
 
     @staticmethod
     def _replica_count(state: State) -> int:
@@ -277,9 +280,14 @@ class Devnet:
         return server, indexer
 
     @staticmethod
-    def wait_for_gateway(server: Service, indexer: Service, timeout: float = 120.0) -> str:
+    def gateway_url_of(server: Service, timeout: float = 120.0) -> str:
+        """The server's URL, once it listens."""
+        return server.wait_for_log(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout=timeout).group(1)
+
+    @classmethod
+    def wait_for_gateway(cls, server: Service, indexer: Service, timeout: float = 120.0) -> str:
         """The server's URL once its /health answers with a block the indexer has read."""
-        url = server.wait_for_log(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout=timeout).group(1)
+        url = cls.gateway_url_of(server, timeout)
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -21,6 +21,7 @@ from node.work import is_group_job
 from .bidding import Bidder
 from .chainview import chain_time, staking_account
 from .group_worker import GroupWorker
+from .joblog import JobLog
 from .journal import Journal
 from .outbox import Outbox
 from .pricing import Pricing
@@ -49,6 +50,7 @@ class NodeConfig:
     poll_interval: float = 1.0  # seconds between ticks
     confirmations: int = 0
     stop_grace: float = 30.0  # seconds a stop waits for a unit in training before leaving it
+    gateway_url: str | None = None  # where to post a log line for each committed unit; None: nowhere
 
 
 class ProviderDaemon:
@@ -72,8 +74,9 @@ class ProviderDaemon:
                                f"{len(self._main_storage.nodes)} are known: name the others in "
                                "ZOO_IPFS_REPLICAS")
         specs = Specs(ledger, self._main_storage)
+        self.job_log = JobLog(config.gateway_url, account) if config.gateway_url else None
         self.worker = Worker(ledger, account, self.journal, self.outbox, specs,
-                             Storage(config.ipfs_api, replicas), config.replicas, config.device)
+                             Storage(config.ipfs_api, replicas), config.replicas, config.device, self.job_log)
         self.group_worker = GroupWorker(self.worker, config.journal_path.parent / "groups")
         self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing,
                              self.group_worker.check_job)
@@ -174,6 +177,8 @@ class ProviderDaemon:
             if self._training.is_alive():
                 log.warning("stopping with a unit unfinished; it is trained again on restart")
         self.worker.close()
+        if self.job_log is not None:
+            self.job_log.close()
         self.journal.close()
         self._main_storage.close()
         self.worker.storage.close()

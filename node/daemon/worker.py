@@ -18,6 +18,7 @@ from node.engine import Checkpoint, JobSpec, SpecError, parse_spec, run_unit
 from node.work import unit_shard, unit_steps, units_per_node
 
 from .chainview import chain_time, spec_cid
+from .joblog import JobLog
 from .journal import Journal, Unit
 from .outbox import Outbox
 
@@ -72,7 +73,8 @@ class Worker:
     none is skipped or committed twice, and no unit whose record survived is trained again."""
 
     def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, outbox: Outbox,
-                 specs: Specs, storage: Storage, replicas: int, device: str | None = None):
+                 specs: Specs, storage: Storage, replicas: int, device: str | None = None,
+                 job_log: JobLog | None = None):
         self.ledger = ledger
         self.account = account
         self.journal = journal
@@ -81,7 +83,9 @@ class Worker:
         self.storage = storage  # the worker's own: read and written from its threads
         self.replicas = replicas
         self.device = device
+        self.job_log = job_log  # where a line for each committed unit goes, if anywhere
         self._last: tuple[tuple[int, int, int], Checkpoint] | None = None  # the latest unit trained here
+        self._metrics: dict[tuple[int, int, int], dict] = {}  # of units trained here, until committed
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
 
     def close(self) -> None:
@@ -144,6 +148,7 @@ class Worker:
         unit = Unit(job_id, slot_id, index, cid, result.state_hash, seconds)
         self.journal.add_unit(unit)
         self._last = ((job_id, slot_id, index), result.checkpoint)
+        self._metrics[(job_id, slot_id, index)] = result.metrics
         log.info("job=%d slot=%d unit=%d: trained in %.2fs (steps %.2fs, start state %.3fs, saved in "
                  "%.3fs) loss=%s cid=%s", job_id, slot_id, index, seconds, result.metrics["seconds"],
                  fetched - began, time.monotonic() - trained, result.metrics.get("loss"), cid)
@@ -177,10 +182,13 @@ class Worker:
         fn = self.ledger.market.functions.commitCheckpoint(
             unit.job_id, unit.slot, gpu_seconds, unit.cid, bytes.fromhex(unit.state_hash))
         sending = time.monotonic()
-        self.outbox.send(f"unit:{unit.job_id}:{unit.slot}:{unit.index}", fn)
+        receipt = self.outbox.send(f"unit:{unit.job_id}:{unit.slot}:{unit.index}", fn)
         log.info("job=%d slot=%d unit=%d: committed gpu_seconds=%d (pinned in %.3fs, metered after "
                  "%.3fs, mined in %.3fs) cid=%s", unit.job_id, unit.slot, unit.index, gpu_seconds,
                  pinned - began, sending - pinned, time.monotonic() - sending, unit.cid)
+        metrics = self._metrics.pop((unit.job_id, unit.slot, unit.index), None)
+        if self.job_log is not None:
+            self.job_log.post(unit.job_id, committed_line(unit, metrics, gpu_seconds, receipt["blockNumber"]))
 
     def _await_metered(self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None) -> int:
         """Seconds on the chain's clock since the slot's last checkpoint, waiting, while the next
@@ -200,3 +208,12 @@ class Worker:
             log.warning("job=%d slot=%d unit=%d: past the checkpoint deadline by %ds", unit.job_id,
                         unit.slot, unit.index, now - since - interval)
         return now - since
+
+
+def committed_line(unit: Unit, metrics: dict | None, gpu_seconds: int, block: int) -> str:
+    """A unit's line in its job's log: what the chain took, and the training figures of a unit trained
+    in this process (a unit committed from the journal after a restart has none at hand)."""
+    trained = "" if metrics is None else (
+        f"steps {metrics['start_step']} to {metrics['end_step']}, loss {metrics['loss']:.4f}, ")
+    return (f"slot {unit.slot} unit {unit.index}: {trained}checkpoint {unit.cid} ({gpu_seconds} GPU-seconds) "
+            f"committed in block {block}")

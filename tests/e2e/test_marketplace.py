@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from marketplace import jobs
@@ -97,6 +98,17 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
         first_loss = Checkpoint.load(storage.cat(first_cid)).metadata["metrics"]["loss"]
         last_loss = Checkpoint.load(storage.cat(last["cid"])).metadata["metrics"]["loss"]
     assert last_loss < first_loss - 0.3
+
+    # The providers posted a line to the job's log at the devnet's gateway for each unit they committed.
+    url = network.state.gateway_url
+    committed = ledger.market.events.CheckpointCommitted().get_logs(
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+    wait_for(lambda: len(httpx.get(f"{url}/jobs/{job_id}/logs").json()) == len(committed), 60, "a line per unit")
+    logs = subprocess.run([sys.executable, "-m", "marketplace.cli", "jobs", "--gateway", url, "logs", str(job_id)],
+                          env=network.env(), capture_output=True, text=True, timeout=60)
+    assert logs.returncode == 0 and logs.stderr == "", logs.stderr
+    assert [line.split("  ", 1)[1].split(":")[0] for line in logs.stdout.splitlines()] == [
+        f"slot {unit['args']['slot']} unit {unit['args']['index']}" for unit in committed]
 
 
 def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):

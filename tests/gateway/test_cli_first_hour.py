@@ -19,6 +19,7 @@ from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.devnet.network import Devnet, State, write_env_file
 from marketplace.devnet.process import Service
+from node.daemon.joblog import JobLog
 from node.engine import SpecError, parse_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
@@ -191,3 +192,18 @@ def test_broken_yaml_is_shown_at_its_line_by_train_and_the_gateway(client, cast,
 
     refused = client.post("/uploads/spec", json={"spec": spec.read_text()}, headers=bearer(client, cast.user))
     assert refused.status_code == 400 and refused.json()["detail"] == f"invalid job spec: {problem}"
+
+
+def test_jobs_logs_says_why_a_log_is_empty_then_shows_what_a_provider_posted(served_gateway, story, cast):
+    runner = CliRunner(mix_stderr=False)
+    args = ["jobs", "--gateway", served_gateway, "logs", str(story.job_id)]
+    empty = runner.invoke(main, args)
+    assert empty.exit_code == 0 and empty.stdout == ""
+    assert empty.stderr.startswith(f"job {story.job_id} has no log lines: none of its providers posted any (")
+
+    provider = next(p for p in cast.providers if p.address == story.winners[0])
+    job_log = JobLog(served_gateway, provider)
+    job_log.post(story.job_id, "slot 0 unit 0: committed")
+    job_log.close()
+    shown = runner.invoke(main, args)
+    assert (shown.exit_code, shown.stdout, shown.stderr) == (0, f"{provider.address[:10]}  slot 0 unit 0: committed\n", "")

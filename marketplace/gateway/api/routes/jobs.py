@@ -79,7 +79,8 @@ def job_logs(
     since: Annotated[int, Query(ge=0, le=2**62, description="Only lines after this id: the last one seen, to follow.")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000, description="Lines at most.")] = 200,
 ):
-    """The job's log lines, oldest first, as its user and providers posted them."""
+    """The job's log lines, oldest first, as its user and providers posted them: a provider daemon run
+    with ZOO_GATEWAY_URL posts one for each unit it commits."""
     return service.job_logs(session, job_id, since, limit)
 
 
