@@ -34,7 +34,8 @@ fi
 # is ignored).
 web=marketplace/gateway/web
 if [ ! -f $web/dist/explorer.js ] || [ ! -f $web/dist/stake.js ] || [ ! -f $web/dist/swagger-ui/swagger-ui-bundle.js ] ||
-   [ -n "$(find $web/src $web/build.mjs package.json package-lock.json -newer $web/dist/stake.js -print -quit)" ]; then
+   [ -n "$(find $web/src $web/build.mjs marketplace/chain/revert_messages.json package.json package-lock.json \
+        -newer $web/dist/stake.js -print -quit)" ]; then
   echo "setup: npm run build (the gateway's pages)"
   npm run build --silent
 fi
