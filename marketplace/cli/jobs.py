@@ -125,17 +125,10 @@ def logs_command(ctx, job_id: int, follow: bool, as_json: bool) -> None:
         else:
             click.echo(f"{line['author'][:10]}  {line['line']}")
 
-    page, since = client.logs(job_id), 0
-    if not page:
+    if not client.logs(job_id):
         click.echo(no_lines(job_id, client.job(job_id)["status"]), err=True)
-    while page:  # the gateway answers a page at a time
-        for line in page:
-            show(line)
-        since = page[-1]["id"]
-        page = client.logs(job_id, since)
-    if follow:
-        for line in client.handle(job_id).logs(follow=True, since=since):
-            show(line)
+    for line in client.handle(job_id).logs(follow=follow):
+        show(line)
 
 
 def no_lines(job_id: int, status: str) -> str:

@@ -324,16 +324,18 @@ class AsyncJob:
         return Result(self.id, cid, "0x" + digest, path)
 
     async def logs(self, *, follow: bool = False, since: int = 0) -> AsyncIterator[dict]:
-        """The job's log lines; with `follow`, keep reading new ones until the job is finished."""
+        """The job's log lines after line `since`, every page of them; with `follow`, keep reading new ones
+        until the job is finished."""
         while True:
             lines = await self.client.logs(self.id, since)
             for line in lines:
                 yield line
                 since = line["id"]
+            if lines:
+                continue  # the gateway answers a page at a time
             if not follow:
                 return
-            if not lines:
-                job = await self._indexed()
-                if job is not None and job["status"] in FINISHED:
-                    return
-                await asyncio.sleep(self.client.poll_interval)
+            job = await self._indexed()
+            if job is not None and job["status"] in FINISHED:
+                return
+            await asyncio.sleep(self.client.poll_interval)

@@ -99,6 +99,9 @@ def test_train_wait_result_with_the_blocking_client(trained, served_gateway, cas
 
         client.post_logs(job.id, ["queued", "done"])
         assert [line["line"] for line in job.logs(follow=True)] == ["queued", "done"]
+        client.post_logs(job.id, [f"step {i}" for i in range(250)])  # more than the gateway's page of 200
+        assert [line["line"] for line in job.logs()] == ["queued", "done", *(f"step {i}" for i in range(250))]
+        assert len(client.logs(job.id)) == 200
         with pytest.raises(GatewayError, match="neither the user nor a provider"), \
                 Client(served_gateway, wallet=cast.verifiers[0]) as stranger:
             stranger.post_logs(job.id, ["spam"])
@@ -141,7 +144,8 @@ def test_jobs_cli_lists_shows_follows_fetches_and_cancels(trained, served_gatewa
     shown = json.loads(jobs("show", str(job_id), "--json"))
     assert (shown["status"], shown["metrics"]["units_done"]) == ("settled", UNITS)
     assert "settled" in jobs("show", str(job_id)) and "refund" in jobs("show", str(job_id))
-    assert [json.loads(line)["line"] for line in jobs("logs", str(job_id), "--json").splitlines()] == ["queued", "done"]
+    logged = [json.loads(line)["line"] for line in jobs("logs", str(job_id), "--json").splitlines()]
+    assert logged == ["queued", "done", *(f"step {i}" for i in range(250))]
     fetched = json.loads(jobs("result", str(job_id), "--output", str(tmp_path / "w.pt"), "--json"))
     assert fetched["state_hash"] == "0x" + checkpoint(UNITS - 1).state_hash() and (tmp_path / "w.pt").exists()
 
