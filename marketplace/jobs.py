@@ -17,6 +17,7 @@ from web3.logs import DISCARD
 from marketplace.chain.errors import ChainError, ContractRevert, TransactionReverted
 from marketplace.chain.ledger import JobRequest, JobStatus, Ledger
 from marketplace.chain.permit import sign_permit
+from marketplace.chain.zen import rounded
 from marketplace.errors import ZooError
 from marketplace.storage import Storage
 from node.engine import Checkpoint, CheckpointError, JobSpec, parse_spec, state_hash
@@ -88,8 +89,8 @@ def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
     reserve = order.reserve(nodes)
     if order.max_budget < reserve:
         raise BudgetBelowReserve(
-            f"budget {order.max_budget / 1e18:,.6f} ZEN is below the reserve {reserve / 1e18:,.6f} ZEN "
-            f"({nodes} node(s) x {order.checkpoint_interval}s at {order.max_price / 1e18:,.6f} ZEN/GPU-hour)")
+            f"budget {rounded(order.max_budget)} ZEN is below the reserve {rounded(reserve)} ZEN "
+            f"({nodes} node(s) x {order.checkpoint_interval}s at {rounded(order.max_price)} ZEN/GPU-hour)")
     return JobRequest(
         spec_cid=spec_cid, tier=order.tier, nodes=nodes, units_per_node=units_per_node(spec),
         checkpoint_interval=order.checkpoint_interval, sample_rate_bps=order.sample_rate_bps,
@@ -100,7 +101,7 @@ def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
 def check_funds(ledger: Ledger, address: str, budget: int) -> None:
     held = ledger.balance(address)
     if held < budget:
-        raise InsufficientZen(f"wallet {address} holds {held / 1e18:,.6f} ZEN, the budget needs {budget / 1e18:,.6f}")
+        raise InsufficientZen(f"wallet {address} holds {rounded(held)} ZEN, the budget needs {rounded(budget)}")
 
 
 def pin(storage: Storage, data: bytes) -> str:
@@ -134,7 +135,7 @@ def wait_for_auction(ledger: Ledger, user: LocalAccount, job_id: int, timeout: f
         if time.monotonic() > deadline:
             ledger.send(ledger.market.functions.cancelJob(job_id), user)
             raise NoBids(f"no bids filled job {job_id} within {timeout:.0f}s: cancelled, "
-                         f"{job['budget'] / 1e18:,.6f} ZEN refunded to {user.address}")
+                         f"{rounded(job['budget'])} ZEN refunded to {user.address}")
         # The bidders close their own round first; the user steps in only after a grace period.
         if ledger.w3.eth.get_block("latest")["timestamp"] > job["revealDeadline"] + CLOSE_GRACE:
             try:

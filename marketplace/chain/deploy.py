@@ -15,10 +15,10 @@ from marketplace.chain.compile import compile_contracts
 from marketplace.chain.errors import ChainError
 from marketplace.chain.toolchain import PROJECT_ROOT
 from marketplace.chain.tx import send
+from marketplace.chain.zen import ZEN
 
 log = logging.getLogger(__name__)
 
-ZEN = 10**18
 DEPLOYMENTS = PROJECT_ROOT / "deployments"
 SLASH_REASONS = {"Downtime": 0, "IncorrectComputation": 1, "BandwidthViolation": 2}
 

@@ -12,6 +12,7 @@ from eth_abi import decode
 from eth_utils import function_signature_to_4byte_selector, is_address, to_checksum_address
 from web3.exceptions import ContractCustomError, ContractLogicError, ContractPanicError
 
+from marketplace.chain import zen
 from marketplace.errors import ZooError
 
 _PLACEHOLDER = re.compile(r"\{(\w+)(?::(\w+))?\}")
@@ -36,19 +37,10 @@ def _revert_table() -> dict:
     return json.loads(resources.files("marketplace.chain").joinpath("revert_messages.json").read_text())
 
 
-def _zen(wei: int) -> str:
-    """Wei as exact ZEN, with thousands separators and no trailing zeros (as the web pages show it)."""
-    from marketplace.chain.deploy import ZEN  # deploy imports this module
-
-    whole, fraction = divmod(int(wei), ZEN)
-    digits = f"{fraction:018d}".rstrip("0")
-    return f"{whole:,}.{digits}" if digits else f"{whole:,}"
-
-
 def _formatted(value: object, kind: str | None) -> str:
     table = _revert_table()
     if kind == "zen":
-        return _zen(int(value))
+        return zen.exact(int(value))
     if kind == "time":
         return datetime.fromtimestamp(int(value), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     if kind in table["enums"]:

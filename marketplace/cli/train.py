@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobStatus
+from marketplace.chain.zen import rounded
 from marketplace.cli.wallet import ZEN_AMOUNT, open_ledger
 from marketplace.config import Settings
 from marketplace.sdk import Client, Job
@@ -23,7 +24,7 @@ console = Console()
 
 
 def zen(wei: int) -> str:
-    return f"{wei / ZEN:,.6f} ZEN"
+    return f"{rounded(wei)} ZEN"
 
 
 @click.command()
@@ -119,7 +120,7 @@ def _follow(ledger, storage: Storage, job_id: int) -> None:
         def show(now: jobs.Progress) -> None:
             loss = f"loss {now.loss:.3f}" if now.loss is not None else ""
             bar.update(task, total=now.units_total, completed=now.units_done, loss=loss,
-                       zen=f"{now.accrued / ZEN:,.4f} ZEN accrued")
+                       zen=f"{rounded(now.accrued, 4)} ZEN accrued")
 
         final = jobs.follow(ledger, storage, job_id, show)
     if final.status == JobStatus.CANCELLED:
@@ -138,6 +139,6 @@ def follow_job(job: Job, auction_timeout: float | None = None) -> dict:
         def show(now: dict) -> None:
             loss = f"loss {now['loss']:.3f}" if now["loss"] is not None else ""
             bar.update(task, total=now["units_total"], completed=now["units_done"], status=now["status"], loss=loss,
-                       zen=f"{int(now['accrued']) / ZEN:,.4f} ZEN accrued")
+                       zen=f"{rounded(int(now['accrued']), 4)} ZEN accrued")
 
         return job.wait(on_progress=show, auction_timeout=auction_timeout)

@@ -19,6 +19,7 @@ from eth_account.signers.local import LocalAccount
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
+from marketplace.chain.zen import rounded
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
 from marketplace.sdk.errors import (
@@ -287,7 +288,7 @@ class AsyncJob:
             if status == "open" and auction_timeout is not None and time.monotonic() - started > auction_timeout:
                 await self.cancel()
                 raise NoBids(f"no bids filled job {self.id} within {auction_timeout:.0f}s: cancelled, "
-                             f"{int(job['budget']) / ZEN:,.6f} ZEN refunded")
+                             f"{rounded(int(job['budget']))} ZEN refunded")
             if status == "completed":
                 await self._try_settle()
             await asyncio.sleep(self.client.poll_interval)

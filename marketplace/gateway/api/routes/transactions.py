@@ -12,9 +12,9 @@ from web3.logs import DISCARD
 
 from marketplace import jobs
 from marketplace.chain import tx
-from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.chain.permit import permit_typed_data, split_signature
+from marketplace.chain.zen import rounded
 from marketplace.gateway.api.deps import JobId, LedgerDep, StorageDep
 from marketplace.gateway.api.schemas import (
     NOT_FOUND,
@@ -121,7 +121,7 @@ def stake(body: StakeRequest, ledger: LedgerDep):
     """
     sender = Web3.to_checksum_address(body.sender)
     if (held := ledger.balance(sender)) < body.amount:
-        raise jobs.InsufficientZen(f"wallet {sender} holds {held / ZEN:,.6f} ZEN, the stake needs {body.amount / ZEN:,.6f}")
+        raise jobs.InsufficientZen(f"wallet {sender} holds {rounded(held)} ZEN, the stake needs {rounded(body.amount)}")
     staking = ledger.staking.functions
     if body.permit is None:
         call = staking.stake(body.amount)
