@@ -20,30 +20,17 @@ weights, so the result is what all slots' last units agree on.
 from __future__ import annotations
 
 import io
-import math
 import pickle
 import struct
 from typing import NamedTuple
 
 import torch
 
-from node.distributed.job import group_config
+from marketplace.protocol.units import is_group_job, units_per_node  # noqa: F401  (the daemon's too)
 from node.distributed.rank_unit import RankUnit, RecordedRound
 from node.engine import JobSpec, Shard
 
 RANK_BUNDLE_FORMAT = "zoo-compute/rank-unit-v2"
-
-
-def is_group_job(spec: JobSpec) -> bool:
-    """Whether the job's slots train together as one group rather than each on its own."""
-    return spec.distributed.strategy != "single"
-
-
-def units_per_node(spec: JobSpec) -> int:
-    """How many work units one slot delivers: what `createJob` is asked for."""
-    if is_group_job(spec):
-        return spec.training.max_steps // group_config(spec).steps_per_unit(spec)
-    return math.ceil(spec.training.max_steps / spec.checkpoint.every)
 
 
 def unit_shard(spec: JobSpec, slot: int) -> Shard:

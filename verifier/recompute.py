@@ -6,6 +6,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from marketplace.protocol.units import is_group_job
 from marketplace.storage import CidMismatch, ContentNotFound, NodeUnavailable, Storage
 from node.engine import (
     Checkpoint,
@@ -17,7 +18,7 @@ from node.engine import (
     parse_spec,
     run_unit,
 )
-from node.work import is_group_job, unit_shard, unit_steps
+from node.work import unit_shard, unit_steps
 from verifier.errors import InputsUnavailable
 from verifier.rank_recompute import judge_rank
 

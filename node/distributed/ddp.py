@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from node.engine.spec import JobSpec
+from marketplace.protocol.spec import JobSpec
 from node.engine.train import Trainer
 
 from .exchange import Exchange, ReplayExchange

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from node.engine.spec import JobSpec
+from marketplace.protocol.spec import JobSpec
 from node.engine.train import Trainer
 
 from .compression import ErrorFeedback

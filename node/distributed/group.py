@@ -20,8 +20,8 @@ import torch.multiprocessing as mp
 from torch.nn.utils import parameters_to_vector
 
 from marketplace.errors import ZooError
+from marketplace.protocol.spec import JobSpec
 from node.engine.data import Sampler, load_corpora
-from node.engine.spec import JobSpec
 from node.engine.train import Trainer
 
 from .aggregation import Aggregator

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from node.engine.spec import AggregationSpec, CompressionSpec, DilocoSpec, JobSpec
+from marketplace.protocol.spec import AggregationSpec, CompressionSpec, DilocoSpec, JobSpec
 
 from .aggregation import Aggregator
 from .compression import Compressor

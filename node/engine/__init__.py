@@ -21,10 +21,18 @@ that does not fit), `CheckpointError` (unreadable checkpoint, or one from anothe
 with `@register("name")` on a `ModelSpec` subclass.
 """
 
+from marketplace.protocol.spec import (
+    ARCHITECTURES,
+    JobSpec,
+    ModelSpec,
+    SpecError,
+    load_spec,
+    parse_spec,
+    register,
+)
+
 from .checkpoint import Checkpoint, CheckpointError, state_hash
 from .data import ContentStore, DataError, Shard
-from .registry import ARCHITECTURES, ModelSpec, register
-from .spec import JobSpec, SpecError, load_spec, parse_spec
 from .unit import TrainingDiverged, UnitResult, run_unit
 
 __all__ = [

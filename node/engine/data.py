@@ -14,7 +14,15 @@ from typing import Any, Protocol
 
 import torch
 
-from .spec import DataSpec, FileSource, IpfsSource, JobSpec, Source, StdlibSource, SyntheticSource
+from marketplace.protocol.spec import (
+    DataSpec,
+    FileSource,
+    IpfsSource,
+    JobSpec,
+    Source,
+    StdlibSource,
+    SyntheticSource,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Built-in architectures: a small GPT and a next-byte MLP, both registered for job specs."""
+"""Built-in architectures' modules: a small GPT and a next-byte MLP, built from the protocol's configs."""
 
 from __future__ import annotations
 
@@ -6,46 +6,19 @@ import math
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, ValidationInfo, field_validator
 from torch import nn
 
-from .registry import VOCAB_SIZE, ModelSpec, register
+from marketplace.protocol.spec import VOCAB_SIZE, GPTSpec, MLPSpec, builds
 
 
-@register("gpt")
-class GPTSpec(ModelSpec):
-    """A decoder-only transformer in the shape of nanoGPT."""
-
-    n_layer: int = Field(4, ge=1)  # transformer blocks
-    n_embd: int = Field(128, ge=1)  # residual stream width
-    n_head: int = Field(4, ge=1)  # attention heads; must divide n_embd
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on attention, MLP and embeddings
-    bias: bool = True  # biases in Linear and LayerNorm layers
-
-    @field_validator("n_head")
-    @classmethod
-    def _heads_divide_width(cls, n_head: int, info: ValidationInfo) -> int:
-        n_embd = info.data.get("n_embd")
-        if n_embd is not None and n_embd % n_head:
-            raise ValueError(f"must divide n_embd ({n_embd}); got {n_head}")
-        return n_head
-
-    def build(self, seq_len: int) -> nn.Module:
-        return GPT(self, block_size=seq_len)
+@builds("gpt")
+def _gpt(spec: GPTSpec, seq_len: int) -> nn.Module:
+    return GPT(spec, block_size=seq_len)
 
 
-@register("mlp")
-class MLPSpec(ModelSpec):
-    """A Bengio-style MLP language model: each byte is predicted from the `context` bytes before it."""
-
-    context: int = Field(8, ge=1)  # how many previous bytes each prediction sees
-    n_embd: int = Field(32, ge=1)  # embedding width per byte
-    hidden: int = Field(256, ge=1)  # width of each hidden layer
-    n_layer: int = Field(2, ge=1)  # hidden layers
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout after each hidden layer
-
-    def build(self, seq_len: int) -> nn.Module:
-        return MLP(self)
+@builds("mlp")
+def _mlp(spec: MLPSpec, seq_len: int) -> nn.Module:
+    return MLP(spec)
 
 
 class CausalSelfAttention(nn.Module):

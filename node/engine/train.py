@@ -12,8 +12,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
+from marketplace.protocol.spec import JobSpec, LossSpikeSpec, TrainingSpec
+
+from . import models  # noqa: F401  (the built-in architectures' modules, which `spec.model.build` makes)
 from .data import Sampler
-from .spec import JobSpec, LossSpikeSpec, TrainingSpec
 
 logger = logging.getLogger(__name__)
 

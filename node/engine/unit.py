@@ -11,10 +11,11 @@ from typing import Any, NamedTuple
 
 import torch
 
+from marketplace.protocol.spec import JobSpec, ReproducibilitySpec
+
 from . import environment
 from .checkpoint import Checkpoint, CheckpointError
 from .data import ContentStore, DataError, Sampler, Shard, load_corpora
-from .spec import JobSpec, ReproducibilitySpec
 from .train import Trainer, is_spike
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,8 @@
-"""The job spec: pydantic models of the YAML a user submits, and loading with readable errors."""
+"""The job spec: pydantic models of the YAML a user submits, and loading with readable errors.
+
+Part of the protocol rather than the provider's engine because the gateway, the CLI and the SDK
+read and check specs too; nothing here needs torch, which only the engine that trains loads.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -25,10 +29,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from . import models  # noqa: F401  (registers the built-in architectures)
-from .registry import ARCHITECTURES, ModelSpec
+if TYPE_CHECKING:
+    from torch import nn
 
 logger = logging.getLogger(__name__)
+
+VOCAB_SIZE = 256  # every data source is a byte stream, so every model predicts one of 256 bytes
 
 
 class SpecError(ValueError):
@@ -41,6 +47,92 @@ class SpecError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(BaseModel):
+    """Base of every architecture's config; a subclass knows how to build its module.
+
+    A new architecture plugs in by subclassing this, implementing `build`, and decorating the
+    class with `@register("name")`; job specs can then say `model: {architecture: name, ...}`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    architecture: str  # registry name, e.g. "gpt" or "mlp"
+
+    def build(self, seq_len: int) -> nn.Module:
+        """Return a freshly initialised module whose forward is `(idx, targets) -> (logits, loss)`.
+
+        The built-in architectures' modules are the provider engine's (`node.engine.models` names
+        them with `builds`), so that reading a spec here never loads torch.
+        """
+        try:
+            make = _MODULES[self.architecture]
+        except KeyError:
+            raise NotImplementedError(
+                f"architecture {self.architecture!r} has no module: import node.engine to build it"
+            ) from None
+        return make(self, seq_len)
+
+
+ARCHITECTURES: dict[str, type[ModelSpec]] = {}
+_MODULES: dict[str, Callable[[Any, int], nn.Module]] = {}
+
+SpecT = TypeVar("SpecT", bound=type[ModelSpec])
+MakeT = TypeVar("MakeT", bound=Callable[[Any, int], "nn.Module"])
+
+
+def register(name: str):
+    """Class decorator that makes an architecture available to job specs under `name`."""
+
+    def add(cls: SpecT) -> SpecT:
+        if name in ARCHITECTURES:
+            raise ValueError(f"architecture {name!r} is already registered")
+        ARCHITECTURES[name] = cls
+        logger.debug("registered architecture %s", name)
+        return cls
+
+    return add
+
+
+def builds(name: str):
+    """Decorator for `(spec, seq_len) -> module`: what `build` makes for the built-in architecture `name`."""
+
+    def add(make: MakeT) -> MakeT:
+        _MODULES[name] = make
+        return make
+
+    return add
+
+
+@register("gpt")
+class GPTSpec(ModelSpec):
+    """A decoder-only transformer in the shape of nanoGPT."""
+
+    n_layer: int = Field(4, ge=1)  # transformer blocks
+    n_embd: int = Field(128, ge=1)  # residual stream width
+    n_head: int = Field(4, ge=1)  # attention heads; must divide n_embd
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on attention, MLP and embeddings
+    bias: bool = True  # biases in Linear and LayerNorm layers
+
+    @field_validator("n_head")
+    @classmethod
+    def _heads_divide_width(cls, n_head: int, info: ValidationInfo) -> int:
+        n_embd = info.data.get("n_embd")
+        if n_embd is not None and n_embd % n_head:
+            raise ValueError(f"must divide n_embd ({n_embd}); got {n_head}")
+        return n_head
+
+
+@register("mlp")
+class MLPSpec(ModelSpec):
+    """A Bengio-style MLP language model: each byte is predicted from the `context` bytes before it."""
+
+    context: int = Field(8, ge=1)  # how many previous bytes each prediction sees
+    n_embd: int = Field(32, ge=1)  # embedding width per byte
+    hidden: int = Field(256, ge=1)  # width of each hidden layer
+    n_layer: int = Field(2, ge=1)  # hidden layers
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout after each hidden layer
 
 
 class StdlibSource(_Section):
