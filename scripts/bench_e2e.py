@@ -32,9 +32,10 @@ from web3 import Web3
 from marketplace import jobs
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN, Deployment
-from marketplace.chain.ledger import JobStatus, Ledger
+from marketplace.chain.ledger import Ledger
 from marketplace.config import Settings
 from marketplace.devnet.network import Devnet
+from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage
 from node.engine import Checkpoint, parse_spec, run_unit
 from node.work import unit_shard

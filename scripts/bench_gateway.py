@@ -38,6 +38,7 @@ from marketplace.chain.scripted_job import Cast, Scenario, cid_of_bytes, onboard
 from marketplace.gateway import db
 from marketplace.gateway.indexer import Indexer
 from marketplace.processes import terminate
+from marketplace.protocol.terms import Tier
 
 TARGETS = {"requests_per_s": 2_000, "p99_ms": 50, "lag_blocks": 2}
 OPEN_JOBS = 30  # jobs in the index besides one whole settled job: reads spread over all of them
@@ -102,8 +103,9 @@ def populate(ledger: Ledger, cast: Cast) -> list[int]:
 
 
 def create_job(ledger: Ledger, cast: Cast, n: int) -> int:
-    request = JobRequest(spec_cid=cid_of_bytes(f"bench spec {n}".encode()), tier=0, nodes=1, units_per_node=10,
-                         checkpoint_interval=3600, sample_rate_bps=1_000, max_price=100 * ZEN, budget=100 * ZEN)
+    request = JobRequest(spec_cid=cid_of_bytes(f"bench spec {n}".encode()), tier=Tier.COMMUNITY, nodes=1,
+                         units_per_node=10, checkpoint_interval=3600, sample_rate_bps=1_000, max_price=100 * ZEN,
+                         budget=100 * ZEN)
     fn = ledger.market.functions.createJob(request.as_struct())
     return ledger.market.events.JobCreated().process_receipt(ledger.send(fn, cast.user))[0]["args"]["jobId"]
 

@@ -11,12 +11,11 @@ from decimal import Decimal
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from marketplace import jobs
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.cli.wallet import open_ledger
 from marketplace.config import Settings
-from marketplace.gateway.api.schemas import ROLES
+from marketplace.protocol.terms import Role, Tier
 from marketplace.sdk import Client
 from marketplace.wallet import address_of, keystore_path, load_account
 
@@ -38,7 +37,7 @@ class Standing:
 
     @property
     def tier_name(self) -> str:
-        return next((name for name, i in jobs.TIERS.items() if i == self.tier), str(self.tier))
+        return Tier.label_of(self.tier)
 
 
 class Direct:
@@ -51,14 +50,15 @@ class Direct:
     def standing(self, address: str) -> Standing:
         account = self.ledger.staking_account(address)
         return Standing(address, self.ledger.w3.eth.get_balance(Web3.to_checksum_address(address)),
-                        self.ledger.balance(address), ROLES[account["role"]], account["tier"], account["admitted"],
-                        account["staked"], account["locked"], account["unbonding"], self.ledger.owed(address))
+                        self.ledger.balance(address), Role(account["role"]).label, account["tier"],
+                        account["admitted"], account["staked"], account["locked"], account["unbonding"],
+                        self.ledger.owed(address))
 
     def slot_provider(self, job_id: int, slot: int) -> str | None:
         return self.ledger.slot(job_id, slot)["provider"]
 
     def register_provider(self, tier: str, hardware: Hardware) -> None:
-        self.ledger.register_provider(self.signer, jobs.TIERS[tier], hardware)
+        self.ledger.register_provider(self.signer, Tier.named(tier), hardware)
 
     def register_verifier(self, endpoint: str) -> None:
         self.ledger.register_verifier(self.signer, endpoint)

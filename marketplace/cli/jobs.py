@@ -14,12 +14,12 @@ from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
 from marketplace.devnet.network import State
 from marketplace.errors import ZooError
+from marketplace.protocol.terms import JOB_STATUSES
 from marketplace.sdk import Client
 from marketplace.wallet import load_account
 
 console = Console()
 JSON = click.option("--as-json", "--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
-STATUSES = ("open", "running", "completed", "settled", "cancelled")
 
 
 def open_client(ctx: click.Context, *, wallet: bool = False) -> Client:
@@ -59,7 +59,7 @@ def jobs(ctx: click.Context, gateway: str | None) -> None:
 
 
 @jobs.command("list")
-@click.option("--status", type=click.Choice(STATUSES), help="Only jobs in this status.")
+@click.option("--status", type=click.Choice(JOB_STATUSES), help="Only jobs in this status.")
 @click.option("--user", metavar="ADDRESS", help="Only jobs this address created.")
 @click.option("--mine", is_flag=True, help="Only jobs your wallet created.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 200), help="Jobs at most, newest first.")

@@ -15,7 +15,7 @@ from marketplace.chain.ledger import Hardware
 from marketplace.cli.access import LedgerAccess, reach_ledger
 from marketplace.cli.wallet import ZEN_AMOUNT, amount, open_ledger
 from marketplace.config import Settings
-from marketplace.jobs import TIERS
+from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
 
@@ -47,7 +47,7 @@ def node() -> None:
 
 
 @node.command("register")
-@click.option("--tier", type=click.Choice(list(TIERS)), default="community", show_default=True,
+@click.option("--tier", type=click.Choice(Tier.labels()), default="community", show_default=True,
               help="Tier to sell in; the hardware must meet its minimums.")
 @click.option("--gpu-type", default="cpu", show_default=True, help="GPU model, or cpu for a CPU node.")
 @click.option("--gpus", default=0, show_default=True, type=click.IntRange(0), help="GPU count (0 for a CPU node).")

@@ -11,16 +11,16 @@ from web3 import Web3
 from web3.exceptions import BlockNotFound
 from web3.types import EventData
 
-from marketplace.chain.deploy import SLASH_REASONS, Deployment
+from marketplace.chain.deploy import Deployment
 from marketplace.chain.events import EventCursor
 from marketplace.config import Settings
 from marketplace.errors import ZooError
 from marketplace.gateway import db
+from marketplace.protocol.terms import JobStatus, SlashReason
 
 log = logging.getLogger(__name__)
 
 CONTRACTS = ("JobMarket", "Staking", "Verification", "Treasury", "ZenToken")
-REASONS = {code: name for name, code in SLASH_REASONS.items()}
 STATE_ID = 1
 
 
@@ -145,12 +145,12 @@ def _job_created(_, a, where):
         db.Job(job_id=a["jobId"], user=a["user"], tier=a["tier"], spec_cid=a["specCid"], nodes=a["nodes"],
                units_per_node=a["unitsPerNode"], max_price=a["maxPrice"], budget=a["budget"],
                collateral=a["collateral"], **where),
-        db.JobStatusChange(job_id=a["jobId"], status="open", **where),
+        db.JobStatusChange(job_id=a["jobId"], status=JobStatus.OPEN.label, **where),
     ]
 
 
-def _status(status: str):
-    return lambda _, a, where: [db.JobStatusChange(job_id=a["jobId"], status=status, **where)]
+def _status(status: JobStatus):
+    return lambda _, a, where: [db.JobStatusChange(job_id=a["jobId"], status=status.label, **where)]
 
 
 def _auction(cleared: bool):
@@ -158,7 +158,7 @@ def _auction(cleared: bool):
         auction = db.Auction(job_id=a["jobId"], round=a["round"], cleared=cleared,
                              clearing_price=a["clearingPrice"] if cleared else None,
                              count=a["winners"] if cleared else a["validBids"], **where)
-        return [auction, db.JobStatusChange(job_id=a["jobId"], status="running", **where)] if cleared else [auction]
+        return [auction, *_status(JobStatus.RUNNING)(_, a, where)] if cleared else [auction]
     return rows
 
 
@@ -166,7 +166,7 @@ def _settled(_, a, where):
     return [
         db.Settlement(job_id=a["jobId"], payment=a["payment"], fee=a["fee"], refund=a["refund"],
                       verifier_pool=a["verifierPool"], cancelled=False, **where),
-        db.JobStatusChange(job_id=a["jobId"], status="settled", **where),
+        db.JobStatusChange(job_id=a["jobId"], status=JobStatus.SETTLED.label, **where),
     ]
 
 
@@ -174,7 +174,7 @@ def _cancelled(_, a, where):
     return [
         db.Settlement(job_id=a["jobId"], payment=0, fee=0, refund=a["refund"], verifier_pool=0,
                       cancelled=True, **where),
-        db.JobStatusChange(job_id=a["jobId"], status="cancelled", **where),
+        db.JobStatusChange(job_id=a["jobId"], status=JobStatus.CANCELLED.label, **where),
     ]
 
 
@@ -197,9 +197,18 @@ def _stake(kind: str, account: str = "account"):
     return lambda _, a, where: [db.StakeChange(account=a[account], kind=kind, amount=a["amount"], **where)]
 
 
+def _reason(code: int) -> str:
+    """A slash reason as the contracts spell it ("Downtime"), which the API has always shown; a code
+    this release does not know, as its number."""
+    try:
+        return SlashReason(code).contract_name
+    except ValueError:
+        return str(code)
+
+
 def _slashed(indexer, a, where):
     return [
-        db.Slash(account=a["account"], reason=REASONS.get(a["reason"], str(a["reason"])), amount=a["amount"],
+        db.Slash(account=a["account"], reason=_reason(a["reason"]), amount=a["amount"],
                  reporter=a["reporter"], reporter_share=a["reporterShare"], **where),
         *_stake("slashed")(indexer, a, where),
     ]
@@ -236,9 +245,9 @@ _HANDLERS = {
         db.Slot(job_id=a["jobId"], slot=a["slot"], provider=a["provider"], price=a["price"], **where)],
     ("JobMarket", "ProviderRemoved"): lambda _, a, where: [
         db.Slot(job_id=a["jobId"], slot=a["slot"], provider=a["provider"], price=None,
-                removed_reason=REASONS.get(a["reason"], str(a["reason"])), **where)],
+                removed_reason=_reason(a["reason"]), **where)],
     ("JobMarket", "CheckpointCommitted"): _unit,
-    ("JobMarket", "JobCompleted"): _status("completed"),
+    ("JobMarket", "JobCompleted"): _status(JobStatus.COMPLETED),
     ("JobMarket", "JobSettled"): _settled,
     ("JobMarket", "JobCancelled"): _cancelled,
     ("Verification", "ResultPosted"): _result("result", "verifier", lambda a: a["pass"], "evidenceCid"),

@@ -34,6 +34,15 @@ class Term(IntEnum):
         """The member a lower-case label names; KeyError for a label that names none."""
         return cls[label.upper()]
 
+    @classmethod
+    def label_of(cls, value: int) -> str:
+        """The label of the member numbered `value`, or the number as text: governance may add a
+        tier this release does not know."""
+        try:
+            return cls(value).label
+        except ValueError:
+            return str(value)
+
 
 class JobStatus(Term):
     """IJobMarket.JobStatus: where a job is in its life."""
@@ -44,6 +53,11 @@ class JobStatus(Term):
     COMPLETED = 3  # every slot done or the job stopped; awaiting verification and settlement
     SETTLED = 4
     CANCELLED = 5  # refunded in full before any slot was assigned
+
+
+# What a job that exists can be in (NONE is only the status of an id no job has), as the gateway
+# and the CLI list them.
+JOB_STATUSES = tuple(status.label for status in JobStatus if status is not JobStatus.NONE)
 
 
 class ParticipantState(Term):

@@ -22,6 +22,7 @@ from marketplace.chain.ledger import Hardware
 from marketplace.chain.zen import rounded
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
+from marketplace.protocol.terms import Tier
 from marketplace.sdk.errors import (
     GatewayError,
     GatewayUnavailable,
@@ -198,7 +199,7 @@ class AsyncClient:
             "owner": account.address, "spender": "JobMarket", "value": str(budget)})
         created = await self.transact("/transactions/jobs", {
             "spec_cid": spec["cid"], "max_budget": str(budget), "max_price": str(wei(max_price)),
-            "tier": jobs.TIERS[tier], "nodes": nodes, "sample_rate_bps": sample_rate_bps,
+            "tier": Tier.named(tier), "nodes": nodes, "sample_rate_bps": sample_rate_bps,
             "checkpoint_interval": checkpoint_interval, "permit": self._signed_permit(permit),
         })
         return AsyncJob(self, created["job_id"])
@@ -213,7 +214,7 @@ class AsyncClient:
         """Register the wallet as a provider of `tier` with this hardware; `hardware.attestation` is the
         sha2-256 digest of its pinned benchmark report, which a verifier checks before admitting it."""
         return await self.transact("/transactions/providers", {
-            "tier": jobs.TIERS[tier], "gpu_model": hardware.gpu_model, "gpus": hardware.gpus,
+            "tier": Tier.named(tier), "gpu_model": hardware.gpu_model, "gpus": hardware.gpus,
             "gpu_memory_gb": hardware.gpu_memory_gb, "network_gbps": hardware.network_gbps,
             "endpoint": hardware.endpoint, "attestation": "0x" + hardware.attestation.hex()})
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from marketplace.chain.ledger import JobStatus
 from marketplace.chain.scripted_job import Scenario, cid_of_bytes, onboard, run_job
+from marketplace.protocol.terms import JobStatus
 
 FEE_BPS = 500
 

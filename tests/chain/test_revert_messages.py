@@ -12,8 +12,8 @@ from eth_utils import function_signature_to_4byte_selector, to_checksum_address
 from marketplace.chain.compile import all_abis
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.errors import _PLACEHOLDER, _abi_type, _revert_table, decode_revert, sentence
-from marketplace.chain.ledger import JobStatus
 from marketplace.chain.toolchain import PROJECT_ROOT
+from marketplace.protocol.terms import JobStatus
 
 SAMPLE = {"address": to_checksum_address("0x" + "ab" * 20),  # viem hands the page checksummed addresses
           "bytes32": b"\x01" * 32, "string": "x", "bool": True}

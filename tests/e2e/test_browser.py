@@ -19,6 +19,7 @@ from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.chain.toolchain import PROJECT_ROOT
+from marketplace.protocol.terms import Tier
 
 from .conftest import wait_for
 
@@ -305,7 +306,7 @@ def staker(network) -> LocalAccount:
     account = devnet_account(STAKER)
     ledger.w3.provider.make_request("anvil_setBalance", [account.address, hex(10 * 10**18)])
     ledger.transfer(devnet_account(0), account.address, 5_000 * ZEN)
-    ledger.register_provider(account, 0, Hardware("cpu", 0, 0, 1, "devnet://browser-test"))
+    ledger.register_provider(account, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "devnet://browser-test"))
     return account
 
 

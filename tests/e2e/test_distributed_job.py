@@ -17,7 +17,8 @@ import yaml
 from marketplace import jobs
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import Hardware, JobStatus
+from marketplace.chain.ledger import Hardware
+from marketplace.protocol.terms import JobStatus, Tier
 from marketplace.sdk import Client
 from node.daemon import onboarding
 from node.daemon.group_worker import rendezvous
@@ -210,7 +211,7 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
     with network.storage() as storage:
         _, report = onboarding.publish_benchmark(storage, replicas=3)
         endpoint = f"tcp://127.0.0.1:{free_port()}"
-        onboarding.register(ledger, cheater, 0, Hardware("cpu", 0, 0, 1, endpoint), report)
+        onboarding.register(ledger, cheater, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, endpoint), report)
         onboarding.stake_with_permit(ledger, cheater, 10_000 * ZEN)
         wait_for(lambda: ledger.staking_account(cheater.address)["admitted"], 60, "the cheater's admission")
 

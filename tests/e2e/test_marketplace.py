@@ -12,7 +12,8 @@ import pytest
 from marketplace import jobs
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import Hardware, JobStatus
+from marketplace.chain.ledger import Hardware
+from marketplace.protocol.terms import JobStatus, Tier
 from node.daemon import onboarding
 from node.engine import Checkpoint, load_spec, run_unit
 from node.work import unit_shard
@@ -118,7 +119,7 @@ def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):
     ledger.transfer(devnet_account(0), cheater.address, 20_000 * ZEN)
     with network.storage() as storage:
         _, report = onboarding.publish_benchmark(storage, replicas=3)
-        onboarding.register(ledger, cheater, 0, Hardware("cpu", 0, 0, 1, "cheater"), report)
+        onboarding.register(ledger, cheater, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "cheater"), report)
         onboarding.stake_with_permit(ledger, cheater, 10_000 * ZEN)
         wait_for(lambda: ledger.staking_account(cheater.address)["admitted"], 60, "the cheater's admission")
 

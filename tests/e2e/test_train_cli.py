@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from marketplace.chain.ledger import JobStatus
+from marketplace.protocol.terms import JobStatus
 
 from .conftest import SPEC
 

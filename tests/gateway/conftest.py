@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from gateway_support import free_port, gateway_env, wait_for_http
 
 from marketplace.chain.accounts import devnet_account
-from marketplace.chain.deploy import SLASH_REASONS, ZEN, Parameters, deploy
+from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import Ledger
 from marketplace.chain.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 from marketplace.config import Settings
@@ -20,6 +20,7 @@ from marketplace.gateway.api.main import create_app
 from marketplace.gateway.db import open_database
 from marketplace.gateway.indexer import Indexer
 from marketplace.processes import terminate
+from marketplace.protocol.terms import SlashReason
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def story(ledger, cast, slash_amount):
     staking = ledger.staking.functions
     ledger.send(staking.grantRole(staking.SLASHER_ROLE().call(), cast.governor.address), cast.governor)
     loser = next(p for p in cast.providers if p.address not in outcome.winners)
-    ledger.send(staking.slash(loser.address, slash_amount, SLASH_REASONS["Downtime"], cast.verifiers[1].address),
+    ledger.send(staking.slash(loser.address, slash_amount, SlashReason.DOWNTIME, cast.verifiers[1].address),
                 cast.governor)
     return outcome
 

@@ -21,10 +21,11 @@ from marketplace import AsyncClient, Client, jobs
 from marketplace.chain import tx
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import JobStatus, Ledger
+from marketplace.chain.ledger import Ledger
 from marketplace.chain.scripted_job import Cast
 from marketplace.cli import main
 from marketplace.config import Settings
+from marketplace.protocol.terms import JobStatus
 from marketplace.sdk import GatewayError
 from marketplace.storage import Storage
 from marketplace.wallet import import_key

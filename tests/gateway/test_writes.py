@@ -10,8 +10,8 @@ from eth_account.messages import encode_defunct
 
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import JobStatus
 from marketplace.gateway.siwe import SiweMessage
+from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage
 
 pytestmark = pytest.mark.anvil

@@ -10,6 +10,7 @@ from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.chain.scripted_job import Cast
 from marketplace.cli import main
+from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
 from node.daemon.chainview import chain_time
 from node.daemon.journal import Journal
@@ -39,8 +40,9 @@ def storage(ipfs_nodes):
 
 
 def create_job(ledger: Ledger, cast: Cast, storage: Storage) -> int:
-    request = JobRequest(spec_cid=storage.add_bytes(SPEC.read_bytes()), tier=0, nodes=1, units_per_node=3,
-                         checkpoint_interval=300, sample_rate_bps=0, max_price=100 * ZEN, budget=1_000 * ZEN)
+    request = JobRequest(spec_cid=storage.add_bytes(SPEC.read_bytes()), tier=Tier.COMMUNITY, nodes=1,
+                         units_per_node=3, checkpoint_interval=300, sample_rate_bps=0, max_price=100 * ZEN,
+                         budget=1_000 * ZEN)
     return ledger.create_job(cast.user, request)
 
 

@@ -9,6 +9,7 @@ from daemon_support import SPEC
 
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobRequest
+from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
 from node.daemon.group_worker import GroupWorker
 from node.daemon.journal import Journal
@@ -34,7 +35,7 @@ def test_a_node_without_a_rendezvous_endpoint_refuses_group_jobs_only(
         def job(path: Path) -> tuple[int, dict]:
             spec = load_spec(path)
             request = JobRequest(
-                spec_cid=storage.add_bytes(path.read_bytes()), tier=0,
+                spec_cid=storage.add_bytes(path.read_bytes()), tier=Tier.COMMUNITY,
                 nodes=spec.distributed.nodes, units_per_node=units_per_node(spec),
                 checkpoint_interval=300, sample_rate_bps=0, max_price=100 * ZEN,
                 budget=300 * ZEN)

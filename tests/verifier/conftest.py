@@ -16,8 +16,9 @@ from eth_account.signers.local import LocalAccount
 from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import CommittedUnit, JobRequest, Ledger
-from marketplace.chain.scripted_job import COMMUNITY, Cast, Scenario, onboard
+from marketplace.chain.scripted_job import Cast, Scenario, onboard
 from marketplace.processes import terminate
+from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
 from node.engine import Checkpoint, JobSpec, parse_spec, run_unit
 from node.work import unit_shard, unit_steps
@@ -248,7 +249,7 @@ def job(ledger, cast, storage, spec_cid) -> Callable[..., ScriptedProvider]:
         onboard(ledger, cast, Scenario())
         request = JobRequest(
             spec_cid=spec_cid,
-            tier=COMMUNITY,
+            tier=Tier.COMMUNITY,
             nodes=1,
             units_per_node=UNITS,
             checkpoint_interval=3_600,
