@@ -8,7 +8,6 @@ from sqlalchemy.orm import Session
 
 from marketplace.gateway import db
 from marketplace.storage import Storage, StorageError
-from node.engine import Checkpoint, CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +17,9 @@ def checkpoint_facts(session: Session, storage: Storage, cid: str) -> db.Checkpo
     facts = session.get(db.CheckpointFacts, cid)
     if facts is not None:
         return facts
+    # Reading a checkpoint needs torch: loaded here, on the first uncached CID, not with the gateway.
+    from node.engine import Checkpoint, CheckpointError
+
     try:
         checkpoint = Checkpoint.load(storage.cat(cid))
     except (StorageError, CheckpointError) as exc:

@@ -9,8 +9,8 @@ from fastapi.routing import APIRoute
 from marketplace.chain.errors import ChainError, ContractRevert
 from marketplace.errors import ZooError
 from marketplace.gateway.auth import NotSignedIn
+from marketplace.protocol.spec import SpecError
 from marketplace.storage import NodeUnavailable
-from node.engine import SpecError
 
 # First match wins: project errors also inherit the built-in that says what kind of refusal they are.
 STATUSES: tuple[tuple[type[Exception], int], ...] = (
@@ -46,6 +46,6 @@ def method_not_allowed(request: Request, _: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    for kind in (ZooError, SpecError):  # the engine's spec errors are plain ValueErrors
+    for kind in (ZooError, SpecError):  # the protocol's spec errors are plain ValueErrors
         app.add_exception_handler(kind, refused)
     app.add_exception_handler(405, method_not_allowed)

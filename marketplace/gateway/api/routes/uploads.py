@@ -15,8 +15,8 @@ from marketplace.gateway.api.schemas import (
 )
 from marketplace.gateway.api.service import TooLarge
 from marketplace.jobs import pin
-from node.engine import parse_spec
-from node.work import units_per_node
+from marketplace.protocol.spec import parse_spec
+from marketplace.protocol.units import units_per_node
 
 router = APIRouter(prefix="/uploads", tags=["uploads"])
 
