@@ -27,7 +27,7 @@ class Standing:
     address: str
     eth: int  # for gas
     zen: int
-    role: str  # none, provider or verifier
+    role: str  # a Role label: none, provider or verifier
     tier: int
     admitted: bool  # a provider whose benchmark a verifier attested
     staked: int  # locked included

@@ -15,7 +15,7 @@ from marketplace.chain.ledger import Hardware
 from marketplace.cli.access import LedgerAccess, reach_ledger
 from marketplace.cli.wallet import ZEN_AMOUNT, amount, open_ledger
 from marketplace.config import Settings
-from marketplace.protocol.terms import Tier
+from marketplace.protocol.terms import Role, Tier
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
 
@@ -134,7 +134,7 @@ def status_command() -> None:
         standing = ledger.standing(address)
         held = _held(settings, ledger, address)
     table = Table(title=f"provider {address}", show_header=False)
-    table.add_row("registered", "yes" if standing.role == "provider" else "no")
+    table.add_row("registered", "yes" if standing.role == Role.PROVIDER.label else "no")
     table.add_row("tier", standing.tier_name)
     table.add_row("admitted", "yes" if standing.admitted else "no (awaiting a verifier's attestation)")
     table.add_row("staked ZEN", amount(standing.staked))

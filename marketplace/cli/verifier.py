@@ -13,6 +13,7 @@ from rich.table import Table
 from marketplace.cli.access import reach_ledger
 from marketplace.cli.wallet import ZEN_AMOUNT, amount, open_ledger
 from marketplace.config import Settings
+from marketplace.protocol.terms import Role
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
 
@@ -68,7 +69,7 @@ def status_command() -> None:
     with reach_ledger(Settings(), signing=False) as (ledger, address):
         standing = ledger.standing(address)
     table = Table(title=f"verifier {address}", show_header=False)
-    table.add_row("registered", "yes" if standing.role == "verifier" else "no")
+    table.add_row("registered", "yes" if standing.role == Role.VERIFIER.label else "no")
     table.add_row("staked ZEN", amount(standing.staked))
     table.add_row("unbonding ZEN", amount(standing.unbonding))
     table.add_row("owed ZEN", amount(standing.owed))
