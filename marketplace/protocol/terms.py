@@ -1,7 +1,8 @@
 """The ledger's shared terms, each defined once, numbered as the contracts number them.
 
-Every enum here mirrors one of contracts/interfaces/*.sol member for member and in order, since
-the chain stores only the index (tests/chain/test_terms.py holds them together). Off the chain
+Every enum here but Tier mirrors one of contracts/interfaces/*.sol member for member and in order,
+since the chain stores only the index; Tier names the ids of the tier table deploy sets up
+(tests/chain/test_terms.py holds them together). Off the chain
 the CLI, the gateway and the error sentences spell a member in lower case (`JobStatus.OPEN` is
 "open"); the gateway's records of slashes keep the contracts' own spelling ("Downtime").
 """
