@@ -8,24 +8,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import torch
 from eth_account.signers.local import LocalAccount
-from web3.logs import DISCARD
 
 from marketplace.chain.errors import ChainError, ContractRevert, TransactionReverted
-from marketplace.chain.ledger import JobRequest, JobStatus, Ledger
+from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.chain.permit import sign_permit
 from marketplace.chain.zen import rounded
 from marketplace.errors import ZooError
+from marketplace.protocol.spec import JobSpec, parse_spec
+from marketplace.protocol.terms import JobStatus
+from marketplace.protocol.units import units_per_node
 from marketplace.storage import Storage
-from node.engine import Checkpoint, CheckpointError, JobSpec, parse_spec, state_hash
-from node.work import load_rank_bundle, units_per_node
+
+if TYPE_CHECKING:
+    from node.engine import Checkpoint
 
 log = logging.getLogger(__name__)
 
-TIERS = {"community": 0, "bronze": 1, "silver": 2, "gold": 3}
 REPLICAS = 3
 CLOSE_GRACE = 3  # seconds after a round's reveal deadline before the user closes it
 
@@ -117,10 +118,10 @@ def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str,
     check_funds(ledger, user.address, order.max_budget)
     request = replace(request, spec_cid=pin(storage, spec_text.encode()))
     deadline, v, r, s = sign_permit(ledger, user, ledger.market.address, order.max_budget)
-    receipt = ledger.send(ledger.market.functions.createJobWithPermit(request.as_struct(), deadline, v, r, s), user)
-    (event,) = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
-    log.info("job %d created: spec %s, budget %d", event["args"]["jobId"], request.spec_cid, order.max_budget)
-    return event["args"]["jobId"]
+    receipt = ledger.send(ledger.create_job_call(request, (deadline, v, r, s)), user)
+    (job_id,) = ledger.created_jobs(receipt)
+    log.info("job %d created: spec %s, budget %d", job_id, request.spec_cid, order.max_budget)
+    return job_id
 
 
 def wait_for_auction(ledger: Ledger, user: LocalAccount, job_id: int, timeout: float, poll: float = 1.0) -> None:
@@ -130,16 +131,16 @@ def wait_for_auction(ledger: Ledger, user: LocalAccount, job_id: int, timeout: f
     close the rounds they bid in, but nobody else would close an empty one.
     """
     deadline = time.monotonic() + timeout
-    while ledger.market.functions.status(job_id).call() == JobStatus.OPEN:
+    while ledger.job_status(job_id) == JobStatus.OPEN:
         job = ledger.job(job_id)
         if time.monotonic() > deadline:
-            ledger.send(ledger.market.functions.cancelJob(job_id), user)
+            ledger.send(ledger.cancel_job_call(job_id), user)
             raise NoBids(f"no bids filled job {job_id} within {timeout:.0f}s: cancelled, "
                          f"{rounded(job['budget'])} ZEN refunded to {user.address}")
         # The bidders close their own round first; the user steps in only after a grace period.
         if ledger.w3.eth.get_block("latest")["timestamp"] > job["revealDeadline"] + CLOSE_GRACE:
             try:
-                ledger.send(ledger.market.functions.closeAuction(job_id), user)
+                ledger.close_auction(user, job_id)
             except ChainError as exc:  # closed by someone else meanwhile
                 log.info("close auction: %s", exc)
         time.sleep(poll)
@@ -170,6 +171,10 @@ def progress(ledger: Ledger, storage: Storage, job_id: int, losses: dict[str, fl
 def unit_loss(data: bytes) -> float | None:
     """The training loss a committed unit reports: a checkpoint's metrics, or the last loss a
     group job's rank had seen when its round began; None for what is neither."""
+    # Both are torch pickles: torch loads with the first unit read, not with every CLI command.
+    from node.engine import Checkpoint, CheckpointError
+    from node.work import load_rank_bundle
+
     try:
         return Checkpoint.load(data).metadata.get("metrics", {}).get("loss")
     except CheckpointError:
@@ -184,8 +189,7 @@ def unit_loss(data: bytes) -> float | None:
 def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
     """The live last unit of each slot (a rollback voids later ones), as event arguments."""
     job = ledger.job(job_id)
-    events = ledger.market.events.CheckpointCommitted().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+    events = ledger.checkpoint_events(job_id)
     latest = []
     for slot in range(job["nodes"]):
         done = ledger.slot(job_id, slot)["unitsDone"]
@@ -212,19 +216,18 @@ def follow(ledger: Ledger, storage: Storage, job_id: int, on_progress: Callable[
 
 def settle(ledger: Ledger, user: LocalAccount, job_id: int, poll: float = 1.0) -> Settlement:
     """Settle once the verification window is over (or find a provider's settlement)."""
-    window = ledger.verification.functions.verificationWindow().call()
-    while ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED:
+    window = ledger.verification_window()
+    while ledger.job_status(job_id) == JobStatus.COMPLETED:
         job = ledger.job(job_id)
         now = ledger.w3.eth.get_block("latest")["timestamp"]
-        open_disputes = ledger.verification.functions.openDisputes(job_id).call()
+        open_disputes = ledger.open_disputes(job_id)
         if now >= job["completedAt"] + window and open_disputes == 0:
             try:
-                ledger.send(ledger.market.functions.settle(job_id), user)
+                ledger.send(ledger.settle_call(job_id), user)
             except (ContractRevert, TransactionReverted) as exc:  # e.g. a provider settled first, or in the same block
                 log.info("settle: %s", exc)
         time.sleep(poll)
-    (event,) = ledger.market.events.JobSettled().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+    event = ledger.settlement_event(job_id)
     args = event["args"]
     return Settlement(args["payment"], args["fee"], args["refund"], args["verifierPool"],
                       "0x" + event["transactionHash"].hex().removeprefix("0x"), event["blockNumber"])
@@ -258,6 +261,8 @@ def write_result(storage: Storage, job_id: int, units: list[LastUnit], nodes: in
     """
     if not units:
         raise JobError(f"job {job_id} has no committed checkpoint")
+    from node.engine import Checkpoint, CheckpointError  # torch, loaded only to fetch a result
+
     unit = min(units)  # slot 0's
     data = storage.cat(unit.cid)
     try:
@@ -275,6 +280,9 @@ def write_result(storage: Storage, job_id: int, units: list[LastUnit], nodes: in
 
 def group_weights(storage: Storage, job_id: int, units: list[LastUnit], first: bytes) -> tuple[dict, str]:
     """The model all ranks' last bundles hold (`first`: slot 0's, already fetched), and its hash."""
+    from node.engine import state_hash  # torch, loaded only to fetch a result
+    from node.work import load_rank_bundle
+
     digests, weights = {}, None
     for unit in sorted(units):
         try:
@@ -298,6 +306,8 @@ def checked(checkpoint: Checkpoint, cid: str, committed: str) -> Checkpoint:
 
 
 def write_weights(weights: dict, output: Path) -> None:
+    import torch  # loaded only to write a result
+
     output.parent.mkdir(parents=True, exist_ok=True)
     torch.save(weights, output)
 

@@ -10,7 +10,6 @@ from marketplace.chain.ledger import Ledger
 from marketplace.ipfs.cid import CID, DAG_PB
 from marketplace.storage import NodeUnavailable, Storage, StorageError
 from node.benchmark import BenchmarkRejected, BenchmarkReport, check_report
-from verifier.views import view
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ def admit(
     A report that cannot be fetched or fails the check is logged and not attested: admission
     is the only gate in front of a provider's first bid, so nothing doubtful passes it.
     """
-    if view(ledger.staking, "account", provider)["admitted"]:
+    if ledger.staking_account(provider)["admitted"]:
         return True
     cid = report_cid(attestation)
     try:

@@ -18,7 +18,8 @@ from web3.types import EventData
 
 from marketplace.chain.errors import ChainError, ContractRevert
 from marketplace.chain.events import EventCursor
-from marketplace.chain.ledger import CommittedUnit, JobStatus, Ledger
+from marketplace.chain.ledger import CommittedUnit, Ledger
+from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage, StorageError
 from node.engine import DataError, JobSpec, SpecError, parse_spec
 from verifier import journal as j
@@ -26,7 +27,6 @@ from verifier.admission import admit
 from verifier.journal import Journal, Work
 from verifier.recompute import PeerUnit, UnitInputs
 from verifier.tasks import verify_unit
-from verifier.views import view
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class VerifierDaemon:
     def _on_settled(self, event: EventData) -> None:
         """Collect this verifier's share of the job's network fee."""
         job_id = event["args"]["jobId"]
-        if self.ledger.verification.functions.verificationsBy(job_id, self.address).call() == 0:
+        if self.ledger.verifications_by(job_id, self.address) == 0:
             return
         try:
             self.ledger.claim_verification_fees(self.account, job_id)
@@ -264,7 +264,7 @@ class VerifierDaemon:
         nodes = self._ddp_nodes(unit.job_id)
         if not nodes or len(self._peers(unit)) == nodes - 1:
             return False
-        window = self.ledger.verification.functions.verificationWindow().call()
+        window = self.ledger.verification_window()
         return now < unit.committed_at + window // 2
 
     def _inputs(self, unit: CommittedUnit) -> UnitInputs | None:
@@ -320,13 +320,10 @@ class VerifierDaemon:
     def _window_closed(self, work: Work, now: int) -> bool:
         """Whether the chain would refuse this work's answer at block time `now`."""
         u = work.unit
-        verification = self.ledger.verification.functions
         if work.kind == j.RESULT:
-            return now >= u.committed_at + verification.verificationWindow().call()
-        disputed_at = view(self.ledger.verification, "result", u.job_id, u.slot, u.index)[
-            "disputedAt"
-        ]
-        return now > disputed_at + verification.disputeWindow().call()
+            return now >= u.committed_at + self.ledger.verification_window()
+        disputed_at = self.ledger.verification_result(u.job_id, u.slot, u.index)["disputedAt"]
+        return now > disputed_at + self.ledger.dispute_window()
 
     def post(self) -> None:
         """Send each verdict in hand; POSTING marks a send a crash may have interrupted."""
@@ -355,7 +352,7 @@ class VerifierDaemon:
     def _posted_before(self, work: Work) -> bool:
         """Whether the chain already holds this daemon's answer (a send a restart interrupted)."""
         u = work.unit
-        result = view(self.ledger.verification, "result", u.job_id, u.slot, u.index)
+        result = self.ledger.verification_result(u.job_id, u.slot, u.index)
         return self.address == result["first" if work.kind == j.RESULT else "second"]
 
     # --- downtime ------------------------------------------------------------------------
@@ -374,9 +371,7 @@ class VerifierDaemon:
             ):
                 continue
             try:
-                self.ledger.send(
-                    self.ledger.market.functions.reportDowntime(job_id, slot_id), self.account
-                )
+                self.ledger.send(self.ledger.report_downtime_call(job_id, slot_id), self.account)
             except ContractRevert as exc:
                 if exc.name not in NOT_OVERDUE:
                     raise

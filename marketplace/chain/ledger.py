@@ -5,26 +5,18 @@ from __future__ import annotations
 import functools
 import secrets
 from dataclasses import dataclass
-from enum import IntEnum
 
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 from web3 import Web3
+from web3.contract import Contract
+from web3.contract.contract import ContractFunction
 from web3.logs import DISCARD
-from web3.types import TxReceipt
+from web3.types import BlockIdentifier, EventData, TxReceipt
 
 from marketplace.chain.deploy import Deployment
 from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call, send
-
-
-class JobStatus(IntEnum):
-    NONE = 0
-    OPEN = 1
-    RUNNING = 2
-    COMPLETED = 3
-    SETTLED = 4
-    CANCELLED = 5
 
 
 @dataclass(frozen=True)
@@ -86,6 +78,9 @@ class CommittedUnit:
                 self.remaining_before, keccak(text=self.cid), self.state_hash)
 
 
+Permit = tuple[int, int, bytes, bytes]  # (deadline, v, r, s): a signed permit, as *WithPermit takes it
+
+
 class Ledger:
     """The deployed contracts on one chain, with one method per ledger action."""
 
@@ -101,10 +96,19 @@ class Ledger:
     def send(self, fn, account: LocalAccount) -> TxReceipt:
         return send(self.w3, fn, account)
 
+    def struct(self, contract: Contract, fn_name: str, *args, block: BlockIdentifier | None = None) -> dict:
+        """Call a view that returns one struct and name its values by the ABI's field names: read by
+        name, a field added to or moved in the contract shifts none of the ones a caller reads."""
+        (output,) = next(
+            i["outputs"] for i in contract.abi if i.get("name") == fn_name and i["type"] == "function"
+        )
+        values = call(getattr(contract.functions, fn_name)(*args), block)
+        return dict(zip((c["name"] for c in output["components"]), values, strict=True))
+
     # --- ZEN -----------------------------------------------------------------------------
 
-    def balance(self, address: str) -> int:
-        return self.zen.functions.balanceOf(address).call()
+    def balance(self, address: str, block: BlockIdentifier | None = None) -> int:
+        return call(self.zen.functions.balanceOf(address), block)
 
     def transfer(self, sender: LocalAccount, to: str, amount: int) -> TxReceipt:
         return self.send(self.zen.functions.transfer(to, amount), sender)
@@ -115,52 +119,113 @@ class Ledger:
     # --- staking -------------------------------------------------------------------------
 
     def register_provider(self, provider: LocalAccount, tier: int, hardware: Hardware) -> TxReceipt:
-        return self.send(self.staking.functions.registerProvider(tier, hardware.as_struct()), provider)
+        return self.send(self.register_provider_call(tier, hardware), provider)
+
+    def register_provider_call(self, tier: int, hardware: Hardware) -> ContractFunction:
+        return self.staking.functions.registerProvider(tier, hardware.as_struct())
 
     def register_verifier(self, verifier: LocalAccount, endpoint: str) -> TxReceipt:
-        return self.send(self.staking.functions.registerVerifier(endpoint), verifier)
+        return self.send(self.register_verifier_call(endpoint), verifier)
+
+    def register_verifier_call(self, endpoint: str) -> ContractFunction:
+        return self.staking.functions.registerVerifier(endpoint)
 
     def stake(self, account: LocalAccount, amount: int) -> TxReceipt:
         self.approve(account, self.staking.address, amount)
-        return self.send(self.staking.functions.stake(amount), account)
+        return self.send(self.stake_call(amount), account)
+
+    def stake_call(self, amount: int, permit: Permit | None = None) -> ContractFunction:
+        """stake after an approve, or stakeWithPermit with a signed permit: one transaction."""
+        staking = self.staking.functions
+        return staking.stake(amount) if permit is None else staking.stakeWithPermit(amount, *permit)
+
+    def request_unstake_call(self, amount: int) -> ContractFunction:
+        return self.staking.functions.requestUnstake(amount)
+
+    def withdraw_stake_call(self) -> ContractFunction:
+        return self.staking.functions.withdraw()
 
     def attest_benchmark(self, verifier: LocalAccount, provider: str, result_hash: bytes, score: int):
         return self.send(self.staking.functions.attestBenchmark(provider, result_hash, score), verifier)
 
-    def staking_account(self, address: str) -> dict:
-        role, tier, admitted, gpus, unbonding_ends, staked, locked, unbonding = (
-            self.staking.functions.account(address).call()
-        )
-        return {"role": role, "tier": tier, "admitted": admitted, "gpus": gpus,
-                "unbonding_ends": unbonding_ends, "staked": staked, "locked": locked,
-                "unbonding": unbonding}
+    def staking_account(self, address: str, block: BlockIdentifier | None = None) -> dict:
+        return self.struct(self.staking, "account", address, block=block)
+
+    def hardware(self, provider: str) -> dict:
+        """The hardware a provider registered, its endpoint included."""
+        return self.struct(self.staking, "hardware", provider)
+
+    def tiers(self) -> list[dict]:
+        """Every tier by id, as governance set them."""
+        count = call(self.staking.functions.tierCount())
+        return [self.struct(self.staking, "tier", i) for i in range(count)]
 
     # --- jobs and auctions ---------------------------------------------------------------
 
+    def fee_bps(self) -> int:
+        """The market's network fee, in basis points."""
+        return call(self.market.functions.feeBps())
+
     def create_job(self, user: LocalAccount, request: JobRequest) -> int:
         self.approve(user, self.market.address, request.budget)
-        receipt = self.send(self.market.functions.createJob(request.as_struct()), user)
-        (event,) = self.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
-        return event["args"]["jobId"]
+        (job_id,) = self.created_jobs(self.send(self.create_job_call(request), user))
+        return job_id
+
+    def create_job_call(self, request: JobRequest, permit: Permit | None = None) -> ContractFunction:
+        """createJob after an approve, or createJobWithPermit with a signed permit: one transaction."""
+        market = self.market.functions
+        if permit is None:
+            return market.createJob(request.as_struct())
+        return market.createJobWithPermit(request.as_struct(), *permit)
+
+    def created_jobs(self, receipt: TxReceipt) -> list[int]:
+        """The ids of the jobs a mined transaction created (its JobCreated events)."""
+        events = self.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
+        return [e["args"]["jobId"] for e in events]
+
+    def job_status(self, job_id: int) -> int:
+        return call(self.market.functions.status(job_id))
+
+    def cancel_job_call(self, job_id: int) -> ContractFunction:
+        return self.market.functions.cancelJob(job_id)
 
     def commit_bid(self, provider: LocalAccount, job_id: int, price: int) -> SealedBid:
         """Commit a sealed bid; keep the returned salt secret until the reveal."""
         salt = secrets.token_bytes(32)
-        commitment = call(self.market.functions.bidCommitmentOf(price, salt, provider.address, job_id))
-        self.send(self.market.functions.commitBid(job_id, commitment), provider)
+        commitment = self.bid_commitment_of(price, salt, provider.address, job_id)
+        self.send(self.commit_bid_call(job_id, commitment), provider)
         return SealedBid(job_id, price, salt, commitment)
 
+    def bid_commitment_of(self, price: int, salt: bytes, bidder: str, job_id: int) -> bytes:
+        """The sealed commitment of a bid, hashed exactly as the market checks it at the reveal."""
+        return call(self.market.functions.bidCommitmentOf(price, salt, bidder, job_id))
+
+    def bid_commitment(self, job_id: int, provider: str) -> bytes:
+        """The commitment the provider holds in the job's current round."""
+        return call(self.market.functions.bidCommitment(job_id, provider))
+
+    def commit_bid_call(self, job_id: int, commitment: bytes) -> ContractFunction:
+        return self.market.functions.commitBid(job_id, commitment)
+
     def reveal_bid(self, provider: LocalAccount, bid: SealedBid) -> TxReceipt:
-        return self.send(self.market.functions.revealBid(bid.job_id, bid.price, bid.salt), provider)
+        return self.send(self.reveal_bid_call(bid.job_id, bid.price, bid.salt), provider)
+
+    def reveal_bid_call(self, job_id: int, price: int, salt: bytes) -> ContractFunction:
+        return self.market.functions.revealBid(job_id, price, salt)
 
     def close_auction(self, account: LocalAccount, job_id: int) -> TxReceipt:
-        return self.send(self.market.functions.closeAuction(job_id), account)
+        return self.send(self.close_auction_call(job_id), account)
+
+    def close_auction_call(self, job_id: int) -> ContractFunction:
+        return self.market.functions.closeAuction(job_id)
+
+    def participant(self, job_id: int, provider: str) -> dict:
+        """The provider's part in the job's auction (its state: none, committed, revealed, won...)."""
+        return self.struct(self.market, "participant", job_id, provider)
 
     def job(self, job_id: int) -> dict:
         """The job as stored, plus its spec CID (which only the JobCreated event carries)."""
-        values = call(self.market.functions.job(job_id))
-        names = [o["name"] for o in self._abi_outputs(self.market, "job")[0]["components"]]
-        return dict(zip(names, values)) | {"specCid": self.spec_cid(job_id)}
+        return self.struct(self.market, "job", job_id) | {"specCid": self.spec_cid(job_id)}
 
     @functools.cache  # noqa: B019 - a ledger lives as long as its process; job specs never change
     def spec_cid(self, job_id: int) -> str:
@@ -172,23 +237,27 @@ class Ledger:
         return logs[0]["args"]["specCid"]
 
     def slot(self, job_id: int, slot: int) -> dict:
-        values = call(self.market.functions.slot(job_id, slot))
-        names = [o["name"] for o in self._abi_outputs(self.market, "slot")[0]["components"]]
-        return dict(zip(names, values))
-
-    @staticmethod
-    def _abi_outputs(contract, fn_name: str) -> list[dict]:
-        return next(i["outputs"] for i in contract.abi if i.get("name") == fn_name and i["type"] == "function")
+        return self.struct(self.market, "slot", job_id, slot)
 
     # --- work and verification -----------------------------------------------------------
 
     def commit_checkpoint(
         self, provider: LocalAccount, job_id: int, slot: int, gpu_seconds: int, cid: str, state_hash: bytes
     ) -> CommittedUnit:
-        fn = self.market.functions.commitCheckpoint(job_id, slot, gpu_seconds, cid, state_hash)
-        receipt = self.send(fn, provider)
+        receipt = self.send(self.commit_checkpoint_call(job_id, slot, gpu_seconds, cid, state_hash), provider)
         (event,) = self.market.events.CheckpointCommitted().process_receipt(receipt, errors=DISCARD)
         return self.unit_from_event(event)
+
+    def commit_checkpoint_call(
+        self, job_id: int, slot: int, gpu_seconds: int, cid: str, state_hash: bytes
+    ) -> ContractFunction:
+        return self.market.functions.commitCheckpoint(job_id, slot, gpu_seconds, cid, state_hash)
+
+    def checkpoint_events(self, job_id: int, slot: int | None = None) -> list[EventData]:
+        """The job's CheckpointCommitted events (of one slot if given), oldest first."""
+        filters = {"jobId": job_id} if slot is None else {"jobId": job_id, "slot": slot}
+        return self.market.events.CheckpointCommitted().get_logs(
+            from_block=self.deployment.deploy_block, argument_filters=filters)
 
     def unit_from_event(self, event) -> CommittedUnit:
         args = event["args"]
@@ -203,9 +272,7 @@ class Ledger:
     def committed_unit(self, job_id: int, slot: int, index: int) -> CommittedUnit | None:
         """The slot's live commitment of unit `index` (its latest: a rolled-back unit is committed
         again over the rejected one); None while there is none."""
-        events = [e for e in self.market.events.CheckpointCommitted().get_logs(
-            from_block=self.deployment.deploy_block, argument_filters={"jobId": job_id, "slot": slot},
-        ) if e["args"]["index"] == index]
+        events = [e for e in self.checkpoint_events(job_id, slot) if e["args"]["index"] == index]
         return self.unit_from_event(events[-1]) if events else None
 
     def flag_unit(self, provider: LocalAccount, unit: CommittedUnit):
@@ -229,18 +296,53 @@ class Ledger:
         )
         return self.send(fn, verifier)
 
+    def verification_result(self, job_id: int, slot: int, index: int) -> dict:
+        """What verifiers posted on a unit: verdict, who judged, when a dispute opened."""
+        return self.struct(self.verification, "result", job_id, slot, index)
+
+    def verification_window(self) -> int:
+        """Seconds after a commitment (and after completion, before settlement) for verifiers to answer."""
+        return call(self.verification.functions.verificationWindow())
+
+    def dispute_window(self) -> int:
+        """Seconds after a dispute opens for its second verifier to resolve it."""
+        return call(self.verification.functions.disputeWindow())
+
+    def open_disputes(self, job_id: int) -> int:
+        return call(self.verification.functions.openDisputes(job_id))
+
+    def verifications_by(self, job_id: int, verifier: str) -> int:
+        """How many of the job's units `verifier` judged: its share of the verification fees."""
+        return call(self.verification.functions.verificationsBy(job_id, verifier))
+
+    def report_downtime_call(self, job_id: int, slot: int) -> ContractFunction:
+        return self.market.functions.reportDowntime(job_id, slot)
+
     # --- settlement ----------------------------------------------------------------------
 
     def settle(self, account: LocalAccount, job_id: int) -> dict:
-        receipt = self.send(self.market.functions.settle(job_id), account)
+        receipt = self.send(self.settle_call(job_id), account)
         (event,) = self.market.events.JobSettled().process_receipt(receipt, errors=DISCARD)
         return dict(event["args"]) | {"tx": receipt["transactionHash"].hex(), "block": receipt["blockNumber"]}
 
-    def owed(self, address: str) -> int:
-        return self.market.functions.owed(address).call()
+    def settle_call(self, job_id: int) -> ContractFunction:
+        return self.market.functions.settle(job_id)
+
+    def settlement_event(self, job_id: int) -> EventData | None:
+        """The job's JobSettled event; None while it is not settled."""
+        events = self.market.events.JobSettled().get_logs(
+            from_block=self.deployment.deploy_block, argument_filters={"jobId": job_id})
+        return events[0] if events else None
+
+    def owed(self, address: str, block: BlockIdentifier | None = None) -> int:
+        return call(self.market.functions.owed(address), block)
 
     def withdraw(self, account: LocalAccount) -> TxReceipt:
-        return self.send(self.market.functions.withdraw(), account)
+        return self.send(self.withdraw_call(), account)
+
+    def withdraw_call(self) -> ContractFunction:
+        """The market's pull payment: what it owes the sender (pay, fees, refunds)."""
+        return self.market.functions.withdraw()
 
     def claim_verification_fees(self, verifier: LocalAccount, job_id: int) -> TxReceipt:
         return self.send(self.market.functions.claimVerificationFees(job_id), verifier)

@@ -6,7 +6,7 @@ from eth_account.signers.local import LocalAccount
 from web3 import Web3
 from web3.contract.contract import ContractConstructor, ContractFunction
 from web3.exceptions import ContractCustomError, ContractLogicError, ContractPanicError
-from web3.types import TxReceipt
+from web3.types import BlockIdentifier, TxReceipt
 
 from marketplace.chain.errors import ChainError, TransactionReverted, explain
 
@@ -63,9 +63,9 @@ def revert_reason(w3: Web3, tx_hash) -> ChainError | None:
     return None
 
 
-def call(fn: ContractFunction, **kwargs):
-    """A read-only call, with reverts decoded."""
+def call(fn: ContractFunction, block: BlockIdentifier | None = None):
+    """A read-only call at `block` (the latest by default), with reverts decoded."""
     try:
-        return fn.call(kwargs or None)
+        return fn.call(block_identifier=block)
     except REVERTS as exc:
         raise explain(exc) from None

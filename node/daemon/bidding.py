@@ -10,10 +10,10 @@ from eth_account.signers.local import LocalAccount
 
 from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
-from marketplace.chain.tx import call
 from marketplace.errors import ZooError
+from marketplace.protocol.terms import ParticipantState
 
-from .chainview import revert_name, struct
+from .chainview import revert_name
 from .journal import Auction, Bid, Journal
 from .outbox import Outbox
 from .pricing import Pricing
@@ -41,8 +41,8 @@ class Bidder:
     def on_auction_opened(self, args: dict, tier: int) -> None:
         """Track an auction of this provider's tier that it has not already taken part in."""
         job = self.ledger.job(args["jobId"])
-        participant = struct(self.ledger.market, "participant", args["jobId"], self.account.address)
-        if job["tier"] != tier or participant["state"] != 0:
+        participant = self.ledger.participant(args["jobId"], self.account.address)
+        if job["tier"] != tier or participant["state"] != ParticipantState.NONE:
             return
         self.journal.add_auction(Auction(args["jobId"], args["round"], args["bidDeadline"],
                                          args["revealDeadline"]))
@@ -84,8 +84,7 @@ class Bidder:
             self.journal.end_auction(auction.job_id, auction.round, "skipped")
             return None
         salt = secrets.token_bytes(32)
-        market = self.ledger.market.functions
-        commitment = call(market.bidCommitmentOf(price, salt, self.account.address, auction.job_id))
+        commitment = self.ledger.bid_commitment_of(price, salt, self.account.address, auction.job_id)
         bid = Bid(auction.job_id, auction.round, price, salt, bytes(commitment))
         self.journal.add_bid(bid)
         return bid
@@ -96,7 +95,7 @@ class Bidder:
         if outgoing is not None and outgoing.done:
             return
         try:
-            self.outbox.send(key, self.ledger.market.functions.commitBid(bid.job_id, bid.commitment))
+            self.outbox.send(key, self.ledger.commit_bid_call(bid.job_id, bid.commitment))
         except ChainError as exc:
             log.warning("job=%d: bid not committed: %s", bid.job_id, exc)
             self.journal.end_auction(bid.job_id, bid.round, "skipped")
@@ -108,18 +107,19 @@ class Bidder:
         outgoing = self.journal.outgoing(key)
         if outgoing is not None and outgoing.done:
             return
-        market = self.ledger.market.functions
-        if outgoing is None and call(market.bidCommitment(bid.job_id, self.account.address)) != bid.commitment:
+        if outgoing is None and (
+            self.ledger.bid_commitment(bid.job_id, self.account.address) != bid.commitment
+        ):
             log.warning("job=%d round=%d: our commitment is not on chain; nothing to reveal",
                         bid.job_id, bid.round)
             self.journal.end_auction(bid.job_id, bid.round, "skipped")
             return
-        self.outbox.send(key, market.revealBid(bid.job_id, bid.price, bid.salt))
+        self.outbox.send(key, self.ledger.reveal_bid_call(bid.job_id, bid.price, bid.salt))
         log.info("job=%d round=%d: revealed bid price=%d", bid.job_id, bid.round, bid.price)
 
     def _close(self, auction: Auction) -> None:
         """Anyone may close an auction after its reveal window; a bidder has most reason to."""
-        fn = self.ledger.market.functions.closeAuction(auction.job_id)
+        fn = self.ledger.close_auction_call(auction.job_id)
         try:
             self.outbox.send(f"close:{auction.job_id}:{auction.round}", fn)
             log.info("job=%d round=%d: closed the auction", auction.job_id, auction.round)

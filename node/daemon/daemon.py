@@ -15,11 +15,12 @@ from web3.types import EventData
 from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
+from marketplace.protocol.terms import Role
 from marketplace.storage import Storage, StorageError
 from node.work import is_group_job
 
 from .bidding import Bidder
-from .chainview import chain_time, staking_account
+from .chainview import chain_time
 from .group_worker import GroupWorker
 from .joblog import JobLog
 from .journal import Journal
@@ -30,7 +31,6 @@ from .worker import Specs, Worker
 
 log = logging.getLogger(__name__)
 
-PROVIDER_ROLE = 1
 # What one failed tick may raise without stopping the daemon: the next tick retries.
 TRANSIENT = (ZooError, requests.RequestException, TimeoutError, ConnectionError)
 
@@ -108,14 +108,14 @@ class ProviderDaemon:
 
     def _await_admission(self, stop: threading.Event) -> int:
         """A provider may bid only once a verifier attested its benchmark: wait for that."""
-        account = staking_account(self.ledger, self.account.address)
-        if account["role"] != PROVIDER_ROLE:
+        account = self.ledger.staking_account(self.account.address)
+        if account["role"] != Role.PROVIDER:
             raise NotAProvider(f"{self.account.address} is not a registered provider: run "
                                "`zoo-compute node register` first")
         if not account["admitted"]:
             log.info("waiting for a verifier to attest the benchmark of %s", self.account.address)
         while not account["admitted"] and not stop.wait(self.config.poll_interval):
-            account = staking_account(self.ledger, self.account.address)
+            account = self.ledger.staking_account(self.account.address)
         return account["tier"]
 
     def _tick(self, cursor: EventCursor, tier: int, stop: threading.Event) -> None:

@@ -33,8 +33,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from marketplace.chain.errors import ContractRevert
-from marketplace.chain.ledger import JobStatus, Ledger
+from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
+from marketplace.protocol.terms import JobStatus
 from node.distributed.diloco import DilocoConfig
 from node.distributed.exchange import aggregate_path, recorded_round, sent_in, update_path
 from node.distributed.group import GroupConfig
@@ -43,7 +44,6 @@ from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 from node.engine import JobSpec
 from node.work import RankBundle, is_group_job, load_rank_bundle, rank_bundle, units_per_node
 
-from .chainview import struct
 from .journal import Unit
 from .worker import JobUnfit, Worker
 
@@ -62,7 +62,7 @@ class GroupFailed(ZooError):
 def rendezvous(ledger: Ledger, job_id: int) -> tuple[str, int]:
     """Host and port of the job's group: the endpoint registered by the holder of slot 0."""
     provider = ledger.slot(job_id, 0)["provider"]
-    return meeting_point(struct(ledger.staking, "hardware", provider)["endpoint"])
+    return meeting_point(ledger.hardware(provider)["endpoint"])
 
 
 def meeting_point(endpoint: str) -> tuple[str, int]:
@@ -94,7 +94,7 @@ class GroupWorker:
         if is_group_job(self.worker.specs.of_job(job_id)):
             ledger, address = self.worker.ledger, self.worker.account.address
             try:
-                meeting_point(struct(ledger.staking, "hardware", address)["endpoint"])
+                meeting_point(ledger.hardware(address)["endpoint"])
             except GroupFailed as exc:
                 raise JobUnfit(f"a group job needs a rendezvous endpoint: {exc}") from None
 

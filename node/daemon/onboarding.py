@@ -45,4 +45,4 @@ def register(ledger: Ledger, account: LocalAccount, tier: int, hardware: Hardwar
 def stake_with_permit(ledger: Ledger, account: LocalAccount, amount: int) -> TxReceipt:
     """Stake in one transaction: an ERC-2612 permit for the staking contract, signed here."""
     deadline, v, r, s = sign_permit(ledger, account, ledger.staking.address, amount)
-    return ledger.send(ledger.staking.functions.stakeWithPermit(amount, deadline, v, r, s), account)
+    return ledger.send(ledger.stake_call(amount, (deadline, v, r, s)), account)

@@ -8,7 +8,8 @@ from functools import cached_property
 from eth_account.signers.local import LocalAccount
 
 from marketplace.chain.errors import ChainError
-from marketplace.chain.ledger import JobStatus, Ledger
+from marketplace.chain.ledger import Ledger
+from marketplace.protocol.terms import JobStatus
 
 from .chainview import revert_name
 from .journal import Journal
@@ -32,7 +33,7 @@ class Settler:
 
     @cached_property
     def verification_window(self) -> int:
-        return self.ledger.verification.functions.verificationWindow().call()
+        return self.ledger.verification_window()
 
     def tick(self, now: int) -> None:
         for job_id in self.journal.worked_jobs():
@@ -46,7 +47,7 @@ class Settler:
         job = self.ledger.job(job_id)
         if job["status"] == JobStatus.COMPLETED and now >= job["completedAt"] + self.verification_window:
             try:
-                settled = self.outbox.send(f"settle:{job_id}", self.ledger.market.functions.settle(job_id))
+                settled = self.outbox.send(f"settle:{job_id}", self.ledger.settle_call(job_id))
                 log.info("job=%d: settled in block %d", job_id, settled["blockNumber"])
             except ChainError as exc:
                 if revert_name(exc) != "WrongJobStatus":
@@ -61,7 +62,7 @@ class Settler:
         owed = self.ledger.owed(self.account.address)
         if owed:
             try:
-                self.outbox.send(f"withdraw:{job_id}", self.ledger.market.functions.withdraw())
+                self.outbox.send(f"withdraw:{job_id}", self.ledger.withdraw_call())
                 log.info("job=%d: withdrew %d ZEN wei", job_id, owed)
             except ChainError as exc:
                 if revert_name(exc) != "NothingOwed":

@@ -11,13 +11,14 @@ from concurrent.futures import ThreadPoolExecutor
 from eth_account.signers.local import LocalAccount
 
 from marketplace.chain.errors import ChainError
-from marketplace.chain.ledger import JobStatus, Ledger
+from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
+from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage
 from node.engine import Checkpoint, JobSpec, SpecError, parse_spec, run_unit
 from node.work import unit_shard, unit_steps, units_per_node
 
-from .chainview import chain_time, spec_cid
+from .chainview import chain_time
 from .joblog import JobLog
 from .journal import Journal, Unit
 from .outbox import Outbox
@@ -46,7 +47,7 @@ class Specs:
     def of_job(self, job_id: int) -> JobSpec:
         with self._lock:
             if job_id not in self._parsed:
-                cid = spec_cid(self._ledger, job_id)
+                cid = self._ledger.spec_cid(job_id)
                 try:
                     self._parsed[job_id] = parse_spec(self._storage.cat(cid).decode())
                 except (SpecError, UnicodeDecodeError) as exc:
@@ -179,7 +180,7 @@ class Worker:
         pinned = time.monotonic()
         elapsed = self._await_metered(unit, slot, interval, overlapping)
         gpu_seconds = min(UINT32_MAX, min(math.ceil(unit.seconds), max(elapsed, 0)) * slot["gpus"])
-        fn = self.ledger.market.functions.commitCheckpoint(
+        fn = self.ledger.commit_checkpoint_call(
             unit.job_id, unit.slot, gpu_seconds, unit.cid, bytes.fromhex(unit.state_hash))
         sending = time.monotonic()
         receipt = self.outbox.send(f"unit:{unit.job_id}:{unit.slot}:{unit.index}", fn)

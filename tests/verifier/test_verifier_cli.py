@@ -15,7 +15,6 @@ from marketplace.chain.deploy import ZEN
 from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.wallet import save
-from verifier.views import view
 
 PASSWORD = "verifier test password"
 
@@ -51,7 +50,7 @@ def test_register_and_stake(ledger, cast, env):
 
     assert registered.exit_code == 0, registered.output
     assert staked.exit_code == 0, staked.output
-    assert view(ledger.staking, "account", address)["staked"] == 1_500_500_000_000_000_000_000
+    assert ledger.staking_account(address)["staked"] == 1_500_500_000_000_000_000_000
     assert ledger.staking.functions.isActiveVerifier(address).call()
 
 

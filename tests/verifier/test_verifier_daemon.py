@@ -8,18 +8,15 @@ from dataclasses import replace
 import pytest
 
 from marketplace.chain.accounts import devnet_account
-from marketplace.chain.deploy import SLASH_REASONS
 from marketplace.chain.ledger import Hardware
-from marketplace.chain.scripted_job import COMMUNITY
 from marketplace.ipfs.cid import CID
+from marketplace.protocol.terms import SlashReason, Tier, Verdict
 from node.benchmark import run_benchmark
 from verifier import journal as j
-from verifier.views import view
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow, pytest.mark.usefixtures("worker")]
 
 ALWAYS = 10_000  # sample rate: every unit is sampled
-PASSED, REJECTED = 1, 3  # IVerification.Verdict
 ZERO_ADDRESS = "0x" + "00" * 20
 
 
@@ -68,10 +65,8 @@ def test_honest_units_pass_with_evidence_of_the_recomputed_hash(
         )
         assert evidence["environment"]["deterministic"] is True
         assert (
-            view(daemon.ledger.verification, "result", unit.job_id, unit.slot, unit.index)[
-                "verdict"
-            ]
-            == PASSED
+            daemon.ledger.verification_result(unit.job_id, unit.slot, unit.index)["verdict"]
+            == Verdict.PASSED
         )
 
     # A restart on the same journal resumes where it stopped: nothing is queued or posted again.
@@ -98,12 +93,12 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
     (resolution,) = [e["args"] for e in confirmed.get_logs(from_block=0)]
     assert resolution["confirmed"] is True and resolution["index"] == 1
     assert resolution["resolver"] != posted[1]["verifier"]
-    assert view(ledger.verification, "result", provider.job_id, 0, 1)["verdict"] == REJECTED
+    assert ledger.verification_result(provider.job_id, 0, 1)["verdict"] == Verdict.REJECTED
 
     slashes = ledger.staking.events.Slashed().get_logs(
         from_block=0, argument_filters={"account": provider.account.address}
     )
-    assert [s["args"]["reason"] for s in slashes] == [SLASH_REASONS["IncorrectComputation"]]
+    assert [s["args"]["reason"] for s in slashes] == [SlashReason.INCORRECT_COMPUTATION]
     assert slashes[0]["args"]["reporter"] == posted[1]["verifier"]
     # The slot is rolled back to the last good unit and re-auctioned.
     slot = ledger.slot(provider.job_id, 0)
@@ -123,7 +118,7 @@ def test_benchmark_admission_attests_only_a_valid_report(ledger, cast, storage, 
         ledger.transfer(cast.governor, account.address, 5_000 * 10**18)
         digest = CID.parse(storage.add_bytes(document.to_bytes())).multihash[2:]
         ledger.register_provider(
-            account, COMMUNITY, Hardware("cpu", 0, 0, 1, "http://127.0.0.1/p", digest)
+            account, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "http://127.0.0.1/p", digest)
         )
     ledger.transfer(cast.governor, cast.verifiers[0].address, 5_000 * 10**18)
     ledger.register_verifier(cast.verifiers[0], "http://127.0.0.1/v")
@@ -132,8 +127,8 @@ def test_benchmark_admission_attests_only_a_valid_report(ledger, cast, storage, 
 
     daemon.tick()
 
-    assert view(ledger.staking, "account", honest.address)["admitted"] is True
-    assert view(ledger.staking, "account", forger.address)["admitted"] is False
+    assert ledger.staking_account(honest.address)["admitted"] is True
+    assert ledger.staking_account(forger.address)["admitted"] is False
     (attested,) = ledger.staking.events.BenchmarkAttested().get_logs(from_block=0)
     assert attested["args"]["provider"] == honest.address
     assert attested["args"]["score"] == int(report.gflops)
@@ -149,7 +144,7 @@ def test_overdue_slot_is_reported(job, make_daemon, cast):
     daemon.report_downtime()
 
     (removed,) = daemon.ledger.market.events.ProviderRemoved().get_logs(from_block=0)
-    assert removed["args"]["reason"] == SLASH_REASONS["Downtime"]
+    assert removed["args"]["reason"] == SlashReason.DOWNTIME
     (slash,) = daemon.ledger.staking.events.Slashed().get_logs(from_block=0)
     assert slash["args"]["reporter"] == cast.verifiers[0].address
 

@@ -7,22 +7,21 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import requests
 from eth_abi.exceptions import DecodingError
-from eth_utils import event_abi_to_log_topic
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel
-from web3.contract import Contract
 from web3.exceptions import BlockNotFound, TransactionNotFound
 
+from marketplace.chain.decoder import LedgerDecoder
 from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
 from marketplace.gateway.api.deps import AddressDep, LedgerDep
-from marketplace.gateway.api.schemas import NOT_FOUND, ROLES, Message, Role, Wei
+from marketplace.gateway.api.schemas import NOT_FOUND, Message, Role, Wei
 from marketplace.gateway.api.service import NotFound
+from marketplace.protocol import terms
 
 router = APIRouter(prefix="/chain", tags=["chain"])
 
@@ -102,29 +101,10 @@ class AccountView(BaseModel):
     owed: Wei  # pay the market holds for it (pull: withdraw)
 
 
-@dataclass(frozen=True)
-class LogDecoder:
-    """Names the ledger's contracts by address and decodes the events they emit."""
-
-    contracts: dict[str, tuple[str, Contract]]  # address -> (name, contract)
-    events: dict[bytes, tuple[str, str]]  # topic0 -> (contract name, event name)
-
-    def name_of(self, address: str | None) -> str | None:
-        known = self.contracts.get(address) if address else None
-        return known[0] if known else None
-
-
 @functools.lru_cache(maxsize=4)
-def decoder(ledger: Ledger) -> LogDecoder:
+def decoder(ledger: Ledger) -> LedgerDecoder:
     """Built once per ledger (the gateway keeps one): every event's topic, from the manifest's ABIs."""
-    contracts, events = {}, {}
-    for name, address in ledger.deployment.addresses.items():
-        contract = ledger.deployment.contract(ledger.w3, name)
-        contracts[address] = (name, contract)
-        for item in contract.abi:
-            if item["type"] == "event" and not item.get("anonymous"):
-                events[event_abi_to_log_topic(item)] = (name, item["name"])
-    return LogDecoder(contracts, events)
+    return LedgerDecoder.of(ledger.w3, ledger.deployment)
 
 
 @contextmanager
@@ -153,26 +133,24 @@ def plain(value: Any) -> Any:
     return [plain(v) for v in value]
 
 
-def _log_view(known: LogDecoder, log) -> LogView:
+def _log_view(known: LedgerDecoder, log) -> LogView:
     view = {"log_index": log["logIndex"], "address": log["address"], "contract": known.name_of(log["address"]),
             "event": None, "args": {}}
-    topics = log["topics"]
-    name, event = known.events.get(bytes(topics[0]), (None, None)) if topics else (None, None)
-    if event is not None and name == view["contract"]:
-        decoded = known.contracts[log["address"]][1].events[event]().process_log(log)
-        view |= {"event": event, "args": plain(dict(decoded["args"]))}
+    if (decoded := known.decode_log(log)) is not None:
+        event, args = decoded
+        view |= {"event": event, "args": plain(args)}
     return LogView(**view)
 
 
 @router.get("/config", response_model=ChainConfig, responses=UNAVAILABLE)
 def chain_config(ledger: LedgerDep):
     """The chain id, every ledger address, the network fee, the tiers and the ABIs a wallet page calls."""
-    deployment, staking = ledger.deployment, ledger.staking.functions
+    deployment = ledger.deployment
     with rpc():
-        fee_bps = ledger.market.functions.feeBps().call()
-        tiers = [staking.tier(i).call() for i in range(staking.tierCount().call())]
+        fee_bps = ledger.fee_bps()
+        tiers = ledger.tiers()
     return {"chain_id": deployment.chain_id, "deploy_block": deployment.deploy_block, "fee_bps": fee_bps,
-            "tiers": [{"name": t[0], "min_stake": t[1]} for t in tiers],
+            "tiers": [{"name": t["name"], "min_stake": t["minStake"]} for t in tiers],
             "addresses": deployment.addresses, "abis": {n: deployment.abis[n] for n in WALLET_CONTRACTS}}
 
 
@@ -193,8 +171,8 @@ def transaction(ledger: LedgerDep, tx_hash: TxHash):
     method, args = None, {}
     if name is not None:
         try:
-            fn, decoded = known.contracts[tx["to"]][1].decode_function_input(tx["input"])
-            method, args = fn.fn_name, plain(decoded)
+            method, decoded = known.decode_call(tx["to"], tx["input"])
+            args = plain(decoded)
         except (ValueError, DecodingError):  # a selector the ABI does not know, or calldata cut short
             pass
     status = "pending" if receipt is None else ("success" if receipt["status"] == 1 else "reverted")
@@ -229,8 +207,7 @@ def holdings(ledger: LedgerDep, block: Annotated[int | None, Query(
         if block is not None and not first <= block <= head:
             raise NotFound(f"block {block} is outside the ledger's life: blocks {first} to {head}")
         number = head if block is None else block
-        balances = {name: ledger.zen.functions.balanceOf(ledger.deployment.addresses[name]).call(block_identifier=number)
-                    for name in HOLDERS}
+        balances = {name: ledger.balance(ledger.deployment.addresses[name], block=number) for name in HOLDERS}
     return {"block_number": number, "zen": balances}
 
 
@@ -239,11 +216,12 @@ def account(ledger: LedgerDep, address: AddressDep):
     """The wallet's ETH, ZEN, role, tier, admission, stake and the pay the market owes it, all at the latest block."""
     with rpc():
         number = ledger.w3.eth.block_number
-        role, tier, admitted, _, unbonding_ends, staked, locked, unbonding = (
-            ledger.staking.functions.account(address).call(block_identifier=number))
+        staking = ledger.staking_account(address, block=number)
         eth = ledger.w3.eth.get_balance(address, block_identifier=number)
-        zen = ledger.zen.functions.balanceOf(address).call(block_identifier=number)
-        owed = ledger.market.functions.owed(address).call(block_identifier=number)
-    return {"address": address, "block_number": number, "eth": eth, "zen": zen, "role": ROLES[role], "tier": tier,
-            "admitted": admitted, "staked": staked, "locked": locked, "unbonding": unbonding,
-            "unbonding_ends": unbonding_ends, "owed": owed}
+        zen = ledger.balance(address, block=number)
+        owed = ledger.owed(address, block=number)
+    return {"address": address, "block_number": number, "eth": eth, "zen": zen,
+            "role": terms.Role(staking["role"]).label,
+            "tier": staking["tier"], "admitted": staking["admitted"], "staked": staking["staked"],
+            "locked": staking["locked"], "unbonding": staking["unbonding"],
+            "unbonding_ends": staking["unbondingEnds"], "owed": owed}

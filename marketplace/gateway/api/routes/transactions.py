@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Path
 from hexbytes import HexBytes
 from web3 import Web3
+from web3.contract.contract import ContractFunction
 from web3.exceptions import TransactionNotFound
-from web3.logs import DISCARD
 
 from marketplace import jobs
 from marketplace.chain import tx
-from marketplace.chain.ledger import Hardware
+from marketplace.chain.ledger import Hardware, Ledger, Permit
 from marketplace.chain.permit import permit_typed_data, split_signature
 from marketplace.chain.zen import rounded
 from marketplace.gateway.api.deps import JobId, LedgerDep, StorageDep
@@ -61,40 +62,37 @@ def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
                        sample_rate_bps=body.sample_rate_bps, checkpoint_interval=body.checkpoint_interval)
     request = jobs.job_request(storage.cat(body.spec_cid).decode(errors="replace"), body.spec_cid, order)
     jobs.check_funds(ledger, sender, order.max_budget)
-    market = ledger.market.functions
-    if body.permit is None:
-        call = market.createJob(request.as_struct())
-    else:
-        call = market.createJobWithPermit(request.as_struct(), *_permit_args(body.permit))
-    return unsigned(ledger, call, sender)
+    permit = None if body.permit is None else _permit_args(body.permit)
+    return unsigned(ledger, ledger.create_job_call(request, permit), sender)
 
 
-def _permit_args(permit: PermitSignature) -> tuple:
-    """(deadline, v, r, s): how the ledger's *WithPermit functions take a permit."""
+def _permit_args(permit: PermitSignature) -> Permit:
     return permit.deadline, *split_signature(bytes.fromhex(permit.signature[2:]))
 
 
-def _job_action(path: str, function: str, summary: str) -> None:
+def _job_action(path: str, function: str, job_call: Callable[[Ledger, int], ContractFunction],
+                summary: str) -> None:
     """A route building the market's `function(jobId)` for the sender."""
     def build(job_id: JobId, body: SenderRequest, ledger: LedgerDep):
-        call = getattr(ledger.market.functions, function)(job_id)
-        return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
+        return unsigned(ledger, job_call(ledger, job_id), Web3.to_checksum_address(body.sender))
 
     build.__doc__ = summary
     router.post(f"/jobs/{{job_id}}/{path}", response_model=UnsignedTransaction, response_model_exclude_none=True,
                 responses=REFUSED, name=function)(build)
 
 
-_job_action("cancel", "cancelJob", "cancelJob: the user takes the whole budget back while no auction has cleared.")
-_job_action("close-auction", "closeAuction",
+_job_action("cancel", "cancelJob", Ledger.cancel_job_call,
+            "cancelJob: the user takes the whole budget back while no auction has cleared.")
+_job_action("close-auction", "closeAuction", Ledger.close_auction_call,
             "closeAuction: end a round whose reveal window is over (the next opens if too few bids came).")
-_job_action("settle", "settle", "settle: pay providers, the fee and the refund once the verification window is over.")
+_job_action("settle", "settle", Ledger.settle_call,
+            "settle: pay providers, the fee and the refund once the verification window is over.")
 
 
 @router.post("/withdraw", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
 def withdraw(body: SenderRequest, ledger: LedgerDep):
     """withdraw: a provider or verifier takes what the market owes it."""
-    return unsigned(ledger, ledger.market.functions.withdraw(), Web3.to_checksum_address(body.sender))
+    return unsigned(ledger, ledger.withdraw_call(), Web3.to_checksum_address(body.sender))
 
 
 @router.post("/providers", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
@@ -102,14 +100,14 @@ def register_provider(body: ProviderRegistration, ledger: LedgerDep):
     """registerProvider: join a tier with this hardware; active once staked and its benchmark is attested."""
     hardware = Hardware(body.gpu_model, body.gpus, body.gpu_memory_gb, body.network_gbps, body.endpoint,
                         bytes.fromhex(body.attestation[2:]))
-    call = ledger.staking.functions.registerProvider(body.tier, hardware.as_struct())
+    call = ledger.register_provider_call(body.tier, hardware)
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
 @router.post("/verifiers", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
 def register_verifier(body: VerifierRegistration, ledger: LedgerDep):
     """registerVerifier: publish where this verifier is reached; active from the minimum stake."""
-    call = ledger.staking.functions.registerVerifier(body.endpoint)
+    call = ledger.register_verifier_call(body.endpoint)
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
@@ -122,18 +120,14 @@ def stake(body: StakeRequest, ledger: LedgerDep):
     sender = Web3.to_checksum_address(body.sender)
     if (held := ledger.balance(sender)) < body.amount:
         raise jobs.InsufficientZen(f"wallet {sender} holds {rounded(held)} ZEN, the stake needs {rounded(body.amount)}")
-    staking = ledger.staking.functions
-    if body.permit is None:
-        call = staking.stake(body.amount)
-    else:
-        call = staking.stakeWithPermit(body.amount, *_permit_args(body.permit))
-    return unsigned(ledger, call, sender)
+    permit = None if body.permit is None else _permit_args(body.permit)
+    return unsigned(ledger, ledger.stake_call(body.amount, permit), sender)
 
 
 @router.post("/unstake", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
 def unstake(body: UnstakeRequest, ledger: LedgerDep):
     """requestUnstake: move free stake into unbonding; withdraw it after the unbonding delay."""
-    call = ledger.staking.functions.requestUnstake(body.amount)
+    call = ledger.request_unstake_call(body.amount)
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
@@ -141,7 +135,7 @@ def unstake(body: UnstakeRequest, ledger: LedgerDep):
              responses=REFUSED)
 def withdraw_stake(body: SenderRequest, ledger: LedgerDep):
     """withdraw (Staking): take back unbonded stake once the unbonding delay is over."""
-    return unsigned(ledger, ledger.staking.functions.withdraw(), Web3.to_checksum_address(body.sender))
+    return unsigned(ledger, ledger.withdraw_stake_call(), Web3.to_checksum_address(body.sender))
 
 
 @router.post("", response_model=Broadcast, responses=REFUSED)
@@ -164,11 +158,11 @@ def transaction_status(tx_hash: TxHash, ledger: LedgerDep):
         except TransactionNotFound:
             raise UnknownTransaction(f"transaction {tx_hash} is neither pending nor mined") from None
         return {"tx_hash": tx_hash, "status": "pending", "block_number": None, "gas_used": None, "job_id": None}
-    created = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)
+    created = ledger.created_jobs(receipt)
     reverted = receipt["status"] != 1
     reason = tx.revert_reason(ledger.w3, receipt["transactionHash"]) if reverted else None
     return {"tx_hash": HexBytes(receipt["transactionHash"]).to_0x_hex(),
             "status": "reverted" if reverted else "succeeded",
             "block_number": receipt["blockNumber"], "gas_used": receipt["gasUsed"],
-            "job_id": created[0]["args"]["jobId"] if created else None,
+            "job_id": created[0] if created else None,
             "error": None if reason is None else str(reason)}
