@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from marketplace.protocol.units import is_group_job, units_per_node  # noqa: F401  (the daemon's too)
+from marketplace.protocol.units import units_per_node
 from node.distributed.rank_unit import RankUnit, RecordedRound
 from node.engine import JobSpec, Shard
 

@@ -16,8 +16,8 @@ from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import Role
+from marketplace.protocol.units import is_group_job
 from marketplace.storage import Storage, StorageError
-from node.work import is_group_job
 
 from .bidding import Bidder
 from .chainview import chain_time

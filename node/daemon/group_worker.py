@@ -36,13 +36,14 @@ from marketplace.chain.errors import ContractRevert
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import JobStatus
+from marketplace.protocol.units import is_group_job
 from node.distributed.diloco import DilocoConfig
 from node.distributed.exchange import aggregate_path, recorded_round, sent_in, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, run_rank
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 from node.engine import JobSpec
-from node.work import RankBundle, is_group_job, load_rank_bundle, rank_bundle, units_per_node
+from node.work import RankBundle, load_rank_bundle, rank_bundle, units_per_node
 
 from .journal import Unit
 from .worker import JobUnfit, Worker
