@@ -20,7 +20,6 @@ from marketplace.chain.zen import ZEN
 log = logging.getLogger(__name__)
 
 DEPLOYMENTS = PROJECT_ROOT / "deployments"
-SLASH_REASONS = {"Downtime": 0, "IncorrectComputation": 1, "BandwidthViolation": 2}
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ from web3.logs import DISCARD
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import CommittedUnit, Hardware, JobRequest, Ledger
 from marketplace.ipfs.importer import only_hash
-
-COMMUNITY = 0
+from marketplace.protocol.terms import Tier
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def onboard(ledger: Ledger, cast: Cast, scenario: Scenario) -> None:
         ledger.stake(verifier, scenario.verifier_stake)
     for i, provider in enumerate(cast.providers):
         hardware = Hardware("cpu", 0, 0, 1, f"http://127.0.0.1/provider/{i}")
-        ledger.register_provider(provider, COMMUNITY, hardware)
+        ledger.register_provider(provider, Tier.COMMUNITY, hardware)
         ledger.stake(provider, scenario.provider_stake)
         benchmark = hashlib.sha256(f"benchmark {provider.address}".encode()).digest()
         ledger.attest_benchmark(cast.verifiers[0], provider.address, benchmark, 100)
@@ -86,7 +85,7 @@ def onboard(ledger: Ledger, cast: Cast, scenario: Scenario) -> None:
 def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Outcome:
     """Create a job, auction it, commit every unit, verify the sampled ones, settle, withdraw."""
     request = JobRequest(
-        spec_cid=spec_cid, tier=COMMUNITY, nodes=scenario.nodes, units_per_node=scenario.units,
+        spec_cid=spec_cid, tier=Tier.COMMUNITY, nodes=scenario.nodes, units_per_node=scenario.units,
         checkpoint_interval=scenario.checkpoint_interval, sample_rate_bps=scenario.sample_rate_bps,
         max_price=scenario.max_price, budget=scenario.budget,
     )

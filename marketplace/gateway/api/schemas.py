@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
+from marketplace.protocol import terms
+
 Wei = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
-JobStatus = Literal["open", "running", "completed", "settled", "cancelled"]
-Role = Literal["none", "provider", "verifier"]
-ROLES: tuple[str, ...] = get_args(Role)  # Staking's Role enum, by value
+# The API names the ledger's job statuses and roles by their labels, not by the ids the chain stores.
+JobStatus = Literal[terms.JOB_STATUSES]
+Role = Literal[terms.Role.labels()]
 
 
 class Message(BaseModel):
