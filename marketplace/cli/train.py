@@ -11,14 +11,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import JobStatus
 from marketplace.chain.zen import rounded
 from marketplace.cli.wallet import ZEN_AMOUNT, open_ledger
 from marketplace.config import Settings
+from marketplace.protocol.spec import SpecError
+from marketplace.protocol.terms import JobStatus, Tier
 from marketplace.sdk import Client, Job
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
-from node.engine import SpecError
 
 console = Console()
 
@@ -34,7 +34,7 @@ def zen(wei: int) -> str:
               help="Most ZEN to spend; escrowed, the unspent part refunded.")
 @click.option("--max-price", default="100", show_default=True, type=ZEN_AMOUNT,
               help="Most ZEN per GPU-hour to pay a provider.")
-@click.option("--tier", type=click.Choice(list(jobs.TIERS)), default="community", show_default=True,
+@click.option("--tier", type=click.Choice(Tier.labels()), default="community", show_default=True,
               help="Provider tier to buy from.")
 @click.option("--nodes", type=click.IntRange(1, 64), help="Providers to train on [default: the spec's].")
 @click.option("--sample-rate", default=1_000, show_default=True, type=click.IntRange(0, 10_000),
@@ -50,7 +50,7 @@ def train(config_path: Path, max_budget: int, max_price: int, tier: str, nodes: 
           checkpoint_interval: int, auction_timeout: int, output: Path | None, no_wait: bool) -> None:
     """Train a model on the market: escrow, auction, training, settlement, weights back by CID."""
     order = jobs.Order(
-        max_budget=max_budget, max_price=max_price, tier=jobs.TIERS[tier],
+        max_budget=max_budget, max_price=max_price, tier=Tier.named(tier),
         nodes=nodes, sample_rate_bps=sample_rate, checkpoint_interval=checkpoint_interval,
     )
     try:

@@ -24,9 +24,8 @@ from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
 from marketplace.devnet.process import Service, ServiceFailed, stop_all
 from marketplace.errors import ZooError
+from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
-from node.daemon import onboarding
-from node.distributed.group import free_port
 from verifier.redis_server import RedisServer
 
 log = logging.getLogger(__name__)
@@ -44,7 +43,6 @@ PARAMETERS = Parameters(
 )
 INFRASTRUCTURE = ("anvil", "ipfs-", "redis")  # service names of what the other processes use
 BLOCK_TIME = 1  # seconds between blocks once the devnet runs
-COMMUNITY = 0  # the tier of CPU and consumer-GPU nodes
 REPLICAS = 3
 FUNDING = 100_000 * ZEN
 ETH_FUNDING = 10_000 * 10**18  # what Anvil gives the accounts it starts with
@@ -245,12 +243,16 @@ class Devnet:
         return actor.address
 
     def _register_provider(self, state: State, ledger: Ledger, actor: Actor) -> None:
+        # The provider's side runs torch (its benchmark): loaded when a provider joins, not with the CLI.
+        from node.daemon import onboarding
+        from node.distributed.group import free_port
+
         account = devnet_account(actor.index)
         with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:
             _, report_cid = onboarding.publish_benchmark(storage, replicas=self._replica_count(state))
         # a free loopback port: where a group job's rank 0 listens for the other ranks
         hardware = Hardware("cpu", 0, 0, 1, f"tcp://127.0.0.1:{free_port()}")
-        onboarding.register(ledger, account, COMMUNITY, hardware, report_cid)
+        onboarding.register(ledger, account, Tier.COMMUNITY, hardware, report_cid)
         onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
 
     def _spawn_provider(self, state: State, actor: Actor) -> Service:
