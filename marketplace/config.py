@@ -8,9 +8,10 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from marketplace.devnet import STATE_DIR
+from marketplace.chain.toolchain import PROJECT_ROOT
 
-DEVNET_USER_ENV = STATE_DIR / "user.env"  # written by `devnet up`, removed by `devnet down`
+DEVNET_DIR = PROJECT_ROOT / ".devnet"  # the state, logs and user settings of a devnet run from this checkout
+DEVNET_USER_ENV = DEVNET_DIR / "user.env"  # written by `devnet up`, removed by `devnet down`
 
 
 class Settings(BaseSettings):

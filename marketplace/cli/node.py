@@ -105,6 +105,7 @@ def start_command(cost_floor: int, margin_bps: int, replicas: int, device: str |
     ZOO_GATEWAY_URL set, it also posts a line to the job's log there for each unit it commits
     (steps, loss, checkpoint, block), which `zoo-compute jobs logs` shows.
     """
+    from marketplace.sdk.joblog import JobLog
     from node.daemon import NodeConfig, Pricing, ProviderDaemon
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -116,13 +117,16 @@ def start_command(cost_floor: int, margin_bps: int, replicas: int, device: str |
         journal_path=journal_path(settings), ipfs_api=settings.ipfs_api,
         ipfs_replicas=tuple(settings.ipfs_replicas), replicas=replicas, device=device,
         poll_interval=settings.poll_interval, confirmations=settings.confirmations,
-        gateway_url=settings.gateway_url or None,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    daemon = ProviderDaemon(ledger, account, config)
-    daemon.run(stop, on_ready=lambda message: click.echo(message, nl=True))
+    job_log = JobLog(settings.gateway_url, account) if settings.gateway_url else None
+    try:
+        ProviderDaemon(ledger, account, config, job_log).run(stop, on_ready=lambda message: click.echo(message))
+    finally:
+        if job_log is not None:
+            job_log.close()
     click.echo("stopped")
 
 

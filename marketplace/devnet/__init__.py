@@ -1,5 +1,5 @@
 """The local devnet: every part of the network on loopback, started and stopped by pid."""
 
-from marketplace.chain.toolchain import PROJECT_ROOT
+from marketplace.config import DEVNET_DIR
 
-STATE_DIR = PROJECT_ROOT / ".devnet"  # state, logs and the user's settings of the running devnet
+STATE_DIR = DEVNET_DIR  # state, logs and the user's settings of the running devnet

@@ -22,12 +22,11 @@ from marketplace.storage import Storage, StorageError
 from .bidding import Bidder
 from .chainview import chain_time
 from .group_worker import GroupWorker
-from .joblog import JobLog
 from .journal import Journal
 from .outbox import Outbox
 from .pricing import Pricing
 from .settlement import Settler
-from .worker import Specs, Worker
+from .worker import Specs, UnitLog, Worker
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,6 @@ class NodeConfig:
     poll_interval: float = 1.0  # seconds between ticks
     confirmations: int = 0
     stop_grace: float = 30.0  # seconds a stop waits for a unit in training before leaving it
-    gateway_url: str | None = None  # where to post a log line for each committed unit; None: nowhere
 
 
 class ProviderDaemon:
@@ -61,7 +59,7 @@ class ProviderDaemon:
     units, checks them against the chain's views, and carries on.
     """
 
-    def __init__(self, ledger: Ledger, account: LocalAccount, config: NodeConfig):
+    def __init__(self, ledger: Ledger, account: LocalAccount, config: NodeConfig, job_log: UnitLog | None = None):
         self.ledger = ledger
         self.account = account
         self.config = config
@@ -74,9 +72,8 @@ class ProviderDaemon:
                                f"{len(self._main_storage.nodes)} are known: name the others in "
                                "ZOO_IPFS_REPLICAS")
         specs = Specs(ledger, self._main_storage)
-        self.job_log = JobLog(config.gateway_url, account) if config.gateway_url else None
         self.worker = Worker(ledger, account, self.journal, self.outbox, specs,
-                             Storage(config.ipfs_api, replicas), config.replicas, config.device, self.job_log)
+                             Storage(config.ipfs_api, replicas), config.replicas, config.device, job_log)
         self.group_worker = GroupWorker(self.worker, config.journal_path.parent / "groups")
         self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing,
                              self.group_worker.check_job)
@@ -177,8 +174,6 @@ class ProviderDaemon:
             if self._training.is_alive():
                 log.warning("stopping with a unit unfinished; it is trained again on restart")
         self.worker.close()
-        if self.job_log is not None:
-            self.job_log.close()
         self.journal.close()
         self._main_storage.close()
         self.worker.storage.close()

@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from eth_account.signers.local import LocalAccount
 
@@ -19,7 +20,6 @@ from node.engine import Checkpoint, JobSpec, SpecError, parse_spec, run_unit
 from node.work import unit_shard, unit_steps, units_per_node
 
 from .chainview import chain_time
-from .joblog import JobLog
 from .journal import Journal, Unit
 from .outbox import Outbox
 
@@ -28,6 +28,13 @@ log = logging.getLogger(__name__)
 UINT32_MAX = 2**32 - 1
 DEADLINE_MARGIN = 3  # seconds before a checkpoint deadline a commit stops waiting to meter
 CLOCK_POLL = 0.2  # seconds between reads of the chain's clock
+
+
+class UnitLog(Protocol):
+    """Where the daemon sends a line for each unit it commits (a gateway's job log, posted by the SDK's
+    JobLog, which `node start` hands in when ZOO_GATEWAY_URL is set); posting must never block."""
+
+    def post(self, job_id: int, line: str) -> None: ...
 
 
 class JobUnfit(ZooError, ValueError):
@@ -75,7 +82,7 @@ class Worker:
 
     def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, outbox: Outbox,
                  specs: Specs, storage: Storage, replicas: int, device: str | None = None,
-                 job_log: JobLog | None = None):
+                 job_log: UnitLog | None = None):
         self.ledger = ledger
         self.account = account
         self.journal = journal

@@ -19,7 +19,7 @@ from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.devnet.network import Devnet, State, write_env_file
 from marketplace.devnet.process import Service
-from node.daemon.joblog import JobLog
+from marketplace.sdk.joblog import JobLog
 from node.engine import SpecError, parse_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
