@@ -30,10 +30,10 @@ from rich.table import Table
 from web3 import Web3
 
 from marketplace import jobs
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN, Deployment
 from marketplace.chain.ledger import Ledger
 from marketplace.config import Settings
+from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.network import Devnet
 from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage

@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.table import Table
 from web3 import Web3
 
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.anvil import Anvil
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import Ledger
-from marketplace.chain.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
+from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 
 TARGETS = {"commit_reveal_gas": 100_000, "checkpoint_gas": 60_000, "settle_gas": 120_000,
            "whole_job_gas": 1_500_000}

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,14 +29,14 @@ from rich.table import Table
 from sqlalchemy import select
 from web3 import Web3
 
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.anvil import Anvil
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import JobRequest, Ledger
-from marketplace.chain.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
+from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 from marketplace.gateway import db
 from marketplace.gateway.indexer import Indexer
-from marketplace.processes import terminate
+from marketplace.processes import free_port, terminate
 from marketplace.protocol.terms import Tier
 
 TARGETS = {"requests_per_s": 2_000, "p99_ms": 50, "lag_blocks": 2}
@@ -108,12 +107,6 @@ def create_job(ledger: Ledger, cast: Cast, n: int) -> int:
                          budget=100 * ZEN)
     fn = ledger.market.functions.createJob(request.as_struct())
     return ledger.market.events.JobCreated().process_receipt(ledger.send(fn, cast.user))[0]["args"]["jobId"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve(env: dict[str, str], port: int, workers: int) -> subprocess.Popen:

@@ -1,4 +1,5 @@
-"""Run a local Anvil chain on loopback, on a free port, as a child process we can stop by pid."""
+"""Run a local Anvil chain on loopback, on a free port, as a child process we can stop by pid,
+and move a devnet's clock."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from marketplace.chain.errors import ChainError
 from marketplace.chain.toolchain import foundry_binary
 from marketplace.processes import terminate
+
+if TYPE_CHECKING:
+    from web3 import Web3
 
 log = logging.getLogger(__name__)
 
@@ -98,3 +102,15 @@ class Anvil:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def advance_time(w3: Web3, seconds: int) -> None:
+    """Move a devnet's clock forward and mine a block (Anvil and Hardhat only)."""
+    w3.provider.make_request("evm_increaseTime", [seconds])
+    w3.provider.make_request("evm_mine", [])
+
+
+def mine(w3: Web3, blocks: int = 1) -> None:
+    """Mine `blocks` blocks on a devnet now, with no transactions (Anvil and Hardhat only)."""
+    for _ in range(blocks):
+        w3.provider.make_request("evm_mine", [])

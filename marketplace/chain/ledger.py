@@ -346,14 +346,3 @@ class Ledger:
 
     def claim_verification_fees(self, verifier: LocalAccount, job_id: int) -> TxReceipt:
         return self.send(self.market.functions.claimVerificationFees(job_id), verifier)
-
-    # --- devnet time ---------------------------------------------------------------------
-
-    def advance_time(self, seconds: int) -> None:
-        """Move a devnet's clock forward and mine a block (Anvil and Hardhat only)."""
-        self.w3.provider.make_request("evm_increaseTime", [seconds])
-        self.w3.provider.make_request("evm_mine", [])
-
-    def mine(self, blocks: int = 1) -> None:
-        for _ in range(blocks):
-            self.w3.provider.make_request("evm_mine", [])

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from web3 import Web3
 
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import Deployment, deploy, manifest_path
 from marketplace.chain.errors import ChainError
+from marketplace.devnet.accounts import devnet_account
 
 ANVIL_CHAIN_ID = 31337
 

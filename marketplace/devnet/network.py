@@ -16,17 +16,18 @@ import httpx
 from web3 import Web3
 
 from marketplace import wallet
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
 from marketplace.chain.ledger import Hardware, Ledger
 from marketplace.chain.toolchain import PROJECT_ROOT, foundry_binary
 from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
+from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.process import Service, ServiceFailed, stop_all
+from marketplace.devnet.redis_server import RedisServer
 from marketplace.errors import ZooError
+from marketplace.processes import free_port
 from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
-from verifier.redis_server import RedisServer
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +246,6 @@ class Devnet:
     def _register_provider(self, state: State, ledger: Ledger, actor: Actor) -> None:
         # The provider's side runs torch (its benchmark): loaded when a provider joins, not with the CLI.
         from node.daemon import onboarding
-        from node.distributed.group import free_port
 
         account = devnet_account(actor.index)
         with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:

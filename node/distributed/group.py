@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import torch.multiprocessing as mp
 from torch.nn.utils import parameters_to_vector
 
 from marketplace.errors import ZooError
+from marketplace.processes import free_port
 from marketplace.protocol.spec import JobSpec
 from node.engine.data import Sampler, load_corpora
 from node.engine.train import Trainer
@@ -167,13 +167,6 @@ def collect(per_rank: list[dict[str, Any]]) -> DistributedResult:
         members=per_rank[0]["members"],
         weights_sha256=[report["weights_sha256"] for report in per_rank],
     )
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now, for the group's rendezvous."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def spawn(

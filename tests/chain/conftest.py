@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import Ledger
-from marketplace.chain.scripted_job import Cast
+from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.scripted_job import Cast
 
 PARAMETERS = Parameters(verification_fee=ZEN // 10)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from marketplace.chain.scripted_job import Scenario, cid_of_bytes, onboard, run_job
+from marketplace.devnet.scripted_job import Scenario, cid_of_bytes, onboard, run_job
 from marketplace.protocol.terms import JobStatus
 
 FEE_BPS = 500

@@ -16,9 +16,10 @@ import pytest
 import torch.distributed as dist
 from tiny_job import tiny_spec
 
+from marketplace.processes import free_port
 from node.distributed.diloco import DilocoConfig, train_diloco
 from node.distributed.exchange import sent_in
-from node.distributed.group import GroupConfig, free_port
+from node.distributed.group import GroupConfig
 from node.distributed.job import run_rank
 from node.distributed.quorum import QuorumTimeout, RoundBoard
 from node.distributed.rank_unit import RankUnit, unit_path

@@ -13,10 +13,10 @@ import pytest
 from dotenv import dotenv_values
 from web3 import Web3
 
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import Deployment
 from marketplace.chain.ledger import Ledger
 from marketplace.config import Settings
+from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.network import Devnet, State
 from marketplace.storage import Storage
 

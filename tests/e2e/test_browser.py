@@ -15,10 +15,10 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from web3 import Web3
 
 from marketplace import jobs
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.chain.toolchain import PROJECT_ROOT
+from marketplace.devnet.accounts import devnet_account
 from marketplace.protocol.terms import Tier
 
 from .conftest import wait_for

@@ -15,15 +15,16 @@ import torch
 import yaml
 
 from marketplace import jobs
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
+from marketplace.devnet.accounts import devnet_account
+from marketplace.processes import free_port
 from marketplace.protocol.terms import JobStatus, Tier
 from marketplace.sdk import Client
 from node.daemon import onboarding
 from node.daemon.group_worker import rendezvous
 from node.distributed.exchange import update_path
-from node.distributed.group import free_port, rank_trainer
+from node.distributed.group import rank_trainer
 from node.distributed.job import group_config, run_rank
 from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
 from node.engine import load_spec, parse_spec, state_hash

@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from marketplace import jobs
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
+from marketplace.devnet.accounts import devnet_account
 from marketplace.protocol.terms import JobStatus, Tier
 from node.daemon import onboarding
 from node.engine import Checkpoint, load_spec, run_unit

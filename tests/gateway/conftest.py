@@ -9,17 +9,17 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from gateway_support import free_port, gateway_env, wait_for_http
+from gateway_support import gateway_env, wait_for_http
 
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import Ledger
-from marketplace.chain.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 from marketplace.config import Settings
+from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 from marketplace.gateway.api.main import create_app
 from marketplace.gateway.db import open_database
 from marketplace.gateway.indexer import Indexer
-from marketplace.processes import terminate
+from marketplace.processes import free_port, terminate
 from marketplace.protocol.terms import SlashReason
 
 

@@ -1,21 +1,14 @@
-"""Helpers for running the gateway's processes in tests: free ports, their environment, readiness."""
+"""Helpers for running the gateway's processes in tests: their environment, readiness."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gateway_env(ledger, root: Path, ipfs_api: str | None = None) -> dict[str, str]:

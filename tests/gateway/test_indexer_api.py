@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from marketplace.chain.scripted_job import Scenario
+from marketplace.chain.anvil import mine
+from marketplace.devnet.scripted_job import Scenario
 from marketplace.gateway import db
 from marketplace.gateway.indexer import Indexer
 
@@ -110,15 +111,15 @@ def test_reorg_rolls_back_orphaned_rows(ledger, cast, story, indexer, client):
     snapshot = w3.provider.make_request("evm_snapshot", [])["result"]
     try:
         ledger.transfer(cast.user, ledger.treasury.address, 7)
-        ledger.mine(2)
+        mine(ledger.w3, 2)
         index_all(indexer)
         before = int(client.get("/stats").json()["treasury_balance"])
         assert before == ledger.balance(ledger.treasury.address)
 
         w3.provider.make_request("evm_revert", [snapshot])
-        ledger.mine(1)
+        mine(ledger.w3, 1)
         ledger.transfer(cast.verifiers[0], ledger.treasury.address, 11)
-        ledger.mine(3)
+        mine(ledger.w3, 3)
         index_all(indexer)
         stats = client.get("/stats").json()
         assert int(stats["treasury_balance"]) == ledger.balance(ledger.treasury.address) == before - 7 + 11

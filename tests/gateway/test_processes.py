@@ -8,13 +8,13 @@ import time
 
 import httpx
 import pytest
-from gateway_support import free_port, gateway_env, wait_for_http
+from gateway_support import gateway_env, wait_for_http
 from sqlalchemy import select
 
 from marketplace.devnet.network import Devnet, State
+from marketplace.devnet.redis_server import RedisServer
 from marketplace.gateway import db
-from marketplace.processes import terminate
-from verifier.redis_server import RedisServer
+from marketplace.processes import free_port, terminate
 
 pytestmark = pytest.mark.anvil
 

@@ -19,12 +19,13 @@ from click.testing import CliRunner
 
 from marketplace import AsyncClient, Client, jobs
 from marketplace.chain import tx
-from marketplace.chain.accounts import devnet_account
+from marketplace.chain.anvil import advance_time
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Ledger
-from marketplace.chain.scripted_job import Cast
 from marketplace.cli import main
 from marketplace.config import Settings
+from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.scripted_job import Cast
 from marketplace.protocol.terms import JobStatus
 from marketplace.sdk import GatewayError
 from marketplace.storage import Storage
@@ -49,18 +50,18 @@ def provide(ledger: Ledger, cast: Cast, storage: Storage, job_id: int) -> None:
     """The providers' side, scripted: bid, win, commit every unit's real checkpoint, let the window pass."""
     market = ledger.market.functions
     bids = [(p, ledger.commit_bid(p, job_id, price)) for p, price in zip(cast.providers, (60 * ZEN, 70 * ZEN, 80 * ZEN))]
-    ledger.advance_time(market.bidWindow().call() + 1)
+    advance_time(ledger.w3, market.bidWindow().call() + 1)
     for provider, bid in bids:
         ledger.reveal_bid(provider, bid)
-    ledger.advance_time(market.revealWindow().call() + 1)
+    advance_time(ledger.w3, market.revealWindow().call() + 1)
     ledger.close_auction(cast.governor, job_id)
     winner = next(p for p in cast.providers if p.address == ledger.slot(job_id, 0)["provider"])
     for index in range(UNITS):
-        ledger.advance_time(GPU_SECONDS)
+        advance_time(ledger.w3, GPU_SECONDS)
         unit = checkpoint(index)
         cid = storage.add_bytes(unit.to_bytes())
         ledger.commit_checkpoint(winner, job_id, 0, GPU_SECONDS, cid, bytes.fromhex(unit.state_hash()))
-    ledger.advance_time(ledger.verification.functions.verificationWindow().call() + 1)
+    advance_time(ledger.w3, ledger.verification.functions.verificationWindow().call() + 1)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from eth_account.messages import encode_defunct
 
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN
+from marketplace.devnet.accounts import devnet_account
 from marketplace.gateway.siwe import SiweMessage
 from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage

@@ -12,12 +12,12 @@ from click.testing import CliRunner
 from daemon_support import PASSWORD, Daemon, IpfsNode
 from eth_account.signers.local import LocalAccount
 
-from marketplace.chain.accounts import devnet_account
 from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
 from marketplace.chain.ledger import Ledger
-from marketplace.chain.scripted_job import Cast, Scenario, onboard
 from marketplace.cli import main
 from marketplace.config import Settings
+from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.scripted_job import Cast, Scenario, onboard
 from marketplace.wallet import import_key
 
 

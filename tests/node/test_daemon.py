@@ -6,10 +6,11 @@ import pytest
 from click.testing import CliRunner
 from daemon_support import PASSWORD, SPEC, wait_for
 
+from marketplace.chain.anvil import advance_time
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobRequest, Ledger
-from marketplace.chain.scripted_job import Cast
 from marketplace.cli import main
+from marketplace.devnet.scripted_job import Cast
 from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
 from node.daemon.chainview import chain_time
@@ -50,7 +51,7 @@ def skip_past(ledger: Ledger, deadline: int) -> None:
     """The chain's clock moved just past `deadline` now, instead of a wait in real time."""
     now = chain_time(ledger.w3)
     if now <= deadline:
-        ledger.advance_time(deadline + 1 - now)
+        advance_time(ledger.w3, deadline + 1 - now)
 
 
 def bids_in(ledger: Ledger, cast: Cast, job_id: int, provider: str) -> list:

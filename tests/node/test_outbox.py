@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from marketplace.chain.accounts import devnet_account
+from marketplace.devnet.accounts import devnet_account
 from node.daemon.journal import Journal
 from node.daemon.outbox import Outbox
 

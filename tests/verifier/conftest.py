@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 from eth_account.signers.local import LocalAccount
 
-from marketplace.chain.accounts import devnet_account
+from marketplace.chain.anvil import advance_time, mine
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import CommittedUnit, JobRequest, Ledger
-from marketplace.chain.scripted_job import Cast, Scenario, onboard
+from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.redis_server import RedisServer
+from marketplace.devnet.scripted_job import Cast, Scenario, onboard
 from marketplace.processes import terminate
 from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
@@ -25,7 +27,6 @@ from node.work import unit_shard, unit_steps
 from verifier.celery_app import configure
 from verifier.daemon import VerifierDaemon
 from verifier.journal import Journal
-from verifier.redis_server import RedisServer
 
 # A job small enough that a unit re-runs in a fraction of a second: 3 units of 3 steps per slot.
 SPEC = """
@@ -186,7 +187,7 @@ def _drive(daemons: list[VerifierDaemon], done: Callable[[], bool], timeout: flo
             raise AssertionError("the verifiers did not finish in time")
         for daemon in daemons:
             daemon.tick()
-        daemons[0].ledger.mine()
+        mine(daemons[0].ledger.w3)
         time.sleep(0.1)
 
 
@@ -225,7 +226,7 @@ class ScriptedProvider:
     def commit(self, checkpoint: Checkpoint, state_hash: str | None = None) -> CommittedUnit:
         """Commit `checkpoint`, under its own state hash unless a (faked) one is given."""
         cid = self.storage.add_bytes(checkpoint.to_bytes())
-        self.ledger.advance_time(GPU_SECONDS)
+        advance_time(self.ledger.w3, GPU_SECONDS)
         unit = self.ledger.commit_checkpoint(
             self.account,
             self.job_id,
@@ -260,9 +261,9 @@ def job(ledger, cast, storage, spec_cid) -> Callable[..., ScriptedProvider]:
         job_id = ledger.create_job(cast.user, request)
         provider = cast.providers[0]
         bid = ledger.commit_bid(provider, job_id, 60 * ZEN)
-        ledger.advance_time(PARAMETERS.bid_window + 1)
+        advance_time(ledger.w3, PARAMETERS.bid_window + 1)
         ledger.reveal_bid(provider, bid)
-        ledger.advance_time(PARAMETERS.reveal_window + 1)
+        advance_time(ledger.w3, PARAMETERS.reveal_window + 1)
         ledger.close_auction(cast.governor, job_id)
         return ScriptedProvider(ledger, storage, provider, parse_spec(SPEC), job_id)
 

@@ -7,12 +7,13 @@ import random
 from dataclasses import replace
 
 import pytest
+from sampling_support import binomial_stderr, detection_probability, is_sampled, simulate_caught
 
+from marketplace.chain.anvil import mine
 from marketplace.chain.tx import call
 from node.engine import run_unit
 from node.work import unit_shard, unit_steps, units_per_node
 from verifier.recompute import UnitInputs, recompute
-from verifier.sampling import binomial_stderr, detection_probability, is_sampled, simulate_caught
 
 JOBS = 4_000  # simulated jobs per (p, n): the binomial standard error stays under 0.8%
 # (unit, block) pairs the Python rule and the contract are both asked about: a rule that differs
@@ -28,7 +29,7 @@ def test_python_sampling_rule_matches_the_contract(job):
     sample at the job's rate."""
     provider = job(RATE_BPS)
     ledger = provider.ledger
-    ledger.mine(60)
+    mine(ledger.w3, 60)
     head = ledger.w3.eth.block_number
     rng = random.Random(5)
     # Only blocks whose successor's hash the EVM still serves (the last 256): past that the

@@ -11,6 +11,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from marketplace.chain.anvil import mine
 from marketplace.chain.deploy import ZEN
 from marketplace.cli import main
 from marketplace.config import Settings
@@ -83,7 +84,7 @@ def test_daemon_process_posts_a_result_and_stops_on_sigterm(job, env, tmp_path):
         while not posted.get_logs(from_block=unit.block_number):
             assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
-            ledger.mine()
+            mine(ledger.w3)
             time.sleep(0.3)
         assert "verifier ready: " in log.read_text()
     finally:

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from marketplace.chain.accounts import devnet_account
+from marketplace.chain.anvil import advance_time
 from marketplace.chain.ledger import Hardware
+from marketplace.devnet.accounts import devnet_account
 from marketplace.ipfs.cid import CID
 from marketplace.protocol.terms import SlashReason, Tier, Verdict
 from node.benchmark import run_benchmark
@@ -139,7 +140,7 @@ def test_overdue_slot_is_reported(job, make_daemon, cast):
     provider.honest(0)
     daemon = make_daemon(cast.verifiers[0])
     daemon.tick()
-    daemon.ledger.advance_time(3_601)
+    advance_time(daemon.ledger.w3, 3_601)
 
     daemon.report_downtime()
 
@@ -154,7 +155,7 @@ def test_unit_past_its_verification_window_is_not_rerun(job, make_daemon, cast):
     unit = provider.honest(0)
     daemon = make_daemon(cast.verifiers[0])
     ledger = daemon.ledger
-    ledger.advance_time(ledger.verification.functions.verificationWindow().call())
+    advance_time(ledger.w3, ledger.verification.functions.verificationWindow().call())
 
     daemon.tick()
 

@@ -1,4 +1,5 @@
-"""The sampling rule of Verification.sol in Python, and the statistics of catching a cheater.
+"""The sampling rule of Verification.sol in Python, and the statistics of catching a cheater,
+for the detection-law test.
 
 A unit committed in block b is sampled when keccak256(abi.encode(blockhash(b + 1), jobId, slot,
 index)) mod 10 000 < sampleRateBps. A provider that fakes n units of a job is caught when any

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from eth_account.signers.local import LocalAccount
 from web3.logs import DISCARD
 
+from marketplace.chain.anvil import advance_time, mine
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import CommittedUnit, Hardware, JobRequest, Ledger
 from marketplace.ipfs.importer import only_hash
@@ -103,10 +104,10 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
     outcome.gas["commitBid"] = [
         ledger.w3.eth.get_transaction_receipt(tx)["gasUsed"] for tx in _bid_txs(ledger, job_id, "BidCommitted")
     ]
-    ledger.advance_time(ledger.market.functions.bidWindow().call() + 1)
+    advance_time(ledger.w3, ledger.market.functions.bidWindow().call() + 1)
     for provider, bid in bids:
         outcome.record("revealBid", ledger.reveal_bid(provider, bid))
-    ledger.advance_time(ledger.market.functions.revealWindow().call() + 1)
+    advance_time(ledger.w3, ledger.market.functions.revealWindow().call() + 1)
     receipt = ledger.close_auction(cast.governor, job_id)
     outcome.record("closeAuction", receipt)
     cleared = ledger.market.events.AuctionCleared().process_receipt(receipt, errors=DISCARD)[0]["args"]
@@ -117,7 +118,7 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
 
     by_address = {p.address: p for p in cast.providers}
     for index in range(scenario.units):
-        ledger.advance_time(scenario.gpu_seconds)
+        advance_time(ledger.w3, scenario.gpu_seconds)
         batch = []
         for address, slot in slots.items():
             cid = cid_of_bytes(checkpoint_bytes(job_id, slot, index))
@@ -130,7 +131,7 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
         outcome.units += batch
         verify_sampled(ledger, cast, batch, outcome)
 
-    ledger.advance_time(ledger.verification.functions.verificationWindow().call() + 1)
+    advance_time(ledger.w3, ledger.verification.functions.verificationWindow().call() + 1)
     receipt = ledger.send(market.settle(job_id), cast.governor)
     outcome.record("settle", receipt)
     outcome.settlement = dict(ledger.market.events.JobSettled().process_receipt(receipt, errors=DISCARD)[0]["args"]) | {
@@ -148,7 +149,7 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
 
 def verify_sampled(ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome) -> None:
     """Verifiers post a passing result for each sampled unit, as soon as its sample is drawn."""
-    ledger.mine(2)  # a unit is sampled by the next block's hash, readable once one more exists
+    mine(ledger.w3, 2)  # a unit is sampled by the next block's hash, readable once one more exists
     for unit in units:
         if ledger.is_sampled(unit):
             verifier = cast.verifiers[len(outcome.verified) % len(cast.verifiers)]

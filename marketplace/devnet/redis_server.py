@@ -12,13 +12,13 @@ from typing import Self
 
 import redis
 
+from marketplace.errors import ZooError
 from marketplace.processes import terminate
-from verifier.errors import VerifierError
 
 log = logging.getLogger(__name__)
 
 
-class RedisUnavailable(VerifierError, RuntimeError):
+class RedisUnavailable(ZooError, RuntimeError):
     """redis-server is not installed, or did not start."""
 
 
