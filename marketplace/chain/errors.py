@@ -14,6 +14,7 @@ from web3.exceptions import ContractCustomError, ContractLogicError, ContractPan
 
 from marketplace.chain import zen
 from marketplace.errors import ZooError
+from marketplace.protocol.terms import JobStatus, Tier
 
 _PLACEHOLDER = re.compile(r"\{(\w+)(?::(\w+))?\}")
 
@@ -37,15 +38,18 @@ def _revert_table() -> dict:
     return json.loads(resources.files("marketplace.chain").joinpath("revert_messages.json").read_text())
 
 
+# The table's enum kinds, by the terms they name (its "enums" lists are for the web pages, which
+# cannot import Python; tests/chain/test_terms.py keeps them equal to these).
+_TERMS = {"status": JobStatus, "tier": Tier}
+
+
 def _formatted(value: object, kind: str | None) -> str:
-    table = _revert_table()
     if kind == "zen":
         return zen.exact(int(value))
     if kind == "time":
         return datetime.fromtimestamp(int(value), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    if kind in table["enums"]:
-        names = table["enums"][kind]
-        return names[value] if 0 <= int(value) < len(names) else str(value)
+    if kind in _TERMS:
+        return _TERMS[kind].label_of(int(value))
     if isinstance(value, str) and is_address(value):
         return to_checksum_address(value)
     return str(value)
