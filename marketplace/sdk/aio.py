@@ -16,7 +16,7 @@ import httpx
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
-from marketplace import jobs
+from marketplace import jobs, results
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.chain.zen import rounded
@@ -313,14 +313,14 @@ class AsyncJob:
         """Download the trained model by CID and write its weights to `output` (default
         weights/job-<id>.pt): the final checkpoint, checked against the state hash committed
         on-chain, or for a group job the model every rank's last round holds (see
-        `jobs.write_result`)."""
+        `results.write_result`)."""
         shown = await self.client.request("GET", f"/jobs/{self.id}/result")
         path = Path(output) if output is not None else Path("weights") / f"job-{self.id}.pt"
-        units = [jobs.LastUnit(**slot) for slot in shown["slots"]]
+        units = [results.LastUnit(**slot) for slot in shown["slots"]]
 
         def fetch() -> tuple[str, str]:
             with Storage(self.client.ipfs_api, self.client.ipfs_replicas) as storage:
-                return jobs.write_result(storage, self.id, units, shown["nodes"], shown["units_per_node"], path)
+                return results.write_result(storage, self.id, units, shown["nodes"], shown["units_per_node"], path)
 
         cid, digest = await asyncio.to_thread(fetch)
         return Result(self.id, cid, "0x" + digest, path)
