@@ -9,7 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("marketplace", "node", "verifier")
 FOUNDATION = ("marketplace.errors", "marketplace.config", "marketplace.wallet", "marketplace.processes",
-              "marketplace.chain", "marketplace.ipfs", "marketplace.storage", "marketplace.protocol")
+              "marketplace.chain", "marketplace.ipfs", "marketplace.storage", "marketplace.protocol",
+              "marketplace.runtime")
 ROLES = ("node", "verifier")
 FOUNDATION_LAYER, ROLE_LAYER, APP_LAYER = 0, 1, 2
 OFF_LIMITS = {"node": ("verifier",), "verifier": ("node.daemon",)}  # a re-run may use the engine, not a daemon

@@ -12,10 +12,10 @@ from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import ParticipantState
+from marketplace.runtime.clock import revert_name
+from marketplace.runtime.outbox import Outbox
 
-from .chainview import revert_name
 from .journal import Auction, Bid, Journal
-from .outbox import Outbox
 from .pricing import Pricing
 
 log = logging.getLogger(__name__)

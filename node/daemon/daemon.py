@@ -17,13 +17,13 @@ from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import Role
 from marketplace.protocol.units import is_group_job
+from marketplace.runtime.clock import chain_time
+from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage, StorageError
 
 from .bidding import Bidder
-from .chainview import chain_time
 from .group_worker import GroupWorker
 from .journal import Journal
-from .outbox import Outbox
 from .pricing import Pricing
 from .settlement import Settler
 from .worker import Specs, UnitLog, Worker

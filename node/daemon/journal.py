@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 from dataclasses import dataclass
-from pathlib import Path
+
+from marketplace.runtime.journal import JournalDB
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS auctions (
     job_id INTEGER, round INTEGER, bid_deadline INTEGER, reveal_deadline INTEGER,
     state TEXT NOT NULL DEFAULT 'open',  -- open | skipped | closed
@@ -16,8 +14,6 @@ CREATE TABLE IF NOT EXISTS auctions (
 CREATE TABLE IF NOT EXISTS bids (
     job_id INTEGER, round INTEGER, price TEXT NOT NULL, salt BLOB NOT NULL, commitment BLOB NOT NULL,
     PRIMARY KEY (job_id, round));
-CREATE TABLE IF NOT EXISTS outbox (
-    key TEXT PRIMARY KEY, tx_hash TEXT NOT NULL, raw BLOB NOT NULL, done INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS slots (
     job_id INTEGER, slot INTEGER,
     state TEXT NOT NULL DEFAULT 'held',  -- held | finished | lost
@@ -48,16 +44,6 @@ class Bid:
 
 
 @dataclass(frozen=True)
-class Outgoing:
-    """A signed transaction recorded before it was broadcast."""
-
-    key: str
-    tx_hash: str
-    raw: bytes
-    done: bool
-
-
-@dataclass(frozen=True)
 class Unit:
     """A trained checkpoint, recorded once it is on this node's IPFS node and before it is pinned
     on the replicas and committed, so a crash never loses it nor has it trained twice."""
@@ -70,37 +56,10 @@ class Unit:
     seconds: float
 
 
-class Journal:
-    """One SQLite file, written in autocommit so each record is durable once its call returns.
+class Journal(JournalDB):
+    """The provider's auctions, bids, slots, units and payouts, beside the cursor and outbox."""
 
-    Shared by the daemon's loop and its training thread, hence one connection behind a lock.
-    """
-
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(SCHEMA)
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _run(self, sql: str, *args) -> list[tuple]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
-
-    # --- cursor ----------------------------------------------------------------------------
-
-    def next_block(self, default: int) -> int:
-        rows = self._run("SELECT value FROM meta WHERE key = 'next_block'")
-        return int(rows[0][0]) if rows else default
-
-    def set_next_block(self, block: int) -> None:
-        self._run("INSERT OR REPLACE INTO meta VALUES ('next_block', ?)", str(block))
+    ROLE_SCHEMA = SCHEMA
 
     # --- auctions and bids ------------------------------------------------------------------
 
@@ -129,21 +88,6 @@ class Journal:
             return None
         job, rnd, price, salt, commitment = rows[0]
         return Bid(job, rnd, int(price), bytes(salt), bytes(commitment))
-
-    # --- transactions ------------------------------------------------------------------------
-
-    def outgoing(self, key: str) -> Outgoing | None:
-        rows = self._run("SELECT key, tx_hash, raw, done FROM outbox WHERE key = ?", key)
-        return Outgoing(rows[0][0], rows[0][1], bytes(rows[0][2]), bool(rows[0][3])) if rows else None
-
-    def add_outgoing(self, key: str, tx_hash: str, raw: bytes) -> None:
-        self._run("INSERT OR REPLACE INTO outbox (key, tx_hash, raw) VALUES (?, ?, ?)", key, tx_hash, raw)
-
-    def finish_outgoing(self, key: str) -> None:
-        self._run("UPDATE outbox SET done = 1 WHERE key = ?", key)
-
-    def forget_outgoing(self, key: str) -> None:
-        self._run("DELETE FROM outbox WHERE key = ?", key)
 
     # --- slots and units ----------------------------------------------------------------------
 

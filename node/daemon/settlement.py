@@ -10,10 +10,10 @@ from eth_account.signers.local import LocalAccount
 from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
 from marketplace.protocol.terms import JobStatus
+from marketplace.runtime.clock import revert_name
+from marketplace.runtime.outbox import Outbox
 
-from .chainview import revert_name
 from .journal import Journal
-from .outbox import Outbox
 
 log = logging.getLogger(__name__)
 

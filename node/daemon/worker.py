@@ -15,13 +15,13 @@ from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import JobStatus
+from marketplace.runtime.clock import chain_time
+from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage
 from node.engine import Checkpoint, JobSpec, SpecError, parse_spec, run_unit
 from node.work import unit_shard, unit_steps, units_per_node
 
-from .chainview import chain_time
 from .journal import Journal, Unit
-from .outbox import Outbox
 
 log = logging.getLogger(__name__)
 

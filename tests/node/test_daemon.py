@@ -12,8 +12,8 @@ from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.cli import main
 from marketplace.devnet.scripted_job import Cast
 from marketplace.protocol.terms import Tier
+from marketplace.runtime.clock import chain_time
 from marketplace.storage import Storage
-from node.daemon.chainview import chain_time
 from node.daemon.journal import Journal
 from node.engine import Checkpoint, load_spec, run_unit
 from node.work import unit_shard, unit_steps, units_per_node

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from marketplace.devnet.accounts import devnet_account
+from marketplace.runtime.outbox import Outbox
 from node.daemon.journal import Journal
-from node.daemon.outbox import Outbox
 
 pytestmark = pytest.mark.anvil
 

@@ -14,7 +14,7 @@ from web3.types import TxReceipt
 from marketplace.chain.errors import ChainError, explain
 from marketplace.chain.tx import REVERTS
 
-from .journal import Journal, Outgoing
+from .journal import JournalDB, Outgoing
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class Outbox:
     every send, so the loop and the training thread never race for a nonce.
     """
 
-    def __init__(self, w3: Web3, account: LocalAccount, journal: Journal, receipt_timeout: float = 120):
+    def __init__(self, w3: Web3, account: LocalAccount, journal: JournalDB, receipt_timeout: float = 120):
         self.w3 = w3
         self.account = account
         self.journal = journal
