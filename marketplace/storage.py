@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
+from typing import Self
 
 import ipfshttpclient
 from ipfshttpclient import exceptions as rpc_errors
@@ -187,7 +188,7 @@ class Storage:
             for client in self._all_clients:
                 client.close()
 
-    def __enter__(self) -> "Storage":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

@@ -10,7 +10,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import IO, TYPE_CHECKING, Self
+
+from web3.types import RPCEndpoint
 
 from marketplace.chain.errors import ChainError
 from marketplace.chain.toolchain import foundry_binary
@@ -33,7 +35,7 @@ class Anvil:
     balance_eth: int = 10_000
     block_time: float | None = None  # seconds; None mines a block per transaction
     log_path: Path | None = None
-    process: subprocess.Popen | None = field(default=None, init=False)
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     port: int | None = field(default=None, init=False)
 
     @property
@@ -46,7 +48,7 @@ class Anvil:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    def start(self, timeout: float = 30.0) -> Anvil:
+    def start(self, timeout: float = 30.0) -> Self:
         """Start Anvil on 127.0.0.1 with port 0, and read back the port the kernel gave it."""
         cmd = [
             str(foundry_binary("anvil")),
@@ -59,26 +61,26 @@ class Anvil:
         if self.block_time:
             cmd += ["--block-time", str(self.block_time)]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = self.process.stdout
+        assert out is not None
         deadline = time.monotonic() + timeout
         seen = b""
-        assert self.process.stdout is not None
         while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
+            line = out.readline()
             if not line:
                 break
             seen += line
             match = LISTENING.search(line)
             if match:
                 self.port = int(match.group(1))
-                self._drain()
+                self._drain(out)
                 log.info("anvil pid %d listening on %s", self.process.pid, self.rpc_url)
                 return self
         self.stop()
         raise ChainError(f"anvil did not start: {seen.decode(errors='replace')[-500:]}")
 
-    def _drain(self) -> None:
+    def _drain(self, out: IO[bytes]) -> None:
         """Keep reading anvil's output (to the log file, if any) so its pipe never fills."""
-        out = self.process.stdout
 
         def pump() -> None:
             if self.log_path is None:
@@ -106,11 +108,11 @@ class Anvil:
 
 def advance_time(w3: Web3, seconds: int) -> None:
     """Move a devnet's clock forward and mine a block (Anvil and Hardhat only)."""
-    w3.provider.make_request("evm_increaseTime", [seconds])
-    w3.provider.make_request("evm_mine", [])
+    w3.provider.make_request(RPCEndpoint("evm_increaseTime"), [seconds])
+    w3.provider.make_request(RPCEndpoint("evm_mine"), [])
 
 
 def mine(w3: Web3, blocks: int = 1) -> None:
     """Mine `blocks` blocks on a devnet now, with no transactions (Anvil and Hardhat only)."""
     for _ in range(blocks):
-        w3.provider.make_request("evm_mine", [])
+        w3.provider.make_request(RPCEndpoint("evm_mine"), [])

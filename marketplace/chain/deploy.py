@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
+from eth_typing import ChecksumAddress
+from eth_utils import to_checksum_address
 from web3 import Web3
 from web3.contract import Contract
 
@@ -69,7 +71,7 @@ class Deployment:
 
     chain_id: int
     deploy_block: int
-    addresses: dict[str, str]
+    addresses: dict[str, ChecksumAddress]
     abis: dict[str, list[dict]]
     parameters: dict = field(default_factory=dict)
 
@@ -101,7 +103,7 @@ class Deployment:
         return cls(
             chain_id=data["chainId"],
             deploy_block=data["deployBlock"],
-            addresses={n: c["address"] for n, c in contracts.items()},
+            addresses={n: to_checksum_address(c["address"]) for n, c in contracts.items()},
             abis={n: c["abi"] for n, c in contracts.items()},
             parameters=data.get("parameters", {}),
         )
@@ -132,8 +134,10 @@ def deploy(
     def create(name: str, *args) -> Contract:
         art = artifacts[name]
         receipt = send(w3, w3.eth.contract(abi=art.abi, bytecode=art.bytecode).constructor(*args), deployer)
-        log.info("deployed %s at %s", name, receipt["contractAddress"])
-        return w3.eth.contract(address=receipt["contractAddress"], abi=art.abi)
+        address = receipt["contractAddress"]
+        assert address is not None  # a contract creation's receipt names the new contract
+        log.info("deployed %s at %s", name, address)
+        return w3.eth.contract(address=address, abi=art.abi)
 
     zen = create("ZenToken", distributor or governor, params.supply)
     treasury = create("Treasury", zen.address, governor)

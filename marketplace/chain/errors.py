@@ -44,12 +44,13 @@ _TERMS = {"status": JobStatus, "tier": Tier}
 
 
 def _formatted(value: object, kind: str | None) -> str:
-    if kind == "zen":
-        return zen.exact(int(value))
-    if kind == "time":
-        return datetime.fromtimestamp(int(value), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    if kind in _TERMS:
-        return _TERMS[kind].label_of(int(value))
+    if isinstance(value, int):  # the table gives kinds to uint arguments only
+        if kind == "zen":
+            return zen.exact(value)
+        if kind == "time":
+            return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        if kind in _TERMS:
+            return _TERMS[kind].label_of(value)
     if isinstance(value, str) and is_address(value):
         return to_checksum_address(value)
     return str(value)
@@ -106,7 +107,8 @@ def decode_revert(data: str | bytes) -> ContractRevert | None:
 def explain(exc: Exception) -> ChainError:
     """A readable ChainError for whatever web3 raised when a call or transaction reverted."""
     if isinstance(exc, ContractCustomError):
-        decoded = decode_revert(exc.data if isinstance(exc.data, str) else exc.message)
+        data = exc.data if isinstance(exc.data, str) else exc.message
+        decoded = decode_revert(data) if data is not None else None
         if decoded is not None:
             return decoded
     if isinstance(exc, ContractPanicError):

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from marketplace.ipfs import multibase, multihash, varint
 from marketplace.ipfs.errors import InvalidCid
-from marketplace.ipfs.multihash import Buffer
+from marketplace.ipfs.multihash import SHA2_256, Buffer
 
 DAG_PB = 0x70
 RAW = 0x55
@@ -30,13 +30,13 @@ class CID:
 
     @classmethod
     def of(cls, data: Buffer, codec: int, version: int = 1,
-           hash_code: int = multihash.SHA2_256) -> "CID":
+           hash_code: int = SHA2_256) -> "CID":
         """The CID of `data`: what a block's bytes are named by."""
         return cls.of_parts([data], codec, version, hash_code)
 
     @classmethod
     def of_parts(cls, parts: Sequence[Buffer], codec: int, version: int = 1,
-                 hash_code: int = multihash.SHA2_256) -> "CID":
+                 hash_code: int = SHA2_256) -> "CID":
         """The CID of a block given as consecutive buffers."""
         return cls(version, codec, multihash.digest(parts, hash_code))
 

@@ -43,12 +43,12 @@ def decode(block: bytes | memoryview) -> Node:
     """Decode a dag-pb block, refusing fields the format does not have."""
     links: list[Link] = []
     data = None
-    for field, wire_type, value in protobuf.fields(block):
-        if field == 2 and wire_type == protobuf.LEN:
+    for field, value in protobuf.fields(block):
+        if field == 2 and isinstance(value, memoryview):
             if data is not None:
                 raise InvalidBlock("dag-pb links must come before data")
             links.append(_decode_link(value))
-        elif field == 1 and wire_type == protobuf.LEN:
+        elif field == 1 and isinstance(value, memoryview):
             data = bytes(value)
         else:
             raise InvalidBlock(f"unexpected dag-pb field {field}")
@@ -57,15 +57,15 @@ def decode(block: bytes | memoryview) -> Node:
 
 def _decode_link(buf: memoryview) -> Link:
     cid, name, tsize = None, "", 0
-    for field, wire_type, value in protobuf.fields(buf):
-        if field == 1 and wire_type == protobuf.LEN:
+    for field, value in protobuf.fields(buf):
+        if field == 1 and isinstance(value, memoryview):
             try:
                 cid = CID.decode(bytes(value))
             except InvalidCid as exc:
                 raise InvalidBlock(f"dag-pb link with a bad CID: {exc}") from None
-        elif field == 2 and wire_type == protobuf.LEN:
+        elif field == 2 and isinstance(value, memoryview):
             name = bytes(value).decode("utf-8", "replace")
-        elif field == 3 and wire_type == protobuf.VARINT:
+        elif field == 3 and isinstance(value, int):
             tsize = value
         else:
             raise InvalidBlock(f"unexpected dag-pb link field {field}")

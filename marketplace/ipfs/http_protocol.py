@@ -3,6 +3,7 @@
 import asyncio
 import socket
 import threading
+from typing import cast
 
 import httptools
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
@@ -52,7 +53,8 @@ class _BodyPassingProtocol(HttpToolsProtocol):
                 cycle.body = bytearray(cycle.body)
             super().on_body(body)
             return
-        cycle.body = body
+        # Upstream's cycle types its body as a bytearray; receive() copies out either alike.
+        cycle.body = body  # type: ignore[assignment]
         if len(body) > HIGH_WATER_LIMIT:
             self.flow.pause_reading()
         cycle.message_event.set()
@@ -104,22 +106,24 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
     than the body owes), so the loop wakes it once per full piece, not for every part of one
     that arrives; it is back at one byte before the transport reads again."""
 
+    _transport: asyncio.Transport  # set by connection_made, before any other call
+
     def __init__(self, **uvicorn_args) -> None:
         self._http = _BodyPassingProtocol(**uvicorn_args)
-        self._transport: asyncio.Transport | None = None
         self._reading = True  # what the flow control last asked for
         self._body_socket: socket.socket | None = None  # while reading a body past the parser
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        self._http.connection_made(_ReadSwitch(self, transport))  # type: ignore[arg-type]
+        self._transport = cast(asyncio.Transport, transport)  # a stream's, typed as the base
+        switch = _ReadSwitch(self, self._transport)
+        self._http.connection_made(switch)  # type: ignore[arg-type]  # stands in for the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._close_body_reader()
         self._http.connection_lost(exc)
 
-    def eof_received(self) -> bool | None:
-        return self._http.eof_received()
+    def eof_received(self) -> None:
+        self._http.eof_received()
 
     def pause_writing(self) -> None:
         self._http.pause_writing()
@@ -131,6 +135,7 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
         return _read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        # httptools parses any buffer; uvicorn's signature says bytes.
         self._http.data_received(_read_buffer()[:nbytes])  # type: ignore[arg-type]
         http = self._http
         if (http.body_left is not None and http.body_left >= _DIRECT_BODY_MIN
@@ -159,8 +164,9 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
         self.set_reading(self._reading)
 
     def _wake_for_next_piece(self) -> None:
-        piece = min(self._http.body_left, _BODY_READ_SIZE)  # type: ignore[type-var]
-        self._body_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, piece)  # type: ignore[union-attr]
+        assert self._body_socket is not None and self._http.body_left is not None
+        piece = min(self._http.body_left, _BODY_READ_SIZE)
+        self._body_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, piece)
 
     def _close_body_reader(self) -> None:
         if self._body_socket is not None:
@@ -174,8 +180,9 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
 
     def _read_body(self) -> None:
         http = self._http
+        assert self._body_socket is not None and http.body_left is not None
         try:
-            piece = self._body_socket.recv(min(http.body_left, _BODY_READ_SIZE))  # type: ignore[union-attr,type-var]
+            piece = self._body_socket.recv(min(http.body_left, _BODY_READ_SIZE))
         except BlockingIOError:
             return
         except OSError:

@@ -1,6 +1,6 @@
 """`ipfs add` for one file: fixed-size chunks into Kubo's balanced UnixFS DAG, streamed."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from marketplace.ipfs import dagpb, unixfs
@@ -14,7 +14,7 @@ MAX_LINKS = 174  # go-unixfs: 8 KiB of links per node / ~47 bytes per link
 
 # Stores (or only hashes) one block, given as consecutive buffers, and returns its CID:
 # Blockstore.add, or CID.of_parts to only hash.
-BlockSink = Callable[[list[Buffer], int, int], CID]
+BlockSink = Callable[[Sequence[Buffer], int, int], CID]
 
 
 def parse_chunker(spec: str | None) -> int:

@@ -23,8 +23,9 @@ def len_prefix(field: int, length: int) -> bytes:
     return key(field, LEN) + varint.encode(length)
 
 
-def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
-    """Yield (field number, wire type, value) for each field; bytes values are zero-copy views."""
+def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int | memoryview]]:
+    """Yield (field number, value) for each field: an int for a varint field, a zero-copy view
+    for a length-delimited one."""
     view = memoryview(buf)
     pos = 0
     try:
@@ -33,12 +34,12 @@ def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview
             field, wire_type = tag >> 3, tag & 7
             if wire_type == VARINT:
                 value, pos = varint.decode(view, pos)
-                yield field, wire_type, value
+                yield field, value
             elif wire_type == LEN:
                 length, pos = varint.decode(view, pos)
                 if pos + length > len(view):
                     raise InvalidBlock("protobuf field runs past the end of the block")
-                yield field, wire_type, view[pos:pos + length]
+                yield field, view[pos:pos + length]
                 pos += length
             else:
                 raise InvalidBlock(f"unexpected protobuf wire type {wire_type}")

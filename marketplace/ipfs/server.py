@@ -5,6 +5,8 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -53,6 +55,15 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
     return _error(request, exc.status_code, str(exc.detail))
 
 
+# Starlette calls each handler with the exceptions of the class it is registered for; its
+# signature for a handler says any Exception, hence Any for the argument here.
+_HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] = {
+    IpfsError: _ipfs_error,
+    RequestValidationError: _validation_error,
+    HTTPException: _http_error,
+}
+
+
 def create_app(repo: Repo) -> FastAPI:
     app = FastAPI(title="Zoo Compute IPFS node",
                   description="The Kubo RPC subset the project uses, and a trustless gateway.")
@@ -60,9 +71,8 @@ def create_app(repo: Repo) -> FastAPI:
     for module in (files, blocks, pins, node):
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(gateway.router)
-    app.add_exception_handler(IpfsError, _ipfs_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(HTTPException, _http_error)
+    for exc_class, handler in _HANDLERS.items():
+        app.add_exception_handler(exc_class, handler)
     return app
 
 
@@ -97,7 +107,9 @@ def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
         repo.write_api_file(f"/{proto}/{host}/tcp/{bound_port}")
         log.info("IPFS RPC API listening on http://%s:%d%s (repo %s)", host, bound_port,
                  API_PREFIX, repo.path)
-        config = uvicorn.Config(create_app(repo), http=NodeHttpProtocol, ws="none",
+        # uvicorn's signature asks for an asyncio.Protocol; a BufferedProtocol serves the same.
+        config = uvicorn.Config(create_app(repo), http=NodeHttpProtocol,  # type: ignore[arg-type]
+                                ws="none",
                                 log_level="warning", access_log=False, timeout_keep_alive=30)
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -1,5 +1,6 @@
 """UnixFS, the file layer inside dag-pb nodes: type, inline data, file size, child block sizes."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from marketplace.ipfs import protobuf
@@ -17,7 +18,7 @@ class Data:
     blocksizes: list[int] = field(default_factory=list)
 
 
-def encode_parts(type_: int, data: list[Buffer], filesize: int,
+def encode_parts(type_: int, data: Sequence[Buffer], filesize: int,
                  blocksizes: list[int]) -> list[Buffer]:
     """The UnixFS message as consecutive buffers, file data (itself given as buffers) left
     uncopied. Field order and presence match go-unixfs: Data only when non-empty, filesize
@@ -34,14 +35,14 @@ def encode_parts(type_: int, data: list[Buffer], filesize: int,
 def decode(buf: bytes | memoryview) -> Data:
     """Decode a UnixFS message; mode, mtime, hash type and fanout are read past."""
     result = Data(type=-1)
-    for number, wire_type, value in protobuf.fields(buf):
-        if number == 1 and wire_type == protobuf.VARINT:
+    for number, value in protobuf.fields(buf):
+        if number == 1 and isinstance(value, int):
             result.type = value
-        elif number == 2 and wire_type == protobuf.LEN:
+        elif number == 2 and isinstance(value, memoryview):
             result.data = bytes(value)
-        elif number == 3 and wire_type == protobuf.VARINT:
+        elif number == 3 and isinstance(value, int):
             result.filesize = value
-        elif number == 4 and wire_type == protobuf.VARINT:
+        elif number == 4 and isinstance(value, int):
             result.blocksizes.append(value)
     if result.type not in range(6):
         raise InvalidBlock("UnixFS data without a valid type")
