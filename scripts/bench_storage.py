@@ -2,8 +2,10 @@
 
 Adds a file through the HTTP API (the Storage client, as project code does) to a node running in
 its own process, and hashes the same amount of data with hashlib in this process, in the same
-run. Prints a table, then one JSON line. The node's repo goes to tmpfs (/dev/shm) by default so
-the figure is the node's own cost rather than this machine's disk; --repo-dir puts it on disk.
+run: adds and hashing take turns, and each figure is the median over the runs, with its range.
+CPU time per GB, of the node and client together and of hashlib, sits beside the throughputs:
+other load on the machine moves it far less. The node's repo goes to tmpfs (/dev/shm) by default
+so the figure is the node's own cost rather than this machine's disk; --repo-dir puts it on disk.
 """
 
 import argparse
@@ -16,10 +18,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import ipfshttpclient
+from benchkit import Bench, Timer, interleave
+from rich.console import Console
 
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.importer import FileImporter
@@ -51,15 +54,13 @@ def reference_cid(path: Path) -> tuple[str, str]:
     return str(importer.finish().cid), "local importer (ipfs_cid not installed)"
 
 
-def sha256_mb_per_s(data: bytes) -> float:
+def sha256_blocks(data: bytes) -> None:
     """Plain hashlib over the same bytes, already in memory, in the 256 KiB blocks the node
     hashes: the floor any add has to pay."""
     view = memoryview(data)
     block = 256 * 1024
-    start = time.perf_counter()
     for offset in range(0, len(view), block):
         hashlib.sha256(view[offset:offset + block]).digest()
-    return len(data) / 1e6 / (time.perf_counter() - start)
 
 
 def rss_kib(pid: int, field: str) -> int:
@@ -99,105 +100,76 @@ def _fs_note(fstype: str) -> str:
                             else "this disk's speed included")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass
-class Run:
-    add_mb_per_s: float
-    sha256_mb_per_s: float
-    peak_rss_kib: int
-    server_cpu_s: float  # node process, during the add
-    client_cpu_s: float  # this process (the Storage client), during the add
-
-
-def measure(data: Path, repo: Path, runs: int) -> tuple[list[Run], int, set[str]]:
-    """Alternate adds and plain hashing, so both see the machine in the same state."""
-    size = data.stat().st_size
+def measure(data: Path, repo: Path, runs: int, bench: Bench) -> tuple[int, set[str]]:
+    """Records each run's add and plain hashing, taking turns, so both see the machine in the
+    same state; the node's idle RSS and the CIDs it returned."""
+    gb = data.stat().st_size / 1e9
     process, api = start_node(repo)
     try:
         with Storage(api, replicas=[]) as storage, ipfshttpclient.Client(api) as admin:
             storage.add_bytes(b"warm-up")  # load every code path before measuring idle
             idle_kib = rss_kib(process.pid, "VmRSS")
-            results, cids = [], set()
-            for _ in range(runs):
+            cids: set[str] = set()
+
+            def add(_: int) -> tuple[Timer, Timer, int]:
                 reset_peak_rss(process.pid)
-                server_cpu, client_cpu = cpu_seconds(process.pid), time.process_time()
-                start = time.perf_counter()
-                cid = storage.add_file(data)
+                with Timer() as both, Timer(process.pid) as node:
+                    cid = storage.add_file(data)
+                peak_kib = rss_kib(process.pid, "VmHWM")
                 cids.add(cid)
-                elapsed = time.perf_counter() - start
-                run = Run(size / 1e6 / elapsed, 0.0, rss_kib(process.pid, "VmHWM"),
-                          cpu_seconds(process.pid) - server_cpu, time.process_time() - client_cpu)
                 admin.pin.rm(cid)  # start the next run from an empty store
                 admin.repo.gc()
-                run.sha256_mb_per_s = sha256_mb_per_s(data.read_bytes())
-                results.append(run)
+                return both, node, peak_kib
+
+            def sha256(_: int) -> Timer:
+                payload = data.read_bytes()
+                with Timer() as timer:
+                    sha256_blocks(payload)
+                return timer
+
+            for sides in interleave({"add": add, "sha256": sha256}, runs):
+                (both, node, peak_kib), sha = sides["add"], sides["sha256"]
+                bench.record({
+                    "add_mb_per_s": gb * 1e3 / both.wall_s,
+                    "sha256_mb_per_s": gb * 1e3 / sha.wall_s,
+                    "add_throughput_ratio": sha.wall_s / both.wall_s,
+                    "server_peak_rss_above_idle_mb": (peak_kib - idle_kib) / 1024,
+                    "node_cpu_s": node.cpu_s,
+                    "client_cpu_s": both.cpu_s - node.cpu_s,
+                    "add_cpu_s_per_gb": both.cpu_s / gb,
+                    "sha256_cpu_s_per_gb": sha.cpu_s / gb,
+                    "cpu_throughput_ratio": sha.cpu_s / both.cpu_s,
+                })
     finally:
         process.terminate()
         process.wait(timeout=30)
-    return results, idle_kib, cids
-
-
-def report(size_mib: int, repo_dir: str, runs: list[Run], idle_kib: int, cid: str,
-           reference: str) -> None:
-    best = max(runs, key=lambda r: r.add_mb_per_s)
-    sha = max(r.sha256_mb_per_s for r in runs)
-    figures = {
-        "add_mb_per_s": round(best.add_mb_per_s, 1),
-        "sha256_mb_per_s": round(sha, 1),
-        "add_throughput_ratio": round(best.add_mb_per_s / sha, 3),
-        "server_peak_rss_above_idle_mb": round((max(r.peak_rss_kib for r in runs) - idle_kib)
-                                               / 1024, 1),
-        # CPU time moves less with other load on the machine than wall time does.
-        "node_cpu_s": round(min(r.server_cpu_s for r in runs), 2),
-        "client_cpu_s": round(min(r.client_cpu_s for r in runs), 2),
-    }
-    hash_cpu_s = size_mib / sha
-    rows = [
-        ("file added", f"{size_mib} MiB", f"CID {cid}"),
-        ("CID checked against", "", reference),
-        ("node repo", repo_dir, _fs_note(filesystem_of(repo_dir))),
-        ("add via HTTP API", f"{best.add_mb_per_s:.0f} MB/s",
-         "runs: " + ", ".join(f"{r.add_mb_per_s:.0f}" for r in runs)),
-        ("hashlib.sha256", f"{sha:.0f} MB/s",
-         "runs: " + ", ".join(f"{r.sha256_mb_per_s:.0f}" for r in runs)),
-        ("add / sha256", f"{figures['add_throughput_ratio']:.2f}", "target >= 0.5"),
-        ("CPU per add, least", f"{figures['node_cpu_s']:.2f} s node",
-         f"{figures['client_cpu_s']:.2f} s client; hashing alone {hash_cpu_s:.2f} s"),
-        ("cores, load average", f"{os.cpu_count()}", " ".join(f"{x:.1f}" for x in os.getloadavg())),
-        ("server RSS idle", f"{idle_kib / 1024:.1f} MiB", ""),
-        ("server peak above idle", f"{figures['server_peak_rss_above_idle_mb']:.1f} MiB",
-         "target < 64"),
-    ]
-    for name, value, note in rows:
-        print(f"{name:<24} {value:>14}  {note}")
-    print(json.dumps({"bench": "storage", "figures": figures,
-                      "targets": {"add_throughput_ratio": ">= 0.5",
-                                  "server_peak_rss_above_idle_mb": "< 64"}}))
+    return idle_kib, cids
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=256, help="size of the added file")
-    parser.add_argument("--runs", type=int, default=3, help="adds (and hash runs); best is kept")
+    parser.add_argument("--runs", type=int, default=7,
+                        help="adds and hash runs, taking turns; medians are reported")
     parser.add_argument("--repo-dir", type=Path,
                         default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
                         help="where the node's repo goes (default: /dev/shm, tmpfs)")
     args = parser.parse_args()
+    bench = Bench("storage", {"add_throughput_ratio": ">= 0.5",
+                              "server_peak_rss_above_idle_mb": "< 64"})
     with tempfile.TemporaryDirectory(prefix="bench-input-") as inputs, \
             tempfile.TemporaryDirectory(prefix="bench-ipfs-", dir=args.repo_dir) as repo_dir:
         data = Path(inputs) / "input.bin"
         write_input(data, args.size_mib * MIB)
-        runs, idle_kib, cids = measure(data, Path(repo_dir) / "repo", args.runs)
+        idle_kib, cids = measure(data, Path(repo_dir) / "repo", args.runs, bench)
         expected, reference = reference_cid(data)
     if cids != {expected}:
         sys.exit(f"the node's CIDs {sorted(cids)} differ from {reference}'s {expected}")
-    report(args.size_mib, str(args.repo_dir or tempfile.gettempdir()), runs, idle_kib, expected,
-           reference)
+    repo_place = str(args.repo_dir or tempfile.gettempdir())
+    Console().print(f"added {args.size_mib} MiB as CID {expected}, checked against {reference}; "
+                    f"node repo in {repo_place} ({_fs_note(filesystem_of(repo_place))})")
+    bench.report(f"IPFS add via the HTTP API vs hashlib.sha256, {args.size_mib} MiB x {args.runs}",
+                 once={"server_idle_rss_mb": idle_kib / 1024})
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Both train the same model from the same seed on the same batches with the same optimizer,
 schedule, clipping and eval; the plain loop leaves out everything that makes a unit
 verifiable (per-step loss checks, snapshots, state copies, hashing, environment capture).
-Rounds alternate which of the two runs first; throughputs are medians over rounds and the
-ratio is the median of the per-round ratios.
+Rounds alternate which of the two runs first; every figure is the median over rounds, with its
+range, and the ratios are medians of the per-round ratios. CPU time per token sits beside the
+wall-clock throughput: other load on the machine moves it far less.
 
     python scripts/bench_training.py                     # tiny spec, CPU
     python scripts/bench_training.py --spec node/specs/gpt-small.yaml --steps 50 --rounds 4
@@ -16,19 +17,15 @@ threads more so (a descheduled thread stalls the others), and `--threads 1` stea
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
-from rich.console import Console
-from rich.table import Table
+from benchkit import Bench, Timer, interleave
 from torch.optim.lr_scheduler import LambdaLR
 
 from node.engine import Checkpoint, JobSpec, Shard, load_spec, parse_spec, run_unit
@@ -107,36 +104,41 @@ def tokens_per_step(spec: JobSpec) -> int:
 
 
 def measure_throughput(
-    spec: JobSpec, steps: int, rounds: int, device: torch.device
-) -> tuple[list[float], list[float]]:
-    """Tokens/s of each side per round; the two sides of a round run back to back."""
-    total_steps = steps * (rounds + 1)
-    shard = Shard.of(spec, 0, 0, total_steps)
+    spec: JobSpec, steps: int, rounds: int, device: torch.device, bench: Bench
+) -> None:
+    """Records each round's throughput and CPU time per token of both sides, run back to back."""
+    shard = Shard.of(spec, 0, 0, steps * (rounds + 1))
     configure(spec)  # run_unit applies the same settings itself and restores these on exit
-    plain = PlainLoop(spec, device)
+    loop = PlainLoop(spec, device)
     checkpoint: Checkpoint | None = None
-    engine_rates, plain_rates = [], []
-    for r in range(rounds + 1):  # round 0 warms caches and is not counted
-        batches, eval_batches = plan_batches(spec, shard, r * steps, steps)
-        seconds = {}
-        for side in ("engine", "plain") if r % 2 else ("plain", "engine"):
-            began = time.perf_counter()
-            if side == "engine":
-                checkpoint, _, _ = run_unit(spec, checkpoint, shard, steps, device=device)
-            else:
-                plain.train(batches, eval_batches)
+
+    def engine(_: int) -> Timer:
+        nonlocal checkpoint
+        with Timer() as timer:
+            checkpoint, _, _ = run_unit(spec, checkpoint, shard, steps, device=device)
             _sync(device)
-            seconds[side] = time.perf_counter() - began
-        if r:
-            engine_rates.append(steps * tokens_per_step(spec) / seconds["engine"])
-            plain_rates.append(steps * tokens_per_step(spec) / seconds["plain"])
-            logger.info(
-                "round %d: engine %.0f tok/s, plain %.0f tok/s",
-                r,
-                engine_rates[-1],
-                plain_rates[-1],
-            )
-    return engine_rates, plain_rates
+        return timer
+
+    def plain(round_: int) -> Timer:
+        batches, eval_batches = plan_batches(spec, shard, round_ * steps, steps)
+        with Timer() as timer:
+            loop.train(batches, eval_batches)
+            _sync(device)
+        return timer
+
+    tokens = steps * tokens_per_step(spec)
+    # round 0 warms caches and is not counted
+    for timers in interleave({"engine": engine, "plain": plain}, rounds, warmup=1):
+        e, p = timers["engine"], timers["plain"]
+        bench.record({
+            "engine_tokens_per_s": tokens / e.wall_s,
+            "plain_tokens_per_s": tokens / p.wall_s,
+            # paired: a round's two sides ran back to back, so load from elsewhere hits both alike
+            "throughput_ratio": p.wall_s / e.wall_s,
+            "engine_cpu_us_per_token": 1e6 * e.cpu_s / tokens,
+            "plain_cpu_us_per_token": 1e6 * p.cpu_s / tokens,
+            "cpu_throughput_ratio": p.cpu_s / e.cpu_s,
+        })
 
 
 def measure_memory(
@@ -251,44 +253,16 @@ def main() -> None:
         print(_peak_rss_mb() - baseline)
         return
 
-    engine_rates, plain_rates = measure_throughput(spec, steps, args.rounds, device)
+    bench = Bench("training", {"throughput_ratio": ">= 0.97"})
+    measure_throughput(spec, steps, args.rounds, device, bench)
     engine_mem, plain_mem = measure_memory(spec, args, steps, device)
-    engine_tps, plain_tps = statistics.median(engine_rates), statistics.median(plain_rates)
-    # paired: each round's two sides ran back to back, so load from elsewhere hits both alike
-    ratio = statistics.median(e / p for e, p in zip(engine_rates, plain_rates))
-
     memory_kind = "CUDA peak allocated" if device.type == "cuda" else "RSS growth while training"
-    table = Table(
-        title=f"{spec.name} on {device}, num_threads={spec.reproducibility.num_threads}: "
-        f"{steps} steps x {args.rounds} rounds",
-        caption=f"tokens/s: median over rounds; ratio: median of per-round ratios; "
-        f"memory: {memory_kind}",
+    bench.report(
+        f"{spec.name} on {device}, num_threads={spec.reproducibility.num_threads}: engine "
+        f"(run_unit) vs a plain PyTorch loop, {steps} steps x {args.rounds} rounds; "
+        f"memory: {memory_kind}, measured once",
+        once={"engine_peak_mem_mb": engine_mem, "plain_peak_mem_mb": plain_mem},
     )
-    for column in ("loop", "tokens/s", "min .. max", "memory MB"):
-        table.add_column(column, justify="left" if column == "loop" else "right")
-    for name, tps, rates, mem in [
-        ("engine (run_unit)", engine_tps, engine_rates, engine_mem),
-        ("plain PyTorch loop", plain_tps, plain_rates, plain_mem),
-    ]:
-        table.add_row(name, f"{tps:,.0f}", f"{min(rates):,.0f} .. {max(rates):,.0f}", f"{mem:,.1f}")
-    table.add_row("engine / plain", f"{ratio:.3f}", "", f"{engine_mem / plain_mem:.3f}")
-    Console().print(table)
-    print(
-        json.dumps(
-            {
-                "bench": "training",
-                "figures": {
-                    "engine_tokens_per_s": round(engine_tps, 1),
-                    "plain_tokens_per_s": round(plain_tps, 1),
-                    "throughput_ratio": round(ratio, 4),
-                    "engine_peak_mem_mb": round(engine_mem, 1),
-                    "plain_peak_mem_mb": round(plain_mem, 1),
-                },
-                "targets": {"throughput_ratio": ">= 0.97"},
-            }
-        )
-    )
-
 
 if __name__ == "__main__":
     main()
