@@ -161,14 +161,17 @@ class Bench:
         load = {"start": _load(self._load_at_start), "end": _load(os.getloadavg())}
         cores = len(os.sched_getaffinity(0))
 
+        how = (
+            f"median of {n} repetitions, min .. max beside it; a target is met when the median "
+            "meets it" if n > 1 else "one run"
+        )
         table = Table(
             title=title,
-            caption=f"median of {n} repetition(s), min .. max beside it; a target is met when the "
-            f"median meets it. Load average (1, 5, 15 min) {_load_text(load['start'])} at the "
+            caption=f"{how}. Load average (1, 5, 15 min) {_load_text(load['start'])} at the "
             f"start, {_load_text(load['end'])} at the end; {cores} cores; "
             f"{(time.monotonic() - self._began) / 60:.1f} min",
         )
-        for column in ("figure", "median", "min .. max", "target", ""):
+        for column in ("figure", "median" if n > 1 else "value", "min .. max", "target", ""):
             table.add_column(column, justify="left" if column == "figure" else "right")
         for figure, value in figures.items():
             s = summaries.get(figure)
@@ -178,7 +181,8 @@ class Bench:
             table.add_row(figure, _text(value), spread, target, verdict)
         console = Console()
         console.print(table)
-        console.print(f"{sum(met.values())} of {len(met)} target(s) met on the median of {n} repetition(s)")
+        console.print(f"{sum(met.values())} of {len(met)} target(s) met"
+                      + (f" on the median of {n} repetitions" if n > 1 else ""))
 
         result = {
             "bench": self.name,
