@@ -10,7 +10,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.chain.toolchain import PROJECT_ROOT
 
-DEVNET_DIR = PROJECT_ROOT / ".devnet"  # the state, logs and user settings of a devnet run from this checkout
+DEVNET_DIR = (
+    PROJECT_ROOT / ".devnet"
+)  # the state, logs and user settings of a devnet run from this checkout
 DEVNET_USER_ENV = DEVNET_DIR / "user.env"  # written by `devnet up`, removed by `devnet down`
 
 
@@ -29,7 +31,9 @@ class Settings(BaseSettings):
     ipfs_api: str = "/ip4/127.0.0.1/tcp/5001/http"  # this process's IPFS node (Kubo RPC API)
     ipfs_replicas: list[str] = Field(default_factory=list)  # other nodes to pin replicas on
     redis_url: str = "redis://127.0.0.1:6379/0"  # Celery broker and result backend
-    database_url: str | None = None  # the gateway's index (any SQLAlchemy URL); default SQLite in home
+    database_url: str | None = (
+        None  # the gateway's index (any SQLAlchemy URL); default SQLite in home
+    )
     gateway_url: str | None = None  # a gateway's HTTP API, for `zoo-compute jobs` and the SDK
     home: Path = Path.home() / ".zoo-compute"  # wallets, journals and caches of this process
     wallet: Path | None = None  # keystore file; default: the only one under home/keystore

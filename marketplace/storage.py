@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 # ipfshttpclient 0.7.0 passes urllib3 2.x an argument it no longer needs; the warning says
 # nothing a user of this module can act on.
-warnings.filterwarnings("ignore", message="The 'strict' parameter is no longer needed",
-                        category=FutureWarning)
+warnings.filterwarnings(
+    "ignore", message="The 'strict' parameter is no longer needed", category=FutureWarning
+)
 
 
 # Block requests a read keeps in flight.
@@ -75,7 +76,9 @@ def api_multiaddr(addr: str) -> str:
         return addr
     url = urllib.parse.urlsplit(addr)
     if url.scheme not in ("http", "https") or not url.hostname or not url.port:
-        raise StorageError(f"IPFS API address {addr!r} is neither a multiaddr nor http(s)://host:port")
+        raise StorageError(
+            f"IPFS API address {addr!r} is neither a multiaddr nor http(s)://host:port"
+        )
     host = url.hostname
     proto = "ip6" if ":" in host else "ip4" if host.replace(".", "").isdigit() else "dns"
     return f"/{proto}/{host}/tcp/{url.port}/{url.scheme}"
@@ -107,9 +110,11 @@ class _FileUpload:
         self._chunk_size = chunk_size
         boundary = secrets.token_hex(_BOUNDARY_CHARS // 2)
         name = urllib.parse.quote(path.name, safe="")
-        self._head = (f"--{boundary}\r\n"
-                      f'Content-Disposition: form-data; name="file"; filename="{name}"\r\n'
-                      "Content-Type: application/octet-stream\r\n\r\n").encode()
+        self._head = (
+            f"--{boundary}\r\n"
+            f'Content-Disposition: form-data; name="file"; filename="{name}"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
         self._tail = f"\r\n--{boundary}--\r\n".encode()
         self.headers = {"Content-Type": f'multipart/form-data; boundary="{boundary}"'}
 
@@ -139,8 +144,9 @@ def _parse(cid: str) -> CID:
 
 def _translate(exc: rpc_errors.Error, node: str) -> StorageError:
     """Map a client error to ours: 404 (or Kubo's not-found text) is missing content."""
-    if isinstance(exc, (rpc_errors.ConnectionError, rpc_errors.TimeoutError,
-                        rpc_errors.ProtocolError)):
+    if isinstance(
+        exc, (rpc_errors.ConnectionError, rpc_errors.TimeoutError, rpc_errors.ProtocolError)
+    ):
         return NodeUnavailable(f"IPFS node {node} unreachable: {exc}")
     response = getattr(getattr(exc, "original", None), "response", None)
     status = getattr(response, "status_code", None)
@@ -214,8 +220,9 @@ class Storage:
             raise StorageError(f"{path} is not a regular file")
         upload = _FileUpload(path)
         http = self._thread_clients()[self.api_addr]._client
-        [answer] = self._call(self.api_addr, http.request, "/add", decoder="json", data=upload,
-                              headers=upload.headers)
+        [answer] = self._call(
+            self.api_addr, http.request, "/add", decoder="json", data=upload, headers=upload.headers
+        )
         return answer["Hash"]
 
     def cat(self, cid: str) -> bytes:
@@ -252,8 +259,9 @@ class Storage:
         """Blocks in order, with up to _READ_AHEAD requests in flight: per-request latency,
         not bandwidth, is what bounds a block-by-block read."""
         pending = iter(cids)
-        window = deque(self._pool.submit(self.get_block, cid)
-                       for cid in islice(pending, _READ_AHEAD))
+        window = deque(
+            self._pool.submit(self.get_block, cid) for cid in islice(pending, _READ_AHEAD)
+        )
         while window:
             block = window.popleft().result()
             for cid in islice(pending, 1):
@@ -282,8 +290,9 @@ class Storage:
                 self._read_order.append(node)
         for kind in (CidMismatch, ContentNotFound):
             if any(isinstance(f, kind) for f in failures):
-                raise kind(f"no node has a valid copy of block {cid}: "
-                           + "; ".join(map(str, failures)))
+                raise kind(
+                    f"no node has a valid copy of block {cid}: " + "; ".join(map(str, failures))
+                )
         raise NodeUnavailable("; ".join(map(str, failures)))
 
     def pin(self, cid: str, replicas: int = 3) -> list[str]:
@@ -292,8 +301,9 @@ class Storage:
         ReplicationError, carrying those holders, when fewer nodes could take it."""
         root = _parse(cid)
         if not 1 <= replicas <= len(self.nodes):
-            raise ReplicationError(f"asked for {replicas} replicas of {cid} but "
-                                   f"{len(self.nodes)} nodes are known", [])
+            raise ReplicationError(
+                f"asked for {replicas} replicas of {cid} but {len(self.nodes)} nodes are known", []
+            )
         holders: list[str] = []
         for node in self.nodes:
             if len(holders) == replicas:
@@ -304,8 +314,9 @@ class Storage:
             except StorageError as exc:
                 log.warning("could not pin %s on %s: %s", cid, node, exc)
         if len(holders) < replicas:
-            raise ReplicationError(f"{cid} is pinned on {len(holders)} of {replicas} nodes",
-                                   holders)
+            raise ReplicationError(
+                f"{cid} is pinned on {len(holders)} of {replicas} nodes", holders
+            )
         return holders
 
     def _pin_on(self, node: str, root: CID) -> None:

@@ -55,11 +55,15 @@ def resolve_password(settings: Settings, *, confirm: bool = False) -> str:
         try:
             return settings.wallet_password_file.read_text().rstrip("\r\n")
         except OSError as exc:
-            raise NoPassword(f"cannot read the password file {settings.wallet_password_file}: "
-                             f"{exc.strerror or exc}") from None
+            raise NoPassword(
+                f"cannot read the password file {settings.wallet_password_file}: "
+                f"{exc.strerror or exc}"
+            ) from None
     if not sys.stdin.isatty():
-        raise NoPassword(f"no wallet password: set {PASSWORD_ENV} or {PASSWORD_FILE_ENV}, "
-                         "or run in a terminal to be prompted")
+        raise NoPassword(
+            f"no wallet password: set {PASSWORD_ENV} or {PASSWORD_FILE_ENV}, "
+            "or run in a terminal to be prompted"
+        )
     return click.prompt("Wallet password", hide_input=True, confirmation_prompt=confirm)
 
 
@@ -71,11 +75,15 @@ def keystore_path(settings: Settings) -> Path:
         return settings.wallet
     found = sorted(settings.keystore_dir.glob("UTC--*")) if settings.keystore_dir.is_dir() else []
     if not found:
-        raise NoWallet(f"no wallet under {settings.keystore_dir}: run `zoo-compute wallet new` "
-                       "or `zoo-compute wallet import`")
+        raise NoWallet(
+            f"no wallet under {settings.keystore_dir}: run `zoo-compute wallet new` "
+            "or `zoo-compute wallet import`"
+        )
     if len(found) > 1:
-        raise NoWallet(f"{len(found)} wallets under {settings.keystore_dir}: set ZOO_WALLET "
-                       "to the keystore file to use")
+        raise NoWallet(
+            f"{len(found)} wallets under {settings.keystore_dir}: set ZOO_WALLET "
+            "to the keystore file to use"
+        )
     return found[0]
 
 

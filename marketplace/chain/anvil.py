@@ -52,11 +52,16 @@ class Anvil:
         """Start Anvil on 127.0.0.1 with port 0, and read back the port the kernel gave it."""
         cmd = [
             str(foundry_binary("anvil")),
-            "--host", "127.0.0.1",
-            "--port", "0",
-            "--accounts", str(self.accounts),
-            "--balance", str(self.balance_eth),
-            "--mnemonic", ANVIL_MNEMONIC,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--accounts",
+            str(self.accounts),
+            "--balance",
+            str(self.balance_eth),
+            "--mnemonic",
+            ANVIL_MNEMONIC,
         ]
         if self.block_time:
             cmd += ["--block-time", str(self.block_time)]

@@ -20,7 +20,8 @@ DEPLOYABLE = ("ZenToken", "Treasury", "Staking", "JobMarket", "Verification")
 
 
 def _settings() -> dict:
-    """Compiler settings read from foundry.toml, so forge's gas figures describe what Python deploys."""
+    """Compiler settings read from foundry.toml, so forge's gas figures describe what Python
+    deploys."""
     profile = tomllib.loads((PROJECT_ROOT / "foundry.toml").read_text())["profile"]["default"]
     return {
         "optimizer": {"enabled": profile["optimizer"], "runs": profile["optimizer_runs"]},

@@ -34,8 +34,14 @@ class Tier:
     uptime_sla_bps: int
 
     def as_struct(self) -> tuple:
-        return (self.name, self.min_stake, self.min_gpus, self.min_gpu_memory_gb,
-                self.min_network_gbps, self.uptime_sla_bps)
+        return (
+            self.name,
+            self.min_stake,
+            self.min_gpus,
+            self.min_gpu_memory_gb,
+            self.min_network_gbps,
+            self.uptime_sla_bps,
+        )
 
 
 TIERS = (
@@ -82,7 +88,9 @@ class Deployment:
         return {
             "chainId": self.chain_id,
             "deployBlock": self.deploy_block,
-            "contracts": {n: {"address": a, "abi": self.abis[n]} for n, a in self.addresses.items()},
+            "contracts": {
+                n: {"address": a, "abi": self.abis[n]} for n, a in self.addresses.items()
+            },
             "parameters": self.parameters,
         }
 
@@ -133,7 +141,9 @@ def deploy(
 
     def create(name: str, *args) -> Contract:
         art = artifacts[name]
-        receipt = send(w3, w3.eth.contract(abi=art.abi, bytecode=art.bytecode).constructor(*args), deployer)
+        receipt = send(
+            w3, w3.eth.contract(abi=art.abi, bytecode=art.bytecode).constructor(*args), deployer
+        )
         address = receipt["contractAddress"]
         assert address is not None  # a contract creation's receipt names the new contract
         log.info("deployed %s at %s", name, address)
@@ -142,13 +152,23 @@ def deploy(
     zen = create("ZenToken", distributor or governor, params.supply)
     treasury = create("Treasury", zen.address, governor)
     staking = create(
-        "Staking", zen.address, treasury.address, governor,
-        params.unbonding_delay, params.reporter_bps, params.min_verifier_stake,
+        "Staking",
+        zen.address,
+        treasury.address,
+        governor,
+        params.unbonding_delay,
+        params.reporter_bps,
+        params.min_verifier_stake,
     )
     market = create("JobMarket", zen.address, staking.address, treasury.address, governor)
     verification = create(
-        "Verification", market.address, staking.address, governor,
-        params.verification_window, params.dispute_window, params.false_report_slash,
+        "Verification",
+        market.address,
+        staking.address,
+        governor,
+        params.verification_window,
+        params.dispute_window,
+        params.false_report_slash,
     )
 
     fns = staking.functions
@@ -156,7 +176,10 @@ def deploy(
     wiring = [
         market.functions.setVerification(verification.address),
         market.functions.setParameters(
-            params.fee_bps, params.collateral_bps, params.bid_window, params.reveal_window,
+            params.fee_bps,
+            params.collateral_bps,
+            params.bid_window,
+            params.reveal_window,
             params.verification_fee,
         ),
         fns.grantRole(market_role, market.address),
@@ -170,10 +193,16 @@ def deploy(
     deployment = Deployment(
         chain_id=w3.eth.chain_id,
         deploy_block=start_block + 1,
-        addresses={c_name: c.address for c_name, c in [
-            ("ZenToken", zen), ("Treasury", treasury), ("Staking", staking),
-            ("JobMarket", market), ("Verification", verification),
-        ]},
+        addresses={
+            c_name: c.address
+            for c_name, c in [
+                ("ZenToken", zen),
+                ("Treasury", treasury),
+                ("Staking", staking),
+                ("JobMarket", market),
+                ("Verification", verification),
+            ]
+        },
         abis={name: art.abi for name, art in artifacts.items()},
         parameters={k: v for k, v in asdict(params).items() if k != "tiers"}
         | {"tiers": [asdict(t) for t in params.tiers]},

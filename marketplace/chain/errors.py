@@ -34,8 +34,11 @@ class ContractRevert(ChainError):
 
 @cache
 def _revert_table() -> dict:
-    """The sentences for the ledger's custom errors, shared with the web pages (which import the same file)."""
-    return json.loads(resources.files("marketplace.chain").joinpath("revert_messages.json").read_text())
+    """The sentences for the ledger's custom errors, shared with the web pages (which import the
+    same file)."""
+    return json.loads(
+        resources.files("marketplace.chain").joinpath("revert_messages.json").read_text()
+    )
 
 
 # The table's enum kinds, by the terms they name (its "enums" lists are for the web pages, which
@@ -57,7 +60,8 @@ def _formatted(value: object, kind: str | None) -> str:
 
 
 def sentence(name: str, args: dict[str, object]) -> str:
-    """A custom error in words, from the shared table; an error the table lacks is shown as its call."""
+    """A custom error in words, from the shared table; an error the table lacks is shown as its
+    call."""
     template = _revert_table()["messages"].get(name)
     if template is None:
         return f"{name}({', '.join(f'{k}={v}' for k, v in args.items())})"
@@ -65,7 +69,8 @@ def sentence(name: str, args: dict[str, object]) -> str:
 
 
 class TransactionReverted(ChainError):
-    """A mined transaction failed; `reason` is what the contract said when the call is replayed on that block."""
+    """A mined transaction failed; `reason` is what the contract said when the call is replayed on
+    that block."""
 
     def __init__(self, tx_hash: str, block: int, reason: ChainError | None):
         self.tx_hash, self.block, self.reason = tx_hash, block, reason
@@ -95,8 +100,11 @@ def _error_table() -> dict[bytes, dict]:
 
 def decode_revert(data: str | bytes) -> ContractRevert | None:
     """The custom error encoded in revert `data`, or None if it is not one of ours."""
-    raw = bytes.fromhex(data[2:] if isinstance(data, str) and data.startswith("0x") else data) \
-        if isinstance(data, str) else bytes(data)
+    raw = (
+        bytes.fromhex(data[2:] if isinstance(data, str) and data.startswith("0x") else data)
+        if isinstance(data, str)
+        else bytes(data)
+    )
     item = _error_table().get(raw[:4])
     if item is None:
         return None

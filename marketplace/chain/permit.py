@@ -16,18 +16,34 @@ def permit_typed_data(ledger: Ledger, owner: str, spender: str, value: int) -> d
     deadline = ledger.w3.eth.get_block("latest")["timestamp"] + PERMIT_TTL
     return {
         "types": {
-            "EIP712Domain": [{"name": "name", "type": "string"}, {"name": "version", "type": "string"},
-                             {"name": "chainId", "type": "uint256"},
-                             {"name": "verifyingContract", "type": "address"}],
-            "Permit": [{"name": "owner", "type": "address"}, {"name": "spender", "type": "address"},
-                       {"name": "value", "type": "uint256"}, {"name": "nonce", "type": "uint256"},
-                       {"name": "deadline", "type": "uint256"}],
+            "EIP712Domain": [
+                {"name": "name", "type": "string"},
+                {"name": "version", "type": "string"},
+                {"name": "chainId", "type": "uint256"},
+                {"name": "verifyingContract", "type": "address"},
+            ],
+            "Permit": [
+                {"name": "owner", "type": "address"},
+                {"name": "spender", "type": "address"},
+                {"name": "value", "type": "uint256"},
+                {"name": "nonce", "type": "uint256"},
+                {"name": "deadline", "type": "uint256"},
+            ],
         },
         "primaryType": "Permit",
-        "domain": {"name": zen.name().call(), "version": "1", "chainId": ledger.w3.eth.chain_id,
-                   "verifyingContract": ledger.zen.address},
-        "message": {"owner": owner, "spender": spender, "value": value,
-                    "nonce": zen.nonces(owner).call(), "deadline": deadline},
+        "domain": {
+            "name": zen.name().call(),
+            "version": "1",
+            "chainId": ledger.w3.eth.chain_id,
+            "verifyingContract": ledger.zen.address,
+        },
+        "message": {
+            "owner": owner,
+            "spender": spender,
+            "value": value,
+            "nonce": zen.nonces(owner).call(),
+            "deadline": deadline,
+        },
     }
 
 
@@ -36,7 +52,9 @@ def split_signature(signature: bytes) -> tuple[int, bytes, bytes]:
     return signature[64], signature[:32], signature[32:64]
 
 
-def sign_permit(ledger: Ledger, owner: LocalAccount, spender: str, value: int) -> tuple[int, int, bytes, bytes]:
+def sign_permit(
+    ledger: Ledger, owner: LocalAccount, spender: str, value: int
+) -> tuple[int, int, bytes, bytes]:
     """Sign a permit for `spender` to take `value` ZEN from `owner`: (deadline, v, r, s)."""
     message = permit_typed_data(ledger, owner.address, spender, value)
     signed = owner.sign_typed_data(full_message=message)

@@ -23,7 +23,9 @@ def foundry_binary(tool: str) -> Path:
     The npm wrapper in node_modules/.bin is a node script that spawns the binary; calling the
     binary directly gives us its own pid to stop.
     """
-    arch = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), "amd64")
+    arch = {"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        platform.machine(), "amd64"
+    )
     system = platform.system().lower()
     path = NODE_MODULES / "@foundry-rs" / f"{tool}-{system}-{arch}" / "bin" / tool
     if not path.exists():

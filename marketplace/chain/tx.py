@@ -30,7 +30,11 @@ def build(
     Gas is estimated first, so a call that would revert fails here with the contract's custom
     error instead of as a mined, failed transaction.
     """
-    params: TxParams = {"from": sender, "nonce": w3.eth.get_transaction_count(sender, "pending"), "chainId": w3.eth.chain_id}
+    params: TxParams = {
+        "from": sender,
+        "nonce": w3.eth.get_transaction_count(sender, "pending"),
+        "chainId": w3.eth.chain_id,
+    }
     try:
         if gas is None:
             gas = int(call.estimate_gas(params) * 1.2) + 10_000
@@ -53,16 +57,25 @@ def send(
     tx_hash = w3.eth.send_raw_transaction(signed.raw_transaction)
     receipt = w3.eth.wait_for_transaction_receipt(tx_hash, timeout=120)
     if receipt["status"] != 1:
-        raise TransactionReverted(tx_hash.to_0x_hex(), receipt["blockNumber"], revert_reason(w3, tx_hash))
+        raise TransactionReverted(
+            tx_hash.to_0x_hex(), receipt["blockNumber"], revert_reason(w3, tx_hash)
+        )
     return receipt
 
 
 def revert_reason(w3: Web3, tx_hash: HexBytes) -> ChainError | None:
-    """Why a mined transaction reverted: the contract's error when the call is replayed on the state its
-    block left. Most reverts of a sound transaction come from a transaction before it in the same block
-    (someone settled first), and that state still refuses the call; None if the replay passes."""
+    """Why a mined transaction reverted: the contract's error when the call is replayed on the
+    state its block left. Most reverts of a sound transaction come from a transaction before it
+    in the same block (someone settled first), and that state still refuses the call; None if
+    the replay passes."""
     sent = w3.eth.get_transaction(tx_hash)
-    call: TxParams = {"from": sent["from"], "to": sent["to"], "data": sent["input"], "value": sent["value"], "gas": sent["gas"]}
+    call: TxParams = {
+        "from": sent["from"],
+        "to": sent["to"],
+        "data": sent["input"],
+        "value": sent["value"],
+        "gas": sent["gas"],
+    }
     try:
         w3.eth.call(call, block_identifier=sent["blockNumber"])
     except REVERTS as exc:

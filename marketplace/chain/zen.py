@@ -1,4 +1,5 @@
-"""ZEN amounts: the unit, and wei as decimal text without floats (a float would show 0.003999999999999998)."""
+"""ZEN amounts: the unit, and wei as decimal text without floats (a float would show
+0.003999999999999998)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ ZEN = 10**18  # wei per ZEN: ZEN has 18 decimals
 
 
 def exact(wei: int) -> str:
-    """Every digit, with thousands separators and no trailing zeros: `1,234.5`, `0.000000000000000003`."""
+    """Every digit, with thousands separators and no trailing zeros: `1,234.5`,
+    `0.000000000000000003`."""
     whole, fraction = divmod(int(wei), ZEN)
     digits = f"{fraction:018d}".rstrip("0")
     return f"{whole:,}.{digits}" if digits else f"{whole:,}"

@@ -62,8 +62,13 @@ class Blockstore:
     def has(self, cid: CID) -> bool:
         return os.path.exists(self._file(_key(cid.multihash)))
 
-    def add(self, parts: Sequence[Buffer], codec: int, version: int = 1,
-            hash_code: int = multihash.SHA2_256) -> CID:
+    def add(
+        self,
+        parts: Sequence[Buffer],
+        codec: int,
+        version: int = 1,
+        hash_code: int = multihash.SHA2_256,
+    ) -> CID:
         """Hash the block given as consecutive buffers, store it, and return its CID (a block
         already present is not rewritten). The buffers are hashed and written as they are,
         never joined: a chunk is not copied on its way to disk."""
@@ -99,8 +104,9 @@ class Blockstore:
             cid.verify(data)
         except HashMismatch:
             log.error("block %s is corrupt on disk (hash mismatch)", cid)
-            raise CorruptBlock(f"block {cid} is corrupt in this node's store (hash mismatch)"
-                               ) from None
+            raise CorruptBlock(
+                f"block {cid} is corrupt in this node's store (hash mismatch)"
+            ) from None
         return data
 
     def size(self, cid: CID) -> int:
@@ -116,7 +122,7 @@ class Blockstore:
                 continue
             for entry in shard.iterdir():
                 if entry.name.endswith(_SUFFIX) and not entry.name.startswith("."):
-                    padded = entry.name[:-len(_SUFFIX)]
+                    padded = entry.name[: -len(_SUFFIX)]
                     padded += "=" * (-len(padded) % 8)
                     try:
                         mh = base64.b32decode(padded)
@@ -134,4 +140,3 @@ class Blockstore:
         safe while no write is in flight, i.e. under the exclusive GC lock."""
         for tmp in self.root.glob("*/.*.tmp"):
             tmp.unlink(missing_ok=True)
-

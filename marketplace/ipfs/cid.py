@@ -29,14 +29,14 @@ class CID:
             raise InvalidCid(f"unsupported CID version {self.version}")
 
     @classmethod
-    def of(cls, data: Buffer, codec: int, version: int = 1,
-           hash_code: int = SHA2_256) -> "CID":
+    def of(cls, data: Buffer, codec: int, version: int = 1, hash_code: int = SHA2_256) -> "CID":
         """The CID of `data`: what a block's bytes are named by."""
         return cls.of_parts([data], codec, version, hash_code)
 
     @classmethod
-    def of_parts(cls, parts: Sequence[Buffer], codec: int, version: int = 1,
-                 hash_code: int = SHA2_256) -> "CID":
+    def of_parts(
+        cls, parts: Sequence[Buffer], codec: int, version: int = 1, hash_code: int = SHA2_256
+    ) -> "CID":
         """The CID of a block given as consecutive buffers."""
         return cls(version, codec, multihash.digest(parts, hash_code))
 
@@ -51,7 +51,7 @@ class CID:
     @classmethod
     def _parse(cls, text: str) -> "CID":
         if text.startswith("/ipfs/"):
-            text = text[len("/ipfs/"):].rstrip("/")
+            text = text[len("/ipfs/") :].rstrip("/")
         if "/" in text:
             raise InvalidCid(f"{text!r}: paths inside a DAG are not supported, give a CID")
         if len(text) == 46 and text.startswith("Qm"):

@@ -29,9 +29,13 @@ def encode(links: list[Link], data_parts: list[Buffer] | None) -> list[Buffer]:
     for link in links:
         hash_bytes = bytes(link.cid)
         name = link.name.encode()
-        body = (protobuf.len_prefix(1, len(hash_bytes)) + hash_bytes
-                + protobuf.len_prefix(2, len(name)) + name
-                + protobuf.varint_field(3, link.tsize))
+        body = (
+            protobuf.len_prefix(1, len(hash_bytes))
+            + hash_bytes
+            + protobuf.len_prefix(2, len(name))
+            + name
+            + protobuf.varint_field(3, link.tsize)
+        )
         parts += [protobuf.len_prefix(2, len(body)), body]
     if data_parts is not None:
         parts.append(protobuf.len_prefix(1, sum(len(p) for p in data_parts)))

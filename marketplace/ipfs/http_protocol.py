@@ -138,8 +138,12 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
         # httptools parses any buffer; uvicorn's signature says bytes.
         self._http.data_received(_read_buffer()[:nbytes])  # type: ignore[arg-type]
         http = self._http
-        if (http.body_left is not None and http.body_left >= _DIRECT_BODY_MIN
-                and http.parser is not None and not http.parser.should_upgrade()):
+        if (
+            http.body_left is not None
+            and http.body_left >= _DIRECT_BODY_MIN
+            and http.parser is not None
+            and not http.parser.should_upgrade()
+        ):
             self._open_body_reader()
 
     def set_reading(self, reading: bool) -> None:

@@ -57,8 +57,14 @@ class FileImporter:
     may run on any thread), and `link` adds the leaves to the tree in file order; every leaf
     is linked before `finish`."""
 
-    def __init__(self, sink: BlockSink, *, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                 cid_version: int = 0, raw_leaves: bool = False) -> None:
+    def __init__(
+        self,
+        sink: BlockSink,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        cid_version: int = 0,
+        raw_leaves: bool = False,
+    ) -> None:
         self._sink = sink
         self._chunk_size = chunk_size
         self._version = cid_version
@@ -122,15 +128,17 @@ class FileImporter:
         children, self._levels[level] = self._levels[level], []
         sizes = [c.filesize for c in children]
         filesize = sum(sizes)
-        block = dagpb.encode([c.link for c in children],
-                             unixfs.encode_parts(unixfs.FILE, [], filesize, sizes))
+        block = dagpb.encode(
+            [c.link for c in children], unixfs.encode_parts(unixfs.FILE, [], filesize, sizes)
+        )
         cid = self._sink(block, DAG_PB, self._version)
         tsize = sum(len(part) for part in block) + sum(c.link.tsize for c in children)
         return Child(dagpb.Link(cid, "", tsize), filesize)
 
 
 def only_hash(data: bytes | memoryview, **options) -> CID:
-    """The CID `ipfs add --only-hash` gives for `data` (options as FileImporter's), storing nothing."""
+    """The CID `ipfs add --only-hash` gives for `data` (options as FileImporter's), storing
+    nothing."""
     importer = FileImporter(CID.of_parts, **options)
     importer.write(data)
     return importer.finish().cid

@@ -81,7 +81,7 @@ class MultipartReader:
         while (end := self._buf.find(b"\r\n\r\n")) < 0:
             if len(self._buf) > _MAX_HEADER_BYTES or not await self._fill():
                 raise MalformedMultipart("multipart part headers are missing or too long")
-        raw, self._buf = self._buf[:end], self._buf[end + 4:]
+        raw, self._buf = self._buf[:end], self._buf[end + 4 :]
         headers = {}
         for line in raw.decode("utf-8", "replace").split("\r\n"):
             name, sep, value = line.partition(":")
@@ -100,7 +100,7 @@ class MultipartReader:
             if idx >= 0:
                 if idx:
                     yield memoryview(self._buf)[:idx]
-                self._buf = self._buf[idx + len(self._delimiter):]
+                self._buf = self._buf[idx + len(self._delimiter) :]
                 await self._after_delimiter()
                 return
             tail = self._buf[-keep:] if len(self._buf) > keep else self._buf

@@ -41,8 +41,11 @@ class PinStore:
         with self._lock:
             kind = self._pins.get(str(cid))
             if kind is None or (kind == RECURSIVE and not recursive):
-                raise NotPinned(f"{cid} is not pinned" if kind is None
-                                else f"{cid} is pinned recursively, unpin it with recursive=true")
+                raise NotPinned(
+                    f"{cid} is not pinned"
+                    if kind is None
+                    else f"{cid} is pinned recursively, unpin it with recursive=true"
+                )
             del self._pins[str(cid)]
             self._save()
 

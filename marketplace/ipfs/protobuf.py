@@ -39,7 +39,7 @@ def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int | memoryview]]:
                 length, pos = varint.decode(view, pos)
                 if pos + length > len(view):
                     raise InvalidBlock("protobuf field runs past the end of the block")
-                yield field, view[pos:pos + length]
+                yield field, view[pos : pos + length]
                 pos += length
             else:
                 raise InvalidBlock(f"unexpected protobuf wire type {wire_type}")

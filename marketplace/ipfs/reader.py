@@ -53,8 +53,13 @@ def fetch_in_order(get_block: GetBlock) -> FetchMany:
     return lambda cids: map(get_block, cids)
 
 
-def iter_file(cid: CID, get_block: GetBlock, offset: int = 0, length: int | None = None,
-              fetch_many: FetchMany | None = None) -> Iterator[bytes]:
+def iter_file(
+    cid: CID,
+    get_block: GetBlock,
+    offset: int = 0,
+    length: int | None = None,
+    fetch_many: FetchMany | None = None,
+) -> Iterator[bytes]:
     """Yield the file's bytes from `offset`, at most `length` of them, one block at a time;
     subtrees wholly before the range are skipped by their recorded sizes, never fetched.
     `fetch_many` fetches a node's children (in order); a remote reader can fetch ahead."""
@@ -63,13 +68,14 @@ def iter_file(cid: CID, get_block: GetBlock, offset: int = 0, length: int | None
     yield from _walk(cid, get_block(cid), fetch_many, offset, end)
 
 
-def _walk(cid: CID, block: bytes, fetch_many: FetchMany, start: int,
-          end: int | None) -> Iterator[bytes]:
+def _walk(
+    cid: CID, block: bytes, fetch_many: FetchMany, start: int, end: int | None
+) -> Iterator[bytes]:
     """Bytes of the subtree at `cid` within [start, end), positions relative to the subtree."""
     node = decode_file_node(cid, block)
     pos = len(node.data)
     if node.data and start < pos and (end is None or end > 0):
-        yield node.data[max(start, 0):end]
+        yield node.data[max(start, 0) : end]
     wanted = []  # (child, its first byte's position) for children overlapping the range
     for child, size in zip(node.children, node.child_sizes, strict=True):
         if end is not None and pos >= end:
@@ -79,8 +85,13 @@ def _walk(cid: CID, block: bytes, fetch_many: FetchMany, start: int,
         pos += size
     blocks = fetch_many([child for child, _ in wanted])
     for (child, child_pos), child_block in zip(wanted, blocks, strict=True):
-        yield from _walk(child, child_block, fetch_many, start - child_pos,
-                         None if end is None else end - child_pos)
+        yield from _walk(
+            child,
+            child_block,
+            fetch_many,
+            start - child_pos,
+            None if end is None else end - child_pos,
+        )
 
 
 def iter_blocks(cid: CID, get_block: GetBlock) -> Iterator[tuple[CID, bytes | None]]:

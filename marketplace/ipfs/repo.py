@@ -74,8 +74,9 @@ class Repo:
         with self.gc_lock.shared():
             self._pin(cid, recursive)
 
-    def put_block(self, data: bytes, codec: int, version: int, hash_code: int,
-                  pin: bool = False) -> CID:
+    def put_block(
+        self, data: bytes, codec: int, version: int, hash_code: int, pin: bool = False
+    ) -> CID:
         """Store one block named by its own hash; a dag-pb block must decode, since a broken
         one would make every later walk of a DAG through it fail."""
         if codec == DAG_PB:

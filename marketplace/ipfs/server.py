@@ -46,8 +46,9 @@ async def _ipfs_error(request: Request, exc: IpfsError) -> Response:
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}"
-                         for e in exc.errors())
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors()
+    )
     return _error(request, 400, problems)
 
 
@@ -65,8 +66,10 @@ _HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] 
 
 
 def create_app(repo: Repo) -> FastAPI:
-    app = FastAPI(title="Zoo Compute IPFS node",
-                  description="The Kubo RPC subset the project uses, and a trustless gateway.")
+    app = FastAPI(
+        title="Zoo Compute IPFS node",
+        description="The Kubo RPC subset the project uses, and a trustless gateway.",
+    )
     app.state.repo = repo
     for module in (files, blocks, pins, node):
         app.include_router(module.router, prefix=API_PREFIX)
@@ -105,12 +108,22 @@ def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
         bound_port = sock.getsockname()[1]
         proto = "ip6" if sock.family == socket.AF_INET6 else "ip4"
         repo.write_api_file(f"/{proto}/{host}/tcp/{bound_port}")
-        log.info("IPFS RPC API listening on http://%s:%d%s (repo %s)", host, bound_port,
-                 API_PREFIX, repo.path)
+        log.info(
+            "IPFS RPC API listening on http://%s:%d%s (repo %s)",
+            host,
+            bound_port,
+            API_PREFIX,
+            repo.path,
+        )
         # uvicorn's signature asks for an asyncio.Protocol; a BufferedProtocol serves the same.
-        config = uvicorn.Config(create_app(repo), http=NodeHttpProtocol,  # type: ignore[arg-type]
-                                ws="none",
-                                log_level="warning", access_log=False, timeout_keep_alive=30)
+        config = uvicorn.Config(
+            create_app(repo),
+            http=NodeHttpProtocol,  # type: ignore[arg-type]
+            ws="none",
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=30,
+        )
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         repo.close()

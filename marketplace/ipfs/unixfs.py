@@ -18,8 +18,9 @@ class Data:
     blocksizes: list[int] = field(default_factory=list)
 
 
-def encode_parts(type_: int, data: Sequence[Buffer], filesize: int,
-                 blocksizes: list[int]) -> list[Buffer]:
+def encode_parts(
+    type_: int, data: Sequence[Buffer], filesize: int, blocksizes: list[int]
+) -> list[Buffer]:
     """The UnixFS message as consecutive buffers, file data (itself given as buffers) left
     uncopied. Field order and presence match go-unixfs: Data only when non-empty, filesize
     always."""

@@ -18,8 +18,12 @@ router = APIRouter(prefix="/block", tags=["blocks"])
 MAX_BLOCK_SIZE = 1024 * 1024
 
 # Kubo's deprecated --format values -> (CID version, codec name).
-_LEGACY_FORMATS = {"v0": (0, "dag-pb"), "protobuf": (1, "dag-pb"), "dag-pb": (1, "dag-pb"),
-                   "raw": (1, "raw")}
+_LEGACY_FORMATS = {
+    "v0": (0, "dag-pb"),
+    "protobuf": (1, "dag-pb"),
+    "dag-pb": (1, "dag-pb"),
+    "raw": (1, "raw"),
+}
 
 
 class PutOptions(BaseModel):
@@ -53,14 +57,15 @@ async def _read_block(part: multipart.Part) -> bytes:
     async for piece in part.chunks():
         data += piece
         if len(data) > MAX_BLOCK_SIZE:
-            raise InvalidBlock(f"block is over {MAX_BLOCK_SIZE} bytes: big blocks cannot be "
-                               "exchanged with other peers, use add for automatic chunking")
+            raise InvalidBlock(
+                f"block is over {MAX_BLOCK_SIZE} bytes: big blocks cannot be "
+                "exchanged with other peers, use add for automatic chunking"
+            )
     return bytes(data)
 
 
 @router.post("/put")
-async def put(request: Request, repo: RepoDep,
-              options: Annotated[PutOptions, Query()]) -> Response:
+async def put(request: Request, repo: RepoDep, options: Annotated[PutOptions, Query()]) -> Response:
     """Store each file part as one block, named by the hash of its bytes."""
     version, codec, hash_code = options.target()
     boundary = multipart.boundary_of(request.headers.get("content-type"))
@@ -71,8 +76,9 @@ async def put(request: Request, repo: RepoDep,
         lines.append(f'{{"Key": "{cid}", "Size": {len(data)}}}\n')
     if not lines:
         raise multipart.MalformedMultipart("the request carried no block")
-    return Response("".join(lines), media_type="application/json",
-                    headers={"X-Chunked-Output": "1"})
+    return Response(
+        "".join(lines), media_type="application/json", headers={"X-Chunked-Output": "1"}
+    )
 
 
 @router.post("/get")

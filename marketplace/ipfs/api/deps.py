@@ -13,11 +13,12 @@ def get_repo(request: Request) -> Repo:
     return request.app.state.repo
 
 
-def get_cids(arg: Annotated[list[str] | None, Query(description="CIDs or /ipfs/ paths")] = None
-             ) -> list[CID]:
+def get_cids(
+    arg: Annotated[list[str] | None, Query(description="CIDs or /ipfs/ paths")] = None,
+) -> list[CID]:
     """Kubo passes positional arguments as repeated `arg` query parameters."""
     if not arg:
-        raise InvalidCid("argument \"cid\" is required")
+        raise InvalidCid('argument "cid" is required')
     return [CID.parse(text) for text in arg]
 
 

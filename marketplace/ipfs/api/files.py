@@ -46,8 +46,9 @@ class AddOptions(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     cid_version: int = Field(0, alias="cid-version", ge=0, le=1)
-    raw_leaves: bool | None = Field(None, alias="raw-leaves",
-                                    description="default: true with cid-version=1, as in Kubo")
+    raw_leaves: bool | None = Field(
+        None, alias="raw-leaves", description="default: true with cid-version=1, as in Kubo"
+    )
     chunker: str | None = Field(None, description="size-<bytes>, default size-262144")
     pin: bool = True
     only_hash: bool = Field(False, alias="only-hash")
@@ -69,16 +70,21 @@ class AddOptions(BaseModel):
 
     def importer(self, sink: BlockSink) -> FileImporter:
         raw_leaves = self.raw_leaves if self.raw_leaves is not None else self.cid_version == 1
-        return FileImporter(sink, chunk_size=parse_chunker(self.chunker),
-                            cid_version=self.cid_version, raw_leaves=raw_leaves)
+        return FileImporter(
+            sink,
+            chunk_size=parse_chunker(self.chunker),
+            cid_version=self.cid_version,
+            raw_leaves=raw_leaves,
+        )
 
 
 def _store(importer: FileImporter, chunks: list[list[memoryview]]) -> list[Child]:
     return [importer.leaf(chunk) for chunk in chunks]
 
 
-async def _import(part: multipart.Part, options: AddOptions,
-                  store: Blockstore | None) -> AsyncIterator[int | Imported]:
+async def _import(
+    part: multipart.Part, options: AddOptions, store: Blockstore | None
+) -> AsyncIterator[int | Imported]:
     """Receive on the event loop and cut the stream into chunks there, while worker threads
     hash and store batches of chunks as leaf blocks (hashlib and file writes release the
     GIL, so the workers and the loop run on all cores). A chunk is hashed and written by one
@@ -148,8 +154,9 @@ def _link(importer: FileImporter, stored: Future[list[Child]]) -> int:
     return sum(leaf.filesize for leaf in leaves)
 
 
-async def _add_events(request: Request, repo: Repo, options: AddOptions,
-                      boundary: bytes) -> AsyncIterator[dict[str, str | int]]:
+async def _add_events(
+    request: Request, repo: Repo, options: AddOptions, boundary: bytes
+) -> AsyncIterator[dict[str, str | int]]:
     """Kubo's add events: with `progress`, the bytes of each file imported so far as it goes;
     a file's name, CID and cumulative size once it is in."""
     store = None if options.only_hash else repo.blocks
@@ -194,11 +201,18 @@ async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Qu
 
 
 @router.post("/cat")
-def cat(repo: RepoDep, cid: CidDep, offset: Annotated[int, Query(ge=0)] = 0,
-        length: Annotated[int | None, Query(ge=0)] = None) -> FileStream:
+def cat(
+    repo: RepoDep,
+    cid: CidDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    length: Annotated[int | None, Query(ge=0)] = None,
+) -> FileStream:
     reader.file_size(cid, repo.blocks.get)
-    return FileStream(reader.iter_file(cid, repo.blocks.get, offset, length),
-                      media_type="text/plain", headers={"X-Stream-Output": "1"})
+    return FileStream(
+        reader.iter_file(cid, repo.blocks.get, offset, length),
+        media_type="text/plain",
+        headers={"X-Stream-Output": "1"},
+    )
 
 
 def _tar(name: str, size: int, chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -216,5 +230,8 @@ def get(repo: RepoDep, cid: CidDep, compress: bool = False) -> FileStream:
     if compress:
         raise Unsupported("compressed get is not supported by this node")
     size = reader.file_size(cid, repo.blocks.get)
-    return FileStream(_tar(str(cid), size, reader.iter_file(cid, repo.blocks.get)),
-                      media_type="application/x-tar", headers={"X-Stream-Output": "1"})
+    return FileStream(
+        _tar(str(cid), size, reader.iter_file(cid, repo.blocks.get)),
+        media_type="application/x-tar",
+        headers={"X-Stream-Output": "1"},
+    )

@@ -19,25 +19,35 @@ _IMMUTABLE = "public, max-age=29030400, immutable"
 
 
 @router.api_route("/{path:path}", methods=["GET", "HEAD"])
-def fetch(repo: RepoDep, path: str, format: str | None = None,
-          accept: Annotated[str, Header()] = "") -> Response:
+def fetch(
+    repo: RepoDep, path: str, format: str | None = None, accept: Annotated[str, Header()] = ""
+) -> Response:
     cid = CID.parse(path)
-    headers = {"X-Ipfs-Path": f"/ipfs/{cid}", "X-Ipfs-Roots": str(cid),
-               "Cache-Control": _IMMUTABLE}
+    headers = {"X-Ipfs-Path": f"/ipfs/{cid}", "X-Ipfs-Roots": str(cid), "Cache-Control": _IMMUTABLE}
     if format == "raw" or (format is None and RAW_BLOCK in accept):
-        headers |= {"Etag": f'"{cid}.raw"', "X-Content-Type-Options": "nosniff",
-                    "Content-Disposition": f'attachment; filename="{cid}.bin"'}
+        headers |= {
+            "Etag": f'"{cid}.raw"',
+            "X-Content-Type-Options": "nosniff",
+            "Content-Disposition": f'attachment; filename="{cid}.bin"',
+        }
         return Response(repo.blocks.get(cid), media_type=RAW_BLOCK, headers=headers)
     if format == "car" or (format is None and car.MEDIA_TYPE in accept):
         if not repo.blocks.has(cid):  # a missing root is a 404, not a 200 cut short
             raise BlockNotFound(cid)
-        headers |= {"Etag": f'"{cid}.car"', "X-Content-Type-Options": "nosniff",
-                    "Content-Disposition": f'attachment; filename="{cid}.car"'}
-        return FileStream(car.stream(cid, repo.blocks.get), media_type=car.CONTENT_TYPE,
-                          headers=headers)
+        headers |= {
+            "Etag": f'"{cid}.car"',
+            "X-Content-Type-Options": "nosniff",
+            "Content-Disposition": f'attachment; filename="{cid}.car"',
+        }
+        return FileStream(
+            car.stream(cid, repo.blocks.get), media_type=car.CONTENT_TYPE, headers=headers
+        )
     if format is not None:
         raise Unsupported(f"format {format!r} is not supported, use raw, car or none")
     size = reader.file_size(cid, repo.blocks.get)
     headers |= {"Etag": f'"{cid}"', "Content-Length": str(size)}
-    return FileStream(reader.iter_file(cid, repo.blocks.get),
-                      media_type="application/octet-stream", headers=headers)
+    return FileStream(
+        reader.iter_file(cid, repo.blocks.get),
+        media_type="application/octet-stream",
+        headers=headers,
+    )

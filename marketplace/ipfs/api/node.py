@@ -17,13 +17,22 @@ REPO_VERSION = "16"
 
 @router.post("/version")
 def version() -> dict:
-    return {"Version": KUBO_RPC_VERSION, "Commit": "", "Repo": REPO_VERSION,
-            "System": f"{platform.machine()}/{platform.system().lower()}",
-            "Golang": f"python{platform.python_version()}"}
+    return {
+        "Version": KUBO_RPC_VERSION,
+        "Commit": "",
+        "Repo": REPO_VERSION,
+        "System": f"{platform.machine()}/{platform.system().lower()}",
+        "Golang": f"python{platform.python_version()}",
+    }
 
 
 @router.post("/id")
 def node_id(repo: RepoDep) -> dict:
-    return {"ID": repo.peer_id, "PublicKey": "", "Addresses": [],
-            "AgentVersion": f"zoo-compute/{metadata.version('zoo-compute')}",
-            "ProtocolVersion": "ipfs/0.1.0", "Protocols": []}
+    return {
+        "ID": repo.peer_id,
+        "PublicKey": "",
+        "Addresses": [],
+        "AgentVersion": f"zoo-compute/{metadata.version('zoo-compute')}",
+        "ProtocolVersion": "ipfs/0.1.0",
+        "Protocols": [],
+    }

@@ -31,9 +31,11 @@ def pin_rm(repo: RepoDep, cids: CidsDep, recursive: bool = True) -> dict:
 
 
 @router.post("/pin/ls")
-def pin_ls(repo: RepoDep, arg: Annotated[list[str] | None, Query()] = None,
-           type: Annotated[str, Query(description="all, direct, indirect or recursive")] = "all"
-           ) -> dict:
+def pin_ls(
+    repo: RepoDep,
+    arg: Annotated[list[str] | None, Query()] = None,
+    type: Annotated[str, Query(description="all, direct, indirect or recursive")] = "all",
+) -> dict:
     if type not in _PIN_TYPES:
         raise Unsupported(f"invalid pin type {type!r}, use one of {', '.join(_PIN_TYPES)}")
     with_indirect = type in ("all", "indirect")
@@ -46,8 +48,11 @@ def pin_ls(repo: RepoDep, arg: Annotated[list[str] | None, Query()] = None,
         selected = [(cid, pinned[cid.multihash][1]) for cid in wanted]
     else:
         selected = list(pinned.values())
-    return {"Keys": {str(cid): {"Type": kind} for cid, kind in selected
-                     if type == "all" or kind == type}}
+    return {
+        "Keys": {
+            str(cid): {"Type": kind} for cid, kind in selected if type == "all" or kind == type
+        }
+    }
 
 
 @router.post("/repo/gc")

@@ -36,8 +36,9 @@ class EventStream(StreamingResponse):
     Kubo's error object as its last line."""
 
     def __init__(self, events: AsyncIterator[dict[str, Any]]) -> None:
-        super().__init__(self._lines(events), media_type="application/json",
-                         headers={"X-Chunked-Output": "1"})
+        super().__init__(
+            self._lines(events), media_type="application/json", headers={"X-Chunked-Output": "1"}
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.stream_response(send)
