@@ -115,11 +115,10 @@ class Summary:
     median: float
     low: float
     high: float
-    n: int
 
     @classmethod
     def of(cls, values: list[float]) -> Summary:
-        return cls(statistics.median(values), min(values), max(values), len(values))
+        return cls(statistics.median(values), min(values), max(values))
 
 
 class Bench:
@@ -142,15 +141,16 @@ class Bench:
             f"{self.name} repetition {len(self.repetitions)}: {shown}", soft_wrap=True
         )
 
-    def report(self, title: str, once: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The summary table, the verdicts and the JSON line, on stdout; the JSON's object.
+    def report(self, title: str, once: Mapping[str, Any] | None = None) -> None:
+        """The summary table, the verdicts and the JSON line, on stdout.
 
         `once` holds figures measured once or the same in every repetition (a count, a peak
         from a process of its own, whether two results agree): reported as they are."""
         if not self.repetitions:
             raise ValueError(f"bench {self.name} recorded no repetition")
         summaries = {
-            figure: Summary.of([r[figure] for r in self.repetitions]) for figure in self.repetitions[0]
+            figure: Summary.of([r[figure] for r in self.repetitions])
+            for figure in self.repetitions[0]
         }
         figures = {figure: s.median for figure, s in summaries.items()} | dict(once or {})
         missing = self.targets.keys() - figures.keys()
@@ -162,8 +162,10 @@ class Bench:
         cores = len(os.sched_getaffinity(0))
 
         how = (
-            f"median of {n} repetitions, min .. max beside it; a target is met when the median "
-            "meets it" if n > 1 else "one run"
+            f"median of {n} repetitions, min .. max beside it; a target is met when the median"
+            " meets it"
+            if n > 1
+            else "one run"
         )
         table = Table(
             title=title,
@@ -175,7 +177,7 @@ class Bench:
             table.add_column(column, justify="left" if column == "figure" else "right")
         for figure, value in figures.items():
             s = summaries.get(figure)
-            spread = f"{_text(s.low)} .. {_text(s.high)}" if s and s.n > 1 else ""
+            spread = f"{_text(s.low)} .. {_text(s.high)}" if s and n > 1 else ""
             verdict = "" if figure not in met else "[green]met" if met[figure] else "[red]not met"
             target = self.targets[figure].text if figure in self.targets else ""
             table.add_row(figure, _text(value), spread, target, verdict)
@@ -195,7 +197,6 @@ class Bench:
             "cores": cores,
         }
         print(json.dumps(result))
-        return result
 
 
 def _rounded(value: Any) -> Any:
