@@ -28,7 +28,8 @@ import torch
 from benchkit import Bench, Timer, interleave
 from torch.optim.lr_scheduler import LambdaLR
 
-from node.engine import Checkpoint, JobSpec, Shard, load_spec, parse_spec, run_unit
+from marketplace.protocol.checkpoint import Checkpoint
+from node.engine import JobSpec, Shard, load_spec, parse_spec, run_unit
 from node.engine.data import Sampler, load_corpora
 from node.engine.train import build_optimizer, lr_schedule
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from node.distributed.rank_unit import RecordedRound
+from marketplace.protocol.rank_bundle import RecordedRound
 
 
 class MemberView(NamedTuple):

@@ -1,13 +1,13 @@
 """Judge one rank's unit of a group job: re-run it from its pinned bundle, compare hashes.
 
-A group job's unit is a rank's DiLoCo round or ddp unit (see node/work.py): its CID names a
-rank bundle, its state hash is the sha256 of the payloads the rank sent. Re-running the unit
-from the bundle on the CPU gives the payloads an honest rank sent, bit for bit, so a rank
-that sent anything else is named by its own commitment. In ddp the bundle also records
-each step's members and their payloads, which the re-run aggregates as the rank did; a
-record of the rank's own payload that is not what its re-run sends fails the unit, and so
-does a record the other members' bundles and commitments outvote (`group_records`): made-up
-payloads of other members, or a payload the rank sent the group but did not commit.
+A group job's unit is a rank's DiLoCo round or ddp unit: its CID names a rank bundle
+(marketplace/protocol/rank_bundle.py), its state hash is the sha256 of the payloads the rank
+sent. Re-running the unit from the bundle on the CPU gives the payloads an honest rank sent,
+bit for bit, so a rank that sent anything else is named by its own commitment. In ddp the
+bundle also records each step's members and their payloads, which the re-run aggregates as the
+rank did; a record of the rank's own payload that is not what its re-run sends fails the unit,
+and so does a record the other members' bundles and commitments outvote (`group_records`):
+made-up payloads of other members, or a payload the rank sent the group but did not commit.
 
 A unit must also start where the rank was left: unit 0 from the job's seed, and a ddp unit
 where the re-run of the slot's previous unit ends. A DiLoCo round starts from weights the
@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from marketplace.protocol.rank_bundle import RankBundle, RankUnit, load_rank_bundle, update_sha256
 from node.distributed.group import DistributedConfigError, GroupConfig
 from node.distributed.job import first_unit, group_config, run_rank_unit
-from node.distributed.rank_unit import RankUnit, update_sha256
 from node.engine import JobSpec
-from node.work import RankBundle, load_rank_bundle
 from verifier.group_records import MemberView, contradiction, member_view
 
 

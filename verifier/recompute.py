@@ -6,19 +6,18 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from marketplace.protocol.units import is_group_job
+from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
+from marketplace.protocol.units import CHECKPOINTS, RANK_BUNDLES, unit_format
 from marketplace.storage import CidMismatch, ContentNotFound, NodeUnavailable, Storage
 from node.engine import (
-    Checkpoint,
-    CheckpointError,
     DataError,
     JobSpec,
     SpecError,
     TrainingDiverged,
     parse_spec,
     run_unit,
+    unit_shard,
 )
-from node.work import unit_shard, unit_steps
 from verifier.errors import InputsUnavailable
 from verifier.rank_recompute import judge_rank
 
@@ -105,51 +104,10 @@ def _fetch(storage: Storage, cid: str, what: str) -> bytes:
         raise InputsUnavailable(f"{what} {cid}: {exc}") from exc
 
 
-def _judge_rank_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
-    """A group job's unit, in ddp with the bundles around it: the other slots' of the same
-    unit, and the slot's previous one, where this unit must start."""
-    bundle = _fetch(storage, inputs.cid, "rank bundle")
-    peers, previous = {}, None
-    if spec.distributed.strategy == "ddp":
-        peers = _peer_bundles(inputs.peers, storage)
-        if inputs.previous_cid is not None and inputs.previous_state_hash is not None:
-            data = _fetch(storage, inputs.previous_cid, "previous rank bundle")
-            previous = (inputs.previous_state_hash, data)
-    judgement = judge_rank(
-        spec, inputs.slot, inputs.index, inputs.state_hash, bundle, peers, previous
-    )
-    return Verdict(*judgement)
-
-
-def _peer_bundles(peers: tuple[PeerUnit, ...], storage: Storage) -> dict[int, tuple[str, bytes]]:
-    """slot -> (commitment, bundle) of each peer whose bundle can be fetched now; one that
-    cannot just has no say, rather than holding this unit's verdict back."""
-    bundles = {}
-    for peer in peers:
-        try:
-            bundles[peer.slot] = (peer.state_hash, storage.cat(peer.cid))
-        except TRANSIENT as exc:
-            log.warning("slot %d's bundle %s: %s; judging without it", peer.slot, peer.cid, exc)
-    return bundles
-
-
-def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
-    """Re-run the unit on the CPU with the job's deterministic settings and compare hashes.
-
-    Fails the unit only on grounds every honest verifier reaches from the same content-addressed
-    inputs: a recomputed hash that differs, a committed checkpoint that is unreadable or does not
-    hold the committed state, or a re-run that diverges. Inputs it cannot fetch raise
-    InputsUnavailable; inputs that are wrong through no fault of this unit (a bad spec, or a
-    previous checkpoint not matching its own commitment) give an inconclusive verdict.
-    """
+def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
+    """A single-node job's unit: its checkpoint re-made from the slot's previous one."""
     try:
-        spec = parse_spec(_fetch(storage, inputs.spec_cid, "job spec").decode())
-    except (SpecError, DataError, ValueError) as exc:
-        return Verdict(None, f"the job spec cannot be run: {exc}")
-    if is_group_job(spec):
-        return _judge_rank_unit(spec, inputs, storage)
-    try:
-        shard, steps = unit_shard(spec, inputs.slot), unit_steps(spec, inputs.index)
+        shard, steps = unit_shard(spec, inputs.slot), CHECKPOINTS.steps(spec, inputs.index)
     except (DataError, ValueError) as exc:
         return Verdict(None, f"the job spec cannot be run: {exc}")
 
@@ -187,3 +145,51 @@ def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
     if committed.state_hash() != inputs.state_hash:
         return Verdict(False, "committed checkpoint does not hold the committed state", **judged)
     return Verdict(True, "recomputed state hash matches the commitment", **judged)
+
+
+def _judge_rank_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
+    """A group job's unit, in ddp with the bundles around it: the other slots' of the same
+    unit, and the slot's previous one, where this unit must start."""
+    bundle = _fetch(storage, inputs.cid, "rank bundle")
+    peers, previous = {}, None
+    if spec.distributed.strategy == "ddp":
+        peers = _peer_bundles(inputs.peers, storage)
+        if inputs.previous_cid is not None and inputs.previous_state_hash is not None:
+            data = _fetch(storage, inputs.previous_cid, "previous rank bundle")
+            previous = (inputs.previous_state_hash, data)
+    judgement = judge_rank(
+        spec, inputs.slot, inputs.index, inputs.state_hash, bundle, peers, previous
+    )
+    return Verdict(*judgement)
+
+
+def _peer_bundles(peers: tuple[PeerUnit, ...], storage: Storage) -> dict[int, tuple[str, bytes]]:
+    """slot -> (commitment, bundle) of each peer whose bundle can be fetched now; one that
+    cannot just has no say, rather than holding this unit's verdict back."""
+    bundles = {}
+    for peer in peers:
+        try:
+            bundles[peer.slot] = (peer.state_hash, storage.cat(peer.cid))
+        except TRANSIENT as exc:
+            log.warning("slot %d's bundle %s: %s; judging without it", peer.slot, peer.cid, exc)
+    return bundles
+
+
+_JUDGES = {CHECKPOINTS: _judge_checkpoint_unit, RANK_BUNDLES: _judge_rank_unit}  # by unit format
+
+
+def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
+    """Re-run the unit on the CPU with the job's deterministic settings and compare hashes, the
+    way the job's unit format is judged.
+
+    Fails the unit only on grounds every honest verifier reaches from the same content-addressed
+    inputs: a recomputed hash that differs, a committed unit that is unreadable or does not
+    hold the committed state, or a re-run that diverges. Inputs it cannot fetch raise
+    InputsUnavailable; inputs that are wrong through no fault of this unit (a bad spec, or a
+    previous unit not matching its own commitment) give an inconclusive verdict.
+    """
+    try:
+        spec = parse_spec(_fetch(storage, inputs.spec_cid, "job spec").decode())
+    except (SpecError, DataError, ValueError) as exc:
+        return Verdict(None, f"the job spec cannot be run: {exc}")
+    return _JUDGES[unit_format(spec)](spec, inputs, storage)

@@ -18,7 +18,7 @@ def checkpoint_facts(session: Session, storage: Storage, cid: str) -> db.Checkpo
     if facts is not None:
         return facts
     # Reading a checkpoint needs torch: loaded here, on the first uncached CID, not with the gateway.
-    from node.engine import Checkpoint, CheckpointError
+    from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 
     try:
         checkpoint = Checkpoint.load(storage.cat(cid))

@@ -3,9 +3,9 @@
 The rank trains in a child process for the whole job, because the group's collectives and
 round board only work while the rank's process stays in the group. The daemon's thread
 meanwhile pins each unit the rank finished (its inputs and what it sent; in ddp also what
-the others sent at each step: a rank bundle, see node/work.py) and commits it as the slot's
-next unit, so the chain sees the group's progress unit by unit and a verifier can re-run
-any rank's unit.
+the others sent at each step: a rank bundle, see marketplace/protocol/rank_bundle.py) and
+commits it as the slot's next unit, so the chain sees the group's progress unit by unit and a
+verifier can re-run any rank's unit.
 
 The group finds itself through the chain: ranks are slot indices, and rank 0's TCPStore
 listens on the endpoint its provider registered with the Staking contract.
@@ -35,15 +35,21 @@ from urllib.parse import urlsplit
 from marketplace.chain.errors import ContractRevert
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
+from marketplace.protocol.rank_bundle import (
+    RankBundle,
+    RankUnit,
+    load_rank_bundle,
+    rank_bundle,
+    update_sha256,
+)
+from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.terms import JobStatus
-from marketplace.protocol.units import is_group_job
+from marketplace.protocol.units import is_group_job, units_per_node
 from node.distributed.diloco import DilocoConfig
 from node.distributed.exchange import aggregate_path, recorded_round, sent_in, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, run_rank
-from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
-from node.engine import JobSpec
-from node.work import RankBundle, load_rank_bundle, rank_bundle, units_per_node
+from node.distributed.rank_unit import unit_path
 
 from .journal import Unit
 from .worker import JobUnfit, Worker

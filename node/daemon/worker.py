@@ -14,12 +14,13 @@ from eth_account.signers.local import LocalAccount
 from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import JobStatus
+from marketplace.protocol.units import unit_steps, units_per_node
 from marketplace.runtime.clock import chain_time
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage
-from node.engine import Checkpoint, JobSpec, SpecError, parse_spec, run_unit
-from node.work import unit_shard, unit_steps, units_per_node
+from node.engine import JobSpec, SpecError, parse_spec, run_unit, unit_shard
 
 from .journal import Journal, Unit
 
@@ -99,6 +100,12 @@ class Worker:
     def close(self) -> None:
         """Drop commits not yet started; one in flight finishes (its transaction is journaled)."""
         self._committer.shutdown(wait=False, cancel_futures=True)
+
+    def run(self, job_id: int, slot_id: int, stop: threading.Event) -> None:
+        """Deliver a single-node job's slot: its units back to back, until the slot has nothing
+        to deliver for now or the node stops."""
+        while not stop.is_set() and self.step(job_id, slot_id, stop):
+            pass
 
     def step(self, job_id: int, slot_id: int, stop: threading.Event) -> bool:
         """Commit the slot's next unit, training it first unless the journal has it, and train

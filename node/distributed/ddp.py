@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from marketplace.protocol.rank_bundle import RankUnit, RecordedRound
 from marketplace.protocol.spec import JobSpec
 from node.engine.train import Trainer
 
@@ -32,7 +33,7 @@ from .group import (
     rank_trainer,
     spawn,
 )
-from .rank_unit import RankUnit, RecordedRound, rank_threads, save_unit_inputs
+from .rank_unit import rank_threads, restore, save_unit_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def ddp_rank(
     trainer, eval_batches = rank_trainer(spec, rank)
     exchange = Exchange(rank, config, store, tamper=tamper, delay=delay)
     if start is not None:
-        start.restore(trainer, exchange.feedback)
+        restore(start, trainer, exchange.feedback)
     every = config.steps_per_unit(spec)
     units = spec.training.max_steps // every
     train_losses, eval_losses = [], []
@@ -174,7 +175,7 @@ def rerun_ddp_unit(
     with rank_threads():
         trainer, _ = rank_trainer(spec, unit.rank)
         exchange = ReplayExchange(unit.rank, config, rounds)
-        unit.restore(trainer, exchange.feedback)
+        restore(unit, trainer, exchange.feedback)
         with ddp_group():
             wrap(trainer, exchange)
             ddp_steps(trainer, config.steps_per_unit(spec))

@@ -10,7 +10,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from marketplace.protocol.rank_bundle import RankUnit
 from marketplace.protocol.spec import JobSpec
+from marketplace.protocol.units import diloco_round_steps
 from node.engine.train import Trainer
 
 from .compression import ErrorFeedback
@@ -27,7 +29,7 @@ from .group import (
     rank_trainer,
     spawn,
 )
-from .rank_unit import RankUnit, rank_threads, save_unit_inputs
+from .rank_unit import rank_threads, restore, save_unit_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ class DilocoConfig(GroupConfig):
 
     def steps_per_unit(self, spec: JobSpec) -> int:
         """A DiLoCo rank's unit is a round: H local steps."""
-        return self.inner_steps or spec.checkpoint.every
+        return diloco_round_steps(spec, self.inner_steps)
 
     def unit_rounds(self, spec: JobSpec, index: int) -> range:
         return range(index, index + 1)
@@ -97,7 +99,7 @@ def diloco_rank(
     trainer, eval_batches = rank_trainer(spec, rank)
     exchange = Exchange(rank, config, store, tamper=tamper, delay=delay)
     if start is not None:
-        start.restore(trainer, exchange.feedback)
+        restore(start, trainer, exchange.feedback)
     params = list(trainer.model.parameters())
     global_weights = torch.nn.Parameter(parameters_to_vector(params).detach().clone())  # (N,)
     outer = torch.optim.SGD(
@@ -148,6 +150,6 @@ def rerun_diloco_unit(spec: JobSpec, config: DilocoConfig, unit: RankUnit) -> by
     with rank_threads():
         trainer, _ = rank_trainer(spec, unit.rank)
         feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
-        unit.restore(trainer, feedback)
+        restore(unit, trainer, feedback)
         delta, _ = local_round(trainer, config.steps_per_unit(spec))
         return encode_update(config.compressor, feedback, delta, unit.round_).to_bytes()

@@ -11,11 +11,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from marketplace.protocol.rank_bundle import RecordedRound
+
 from .aggregation import Aggregate
 from .compression import Compressor, ErrorFeedback, Payload
 from .group import Delay, GroupConfig, Tamper
 from .quorum import RoundBoard
-from .rank_unit import RecordedRound
 
 logger = logging.getLogger(__name__)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, update_sha256
 from marketplace.protocol.spec import AggregationSpec, CompressionSpec, DilocoSpec, JobSpec
 
 from .aggregation import Aggregator
@@ -19,7 +20,7 @@ from .group import (
     join_and_run,
     rank_trainer,
 )
-from .rank_unit import RankUnit, RankUpdate, RecordedRound, rank_threads, update_sha256
+from .rank_unit import RankUpdate, rank_threads
 
 
 def group_config(

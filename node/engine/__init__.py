@@ -1,11 +1,11 @@
 """The provider's training engine: verifiable, bit-identical work units from a YAML job spec.
 
 A job is a sequence of work units. A unit is `steps` optimizer steps from a checkpoint on a
-data shard; its result is a new checkpoint whose state hash the provider commits on-chain and
-a verifier recomputes by running the same unit again.
+data shard; its result is a new checkpoint (marketplace/protocol/checkpoint.py) whose state
+hash the provider commits on-chain and a verifier recomputes by running the same unit again.
 
     spec = load_spec("node/specs/tiny.yaml")             # or parse_spec(yaml_text_or_dict)
-    shard = Shard.of(spec, index=0, start_step=0, end_step=spec.training.max_steps)
+    shard = unit_shard(spec, slot=0)                      # the whole step range of slot 0
     ckpt, state_hash, metrics = run_unit(spec, None, shard, spec.checkpoint.every)
     ckpt, state_hash, metrics = run_unit(spec, ckpt, shard, spec.checkpoint.every)
     blob = ckpt.to_bytes(); same = Checkpoint.load(blob); same.state_hash() == state_hash
@@ -31,14 +31,11 @@ from marketplace.protocol.spec import (
     register,
 )
 
-from .checkpoint import Checkpoint, CheckpointError, state_hash
 from .data import ContentStore, DataError, Shard
-from .unit import TrainingDiverged, UnitResult, run_unit
+from .unit import TrainingDiverged, UnitResult, run_unit, unit_shard
 
 __all__ = [
     "ARCHITECTURES",
-    "Checkpoint",
-    "CheckpointError",
     "ContentStore",
     "DataError",
     "JobSpec",
@@ -51,5 +48,5 @@ __all__ = [
     "parse_spec",
     "register",
     "run_unit",
-    "state_hash",
+    "unit_shard",
 ]

@@ -11,10 +11,10 @@ from typing import Any, NamedTuple
 
 import torch
 
+from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 from marketplace.protocol.spec import JobSpec, ReproducibilitySpec
 
 from . import environment
-from .checkpoint import Checkpoint, CheckpointError
 from .data import ContentStore, DataError, Sampler, Shard, load_corpora
 from .train import Trainer, is_spike
 
@@ -29,6 +29,13 @@ class UnitResult(NamedTuple):
     checkpoint: Checkpoint  # state after the unit, with environment metadata
     state_hash: str  # the checkpoint's canonical hash, the value committed on-chain
     metrics: dict[str, Any]  # losses, eval loss, throughput, rollbacks (JSON-serialisable)
+
+
+def unit_shard(spec: JobSpec, slot: int) -> Shard:
+    """The data shard every unit of a single-node job's `slot` reads: the slot's own sample
+    stream over the whole step range, the same for the provider that trains it and the verifier
+    that re-runs it."""
+    return Shard.of(spec, index=slot, start_step=0, end_step=spec.training.max_steps)
 
 
 def run_unit(

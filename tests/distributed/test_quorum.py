@@ -17,12 +17,13 @@ import torch.distributed as dist
 from tiny_job import tiny_spec
 
 from marketplace.processes import free_port
+from marketplace.protocol.rank_bundle import RankUnit
 from node.distributed.diloco import DilocoConfig, train_diloco
 from node.distributed.exchange import sent_in
 from node.distributed.group import GroupConfig
 from node.distributed.job import run_rank
 from node.distributed.quorum import QuorumTimeout, RoundBoard
-from node.distributed.rank_unit import RankUnit, unit_path
+from node.distributed.rank_unit import unit_path
 
 ROUNDS, H = 4, 5
 DEADLINE_S = 2.0

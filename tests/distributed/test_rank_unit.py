@@ -8,6 +8,7 @@ import pytest
 from byzantine_ranks import ScaledRank
 from tiny_job import tiny_spec
 
+from marketplace.protocol.rank_bundle import RankUnit, update_sha256
 from node.distributed.aggregation import Aggregator
 from node.distributed.compression import Compressor
 from node.distributed.ddp import train_ddp
@@ -15,7 +16,7 @@ from node.distributed.diloco import DilocoConfig, train_diloco
 from node.distributed.exchange import ReplayMismatch, recorded_round, sent_in, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import first_unit, run_rank_unit
-from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
+from node.distributed.rank_unit import unit_path
 
 UNITS, STEPS = 3, 5
 COMPRESSION = {"compressor": Compressor(ratio=0.1, bits=4, selection="random")}

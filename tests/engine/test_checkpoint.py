@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from node.engine import Checkpoint, CheckpointError, Shard, parse_spec, run_unit, state_hash
+from marketplace.protocol.checkpoint import Checkpoint, CheckpointError, state_hash
+from node.engine import Shard, parse_spec, run_unit
 
 from .conftest import SMALL, merge
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 from node.engine import (
-    Checkpoint,
-    CheckpointError,
     DataError,
     Shard,
     TrainingDiverged,

@@ -11,12 +11,13 @@ from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.cli import main
 from marketplace.devnet.scripted_job import Cast
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import Tier
+from marketplace.protocol.units import unit_steps, units_per_node
 from marketplace.runtime.clock import chain_time
 from marketplace.storage import Storage
 from node.daemon.journal import Journal
-from node.engine import Checkpoint, load_spec, run_unit
-from node.work import unit_shard, unit_steps, units_per_node
+from node.engine import load_spec, run_unit, unit_shard
 
 pytestmark = [pytest.mark.slow, pytest.mark.anvil]
 

@@ -10,13 +10,13 @@ from daemon_support import SPEC
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobRequest
 from marketplace.protocol.terms import Tier
+from marketplace.protocol.units import units_per_node
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage
 from node.daemon.group_worker import GroupWorker
 from node.daemon.journal import Journal
 from node.daemon.worker import JobUnfit, Specs, Worker
 from node.engine import load_spec
-from node.work import units_per_node
 
 pytestmark = pytest.mark.anvil
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, load_rank_bundle, rank_bundle
+from marketplace.protocol.units import units_per_node
 from node.daemon.group_worker import GroupFailed, meeting_point
-from node.distributed.rank_unit import RankUnit, RecordedRound
 from node.engine import load_spec
-from node.work import load_rank_bundle, rank_bundle, units_per_node
 
 SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
 

@@ -20,10 +20,11 @@ from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.redis_server import RedisServer
 from marketplace.devnet.scripted_job import Cast, Scenario, onboard
 from marketplace.processes import terminate
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import Tier
+from marketplace.protocol.units import unit_steps
 from marketplace.storage import Storage
-from node.engine import Checkpoint, JobSpec, parse_spec, run_unit
-from node.work import unit_shard, unit_steps
+from node.engine import JobSpec, parse_spec, run_unit, unit_shard
 from verifier.celery_app import configure
 from verifier.daemon import VerifierDaemon
 from verifier.journal import Journal

@@ -11,8 +11,8 @@ from sampling_support import binomial_stderr, detection_probability, is_sampled,
 
 from marketplace.chain.anvil import mine
 from marketplace.chain.tx import call
-from node.engine import run_unit
-from node.work import unit_shard, unit_steps, units_per_node
+from marketplace.protocol.units import unit_steps, units_per_node
+from node.engine import run_unit, unit_shard
 from verifier.recompute import UnitInputs, recompute
 
 JOBS = 4_000  # simulated jobs per (p, n): the binomial standard error stays under 0.8%

@@ -8,13 +8,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from marketplace.protocol.rank_bundle import (
+    RankUnit,
+    RecordedRound,
+    load_rank_bundle,
+    rank_bundle,
+    update_sha256,
+)
 from node.distributed.ddp import train_ddp
 from node.distributed.exchange import recorded_round, sent_in
 from node.distributed.group import rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
-from node.distributed.rank_unit import RankUnit, RecordedRound, unit_path, update_sha256
+from node.distributed.rank_unit import unit_path
 from node.engine import parse_spec
-from node.work import load_rank_bundle, rank_bundle
 from verifier.rank_recompute import judge_rank
 
 SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"

@@ -1,4 +1,5 @@
-"""Checkpoints: the full training state of a job, its serialisation, and its canonical hash.
+"""Checkpoints: a single-node job's work units, the full training state of its slot, and the
+canonical hash of a training state, which the chain commits.
 
 The state hash identifies a checkpoint independently of pickle bytes. Every leaf of the
 nested `state` mapping gets a path (keys joined by "/", list positions as numbers), leaves are
@@ -17,11 +18,8 @@ from __future__ import annotations
 import copy
 import ctypes
 import hashlib
-import io
 import json
-import logging
 import os
-import pickle
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +27,13 @@ from typing import Any
 
 import torch
 
-logger = logging.getLogger(__name__)
+from marketplace.protocol.tagged import dump_tagged, load_tagged
+from marketplace.protocol.units import CHECKPOINTS, UnitFormatError
 
-FORMAT = "zoo-checkpoint/1"
 _HASH_PREFIX = b"zoo-state/1\n"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UnitFormatError):
     """A checkpoint that cannot be read, or that does not belong to the job at hand."""
 
 
@@ -61,9 +59,7 @@ class Checkpoint:
         return Checkpoint(copy.deepcopy(self.state), copy.deepcopy(self.metadata))
 
     def to_bytes(self) -> bytes:
-        buffer = io.BytesIO()
-        torch.save({"format": FORMAT, "state": self.state, "metadata": self.metadata}, buffer)
-        return buffer.getvalue()
+        return dump_tagged(CHECKPOINTS.tag, {"state": self.state, "metadata": self.metadata})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         Path(path).write_bytes(self.to_bytes())
@@ -73,12 +69,15 @@ class Checkpoint:
         """Read a checkpoint from serialized bytes or a file path (tensors only, no code)."""
         try:
             raw = source if isinstance(source, bytes) else Path(source).read_bytes()
-            payload = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+            fields = load_tagged(raw, CHECKPOINTS.tag)
+        except (OSError, UnitFormatError) as exc:
             raise CheckpointError(f"cannot read checkpoint: {exc}") from None
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-            raise CheckpointError(f"not a {FORMAT} checkpoint")
-        return cls(payload["state"], payload["metadata"])
+        return cls.from_fields(fields)
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> Checkpoint:
+        """The checkpoint a loaded tagged mapping holds."""
+        return cls(fields["state"], fields["metadata"])
 
 
 def state_hash(state: Mapping[str, Any]) -> str:

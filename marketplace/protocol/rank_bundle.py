@@ -1,0 +1,143 @@
+"""Rank bundles: a group job's work units, one rank's inputs for a unit and the bytes it sent.
+
+A unit's CID names a rank bundle: the rank's inputs for the unit (a `RankUnit`: the global
+weights and outer momentum, its optimizer, data position and error-feedback residual at the
+unit's start), the payloads it sent, back to back, and in ddp every step's members and what
+each of them sent, from which each step's aggregate is rebuilt. Those payloads are a pure
+function of the spec, the group's settings, the rank's inputs and, in ddp, what the others sent
+at each step before, so a verifier re-runs the unit from the bundle on the CPU and gets the same
+bytes, or names the rank that sent something else. The unit's state hash is the payloads'
+sha256 (`update_sha256`), the rank's commitment. A rank's last bundle also holds the group's
+trained model: every rank ends with the same weights, so the result is what all slots' last
+units agree on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from marketplace.protocol.checkpoint import state_hash
+from marketplace.protocol.tagged import dump_tagged, load_tagged
+from marketplace.protocol.units import RANK_BUNDLES, UnitFormatError
+
+
+@dataclass(frozen=True)
+class RankUnit:
+    """What one rank's unit starts from; with the spec and settings, it fixes what it sends."""
+
+    rank: int  # the rank, which is also its data shard
+    round_: int  # the unit's index: the DiLoCo round, or the ddp unit of checkpoint.every steps
+    trainer: dict[str, Any]  # Trainer.state() at the unit's start; its model is the global one
+    residual: torch.Tensor | None  # (N,) error feedback carried in; None before the first send
+    # (N,) the outer optimizer's momentum, the same on every rank; None without one (ddp),
+    # without momentum, or before the first outer step. Not needed to re-run the unit, but
+    # to take the rank over.
+    momentum: torch.Tensor | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The unit as saved, bundled and hashed."""
+        return {
+            "rank": self.rank,
+            "round": self.round_,
+            "trainer": self.trainer,
+            "residual": self.residual,
+            "momentum": self.momentum,
+        }
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> RankUnit:
+        return cls(fields["rank"], fields["round"], fields["trainer"], fields["residual"],
+                   fields["momentum"])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Written whole or not at all: the provider's daemon takes its existence as the
+        previous unit's end."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        torch.save(self.fields(), partial)
+        os.replace(partial, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RankUnit:
+        return cls.from_fields(torch.load(path, weights_only=True))
+
+    def state_hash(self) -> str:
+        """The digest of everything the unit starts from (checkpoint.py's state hash)."""
+        return state_hash(self.fields())
+
+
+class RecordedRound(NamedTuple):
+    """One exchange as a rank saw it: who made it up and what each of them sent."""
+
+    members: list[int]
+    payloads: list[bytes]  # by member
+
+
+class RankBundle(NamedTuple):
+    unit: RankUnit  # the rank's inputs for the unit
+    payload: bytes  # what it sent, back to back
+    weights: dict[str, torch.Tensor] | None  # the group's model after the job's last unit
+    rounds: list[RecordedRound] | None  # ddp: every step's members and what they sent
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> RankBundle:
+        """The bundle a loaded tagged mapping holds."""
+        rounds = None if fields["rounds"] is None else [
+            RecordedRound(list(r["members"]), [_bytes(p) for p in r["payloads"]])
+            for r in fields["rounds"]
+        ]
+        unit = RankUnit.from_fields(fields)
+        return cls(unit, _bytes(fields["payload"]), fields["weights"], rounds)
+
+
+def update_sha256(payload: bytes) -> str:
+    """The commitment to a rank's unit: the sha256 of its payload bytes, in hex."""
+    return hashlib.sha256(payload).hexdigest()
+
+
+def rank_bundle(
+    unit: RankUnit,
+    payload: bytes,
+    weights: dict[str, torch.Tensor] | None = None,
+    rounds: list[RecordedRound] | None = None,
+) -> bytes:
+    """What a group job's unit pins: the rank's inputs and the payloads it sent, in ddp the
+    unit's rounds; the last unit's also holds the trained model, the job's result."""
+    return dump_tagged(
+        RANK_BUNDLES.tag,
+        {
+            **unit.fields(),
+            "payload": _tensor(payload),
+            "weights": weights,
+            "rounds": None if rounds is None else [
+                {"members": members, "payloads": [_tensor(p) for p in payloads]}
+                for members, payloads in rounds
+            ],
+        },
+    )
+
+
+def load_rank_bundle(data: bytes) -> RankBundle:
+    """The inputs, payload, (last unit) weights and (ddp) rounds of a rank bundle;
+    UnitFormatError when it is not one."""
+    try:
+        fields = load_tagged(data, RANK_BUNDLES.tag)
+    except UnitFormatError as exc:
+        raise UnitFormatError(f"not a rank bundle: {exc}") from None
+    return RankBundle.from_fields(fields)
+
+
+def _tensor(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def _bytes(tensor: torch.Tensor) -> bytes:
+    return tensor.numpy().tobytes()

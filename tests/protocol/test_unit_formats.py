@@ -1,0 +1,148 @@
+"""A job's unit format: chosen once from its spec, and each format reads its own units."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from marketplace.protocol.checkpoint import Checkpoint, CheckpointError, state_hash
+from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, rank_bundle
+from marketplace.protocol.spec import load_spec, parse_spec
+from marketplace.protocol.units import (
+    CHECKPOINTS,
+    RANK_BUNDLES,
+    LastUnit,
+    ResultError,
+    UnitFormatError,
+    read_unit,
+    trained_model,
+    unit_format,
+)
+
+SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
+STATE = {
+    "model": {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.zeros(3, dtype=torch.bfloat16)},
+    "progress": {"step": 3, "loss_history": [2.5, 2.25]},
+    "rng": [1, None, True, "seed"],
+}
+# The state hash of STATE, as committed on-chain: a change here breaks every committed hash.
+STATE_HASH = "22885b4230ebc9eb2938ce5b5b7f841c6f5b99118549c6ef080641c2f262e828"
+TRAINER = {"step": 40, "progress": {"loss_history": [3.0, 1.5]}}
+
+
+def torch_file(value: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [("tiny.yaml", CHECKPOINTS), ("tiny-ddp-3.yaml", RANK_BUNDLES), ("tiny-diloco-3.yaml", RANK_BUNDLES)],
+)
+def test_a_single_node_job_commits_checkpoints_and_a_group_job_rank_bundles(spec, expected):
+    assert unit_format(load_spec(SPECS / spec)) is expected
+
+
+def test_each_format_cuts_a_slots_steps_into_its_units():
+    raw = load_spec(SPECS / "tiny.yaml").model_dump(mode="json")
+    raw["training"].update(max_steps=120, warmup_steps=10)
+    single = parse_spec(raw)
+    assert [CHECKPOINTS.steps(single, i) for i in range(CHECKPOINTS.units(single))] == [50, 50, 20]
+    diloco = load_spec(SPECS / "tiny-diloco-3.yaml")  # 60 steps in rounds of 20
+    assert [RANK_BUNDLES.steps(diloco, i) for i in range(RANK_BUNDLES.units(diloco))] == [20, 20, 20]
+    for fmt, spec, past in ((CHECKPOINTS, single, 3), (RANK_BUNDLES, diloco, 3)):
+        with pytest.raises(ValueError, match=f"unit {past} is outside the job's 3 units"):
+            fmt.steps(spec, past)
+
+
+def test_a_checkpoint_round_trips_through_its_bytes_and_keeps_its_state_hash():
+    checkpoint = Checkpoint(STATE, {"metrics": {"loss": 2.25}})
+    fmt, read = read_unit(checkpoint.to_bytes())
+    assert fmt is CHECKPOINTS
+    assert read.state_hash() == checkpoint.state_hash() == state_hash(STATE) == STATE_HASH
+    assert torch.equal(read.state["model"]["w"], STATE["model"]["w"])
+    assert read.metadata == {"metrics": {"loss": 2.25}}
+    assert CHECKPOINTS.read(checkpoint.to_bytes()).state_hash() == STATE_HASH
+
+
+def test_a_rank_bundle_round_trips_through_its_bytes():
+    unit = RankUnit(1, 2, TRAINER, torch.ones(3), torch.full((3,), 0.5))
+    rounds = [RecordedRound([0, 1], [b"a", b"bc"]), RecordedRound([1], [b"d"])]
+    weights = {"w": torch.arange(3.0)}
+    data = rank_bundle(unit, b"\x00\x01payload", weights, rounds)
+    fmt, bundle = read_unit(data)
+    assert fmt is RANK_BUNDLES
+    assert (bundle.unit.rank, bundle.unit.round_) == (1, 2)
+    assert bundle.unit.state_hash() == unit.state_hash()
+    assert bundle.payload == b"\x00\x01payload" and bundle.rounds == rounds
+    assert torch.equal(bundle.weights["w"], weights["w"])
+    assert RANK_BUNDLES.read(data).unit.state_hash() == unit.state_hash()
+
+
+def test_each_format_reads_the_loss_its_units_report():
+    assert CHECKPOINTS.loss(Checkpoint(STATE, {"metrics": {"loss": 2.25}})) == 2.25
+    assert CHECKPOINTS.loss(Checkpoint(STATE)) is None
+    fmt, bundle = read_unit(rank_bundle(RankUnit(0, 1, TRAINER, None), b"p"))
+    assert fmt.loss(bundle) == 1.5  # the last loss the rank had seen when its unit began
+    fresh = {"step": 0, "progress": {"loss_history": []}}
+    assert RANK_BUNDLES.loss(RANK_BUNDLES.read(rank_bundle(RankUnit(0, 0, fresh, None), b"p"))) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"not torch at all", "not a torch file"),
+        (torch_file([1, 2, 3]), "no format tag"),
+        (torch_file({"state": {}}), "no format tag"),
+        (torch_file({"format": "zoo-checkpoint/0"}), "not a work unit: format 'zoo-checkpoint/0'"),
+    ],
+)
+def test_bytes_that_are_no_work_unit_are_refused(data, why):
+    with pytest.raises(UnitFormatError, match=why):
+        read_unit(data)
+
+
+def test_a_unit_read_as_the_other_format_is_refused():
+    checkpoint = Checkpoint(STATE).to_bytes()
+    bundle = rank_bundle(RankUnit(0, 0, TRAINER, None), b"p")
+    with pytest.raises(UnitFormatError, match="not a rank bundle: format 'zoo-checkpoint/1'"):
+        RANK_BUNDLES.read(checkpoint)
+    with pytest.raises(CheckpointError, match="cannot read checkpoint: format 'zoo-compute/rank-unit-v2'"):
+        CHECKPOINTS.read(bundle)
+
+
+def test_a_single_node_jobs_model_is_slot_0s_checkpoint_holding_its_committed_state():
+    blobs = {"slot-0": Checkpoint(STATE).to_bytes()}
+    model = trained_model(7, [LastUnit(0, 5, "slot-0", "0x" + STATE_HASH)], 1, 6, blobs.__getitem__)
+    assert (model.cid, model.state_hash) == ("slot-0", STATE_HASH)
+    assert torch.equal(model.weights["w"], STATE["model"]["w"])
+    with pytest.raises(ResultError, match="checkpoint slot-0 does not hold the committed state"):
+        trained_model(7, [LastUnit(0, 5, "slot-0", "00" * 32)], 1, 6, blobs.__getitem__)
+
+
+def test_a_group_jobs_model_is_what_every_ranks_last_bundle_holds():
+    weights = {"w": torch.arange(3.0)}
+    blobs = {f"rank-{r}": rank_bundle(RankUnit(r, 2, TRAINER, None), b"p", weights) for r in range(2)}
+    last = [LastUnit(r, 2, f"rank-{r}", "0x" + "00" * 32) for r in range(2)]
+    model = trained_model(7, last, 2, 3, blobs.__getitem__)
+    assert (model.cid, model.state_hash) == ("rank-0", state_hash(weights))
+    with pytest.raises(ResultError, match="has not delivered every rank's last round"):
+        trained_model(7, last[:1], 2, 3, blobs.__getitem__)
+    blobs["rank-1"] = rank_bundle(RankUnit(1, 2, TRAINER, None), b"p", {"w": torch.zeros(3)})
+    with pytest.raises(ResultError, match="the ranks' final weights disagree"):
+        trained_model(7, last, 2, 3, blobs.__getitem__)
+    blobs["rank-1"] = Checkpoint(STATE).to_bytes()
+    with pytest.raises(ResultError, match="unit rank-1: not a rank bundle"):
+        trained_model(7, last, 2, 3, blobs.__getitem__)
+
+
+def test_a_job_without_units_or_with_no_unit_at_slot_0_has_no_model():
+    with pytest.raises(ResultError, match="has no committed checkpoint"):
+        trained_model(7, [], 1, 6, {}.__getitem__)
+    with pytest.raises(ResultError, match="unit slot-0: not a torch file"):
+        trained_model(7, [LastUnit(0, 5, "slot-0", STATE_HASH)], 1, 6, {"slot-0": b"junk"}.__getitem__)
