@@ -43,10 +43,10 @@ from marketplace.chain.ledger import Ledger
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.network import Devnet
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage
-from node.engine import Checkpoint, parse_spec, run_unit
-from node.work import unit_shard
+from node.engine import parse_spec, run_unit, unit_shard
 
 TARGET = 0.95
 POLL = 0.1  # seconds between the bench's own reads of the job's status

@@ -19,6 +19,8 @@ from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.devnet.accounts import devnet_account
 from marketplace.processes import free_port
+from marketplace.protocol.checkpoint import state_hash
+from marketplace.protocol.rank_bundle import RankUnit, load_rank_bundle, rank_bundle, update_sha256
 from marketplace.protocol.terms import JobStatus, Tier
 from marketplace.sdk import Client
 from node.daemon import onboarding
@@ -26,9 +28,8 @@ from node.daemon.group_worker import rendezvous
 from node.distributed.exchange import update_path
 from node.distributed.group import rank_trainer
 from node.distributed.job import group_config, run_rank
-from node.distributed.rank_unit import RankUnit, unit_path, update_sha256
-from node.engine import load_spec, parse_spec, state_hash
-from node.work import load_rank_bundle, rank_bundle
+from node.distributed.rank_unit import unit_path
+from node.engine import load_spec, parse_spec
 
 from .conftest import wait_for
 

@@ -13,10 +13,10 @@ from marketplace import jobs
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.devnet.accounts import devnet_account
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import JobStatus, Tier
 from node.daemon import onboarding
-from node.engine import Checkpoint, load_spec, run_unit
-from node.work import unit_shard
+from node.engine import load_spec, run_unit, unit_shard
 
 from .conftest import SPEC, wait_for
 

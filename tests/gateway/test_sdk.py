@@ -26,11 +26,11 @@ from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import JobStatus
 from marketplace.sdk import GatewayError
 from marketplace.storage import Storage
 from marketplace.wallet import import_key
-from node.engine import Checkpoint
 
 pytestmark = pytest.mark.anvil
 SPEC = Path(__file__).parents[2] / "node/specs/tiny.yaml"
