@@ -1,4 +1,5 @@
-"""A user's training job on the ledger: submit with escrow, follow it, settle, fetch the weights."""
+"""A user's training job on the ledger: submit with escrow, take it through its journey with the
+user's own wallet (the chain transport of marketplace/protocol/journey.py), fetch the weights."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
@@ -15,7 +17,17 @@ from marketplace.chain.errors import ChainError, ContractRevert, TransactionReve
 from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.chain.permit import sign_permit
 from marketplace.chain.zen import rounded
-from marketplace.errors import ZooError
+from marketplace.protocol.journey import (
+    JobError,
+    NoBids,
+    Progress,
+    Result,
+    Settlement,
+    Snapshot,
+    Step,
+    default_output,
+    next_step,
+)
 from marketplace.protocol.spec import JobSpec, parse_spec
 from marketplace.protocol.terms import JobStatus
 from marketplace.protocol.units import units_per_node
@@ -25,11 +37,6 @@ from marketplace.storage import Storage
 log = logging.getLogger(__name__)
 
 REPLICAS = 3
-CLOSE_GRACE = 3  # seconds after a round's reveal deadline before the user closes it
-
-
-class JobError(ZooError):
-    """A job could not be submitted, run or settled as asked."""
 
 
 class BudgetBelowReserve(JobError, ValueError):
@@ -38,10 +45,6 @@ class BudgetBelowReserve(JobError, ValueError):
 
 class InsufficientZen(JobError, ValueError):
     """The wallet holds less ZEN than the budget to escrow."""
-
-
-class NoBids(JobError):
-    """No auction round filled before the deadline; the job was cancelled and refunded."""
 
 
 @dataclass(frozen=True)
@@ -59,25 +62,6 @@ class Order:
         """The least budget worth escrowing: every node paid for one checkpoint interval at the
         maximum price, so no winner can run out of budget before its first checkpoint."""
         return math.ceil(self.max_price * nodes * self.checkpoint_interval / 3600)
-
-
-@dataclass(frozen=True)
-class Progress:
-    status: JobStatus
-    units_done: int
-    units_total: int
-    accrued: int  # ZEN wei, fee included
-    loss: float | None  # training loss at the latest checkpoint
-
-
-@dataclass(frozen=True)
-class Settlement:
-    payment: int
-    fee: int
-    refund: int
-    verifier_pool: int
-    tx: str
-    block: int
 
 
 def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
@@ -121,48 +105,125 @@ def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str,
     return job_id
 
 
-def wait_for_auction(ledger: Ledger, user: LocalAccount, job_id: int, timeout: float, poll: float = 1.0) -> None:
-    """Wait until providers hold the job's slots; past `timeout`, cancel for a full refund.
+class ChainJob:
+    """A job on the ledger, looked at and acted on with the user's own wallet: the journey's chain
+    transport, with the same calls as the SDK's Job (the journey through a gateway).
 
-    A round that ends with too few bids is closed here too, which opens the next round: providers
-    close the rounds they bid in, but nobody else would close an empty one.
+    `storage` is read for the latest checkpoint's loss and for the weights; a journey that
+    neither reports progress nor fetches the result goes without.
     """
-    deadline = time.monotonic() + timeout
-    while ledger.job_status(job_id) == JobStatus.OPEN:
-        job = ledger.job(job_id)
-        if time.monotonic() > deadline:
-            ledger.send(ledger.cancel_job_call(job_id), user)
-            raise NoBids(f"no bids filled job {job_id} within {timeout:.0f}s: cancelled, "
-                         f"{rounded(job['budget'])} ZEN refunded to {user.address}")
-        # The bidders close their own round first; the user steps in only after a grace period.
-        if ledger.w3.eth.get_block("latest")["timestamp"] > job["revealDeadline"] + CLOSE_GRACE:
-            try:
-                ledger.close_auction(user, job_id)
-            except ChainError as exc:  # closed by someone else meanwhile
-                log.info("close auction: %s", exc)
-        time.sleep(poll)
 
+    def __init__(self, ledger: Ledger, user: LocalAccount, job_id: int, storage: Storage | None = None,
+                 poll: float = 1.0):
+        self.ledger = ledger
+        self.user = user
+        self.id = job_id
+        self.storage = storage
+        self.poll = poll
+        self._losses: dict[str, float | None] = {}  # by checkpoint CID: each is fetched once
 
-def progress(ledger: Ledger, storage: Storage, job_id: int, losses: dict[str, float | None]) -> Progress:
-    """Where the job is, from chain state and its latest checkpoint's own metrics (`losses` caches
-    them by CID, so each checkpoint is fetched once)."""
-    job = ledger.job(job_id)
-    slots = [ledger.slot(job_id, i) for i in range(job["nodes"])]
-    slot_budget = job["budget"] // job["nodes"]
-    units = latest_units(ledger, job_id)
-    loss = None
-    if units:
+    def __repr__(self) -> str:
+        return f"ChainJob({self.id})"
+
+    def wait(self, on_progress: Callable[[Progress], None] | None = None, *, until: JobStatus = JobStatus.SETTLED,
+             auction_timeout: float | None = None) -> None:
+        """Take the job to `until` (see `next_step`): close auction rounds nobody closed, cancel for a
+        full refund past `auction_timeout` seconds (NoBids), settle once verification is over.
+        `on_progress` gets the progress whenever it changes."""
+        started, last = time.monotonic(), None
+        while True:
+            if on_progress is not None and (now := self.progress()) != last:
+                on_progress(now)
+                last = now
+            job, waited = self.snapshot(), time.monotonic() - started
+            step = next_step(job, until=until, waited=waited, auction_timeout=auction_timeout)
+            if step is Step.ARRIVED:
+                return
+            if step is Step.CANCEL:
+                self.cancel()
+                raise NoBids(self.id, waited, job.budget, self.user.address)
+            if step is Step.CLOSE_AUCTION:
+                self._close_auction()
+            elif step is Step.SETTLE:
+                self._try_settle()
+            time.sleep(self.poll)
+
+    def snapshot(self) -> Snapshot:
+        job = self.ledger.job(self.id)
+        status = JobStatus(job["status"])
+        completed = status is JobStatus.COMPLETED
+        return Snapshot(
+            job_id=self.id, status=status, budget=job["budget"],
+            now=self.ledger.w3.eth.get_block("latest")["timestamp"], reveal_deadline=job["revealDeadline"],
+            window_ends=job["completedAt"] + self._verification_window if completed else None,
+            open_disputes=self.ledger.open_disputes(self.id) if completed else None,
+        )
+
+    @cached_property
+    def _verification_window(self) -> int:
+        return self.ledger.verification_window()
+
+    def progress(self) -> Progress:
+        """Where the job is, from chain state and its latest checkpoint's own metrics."""
+        job = self.ledger.job(self.id)
+        slots = [self.ledger.slot(self.id, i) for i in range(job["nodes"])]
+        slot_budget = job["budget"] // job["nodes"]
+        return Progress(
+            status=JobStatus(job["status"]),
+            units_done=sum(s["unitsDone"] for s in slots),
+            units_total=job["unitsPerNode"] * job["nodes"],
+            accrued=sum(slot_budget - s["remaining"] for s in slots),
+            loss=self._latest_loss(),
+        )
+
+    def _latest_loss(self) -> float | None:
+        if self.storage is None:
+            return None
+        units = latest_units(self.ledger, self.id)
+        if not units:
+            return None
         cid = units[0]["cid"]
-        if cid not in losses:
-            losses[cid] = unit_loss(storage.cat(cid))
-        loss = losses[cid]
-    return Progress(
-        status=JobStatus(job["status"]),
-        units_done=sum(s["unitsDone"] for s in slots),
-        units_total=job["unitsPerNode"] * job["nodes"],
-        accrued=sum(slot_budget - s["remaining"] for s in slots),
-        loss=loss,
-    )
+        if cid not in self._losses:
+            self._losses[cid] = unit_loss(self.storage.cat(cid))
+        return self._losses[cid]
+
+    def _close_auction(self) -> None:
+        try:
+            self.ledger.close_auction(self.user, self.id)
+        except ChainError as exc:  # closed by someone else meanwhile
+            log.info("close auction: %s", exc)
+
+    def cancel(self) -> None:
+        """Cancel while no auction has cleared: the whole budget comes back."""
+        self.ledger.send(self.ledger.cancel_job_call(self.id), self.user)
+
+    def _try_settle(self) -> None:
+        """Settle if the ledger lets us; someone else settling first, even in the same block, is no
+        failure: the next look finds the job settled."""
+        try:
+            self.ledger.send(self.ledger.settle_call(self.id), self.user)
+        except (ContractRevert, TransactionReverted) as exc:
+            log.info("settle: %s", exc)
+
+    def clearing_price(self) -> int:
+        """ZEN wei per GPU-hour the auction cleared at."""
+        return self.ledger.slot(self.id, 0)["price"]
+
+    def settlement(self) -> Settlement:
+        event = self.ledger.settlement_event(self.id)
+        if event is None:
+            raise JobError(f"job {self.id} is not settled")
+        args = event["args"]
+        return Settlement(args["payment"], args["fee"], args["refund"], args["verifierPool"],
+                          "0x" + event["transactionHash"].hex().removeprefix("0x"), event["blockNumber"])
+
+    def result(self, output: str | Path | None = None) -> Result:
+        """The trained weights written to `output` (default weights/job-<id>.pt); see `fetch_weights`."""
+        if self.storage is None:
+            raise JobError(f"job {self.id}: fetching the weights needs IPFS storage")
+        path = Path(output) if output is not None else default_output(self.id)
+        cid, digest = fetch_weights(self.ledger, self.storage, self.id, path)
+        return Result(self.id, cid, "0x" + digest, path)
 
 
 def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
@@ -176,40 +237,6 @@ def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
         if live:
             latest.append(live[-1])
     return latest
-
-
-def follow(ledger: Ledger, storage: Storage, job_id: int, on_progress: Callable[[Progress], None],
-           poll: float = 1.0) -> Progress:
-    """Report progress until the job has nothing left to run."""
-    last = None
-    losses: dict[str, float | None] = {}
-    while True:
-        now = progress(ledger, storage, job_id, losses)
-        if now != last:
-            on_progress(now)
-            last = now
-        if now.status in (JobStatus.COMPLETED, JobStatus.SETTLED, JobStatus.CANCELLED):
-            return now
-        time.sleep(poll)
-
-
-def settle(ledger: Ledger, user: LocalAccount, job_id: int, poll: float = 1.0) -> Settlement:
-    """Settle once the verification window is over (or find a provider's settlement)."""
-    window = ledger.verification_window()
-    while ledger.job_status(job_id) == JobStatus.COMPLETED:
-        job = ledger.job(job_id)
-        now = ledger.w3.eth.get_block("latest")["timestamp"]
-        open_disputes = ledger.open_disputes(job_id)
-        if now >= job["completedAt"] + window and open_disputes == 0:
-            try:
-                ledger.send(ledger.settle_call(job_id), user)
-            except (ContractRevert, TransactionReverted) as exc:  # e.g. a provider settled first, or in the same block
-                log.info("settle: %s", exc)
-        time.sleep(poll)
-    event = ledger.settlement_event(job_id)
-    args = event["args"]
-    return Settlement(args["payment"], args["fee"], args["refund"], args["verifierPool"],
-                      "0x" + event["transactionHash"].hex().removeprefix("0x"), event["blockNumber"])
 
 
 def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -> tuple[str, str]:

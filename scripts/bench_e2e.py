@@ -95,12 +95,13 @@ def on_market(text: str, sample_rate: int, root: Path) -> MarketRun:
             with Timer() as trained:  # this process is the devnet's parent: its CPU counts too
                 start = time.perf_counter()
                 job_id = jobs.submit(ledger, user, storage, text, order)
-                jobs.wait_for_auction(ledger, user, job_id, timeout=120, poll=POLL)
+                job = jobs.ChainJob(ledger, user, job_id, poll=POLL)
+                job.wait(until=JobStatus.RUNNING, auction_timeout=120)
                 auction = time.perf_counter() - start
                 while ledger.market.functions.status(job_id).call() != JobStatus.COMPLETED:
                     time.sleep(POLL)
             with Timer() as settled:
-                jobs.settle(ledger, user, job_id)
+                job.wait()
             (last,) = jobs.latest_units(ledger, job_id)
             cids = [e["args"]["cid"] for e in ledger.market.events.CheckpointCommitted().get_logs(
                 from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})]

@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from marketplace.cli.train import follow_job, zen
+from marketplace.cli.train import follow_to_settlement, result_line, zen
 from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
 from marketplace.devnet.network import State
@@ -152,14 +152,14 @@ def result_command(ctx, job_id: int, output: Path | None, wait_: bool, as_json: 
     client = open_client(ctx, wallet=wait_)  # waiting may settle the job, which the wallet signs
     job = client.handle(job_id)
     if wait_:
-        follow_job(job)
+        follow_to_settlement(job)
     elif (status := client.job(job_id)["status"]) not in ("completed", "settled"):
         raise ZooError(f"job {job_id} is {status}, not finished: pass --wait to follow it first")
     with console.status(f"downloading and checking job {job_id}'s checkpoint"):
         result = job.result(output)
     if as_json:
         return emit({"job_id": job_id, "cid": result.cid, "state_hash": result.state_hash, "path": str(result.path)})
-    console.print(f"result: checkpoint {result.cid} (state {result.state_hash[2:18]}…), weights written to {result.path}")
+    console.print(result_line(result))
 
 
 @jobs.command("cancel")

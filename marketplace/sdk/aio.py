@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -19,17 +18,21 @@ from eth_account.signers.local import LocalAccount
 from marketplace import jobs, results
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
-from marketplace.chain.zen import rounded
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
-from marketplace.protocol.terms import Tier
-from marketplace.sdk.errors import (
-    GatewayError,
-    GatewayUnavailable,
-    JobCancelled,
+from marketplace.protocol.journey import (
+    JobError,
     NoBids,
-    TransactionReverted,
+    Progress,
+    Result,
+    Settlement,
+    Snapshot,
+    Step,
+    default_output,
+    next_step,
 )
+from marketplace.protocol.terms import JobStatus, Tier
+from marketplace.sdk.errors import GatewayError, GatewayUnavailable, TransactionReverted
 from marketplace.storage import Storage
 
 SESSION_MINUTES = 60  # how long a sign-in asks to last
@@ -39,14 +42,6 @@ FINISHED = ("settled", "cancelled")
 def wei(zen: float | str | Decimal) -> int:
     """A ZEN amount (5000, "0.5") in wei."""
     return int(Decimal(str(zen)) * ZEN)
-
-
-@dataclass(frozen=True)
-class Result:
-    job_id: int
-    cid: str  # the final checkpoint
-    state_hash: str  # hex: the final checkpoint's, as committed on-chain; a group model's own
-    path: Path  # where the weights were written
 
 
 class AsyncClient:
@@ -192,15 +187,21 @@ class AsyncClient:
         Amounts are in ZEN; `max_price` is per GPU-hour. The gateway refuses a bad spec (naming the
         field), a budget below the reserve and a budget above the wallet's ZEN before anything is signed.
         """
+        return await self.submit(jobs.read_spec_text(Path(config)), jobs.Order(
+            max_budget=wei(max_budget), max_price=wei(max_price), tier=Tier.named(tier), nodes=nodes,
+            sample_rate_bps=sample_rate_bps, checkpoint_interval=checkpoint_interval))
+
+    async def submit(self, spec_text: str, order: jobs.Order) -> AsyncJob:
+        """`train` with the spec's text and an order in wei: what the CLI sends whichever way it reaches
+        the chain."""
         account = self._account()
-        spec = await self.upload_spec(jobs.read_spec_text(Path(config)))
-        budget = wei(max_budget)
+        spec = await self.upload_spec(spec_text)
         permit = await self.request("POST", "/transactions/permit", json={
-            "owner": account.address, "spender": "JobMarket", "value": str(budget)})
+            "owner": account.address, "spender": "JobMarket", "value": str(order.max_budget)})
         created = await self.transact("/transactions/jobs", {
-            "spec_cid": spec["cid"], "max_budget": str(budget), "max_price": str(wei(max_price)),
-            "tier": Tier.named(tier), "nodes": nodes, "sample_rate_bps": sample_rate_bps,
-            "checkpoint_interval": checkpoint_interval, "permit": self._signed_permit(permit),
+            "spec_cid": spec["cid"], "max_budget": str(order.max_budget), "max_price": str(order.max_price),
+            "tier": order.tier, "nodes": order.nodes, "sample_rate_bps": order.sample_rate_bps,
+            "checkpoint_interval": order.checkpoint_interval, "permit": self._signed_permit(permit),
         })
         return AsyncJob(self, created["job_id"])
 
@@ -240,7 +241,8 @@ class AsyncClient:
 
 
 class AsyncJob:
-    """One job on the gateway: follow it, settle it, fetch its verified weights."""
+    """One job on the gateway: the journey of marketplace/protocol/journey.py through the gateway, with
+    the same calls as the chain's (jobs.ChainJob); and its logs."""
 
     def __init__(self, client: AsyncClient, job_id: int):
         self.client = client
@@ -252,9 +254,11 @@ class AsyncJob:
     async def status(self) -> dict:
         return await self.client.job(self.id)
 
-    async def progress(self) -> dict:
-        """Units done of total, ZEN accrued (wei), latest loss, per-unit metrics."""
-        return await self.client.metrics(self.id)
+    async def progress(self) -> Progress:
+        """Units done of total, ZEN accrued (wei), latest loss; `client.metrics` has every unit's."""
+        metrics = await self.client.metrics(self.id)
+        return Progress(JobStatus.named(metrics["status"]), metrics["units_done"], metrics["units_total"],
+                        int(metrics["accrued"]), metrics["loss"])
 
     async def _indexed(self) -> dict | None:
         """The job as indexed, or None while the indexer has not reached its creation."""
@@ -265,32 +269,29 @@ class AsyncJob:
                 return None
             raise
 
-    async def wait(self, on_progress: Callable[[dict], None] | None = None, *, auction_timeout: float | None = None,
-                   settle: bool = True) -> dict:
-        """Wait until the job is settled (settling it once its verification window is over, if `settle`).
+    async def wait(self, on_progress: Callable[[Progress], None] | None = None, *,
+                   until: JobStatus = JobStatus.SETTLED, auction_timeout: float | None = None) -> dict:
+        """Take the job to `until` (default: settled, settling it once its verification window is over)
+        and return it as indexed.
 
         With `auction_timeout` (seconds), a job still unassigned by then is cancelled for a full
-        refund and NoBids is raised. `on_progress` gets the metrics whenever they change.
+        refund and NoBids is raised. `on_progress` gets the progress whenever it changes. The
+        gateway shows no round deadlines, so a round nobody closed waits for its bidders here.
         """
-        started = time.monotonic()
-        last = None
+        started, last = time.monotonic(), None
         while True:
             job = await self._indexed()
-            status = job["status"] if job else None
-            if status == "cancelled":
-                raise JobCancelled(f"job {self.id} was cancelled")
-            if status == "settled" or (status == "completed" and not settle):
+            if on_progress is not None and job is not None and (now := await self.progress()) != last:
+                on_progress(now)
+                last = now
+            waited = time.monotonic() - started
+            step = next_step(snapshot(self.id, job), until=until, waited=waited, auction_timeout=auction_timeout)
+            if step is Step.ARRIVED:
                 return job
-            if on_progress is not None and job is not None:
-                now = await self.progress()
-                if now != last:
-                    on_progress(now)
-                    last = now
-            if status == "open" and auction_timeout is not None and time.monotonic() - started > auction_timeout:
+            if step is Step.CANCEL:
                 await self.cancel()
-                raise NoBids(f"no bids filled job {self.id} within {auction_timeout:.0f}s: cancelled, "
-                             f"{rounded(int(job['budget']))} ZEN refunded")
-            if status == "completed":
+                raise NoBids(self.id, waited, int(job["budget"]), self.client.wallet.address)
+            if step is Step.SETTLE:
                 await self._try_settle()
             await asyncio.sleep(self.client.poll_interval)
 
@@ -309,13 +310,27 @@ class AsyncJob:
         """Cancel while no auction has cleared: the whole budget comes back."""
         return await self.client.transact(f"/transactions/jobs/{self.id}/cancel", {})
 
+    async def clearing_price(self) -> int:
+        """ZEN wei per GPU-hour the auction cleared at."""
+        price = (await self.status())["clearing_price"]
+        if price is None:
+            raise JobError(f"job {self.id}: no auction has cleared")
+        return int(price)
+
+    async def settlement(self) -> Settlement:
+        settled = (await self.status())["settlement"]
+        if settled is None or settled["cancelled"]:
+            raise JobError(f"job {self.id} is not settled")
+        return Settlement(int(settled["payment"]), int(settled["fee"]), int(settled["refund"]),
+                          int(settled["verifier_pool"]), settled["tx_hash"], settled["block_number"])
+
     async def result(self, output: str | Path | None = None) -> Result:
         """Download the trained model by CID and write its weights to `output` (default
         weights/job-<id>.pt): the final checkpoint, checked against the state hash committed
         on-chain, or for a group job the model every rank's last round holds (see
         `results.write_result`)."""
         shown = await self.client.request("GET", f"/jobs/{self.id}/result")
-        path = Path(output) if output is not None else Path("weights") / f"job-{self.id}.pt"
+        path = Path(output) if output is not None else default_output(self.id)
         units = [results.LastUnit(**slot) for slot in shown["slots"]]
 
         def fetch() -> tuple[str, str]:
@@ -341,3 +356,11 @@ class AsyncJob:
             if job is not None and job["status"] in FINISHED:
                 return
             await asyncio.sleep(self.client.poll_interval)
+
+
+def snapshot(job_id: int, job: dict | None) -> Snapshot:
+    """What the gateway's index shows the journey: the job's status and budget, nothing of the chain's
+    clock, deadlines or disputes (`next_step` does without them)."""
+    if job is None:
+        return Snapshot(job_id, JobStatus.NONE)
+    return Snapshot(job_id, JobStatus.named(job["status"]), int(job["budget"]))

@@ -1,4 +1,5 @@
-"""What the SDK raises: a gateway's refusal with its message, or no gateway at all."""
+"""What the SDK raises of its own: a gateway's refusal with its message, or no gateway at all (a job's
+journey raises the errors of marketplace/protocol/journey.py, NoBids and JobCancelled)."""
 
 from __future__ import annotations
 
@@ -27,11 +28,3 @@ class TransactionReverted(GatewayError):
         said = f": {reason}" if reason else ""
         super().__init__(0, f"transaction {tx_hash} reverted in block {block}{said}")
         self.tx_hash, self.block = tx_hash, block
-
-
-class NoBids(ZooError):
-    """The auction did not fill in time; the job was cancelled and its budget refunded."""
-
-
-class JobCancelled(ZooError):
-    """The job ended cancelled, with nothing trained."""

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Self
 
+from marketplace.jobs import Order
 from marketplace.sdk.aio import AsyncClient, AsyncJob
 
 
@@ -24,7 +25,7 @@ def blocking(target, name: str, run: Callable):
 
 
 class Client:
-    """`Client(gateway_url, wallet=...)`: every AsyncClient method, blocking. `train` returns a Job.
+    """`Client(gateway_url, wallet=...)`: every AsyncClient method, blocking. `train` and `submit` return a Job.
 
     Not for use inside a running event loop: there, use AsyncClient.
     """
@@ -52,6 +53,9 @@ class Client:
 
     def train(self, config, max_budget, **order) -> Job:
         return Job(self, self.run(self.aio.train(config, max_budget, **order)))
+
+    def submit(self, spec_text: str, order: Order) -> Job:
+        return Job(self, self.run(self.aio.submit(spec_text, order)))
 
     def handle(self, job_id: int) -> Job:
         return Job(self, self.aio.handle(job_id))

@@ -19,7 +19,7 @@ from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.chain.toolchain import PROJECT_ROOT
 from marketplace.devnet.accounts import devnet_account
-from marketplace.protocol.terms import Tier
+from marketplace.protocol.terms import JobStatus, Tier
 
 from .conftest import wait_for
 
@@ -131,13 +131,14 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
         # The page follows the job without a reload: it appears, accrues pay, settles.
         row = page.locator(f'#jobs tr[data-job="{job_id}"]')
         expect(row).to_be_visible()
-        jobs.wait_for_auction(ledger, user, job_id, timeout=60)
-        jobs.follow(ledger, storage, job_id, lambda progress: None)
+        job = jobs.ChainJob(ledger, user, job_id)
+        job.wait(until=JobStatus.COMPLETED, auction_timeout=60)
     expect(row.locator(".status")).to_have_text("completed")
     accrued = ledger.job(job_id)["budget"] - ledger.slot(job_id, 0)["remaining"]
     assert accrued > 0 and wei_in(row.locator('[data-field="paid"]')) == accrued
     snap(page, "explorer-job-completed")
-    settled = jobs.settle(ledger, user, job_id)
+    job.wait()
+    settled = job.settlement()
     expect(row.locator(".status")).to_have_text("settled")
 
     budget = ledger.job(job_id)["budget"]
@@ -180,9 +181,7 @@ def settled_job(network, gateway) -> int:
     order = jobs.Order(max_budget=20 * ZEN, max_price=10 * ZEN, sample_rate_bps=0, checkpoint_interval=600)
     with network.storage() as storage:
         job_id = jobs.submit(ledger, user, storage, QUICK_SPEC, order)
-        jobs.wait_for_auction(ledger, user, job_id, timeout=60)
-        jobs.follow(ledger, storage, job_id, lambda progress: None)
-    jobs.settle(ledger, user, job_id)
+    jobs.ChainJob(ledger, user, job_id).wait(auction_timeout=60)
     return job_id
 
 

@@ -20,6 +20,7 @@ from marketplace.chain.ledger import Hardware
 from marketplace.devnet.accounts import devnet_account
 from marketplace.processes import free_port
 from marketplace.protocol.checkpoint import state_hash
+from marketplace.protocol.journey import Settlement
 from marketplace.protocol.rank_bundle import RankUnit, load_rank_bundle, rank_bundle, update_sha256
 from marketplace.protocol.terms import JobStatus, Tier
 from marketplace.sdk import Client
@@ -60,12 +61,14 @@ def slashes(ledger, account: str) -> list[int]:
     return [log["args"]["reason"] for log in logs]
 
 
-def settle_and_pay_out(network, job_id: int, gone: tuple[str, ...] = ()) -> jobs.Settlement:
+def settle_and_pay_out(network, job_id: int, gone: tuple[str, ...] = ()) -> Settlement:
     """Settle the job and wait until every payout of it has left the market (providers withdraw,
     verifiers claim their fees; but not the providers `gone`), so the balances later tests watch
     hold still."""
     ledger = network.ledger
-    settlement = jobs.settle(ledger, network.user, job_id)
+    job = jobs.ChainJob(ledger, network.user, job_id)
+    job.wait()
+    settlement = job.settlement()
     verifiers = [a for n, a in network.state.accounts.items() if n.startswith("verifier")]
     owed_fees = {v for v in verifiers if ledger.verification.functions.verificationsBy(job_id, v).call()}
 
@@ -110,7 +113,7 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
     spec = load_spec(DDP_SPEC)
     with network.storage() as storage:
         job_id = jobs.submit(ledger, network.user, storage, DDP_SPEC.read_text(), ORDER)
-        jobs.wait_for_auction(ledger, network.user, job_id, timeout=60)
+        jobs.ChainJob(ledger, network.user, job_id).wait(until=JobStatus.RUNNING, auction_timeout=60)
         wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 240,
                  "every rank to commit its units")
         units = {(u["slot"], u["index"]): u for u in committed_units(ledger, job_id)}
@@ -153,7 +156,7 @@ def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_se
     order = replace(ORDER, checkpoint_interval=40)  # a rank silent this long is reported
     with network.storage() as storage:
         job_id = jobs.submit(ledger, network.user, storage, text, order)
-        jobs.wait_for_auction(ledger, network.user, job_id, timeout=60)
+        jobs.ChainJob(ledger, network.user, job_id).wait(until=JobStatus.RUNNING, auction_timeout=60)
         ranks = [ledger.slot(job_id, slot)["provider"] for slot in range(3)]
         assert len(set(ranks)) == 3, "each rank is a different provider"
         assert rendezvous(ledger, job_id)[0] == "127.0.0.1"

@@ -144,7 +144,9 @@ def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):
         wait_for(lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address), 180, "the cheater's slash")
         wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 400,
                  "an honest provider to finish the job")
-        settlement = jobs.settle(ledger, network.user, job_id)
+        job = jobs.ChainJob(ledger, network.user, job_id)
+        job.wait()
+        settlement = job.settlement()
 
     market = ledger.market.functions
     assert market.earned(job_id, cheater.address).call() == 0
@@ -158,7 +160,7 @@ def test_provider_lost_mid_job_is_replaced_and_nothing_is_lost(network, uninterr
     with network.storage() as storage:
         order = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, checkpoint_interval=40)
         job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), order)
-        jobs.wait_for_auction(ledger, network.user, job_id, timeout=60)
+        jobs.ChainJob(ledger, network.user, job_id).wait(until=JobStatus.RUNNING, auction_timeout=60)
         first = ledger.slot(job_id, 0)["provider"]
         wait_for(lambda: ledger.slot(job_id, 0)["unitsDone"] >= 2, 120, "two checkpoints")
         network.kill(first)
@@ -166,7 +168,9 @@ def test_provider_lost_mid_job_is_replaced_and_nothing_is_lost(network, uninterr
         wait_for(lambda: DOWNTIME in slashes(ledger, first), 180, "the downtime report")
         wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 400,
                  "another provider to finish the job")
-        settlement = jobs.settle(ledger, network.user, job_id)
+        job = jobs.ChainJob(ledger, network.user, job_id)
+        job.wait()
+        settlement = job.settlement()
 
     market = ledger.market.functions
     successors = [p for p in market.participants(job_id).call() if p != first]
