@@ -1,29 +1,51 @@
-"""Follow the ledger's events in chain order, each once, from a block a daemon can persist."""
+"""Follow the ledger's events in chain order, each once, from a block a daemon can persist, and notice
+when the chain drops a block already read."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from eth_utils import event_abi_to_log_topic
 from web3 import Web3
 from web3.contract import Contract
+from web3.exceptions import BlockNotFound
 from web3.types import EventData
 
-log = logging.getLogger(__name__)
+from marketplace.chain.errors import ChainError
+
+
+@dataclass(frozen=True)
+class BlockMark:
+    """A block as a cursor read it: its number and its hash (0x-prefixed hex)."""
+
+    number: int
+    hash: str
+
+
+class ChainReorganized(ChainError):
+    """The chain no longer has a block the cursor read: logs read from it may be gone or different."""
+
+    def __init__(self, block: BlockMark, found: str | None):
+        self.block, self.found = block, found
+        now = f"now {found}" if found is not None else "now missing"
+        super().__init__(f"chain reorganised: block {block.number} was {block.hash}, {now}")
 
 
 class EventCursor:
     """Polls the logs of several contracts and decodes them with their ABIs.
 
-    `next_block` is the first block not yet read: save it, and a restarted daemon resumes
-    exactly where it stopped, with no log missed or seen twice. Logs are returned only once
-    `confirmations` blocks bury them.
+    `next_block` is the first block not yet read and `last` the last block read with its hash:
+    save both, and a restarted daemon resumes exactly where it stopped, with no log missed or seen
+    twice. Logs are returned only once `confirmations` blocks bury them; a poll raises
+    ChainReorganized when `last` is no longer on the chain, and `fork` finds where to read again.
     """
 
     def __init__(self, w3: Web3, contracts: list[Contract], next_block: int, confirmations: int = 0,
-                 max_range: int = 2_000):
+                 max_range: int = 2_000, last: BlockMark | None = None):
         self.w3 = w3
         self.next_block = next_block
+        self.last = last
         self.confirmations = confirmations
         self.max_range = max_range
         self._addresses = [c.address for c in contracts]
@@ -34,19 +56,56 @@ class EventCursor:
                     topic = event_abi_to_log_topic(item)
                     self._decoders[(contract.address, topic)] = getattr(contract.events, item["name"])()
 
+    @property
+    def position(self) -> tuple[int, BlockMark | None]:
+        return self.next_block, self.last
+
+    def seek(self, next_block: int, last: BlockMark | None) -> None:
+        """Read from `next_block` on; `last` is the block before it as it was read (None: unchecked)."""
+        self.next_block, self.last = next_block, last
+
     def poll(self) -> list[EventData]:
-        """Every new log up to the confirmed head, oldest first."""
+        """Every new log up to the confirmed head, oldest first; raises ChainReorganized, reading
+        nothing, if the chain replaced the last block read."""
+        if self.last is not None:
+            found = self.hash_of(self.last.number)
+            if found != self.last.hash:
+                raise ChainReorganized(self.last, found)
         head = self.w3.eth.block_number - self.confirmations
+        if self.next_block > head:
+            return []
+        # The head's hash is taken before its logs: a reorg after this point replaces that block
+        # too, so the next poll notices it, whichever branch the logs came from.
+        last = BlockMark(head, self._hash(self.w3.eth.get_block(head)))
         events: list[EventData] = []
-        while self.next_block <= head:
-            to_block = min(head, self.next_block + self.max_range - 1)
-            logs = self.w3.eth.get_logs(
-                {"fromBlock": self.next_block, "toBlock": to_block, "address": self._addresses}
-            )
+        start = self.next_block
+        while start <= head:
+            to_block = min(head, start + self.max_range - 1)
+            logs = self.w3.eth.get_logs({"fromBlock": start, "toBlock": to_block, "address": self._addresses})
             for raw in logs:
                 decoder = self._decoders.get((raw["address"], bytes(raw["topics"][0])))
                 if decoder is not None:
                     events.append(decoder.process_log(raw))
-            self.next_block = to_block + 1
+            start = to_block + 1
+        self.next_block, self.last = head + 1, last
         events.sort(key=lambda e: (e["blockNumber"], e["logIndex"]))
         return events
+
+    def hash_of(self, number: int) -> str | None:
+        """The hash of the chain's block `number` now; None if the chain is shorter."""
+        try:
+            return self._hash(self.w3.eth.get_block(number))
+        except BlockNotFound:
+            return None
+
+    def fork(self, read: Iterable[BlockMark]) -> BlockMark | None:
+        """The newest of the blocks `read` (newest first) that the chain still has: what was read
+        up to it stands, and reading resumes after it. None if the chain has none of them."""
+        for mark in read:
+            if self.hash_of(mark.number) == mark.hash:
+                return mark
+        return None
+
+    @staticmethod
+    def _hash(block) -> str:
+        return "0x" + bytes(block["hash"]).hex()

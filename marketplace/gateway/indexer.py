@@ -8,15 +8,16 @@ import threading
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 from web3 import Web3
-from web3.exceptions import BlockNotFound
 from web3.types import EventData
 
+from marketplace.chain.decoder import LedgerDecoder
 from marketplace.chain.deploy import Deployment
-from marketplace.chain.events import EventCursor
+from marketplace.chain.events import BlockMark, ChainReorganized, EventCursor
 from marketplace.config import Settings
 from marketplace.errors import ZooError
 from marketplace.gateway import db
 from marketplace.protocol.terms import JobStatus, SlashReason
+from marketplace.runtime.loop import run_ticks
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +37,9 @@ class Indexer:
     """One `step()` reads every confirmed log since the stored cursor and stores it with the cursor.
 
     Rows and cursor commit in one transaction, so a crash leaves either both or neither: a restart
-    resumes with no gap and no duplicate. Before reading, the hash of the last indexed block is
-    compared with the chain's; if the chain moved to another branch, the rows of the orphaned
-    blocks are deleted (every row carries its block number) and the blocks are read again.
+    resumes with no gap and no duplicate. The cursor (marketplace/chain/events.py) checks the last
+    indexed block's hash before it reads; if the chain moved to another branch, the rows of the
+    orphaned blocks are deleted (every row carries its block number) and the blocks are read again.
     Confirmations make it rare for a branch to change under a running step; a change that does
     is found by the next step's check.
     """
@@ -52,38 +53,35 @@ class Indexer:
         contracts = [deployment.contract(w3, name) for name in CONTRACTS]
         self._names = {c.address: name for name, c in zip(CONTRACTS, contracts)}
         self.treasury = deployment.addresses["Treasury"]
-        self.market = deployment.contract(w3, "JobMarket")
+        self.market = deployment.addresses["JobMarket"]
+        self.decoder = LedgerDecoder.of(w3, deployment)
         self.cursor = EventCursor(w3, contracts, deployment.deploy_block, confirmations)
 
     def step(self) -> int:
         """Index what is new; returns how many events were stored."""
         with self.sessions.begin() as session:
             state = self._state(session)
-            if self._orphaned(state):
-                self._roll_back(session, state)
-            self.cursor.next_block = state.next_block
-            events = self.cursor.poll()
-            if self.cursor.next_block == state.next_block:
+            last_read = BlockMark(state.next_block - 1, state.last_block_hash) if state.last_block_hash else None
+            self.cursor.seek(state.next_block, last_read)
+            try:
+                events = self.cursor.poll()
+            except ChainReorganized as reorg:
+                self._roll_back(session, state, reorg)
+                events = self.cursor.poll()
+            last = self.cursor.last
+            if last is None or self.cursor.next_block == state.next_block:
                 return 0
-            last = self.cursor.next_block - 1
-            rows = [row for e in events for row in self._rows(e)]
-            session.add_all(rows)
-            block_hash = _hex(self.w3.eth.get_block(last)["hash"])
-            state.next_block, state.last_block_hash = last + 1, block_hash
-            session.merge(db.IndexedBlock(number=last, hash=block_hash))
-            session.execute(delete(db.IndexedBlock).where(db.IndexedBlock.number <= last - self.keep_blocks))
+            session.add_all([row for e in events for row in self._rows(e)])
+            state.next_block, state.last_block_hash = self.cursor.next_block, last.hash
+            session.merge(db.IndexedBlock(number=last.number, hash=last.hash))
+            session.execute(delete(db.IndexedBlock).where(db.IndexedBlock.number <= last.number - self.keep_blocks))
         if events:
-            log.info("indexed %d events up to block %d", len(events), last)
+            log.info("indexed %d events up to block %d", len(events), last.number)
         return len(events)
 
     def run(self, interval: float, stop: threading.Event) -> None:
-        """Step every `interval` seconds until `stop` is set; a failed step is logged and retried."""
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # an RPC hiccup must not end a long-running indexer
-                log.exception("indexer step failed; retrying")
-            stop.wait(interval)
+        """Step every `interval` seconds until `stop` is set; an RPC hiccup is logged and retried."""
+        run_ticks(self.step, stop, interval, "indexer step")
 
     # --- cursor and reorgs ---------------------------------------------------------------
 
@@ -97,30 +95,17 @@ class Indexer:
             raise IndexerError(f"the database indexes chain {state.chain_id}, not {self.deployment.chain_id}")
         return state
 
-    def _chain_hash(self, number: int) -> str | None:
-        try:
-            return _hex(self.w3.eth.get_block(number)["hash"])
-        except BlockNotFound:
-            return None
-
-    def _orphaned(self, state: db.IndexerState) -> bool:
-        return state.last_block_hash is not None and (
-            self._chain_hash(state.next_block - 1) != state.last_block_hash
-        )
-
-    def _roll_back(self, session: Session, state: db.IndexerState) -> None:
-        """Delete everything above the newest stored block the chain still has, and resume after it."""
-        fork = self.deployment.deploy_block
-        fork_hash = None
-        for block in session.scalars(select(db.IndexedBlock).order_by(db.IndexedBlock.number.desc())):
-            if self._chain_hash(block.number) == block.hash:
-                fork, fork_hash = block.number + 1, block.hash
-                break
+    def _roll_back(self, session: Session, state: db.IndexerState, reorg: ChainReorganized) -> None:
+        """Delete everything above the newest indexed block the chain still has, and resume after it."""
+        indexed = session.scalars(select(db.IndexedBlock).order_by(db.IndexedBlock.number.desc()))
+        kept = self.cursor.fork(BlockMark(block.number, block.hash) for block in indexed)
+        resume = kept.number + 1 if kept is not None else self.deployment.deploy_block
         for table in db.EVENT_TABLES:
-            session.execute(delete(table).where(table.block_number >= fork))
-        session.execute(delete(db.IndexedBlock).where(db.IndexedBlock.number >= fork))
-        log.warning("chain reorganised: rolled back blocks %d..%d", fork, state.next_block - 1)
-        state.next_block, state.last_block_hash = fork, fork_hash
+            session.execute(delete(table).where(table.block_number >= resume))
+        session.execute(delete(db.IndexedBlock).where(db.IndexedBlock.number >= resume))
+        log.warning("%s: rolled back blocks %d..%d", reorg, resume, state.next_block - 1)
+        state.next_block, state.last_block_hash = resume, kept.hash if kept is not None else None
+        self.cursor.seek(resume, kept)
 
     # --- events to rows ------------------------------------------------------------------
 
@@ -219,9 +204,9 @@ def _bid_committed(indexer, a, where):
     transaction's input, when the bidder called the market directly."""
     tx = indexer.w3.eth.get_transaction(where["tx_hash"])
     commitment = None
-    if tx["to"] == indexer.deployment.addresses["JobMarket"]:
-        fn, args = indexer.market.decode_function_input(tx["input"])
-        if fn.fn_name == "commitBid":
+    if tx["to"] == indexer.market:
+        fn_name, args = indexer.decoder.decode_call(tx["to"], tx["input"])
+        if fn_name == "commitBid":
             commitment = _hex(args["commitment"])
     return [db.Bid(job_id=a["jobId"], provider=a["provider"], commitment=commitment, price=None, **where)]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from web3 import Web3
 
-from marketplace.chain.errors import ChainError, ContractRevert
+from marketplace.chain.errors import ChainError, ContractRevert, TransactionReverted
 
 
 def chain_time(w3: Web3) -> int:
@@ -13,6 +13,8 @@ def chain_time(w3: Web3) -> int:
 
 
 def revert_name(exc: ChainError) -> str | None:
-    """The custom error a contract refused with, or None for any other chain failure."""
-    return exc.name if isinstance(exc, ContractRevert) else None
+    """The custom error a contract refused with, when the call was estimated or once the mined
+    transaction failed; None for any other chain failure."""
+    refusal = exc.reason if isinstance(exc, TransactionReverted) else exc
+    return refusal.name if isinstance(refusal, ContractRevert) else None
 

@@ -1,5 +1,5 @@
-"""A daemon's SQLite journal: the chain cursor and the transaction outbox every role keeps, under
-the tables of the role's own state."""
+"""A daemon's SQLite journal: the event cursor, the transaction outbox and the payouts every role
+keeps, under the tables of the role's own state."""
 
 from __future__ import annotations
 
@@ -10,11 +10,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from marketplace.chain.events import BlockMark
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS blocks (number INTEGER PRIMARY KEY, hash TEXT NOT NULL);  -- the last of each poll
 CREATE TABLE IF NOT EXISTS outbox (
     key TEXT PRIMARY KEY, tx_hash TEXT NOT NULL, raw BLOB NOT NULL, done INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS payouts (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL);  -- settled | withdrawn
 """
+# How far back the cursor's read blocks are kept: a reorg deeper than this reads again from the start.
+KEEP_BLOCKS = 256
 
 
 @dataclass(frozen=True)
@@ -56,8 +62,12 @@ class JournalDB:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """Everything recorded inside lands together or not at all; other threads wait meanwhile."""
+        """Everything recorded inside lands together or not at all; other threads wait meanwhile. A
+        transaction opened inside another is part of it."""
         with self._lock:
+            if self._db.in_transaction:  # this thread's own, since it holds the lock: join it
+                yield
+                return
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield
@@ -66,14 +76,26 @@ class JournalDB:
                 raise
             self._db.execute("COMMIT")
 
-    # --- the chain cursor ------------------------------------------------------------------
+    # --- the event cursor ------------------------------------------------------------------
 
-    def next_block(self, default: int) -> int:
+    def cursor(self, start_block: int) -> tuple[int, BlockMark | None]:
+        """The next block to read (`start_block` before the first poll) and the last block read."""
         rows = self._run("SELECT value FROM meta WHERE key = 'next_block'")
-        return int(rows[0][0]) if rows else default
+        next_block = int(rows[0][0]) if rows else start_block
+        last = self._run("SELECT number, hash FROM blocks WHERE number = ?", next_block - 1)
+        return next_block, BlockMark(*last[0]) if last else None
 
-    def set_next_block(self, block: int) -> None:
-        self._run("INSERT OR REPLACE INTO meta VALUES ('next_block', ?)", str(block))
+    def set_cursor(self, next_block: int, last: BlockMark | None) -> None:
+        """Store where reading resumes; blocks recorded above `last` (orphaned by a reorg) go."""
+        with self.transaction():
+            self._run("INSERT OR REPLACE INTO meta VALUES ('next_block', ?)", str(next_block))
+            self._run("DELETE FROM blocks WHERE number >= ? OR number < ?", next_block, next_block - KEEP_BLOCKS)
+            if last is not None:
+                self._run("INSERT OR REPLACE INTO blocks VALUES (?, ?)", last.number, last.hash)
+
+    def read_blocks(self) -> list[BlockMark]:
+        """The blocks that ended the recent polls, newest first: where a reorg is traced back to."""
+        return [BlockMark(*row) for row in self._run("SELECT number, hash FROM blocks ORDER BY number DESC")]
 
     # --- the outbox ------------------------------------------------------------------------
 
@@ -89,3 +111,11 @@ class JournalDB:
 
     def forget_outgoing(self, key: str) -> None:
         self._run("DELETE FROM outbox WHERE key = ?", key)
+
+    # --- payouts: the market's pull payments of a settled job ----------------------------
+
+    def set_payout(self, job_id: int, state: str) -> None:
+        self._run("INSERT OR REPLACE INTO payouts VALUES (?, ?)", job_id, state)
+
+    def payouts(self, state: str) -> list[int]:
+        return [row[0] for row in self._run("SELECT job_id FROM payouts WHERE state = ? ORDER BY job_id", state)]

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import cast
 
 from eth_account.signers.local import LocalAccount
+from eth_account.types import TransactionDictType
+from eth_typing import HexStr
+from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract.contract import ContractFunction
 from web3.exceptions import TransactionNotFound, Web3RPCError
 from web3.types import TxReceipt
 
-from marketplace.chain.errors import ChainError, explain
-from marketplace.chain.tx import REVERTS
+from marketplace.chain.errors import ChainError, TransactionReverted
+from marketplace.chain.tx import build, revert_reason
 
 from .journal import JournalDB, Outgoing
 
@@ -39,29 +43,27 @@ class Outbox:
         return self.journal.outgoing(key) is not None
 
     def send(self, key: str, fn: ContractFunction) -> TxReceipt:
-        """Send `fn` once under `key` and wait for its receipt; raises the contract's error if it
-        would revert (nothing is journaled then, so the key stays free)."""
+        """Send `fn` once under `key` and wait for its receipt. Raises the contract's error if it
+        would revert (nothing is journaled then, so the key stays free), or TransactionReverted,
+        with the contract's error as its reason, if it was mined and failed: nothing was done
+        under the key, so it is free again and a later send estimates anew."""
         with self._lock:
             outgoing = self.journal.outgoing(key)
             if outgoing is None:
                 outgoing = self._sign(key, fn)
             elif not self._known(outgoing):
                 outgoing = self._rebroadcast(outgoing, fn)
-            receipt = self.w3.eth.wait_for_transaction_receipt(outgoing.tx_hash, timeout=self.receipt_timeout)
+            receipt = self.w3.eth.wait_for_transaction_receipt(HexStr(outgoing.tx_hash), timeout=self.receipt_timeout)
+            if receipt["status"] != 1:
+                self.journal.forget_outgoing(key)
+                reason = revert_reason(self.w3, HexBytes(outgoing.tx_hash))
+                raise TransactionReverted(outgoing.tx_hash, receipt["blockNumber"], reason)
             self.journal.finish_outgoing(key)
-        if receipt["status"] != 1:
-            raise ChainError(f"{key}: transaction {outgoing.tx_hash} reverted in block {receipt['blockNumber']}")
         return receipt
 
     def _sign(self, key: str, fn: ContractFunction) -> Outgoing:
-        address = self.account.address
-        params = {"from": address, "nonce": self.w3.eth.get_transaction_count(address, "pending")}
-        try:
-            gas = int(fn.estimate_gas(params) * 1.2) + 10_000
-            tx = fn.build_transaction({**params, "gas": gas})
-        except REVERTS as exc:
-            raise explain(exc) from None
-        signed = self.account.sign_transaction(tx)
+        # eth-account types a transaction as a plain dict of the same fields (web3 casts alike).
+        signed = self.account.sign_transaction(cast(TransactionDictType, build(self.w3, fn, self.account.address)))
         outgoing = Outgoing(key, "0x" + signed.hash.hex().removeprefix("0x"), bytes(signed.raw_transaction), False)
         self.journal.add_outgoing(key, outgoing.tx_hash, outgoing.raw)
         self._broadcast(outgoing)
@@ -69,7 +71,7 @@ class Outbox:
 
     def _known(self, outgoing: Outgoing) -> bool:
         try:
-            self.w3.eth.get_transaction(outgoing.tx_hash)
+            self.w3.eth.get_transaction(HexStr(outgoing.tx_hash))
             return True
         except TransactionNotFound:
             return False

@@ -8,16 +8,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
 from eth_account.signers.local import LocalAccount
 from web3.types import EventData
 
-from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import Role
 from marketplace.protocol.units import is_group_job
 from marketplace.runtime.clock import chain_time
+from marketplace.runtime.follower import EventFollower
+from marketplace.runtime.loop import TRANSIENT, run_ticks
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage, StorageError
 
@@ -29,9 +29,6 @@ from .settlement import Settler
 from .worker import Specs, UnitLog, Worker
 
 log = logging.getLogger(__name__)
-
-# What one failed tick may raise without stopping the daemon: the next tick retries.
-TRANSIENT = (ZooError, requests.RequestException, TimeoutError, ConnectionError)
 
 
 class NotAProvider(ZooError):
@@ -85,21 +82,17 @@ class ProviderDaemon:
             tier = self._await_admission(stop)
             if stop.is_set():
                 return
-            cursor = EventCursor(self.ledger.w3, [self.ledger.market],
-                                 self.journal.next_block(self.ledger.deployment.deploy_block),
-                                 self.config.confirmations)
+            follower = EventFollower(self.ledger.w3, [self.ledger.market], self.journal,
+                                     lambda event: self._dispatch(event, tier),
+                                     start_block=self.ledger.deployment.deploy_block,
+                                     confirmations=self.config.confirmations)
             message = (f"provider {self.account.address} ready: tier {tier}, watching JobMarket "
-                       f"{self.ledger.market.address} from block {cursor.next_block}, journal "
+                       f"{self.ledger.market.address} from block {follower.cursor.next_block}, journal "
                        f"{self.journal.path}")
             log.info(message)
             if on_ready is not None:
                 on_ready(message)
-            while not stop.is_set():
-                try:
-                    self._tick(cursor, tier, stop)
-                except TRANSIENT as exc:
-                    log.warning("tick failed, retrying: %s", exc)
-                stop.wait(self.config.poll_interval)
+            run_ticks(lambda: self._tick(follower, stop), stop, self.config.poll_interval)
         finally:
             self._shutdown()
 
@@ -115,22 +108,17 @@ class ProviderDaemon:
             account = self.ledger.staking_account(self.account.address)
         return account["tier"]
 
-    def _tick(self, cursor: EventCursor, tier: int, stop: threading.Event) -> None:
-        self._follow(cursor, tier)
+    def _tick(self, follower: EventFollower, stop: threading.Event) -> None:
+        follower.follow()
         now = chain_time(self.ledger.w3)
         self.bidder.tick(now)
         # Again after bidding, so a slot won by this tick's own close trains now, not a poll later.
-        self._follow(cursor, tier)
+        follower.follow()
         self._start_training(stop)
         self.settler.tick(now)
 
-    def _follow(self, cursor: EventCursor, tier: int) -> None:
-        for event in cursor.poll():
-            self._dispatch(event, tier)
-        # Handling is idempotent, so a crash before this line only replays a few events.
-        self.journal.set_next_block(cursor.next_block)
-
     def _dispatch(self, event: EventData, tier: int) -> None:
+        """Record what `event` means for this provider, in the follower's journal transaction."""
         args = event["args"]
         name = event["event"]
         if name == "AuctionOpened":

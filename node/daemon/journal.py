@@ -22,7 +22,6 @@ CREATE TABLE IF NOT EXISTS units (
     job_id INTEGER, slot INTEGER, idx INTEGER, cid TEXT NOT NULL, state_hash TEXT NOT NULL,
     seconds REAL NOT NULL,  -- wall-clock seconds the unit trained, what it meters
     PRIMARY KEY (job_id, slot, idx));
-CREATE TABLE IF NOT EXISTS payouts (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL);  -- settled | withdrawn
 """
 
 
@@ -57,7 +56,7 @@ class Unit:
 
 
 class Journal(JournalDB):
-    """The provider's auctions, bids, slots, units and payouts, beside the cursor and outbox."""
+    """The provider's auctions, bids, slots and units, beside the runtime's cursor, outbox and payouts."""
 
     ROLE_SCHEMA = SCHEMA
 
@@ -114,8 +113,3 @@ class Journal(JournalDB):
         rows = self._run("SELECT job_id, slot, idx, cid, state_hash, seconds FROM units "
                          "WHERE job_id = ? AND slot = ? AND idx = ?", job_id, slot, index)
         return Unit(*rows[0]) if rows else None
-
-    # --- payouts ----------------------------------------------------------------------------
-
-    def set_payout(self, job_id: int, state: str) -> None:
-        self._run("INSERT OR REPLACE INTO payouts VALUES (?, ?)", job_id, state)

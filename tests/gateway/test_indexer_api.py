@@ -88,12 +88,19 @@ def test_restart_mid_way_leaves_no_gap_and_no_duplicate(ledger, story, sessions,
         assert session.get(db.IndexerState, 1).next_block == middle + 1
 
     crashing = Indexer(ledger.w3, ledger.deployment, sessions)
-    def rpc_down(*_):
-        raise ConnectionError("rpc down")
+    rows = crashing._rows
+    built = []
 
-    monkeypatch.setattr(crashing.w3.eth, "get_block", rpc_down)  # after the logs are read, before the commit
+    def rpc_down_midway(event):  # after the logs are read and some rows built, before the commit
+        if len(built) == 3:
+            raise ConnectionError("rpc down")
+        built.append(event)
+        return rows(event)
+
+    monkeypatch.setattr(crashing, "_rows", rpc_down_midway)
     with pytest.raises(ConnectionError):
         crashing.step()
+    assert len(built) == 3
     monkeypatch.undo()
     with sessions() as session:
         assert session.get(db.IndexerState, 1).next_block == middle + 1

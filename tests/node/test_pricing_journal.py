@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from marketplace.chain.deploy import ZEN
+from marketplace.chain.events import BlockMark
 from node.daemon.journal import Auction, Bid, Journal, Unit
 from node.daemon.onboarding import attestation_of
 from node.daemon.pricing import PriceBelowFloor, Pricing
@@ -27,7 +28,7 @@ def test_jobs_below_the_floor_are_refused():
 def test_journal_survives_a_reopen(tmp_path):
     path = tmp_path / "node" / "journal.sqlite3"
     journal = Journal(path)
-    journal.set_next_block(42)
+    journal.set_cursor(42, BlockMark(41, "0x" + "41" * 32))
     journal.add_auction(Auction(1, 1, 100, 200))
     journal.add_auction(Auction(1, 1, 999, 999))  # an event replayed after a crash changes nothing
     bid = Bid(1, 1, 12 * ZEN, b"s" * 32, b"c" * 32)
@@ -38,7 +39,7 @@ def test_journal_survives_a_reopen(tmp_path):
     journal.close()
 
     journal = Journal(path)
-    assert journal.next_block(default=0) == 42
+    assert journal.cursor(start_block=0) == (42, BlockMark(41, "0x" + "41" * 32))
     assert journal.open_auctions() == [Auction(1, 1, 100, 200)]
     assert journal.bid(1, 1) == bid
     assert not journal.outgoing("bid:1:1").done

@@ -1,0 +1,74 @@
+"""Following the ledger's events into a daemon's journal, each event handled once across crashes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from web3 import Web3
+from web3.contract import Contract
+from web3.types import EventData
+
+from marketplace.chain.events import ChainReorganized, EventCursor
+
+from .journal import JournalDB
+
+log = logging.getLogger(__name__)
+
+
+class EventFollower:
+    """Hands each new event to `handle` and stores the cursor past them, all in one journal
+    transaction: a crash, or a handler that fails, leaves the journal and the cursor as they were,
+    and the same events come again. Handlers record what events mean; a transaction that must
+    land once is sent later, by the tick, through the outbox: an outbox record made inside a
+    transaction that rolls back would not outlive its broadcast.
+
+    When the chain drops a block already read, reading resumes after the newest read block the
+    chain still has; what the role recorded from the dropped blocks stays, so it is logged as an
+    error.
+    """
+
+    def __init__(
+        self,
+        w3: Web3,
+        contracts: list[Contract],
+        journal: JournalDB,
+        handle: Callable[[EventData], None],
+        *,
+        start_block: int,
+        confirmations: int = 0,
+    ):
+        self.journal = journal
+        self.handle = handle
+        self.start_block = start_block
+        next_block, last = journal.cursor(start_block)
+        self.cursor = EventCursor(w3, contracts, next_block, confirmations, last=last)
+
+    def follow(self) -> int:
+        """Handle what is new since the last call; returns how many events were handled."""
+        position = self.cursor.position
+        try:
+            events = self.cursor.poll()
+            with self.journal.transaction():
+                for event in events:
+                    self.handle(event)
+                self.journal.set_cursor(*self.cursor.position)
+        except ChainReorganized as reorg:
+            self._reorganized(reorg)
+            return 0
+        except BaseException:
+            self.cursor.seek(*position)
+            raise
+        return len(events)
+
+    def _reorganized(self, reorg: ChainReorganized) -> None:
+        fork = self.cursor.fork(self.journal.read_blocks())
+        next_block = fork.number + 1 if fork is not None else self.start_block
+        self.journal.set_cursor(next_block, fork)
+        self.cursor.seek(next_block, fork)
+        log.error(
+            "%s; reading events again from block %d. What this daemon recorded or sent on the "
+            "dropped blocks is not undone",
+            reorg,
+            next_block,
+        )

@@ -1,0 +1,71 @@
+"""Exactly-once transactions on a real chain: a crash between journaling and broadcast, a replay, and a
+transaction that was mined but failed."""
+
+from __future__ import annotations
+
+import pytest
+
+from marketplace.chain.errors import ContractRevert, TransactionReverted
+from marketplace.devnet.accounts import devnet_account
+from marketplace.runtime.clock import revert_name
+from marketplace.runtime.journal import JournalDB
+from marketplace.runtime.outbox import Outbox
+
+pytestmark = pytest.mark.anvil
+
+
+class Crash(Exception):
+    pass
+
+
+def crash(self, outgoing):
+    raise Crash
+
+
+def test_a_journaled_transaction_lands_once_across_a_crash(w3, ledger, tmp_path, monkeypatch):
+    account = devnet_account(8)
+    journal = JournalDB(tmp_path / "journal.sqlite3")
+    fn = ledger.zen.functions.approve(ledger.market.address, 5)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Outbox, "_broadcast", crash)
+        with pytest.raises(Crash):
+            Outbox(w3, account, journal).send("approve", fn)
+    signed = journal.outgoing("approve")
+    assert signed is not None and not signed.done
+
+    restarted = Outbox(w3, account, journal)
+    receipt = restarted.send("approve", fn)
+    assert "0x" + receipt["transactionHash"].hex().removeprefix("0x") == signed.tx_hash
+    assert restarted.send("approve", fn)["transactionHash"] == receipt["transactionHash"]
+    approvals = ledger.zen.events.Approval().get_logs(
+        from_block=0, argument_filters={"owner": account.address}
+    )
+    assert len(approvals) == 1
+
+
+def test_a_mined_failure_names_the_contracts_error_and_frees_its_key(
+    w3, ledger, tmp_path, monkeypatch
+):
+    """Signed while it would pass, mined once it no longer does: the send raises the contract's
+    reason, and the key is free again, so the next send estimates anew instead of replaying a
+    failure."""
+    owner, spender = devnet_account(0), devnet_account(8)
+    ledger.approve(owner, spender.address, 5)
+    journal = JournalDB(tmp_path / "journal.sqlite3")
+    fn = ledger.zen.functions.transferFrom(owner.address, spender.address, 5)
+    with monkeypatch.context() as patch:
+        patch.setattr(Outbox, "_broadcast", crash)
+        with pytest.raises(Crash):
+            Outbox(w3, spender, journal).send("pull", fn)
+    ledger.approve(owner, spender.address, 0)
+
+    outbox = Outbox(w3, spender, journal)
+    with pytest.raises(TransactionReverted) as mined:
+        outbox.send("pull", fn)
+    assert revert_name(mined.value) == "ERC20InsufficientAllowance"
+    assert journal.outgoing("pull") is None
+    with pytest.raises(ContractRevert) as estimated:
+        outbox.send("pull", fn)
+    assert revert_name(estimated.value) == "ERC20InsufficientAllowance"
+    assert journal.outgoing("pull") is None
