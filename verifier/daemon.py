@@ -1,8 +1,10 @@
 """The verifier daemon: watch the ledger, queue sampled units for re-runs, post what workers find.
 
-One loop, one thread: each tick reads new events, draws the samples that became drawable,
-collects finished re-runs and posts them, and reports providers that missed a checkpoint
-deadline. Re-runs happen in Celery workers, so a slow unit never delays a post that is due.
+One loop, one thread, on the daemon runtime: each tick follows new events into the journal,
+draws the samples that became drawable, collects finished re-runs and posts them, collects the
+fees of settled jobs, and reports providers that missed a checkpoint deadline. Every transaction
+goes through the outbox under a key of what it answers. Re-runs happen in Celery workers, so a
+slow unit never delays a post that is due.
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ import time
 from celery import Celery
 from celery.result import AsyncResult
 from eth_account.signers.local import LocalAccount
+from web3.contract.contract import ContractFunction
 from web3.types import EventData
 
-from marketplace.chain.errors import ChainError, ContractRevert
+from marketplace.chain.errors import ChainError
 from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import CommittedUnit, Ledger
 from marketplace.protocol.terms import JobStatus
+from marketplace.runtime.clock import revert_name
+from marketplace.runtime.follower import EventFollower
+from marketplace.runtime.loop import run_ticks
+from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage, StorageError
 from node.engine import DataError, JobSpec, SpecError, parse_spec
 from verifier import journal as j
@@ -44,6 +51,8 @@ MOOT = {
 }
 # Reverts of reportDowntime that mean there is nothing (more) to report.
 NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone"}
+# Reverts of a fee claim or withdrawal after a restart, or of a zero share: nothing to collect.
+NOTHING_OWED = {"AlreadyClaimed", "NothingOwed"}
 
 
 class VerifierDaemon:
@@ -68,9 +77,16 @@ class VerifierDaemon:
         self.downtime_every = downtime_every
         self._last_downtime_check = 0.0
         self._specs: dict[int, JobSpec | None] = {}  # job -> its spec, None when unreadable
-        start = journal.next_block(ledger.deployment.deploy_block)
+        self.outbox = Outbox(ledger.w3, account, journal)
         contracts = [ledger.market, ledger.staking, ledger.verification]
-        self.cursor = EventCursor(ledger.w3, contracts, start, confirmations)
+        self.follower = EventFollower(
+            ledger.w3,
+            contracts,
+            journal,
+            self._handle,
+            start_block=ledger.deployment.deploy_block,
+            confirmations=confirmations,
+        )
         self._handlers = {
             "JobCreated": self._on_job_created,
             "CheckpointCommitted": self._on_checkpoint,
@@ -89,40 +105,42 @@ class VerifierDaemon:
     def address(self) -> str:
         return self.account.address
 
+    @property
+    def cursor(self) -> EventCursor:
+        return self.follower.cursor
+
     def run(self, stop: threading.Event, poll_interval: float) -> None:
-        """Tick until `stop` is set; chain and storage failures are logged and retried next tick."""
-        while not stop.is_set():
-            try:
-                self.tick()
-            except (ChainError, StorageError, ConnectionError, TimeoutError) as exc:
-                log.warning("tick failed, retrying: %s", exc)
-            stop.wait(poll_interval)
+        """Tick until `stop` is set; a transient failure is logged and retried next tick."""
+        run_ticks(self.tick, stop, poll_interval)
 
     def tick(self) -> None:
-        self.read_events()
+        self.follower.follow()
         self.draw_samples()
         self.collect()
         self.post()
+        self.collect_fees()
         if time.monotonic() - self._last_downtime_check >= self.downtime_every:
             self.report_downtime()
             self._last_downtime_check = time.monotonic()
 
+    def _send(self, key: str, fn: ContractFunction, moot: set[str]) -> ChainError | None:
+        """Send `fn` through the outbox under `key`; the chain's refusal if it is one of `moot`,
+        None once the transaction is mined."""
+        try:
+            self.outbox.send(key, fn)
+        except ChainError as exc:
+            if revert_name(exc) not in moot:
+                raise
+            return exc
+        return None
+
     # --- events --------------------------------------------------------------------------
 
-    def read_events(self) -> None:
-        """Journal every new event and the next block in one transaction; on failure, reread."""
-        start = self.cursor.next_block
-        try:
-            events = self.cursor.poll()
-            with self.journal.transaction():
-                for event in events:
-                    handler = self._handlers.get(event["event"])
-                    if handler is not None:
-                        handler(event)
-                self.journal.set_next_block(self.cursor.next_block)
-        except BaseException:
-            self.cursor.next_block = start
-            raise
+    def _handle(self, event: EventData) -> None:
+        """Record what `event` means for this verifier, in the follower's journal transaction."""
+        handler = self._handlers.get(event["event"])
+        if handler is not None:
+            handler(event)
 
     def _on_job_created(self, event: EventData) -> None:
         self.journal.add_job(event["args"]["jobId"], event["args"]["specCid"])
@@ -180,18 +198,8 @@ class VerifierDaemon:
         self.journal.release_job(event["args"]["jobId"])
 
     def _on_settled(self, event: EventData) -> None:
-        """Collect this verifier's share of the job's network fee."""
-        job_id = event["args"]["jobId"]
-        if self.ledger.verifications_by(job_id, self.address) == 0:
-            return
-        try:
-            self.ledger.claim_verification_fees(self.account, job_id)
-        except ContractRevert as exc:
-            if exc.name not in ("AlreadyClaimed", "NothingOwed"):  # a restart, or a zero share
-                raise
-        if self.ledger.owed(self.address):
-            self.ledger.withdraw(self.account)
-            log.info("collected verification fees of job %d", job_id)
+        """The job's verification fees are claimable now: `collect_fees` claims this verifier's share."""
+        self.journal.set_payout(event["args"]["jobId"], "settled")
 
     # --- sampling and re-runs ------------------------------------------------------------
 
@@ -326,17 +334,19 @@ class VerifierDaemon:
         return now > disputed_at + self.ledger.dispute_window()
 
     def post(self) -> None:
-        """Send each verdict in hand; POSTING marks a send a crash may have interrupted."""
-        for work in self.journal.work(j.READY, j.POSTING):
-            self.journal.update(work, j.POSTING)
-            send = self.ledger.post_result if work.kind == j.RESULT else self.ledger.resolve_dispute
-            try:
-                send(self.account, work.unit, work.passed, work.evidence_cid)
-            except ContractRevert as exc:
-                if exc.name not in MOOT:
-                    raise
+        """Send each verdict in hand under its work's outbox key: a send a crash interrupted is
+        found under that key after a restart and waited for, never signed twice."""
+        for work in self.journal.work(j.READY):
+            answer = (
+                self.ledger.post_result_call
+                if work.kind == j.RESULT
+                else self.ledger.resolve_dispute_call
+            )
+            verdict = answer(work.unit, work.passed, work.evidence_cid)
+            refused = self._send(work.key, verdict, MOOT)
+            if refused is not None:
                 state = j.POSTED if self._posted_before(work) else j.DROPPED
-                self.journal.update(work, state, note=str(exc))
+                self.journal.update(work, state, note=str(refused))
                 continue
             self.journal.update(work, j.POSTED)
             log.info(
@@ -350,10 +360,25 @@ class VerifierDaemon:
             )
 
     def _posted_before(self, work: Work) -> bool:
-        """Whether the chain already holds this daemon's answer (a send a restart interrupted)."""
+        """Whether the answer the chain holds is this daemon's own, sent before its journal knew
+        (a journal restored from a backup): then the refusal only says it is posted."""
         u = work.unit
         result = self.ledger.verification_result(u.job_id, u.slot, u.index)
         return self.address == result["first" if work.kind == j.RESULT else "second"]
+
+    # --- fees ----------------------------------------------------------------------------
+
+    def collect_fees(self) -> None:
+        """Claim this verifier's share of each settled job's verification fees, then withdraw what
+        the market owes it."""
+        for job_id in self.journal.payouts("settled"):
+            if self.ledger.verifications_by(job_id, self.address):
+                fees = self.ledger.claim_verification_fees_call(job_id)
+                self._send(f"claim:{job_id}", fees, NOTHING_OWED)
+                if self.ledger.owed(self.address):
+                    self._send(f"withdraw:{job_id}", self.ledger.withdraw_call(), NOTHING_OWED)
+                    log.info("collected verification fees of job %d", job_id)
+            self.journal.set_payout(job_id, "withdrawn")
 
     # --- downtime ------------------------------------------------------------------------
 
@@ -370,10 +395,8 @@ class VerifierDaemon:
                 or now <= slot["lastCheckpointAt"] + job["checkpointInterval"]
             ):
                 continue
-            try:
-                self.ledger.send(self.ledger.report_downtime_call(job_id, slot_id), self.account)
-            except ContractRevert as exc:
-                if exc.name not in NOT_OVERDUE:
-                    raise
+            report = self.ledger.report_downtime_call(job_id, slot_id)
+            key = f"downtime:{job_id}:{slot_id}:{slot['provider']}:{slot['lastCheckpointAt']}"
+            if self._send(key, report, NOT_OVERDUE) is not None:
                 continue
             log.info("reported downtime of %s in job %d slot %d", slot["provider"], job_id, slot_id)

@@ -285,16 +285,20 @@ class Ledger:
         return call(fn)
 
     def post_result(self, verifier: LocalAccount, unit: CommittedUnit, passed: bool, evidence_cid: str):
-        fn = self.verification.functions.postResult(
-            unit.job_id, unit.slot, unit.index, unit.as_struct(), passed, evidence_cid
-        )
-        return self.send(fn, verifier)
+        return self.send(self.post_result_call(unit, passed, evidence_cid), verifier)
+
+    def post_result_call(self, unit: CommittedUnit, passed: bool, evidence_cid: str) -> ContractFunction:
+        """A sampled unit's first verdict."""
+        return self.verification.functions.postResult(
+            unit.job_id, unit.slot, unit.index, unit.as_struct(), passed, evidence_cid)
 
     def resolve_dispute(self, verifier: LocalAccount, unit: CommittedUnit, passed: bool, evidence_cid: str):
-        fn = self.verification.functions.resolveDispute(
-            unit.job_id, unit.slot, unit.index, unit.as_struct(), passed, evidence_cid
-        )
-        return self.send(fn, verifier)
+        return self.send(self.resolve_dispute_call(unit, passed, evidence_cid), verifier)
+
+    def resolve_dispute_call(self, unit: CommittedUnit, passed: bool, evidence_cid: str) -> ContractFunction:
+        """The second verifier's verdict on a disputed unit."""
+        return self.verification.functions.resolveDispute(
+            unit.job_id, unit.slot, unit.index, unit.as_struct(), passed, evidence_cid)
 
     def verification_result(self, job_id: int, slot: int, index: int) -> dict:
         """What verifiers posted on a unit: verdict, who judged, when a dispute opened."""
@@ -345,4 +349,8 @@ class Ledger:
         return self.market.functions.withdraw()
 
     def claim_verification_fees(self, verifier: LocalAccount, job_id: int) -> TxReceipt:
-        return self.send(self.market.functions.claimVerificationFees(job_id), verifier)
+        return self.send(self.claim_verification_fees_call(job_id), verifier)
+
+    def claim_verification_fees_call(self, job_id: int) -> ContractFunction:
+        """A verifier's share of a settled job's verification fees, credited to what it is owed."""
+        return self.market.functions.claimVerificationFees(job_id)
