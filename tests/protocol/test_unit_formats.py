@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,8 @@ from marketplace.protocol.units import (
     unit_format,
 )
 
-SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
+ROOT = Path(__file__).resolve().parents[2]
+SPECS = ROOT / "node" / "specs"
 STATE = {
     "model": {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.zeros(3, dtype=torch.bfloat16)},
     "progress": {"step": 3, "loss_history": [2.5, 2.25]},
@@ -46,6 +49,16 @@ def torch_file(value: Any) -> bytes:
 )
 def test_a_single_node_job_commits_checkpoints_and_a_group_job_rank_bundles(spec, expected):
     assert unit_format(load_spec(SPECS / spec)) is expected
+
+
+def test_naming_a_format_and_counting_its_units_needs_no_torch():
+    code = ("import sys; from marketplace.protocol.spec import load_spec; "
+            "from marketplace.protocol.units import unit_format, units_per_node; "
+            "spec = load_spec('node/specs/tiny-diloco-3.yaml'); "
+            "print(unit_format(spec).tag, units_per_node(spec), 'torch' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert shown == [RANK_BUNDLES.tag, "3", "False"]
 
 
 def test_each_format_cuts_a_slots_steps_into_its_units():
