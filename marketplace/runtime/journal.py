@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from marketplace.chain.events import BlockMark
+from marketplace.errors import ZooError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -21,6 +22,10 @@ CREATE TABLE IF NOT EXISTS payouts (job_id INTEGER PRIMARY KEY, state TEXT NOT N
 """
 # How far back the cursor's read blocks are kept: a reorg deeper than this reads again from the start.
 KEEP_BLOCKS = 256
+
+
+class JournalError(ZooError):
+    """A journal file this version cannot read."""
 
 
 @dataclass(frozen=True)
@@ -38,10 +43,12 @@ class JournalDB:
 
     A daemon's loop and its worker threads share it, hence one connection behind a lock; a
     `transaction()` groups records that must land together (events and the cursor past them).
-    Subclasses add their role's tables in `ROLE_SCHEMA`.
+    Subclasses add their role's tables in `ROLE_SCHEMA`; `LAYOUT` numbers the shape of all the
+    tables, so a journal of another shape is refused when opened rather than failing mid-run.
     """
 
     ROLE_SCHEMA = ""
+    LAYOUT = 2
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,8 +56,26 @@ class JournalDB:
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        self._check_layout()
         self._db.executescript(SCHEMA + self.ROLE_SCHEMA)
+        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('layout', ?)", (str(self.LAYOUT),))
         self._lock = threading.RLock()
+
+    def _check_layout(self) -> None:
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
+        if not tables:
+            return  # a new journal
+        found = None
+        if "meta" in tables:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'layout'").fetchone()
+            found = row[0] if row else None
+        if found != str(self.LAYOUT):
+            self._db.close()
+            raise JournalError(
+                f"journal {self.path} was written by another version of zoo-compute (layout "
+                f"{found or 1}, this version reads {self.LAYOUT}): move it away to start a new one; "
+                "what was committed on chain stays there"
+            )
 
     def close(self) -> None:
         with self._lock:

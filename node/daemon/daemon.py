@@ -14,7 +14,7 @@ from web3.types import EventData
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import Role
-from marketplace.protocol.units import is_group_job
+from marketplace.protocol.units import CHECKPOINTS, RANK_BUNDLES, unit_format
 from marketplace.runtime.clock import chain_time
 from marketplace.runtime.follower import EventFollower
 from marketplace.runtime.loop import TRANSIENT, run_ticks
@@ -72,6 +72,7 @@ class ProviderDaemon:
         self.worker = Worker(ledger, account, self.journal, self.outbox, specs,
                              Storage(config.ipfs_api, replicas), config.replicas, config.device, job_log)
         self.group_worker = GroupWorker(self.worker, config.journal_path.parent / "groups")
+        self._deliver = {CHECKPOINTS: self.worker.run, RANK_BUNDLES: self.group_worker.run}
         self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing,
                              self.group_worker.check_job)
         self.settler = Settler(ledger, account, self.journal, self.outbox)
@@ -145,11 +146,7 @@ class ProviderDaemon:
 
     def _work(self, job_id: int, slot_id: int, stop: threading.Event) -> None:
         try:
-            if is_group_job(self.worker.specs.of_job(job_id)):
-                self.group_worker.run(job_id, slot_id, stop)
-                return
-            while not stop.is_set() and self.worker.step(job_id, slot_id, stop):
-                pass
+            self._deliver[unit_format(self.worker.specs.of_job(job_id))](job_id, slot_id, stop)
         except TRANSIENT as exc:
             log.warning("job=%d slot=%d: unit failed, retrying: %s", job_id, slot_id, exc)
         except Exception:

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("marketplace", "node", "verifier")
 CHAIN = ROOT / "marketplace" / "chain"
 SCRIPTED_JOB = ROOT / "marketplace" / "devnet" / "scripted_job.py"
-CONTRACT_ACCESS = re.compile(r"\.functions\b|\.events\s*[.\[]")
+CONTRACT_ACCESS = re.compile(r"\.functions\b|\.events\s*[.\[]|\bdecode_function_input\b")
 
 
 def _fields(contract, fn_name: str) -> list[str]:
