@@ -266,6 +266,14 @@ def rows(table: str) -> dict[str, str]:
     return {label: value for label, value in cells}
 
 
+def test_jobs_result_wait_shows_the_journey_as_train_does(trained, served_gateway, cast, ipfs_api, tmp_path):
+    env = gateway_only_env(cast.user, served_gateway, ipfs_api, tmp_path)
+    shown = said(env, "jobs", "result", str(trained["id"]), "--wait", "--output", str(tmp_path / "w.pt"))
+    assert "auction cleared at 60.000000 ZEN per GPU-hour" in shown
+    assert f"{UNITS}/{UNITS} units loss {3.0 - 5 / 4:.3f}" in shown
+    assert f"weights written to {tmp_path / 'w.pt'}" in shown
+
+
 def test_node_verifier_and_wallet_cli_go_through_the_gateway(trained, served_gateway, ledger, cast, ipfs_api,
                                                               tmp_path):
     provider, verifier = devnet_account(7), devnet_account(8)  # fresh: the story onboarded 1 to 6
