@@ -76,6 +76,7 @@ def train(config_path: Path, max_budget: int, max_price: int, tier: str, nodes: 
 
 
 def result_line(result: journey.Result) -> str:
+    """What a fetched result says, in `train` and in `jobs result` alike."""
     return f"result: checkpoint {result.cid} (state {result.state_hash[2:18]}…), weights written to {result.path}"
 
 
