@@ -72,18 +72,26 @@ def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
     if order.max_budget < reserve:
         raise BudgetBelowReserve(
             f"budget {rounded(order.max_budget)} ZEN is below the reserve {rounded(reserve)} ZEN "
-            f"({nodes} node(s) x {order.checkpoint_interval}s at {rounded(order.max_price)} ZEN/GPU-hour)")
+            f"({nodes} node(s) x {order.checkpoint_interval}s at {rounded(order.max_price)} ZEN/GPU-hour)"
+        )
     return JobRequest(
-        spec_cid=spec_cid, tier=order.tier, nodes=nodes, units_per_node=units_per_node(spec),
-        checkpoint_interval=order.checkpoint_interval, sample_rate_bps=order.sample_rate_bps,
-        max_price=order.max_price, budget=order.max_budget,
+        spec_cid=spec_cid,
+        tier=order.tier,
+        nodes=nodes,
+        units_per_node=units_per_node(spec),
+        checkpoint_interval=order.checkpoint_interval,
+        sample_rate_bps=order.sample_rate_bps,
+        max_price=order.max_price,
+        budget=order.max_budget,
     )
 
 
 def check_funds(ledger: Ledger, address: str, budget: int) -> None:
     held = ledger.balance(address)
     if held < budget:
-        raise InsufficientZen(f"wallet {address} holds {rounded(held)} ZEN, the budget needs {rounded(budget)}")
+        raise InsufficientZen(
+            f"wallet {address} holds {rounded(held)} ZEN, the budget needs {rounded(budget)}"
+        )
 
 
 def pin(storage: Storage, data: bytes) -> str:
@@ -93,7 +101,9 @@ def pin(storage: Storage, data: bytes) -> str:
     return cid
 
 
-def submit(ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str, order: Order) -> int:
+def submit(
+    ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str, order: Order
+) -> int:
     """Validate the spec, pin it, and escrow the budget with a permit; returns the job id."""
     request = job_request(spec_text, "", order)  # a bad spec or budget is refused before pinning
     check_funds(ledger, user.address, order.max_budget)
@@ -113,8 +123,14 @@ class ChainJob:
     neither reports progress nor fetches the result goes without.
     """
 
-    def __init__(self, ledger: Ledger, user: LocalAccount, job_id: int, storage: Storage | None = None,
-                 poll: float = 1.0):
+    def __init__(
+        self,
+        ledger: Ledger,
+        user: LocalAccount,
+        job_id: int,
+        storage: Storage | None = None,
+        poll: float = 1.0,
+    ):
         self.ledger = ledger
         self.user = user
         self.id = job_id
@@ -125,8 +141,13 @@ class ChainJob:
     def __repr__(self) -> str:
         return f"ChainJob({self.id})"
 
-    def wait(self, on_progress: Callable[[Progress], None] | None = None, *, until: JobStatus = JobStatus.SETTLED,
-             auction_timeout: float | None = None) -> None:
+    def wait(
+        self,
+        on_progress: Callable[[Progress], None] | None = None,
+        *,
+        until: JobStatus = JobStatus.SETTLED,
+        auction_timeout: float | None = None,
+    ) -> None:
         """Take the job to `until` (see `next_step`): close auction rounds nobody closed, cancel for a
         full refund past `auction_timeout` seconds (NoBids), settle once verification is over.
         `on_progress` gets the progress whenever it changes."""
@@ -153,8 +174,11 @@ class ChainJob:
         status = JobStatus(job["status"])
         completed = status is JobStatus.COMPLETED
         return Snapshot(
-            job_id=self.id, status=status, budget=job["budget"],
-            now=self.ledger.w3.eth.get_block("latest")["timestamp"], reveal_deadline=job["revealDeadline"],
+            job_id=self.id,
+            status=status,
+            budget=job["budget"],
+            now=self.ledger.w3.eth.get_block("latest")["timestamp"],
+            reveal_deadline=job["revealDeadline"],
             window_ends=job["completedAt"] + self._verification_window if completed else None,
             open_disputes=self.ledger.open_disputes(self.id) if completed else None,
         )
@@ -214,8 +238,14 @@ class ChainJob:
         if event is None:
             raise JobError(f"job {self.id} is not settled")
         args = event["args"]
-        return Settlement(args["payment"], args["fee"], args["refund"], args["verifierPool"],
-                          "0x" + event["transactionHash"].hex().removeprefix("0x"), event["blockNumber"])
+        return Settlement(
+            args["payment"],
+            args["fee"],
+            args["refund"],
+            args["verifierPool"],
+            "0x" + event["transactionHash"].hex().removeprefix("0x"),
+            event["blockNumber"],
+        )
 
     def result(self, output: str | Path | None = None) -> Result:
         """The trained weights written to `output` (default weights/job-<id>.pt); see `fetch_weights`."""
@@ -233,7 +263,11 @@ def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
     latest = []
     for slot in range(job["nodes"]):
         done = ledger.slot(job_id, slot)["unitsDone"]
-        live = [e["args"] for e in events if e["args"]["slot"] == slot and e["args"]["index"] == done - 1]
+        live = [
+            e["args"]
+            for e in events
+            if e["args"]["slot"] == slot and e["args"]["index"] == done - 1
+        ]
         if live:
             latest.append(live[-1])
     return latest
@@ -242,8 +276,10 @@ def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
 def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -> tuple[str, str]:
     """Write the trained model's weights to `output`, from the units on the chain; see `write_result`."""
     job = ledger.job(job_id)
-    units = [LastUnit(u["slot"], u["index"], u["cid"], bytes(u["stateHash"]).hex())
-             for u in latest_units(ledger, job_id)]
+    units = [
+        LastUnit(u["slot"], u["index"], u["cid"], bytes(u["stateHash"]).hex())
+        for u in latest_units(ledger, job_id)
+    ]
     return write_result(storage, job_id, units, job["nodes"], job["unitsPerNode"], output)
 
 

@@ -87,7 +87,9 @@ def on_market(text: str, sample_rate: int, root: Path) -> MarketRun:
     devnet = Devnet(root, providers=2, verifiers=1)
     state = devnet.up()
     try:
-        ledger = Ledger(Web3(Web3.HTTPProvider(state.rpc_url)), Deployment.load(Path(state.manifest)))
+        ledger = Ledger(
+            Web3(Web3.HTTPProvider(state.rpc_url)), Deployment.load(Path(state.manifest))
+        )
         settings = Settings(_env_file=root / "user.env")
         user = devnet_account(1)
         order = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, sample_rate_bps=sample_rate)
@@ -103,27 +105,52 @@ def on_market(text: str, sample_rate: int, root: Path) -> MarketRun:
             with Timer() as settled:
                 job.wait()
             (last,) = jobs.latest_units(ledger, job_id)
-            cids = [e["args"]["cid"] for e in ledger.market.events.CheckpointCommitted().get_logs(
-                from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})]
-            loop = sum(Checkpoint.load(storage.cat(cid)).metadata["metrics"]["seconds"] for cid in cids)
-        return MarketRun(trained.wall_s, trained.cpu_s, loop, bytes(last["stateHash"]).hex(),
-                         auction, settled.wall_s, len(cids))
+            cids = [
+                e["args"]["cid"]
+                for e in ledger.market.events.CheckpointCommitted().get_logs(
+                    from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+                )
+            ]
+            loop = sum(
+                Checkpoint.load(storage.cat(cid)).metadata["metrics"]["seconds"] for cid in cids
+            )
+        return MarketRun(
+            trained.wall_s,
+            trained.cpu_s,
+            loop,
+            bytes(last["stateHash"]).hex(),
+            auction,
+            settled.wall_s,
+            len(cids),
+        )
     finally:
         devnet.down()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", type=Path, default=Path("node/specs/tiny.yaml"), help="job spec to train")
+    parser.add_argument(
+        "--spec", type=Path, default=Path("node/specs/tiny.yaml"), help="job spec to train"
+    )
     parser.add_argument("--steps", type=int, default=24_000, help="optimizer steps of the job")
     parser.add_argument("--every", type=int, default=2_400, help="steps per work unit")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads of the training, in both runs (default 1: on one 2-core machine "
-                             "the devnet's chain, IPFS nodes, verifier and idle providers need the other core)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of the training, in both runs (default 1: on one 2-core machine "
+        "the devnet's chain, IPFS nodes, verifier and idle providers need the other core)",
+    )
     parser.add_argument("--sample-rate", type=int, default=0, help="verification sample rate, bps")
-    parser.add_argument("--root", type=Path, help="devnet folder, kept with its logs (default: a temporary one)")
-    parser.add_argument("--repetitions", type=int, default=3,
-                        help="runs of (a) and (b) each, taking turns; medians are reported")
+    parser.add_argument(
+        "--root", type=Path, help="devnet folder, kept with its logs (default: a temporary one)"
+    )
+    parser.add_argument(
+        "--repetitions",
+        type=int,
+        default=3,
+        help="runs of (a) and (b) each, taking turns; medians are reported",
+    )
     args = parser.parse_args()
 
     text = spec_text(args.spec, args.steps, args.every, args.threads)
@@ -141,13 +168,21 @@ def main() -> None:
         # Time outside the step loops that the market adds: training speed, which other load on
         # the machine moves, cancels out.
         overhead = (b.wall_s - b.loop_s) - (a.wall_s - a.loop_s)
-        bench.record({
-            "plain_s": a.wall_s, "market_s": b.wall_s, "plain_loop_s": a.loop_s,
-            "market_loop_s": b.loop_s, "auction_s": b.auction_s,
-            "per_unit_overhead_s": (overhead - b.auction_s) / b.units, "settle_s": b.settle_s,
-            "efficiency_ratio": a.wall_s / b.wall_s, "plain_cpu_s": a.cpu_s,
-            "market_cpu_s": b.cpu_s, "cpu_efficiency_ratio": a.cpu_s / b.cpu_s,
-        })
+        bench.record(
+            {
+                "plain_s": a.wall_s,
+                "market_s": b.wall_s,
+                "plain_loop_s": a.loop_s,
+                "market_loop_s": b.loop_s,
+                "auction_s": b.auction_s,
+                "per_unit_overhead_s": (overhead - b.auction_s) / b.units,
+                "settle_s": b.settle_s,
+                "efficiency_ratio": a.wall_s / b.wall_s,
+                "plain_cpu_s": a.cpu_s,
+                "market_cpu_s": b.cpu_s,
+                "cpu_efficiency_ratio": a.cpu_s / b.cpu_s,
+            }
+        )
     Console().print(
         f"(a) plain engine in one process, (b) marketplace job on the devnet, escrow to the last "
         f"checkpoint; settle_s is the verification window and settlement after it. The market's "

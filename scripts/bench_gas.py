@@ -24,8 +24,12 @@ from marketplace.chain.ledger import Ledger
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 
-TARGETS = {"commit_reveal_gas": 100_000, "checkpoint_gas": 60_000, "settle_gas": 120_000,
-           "whole_job_gas": 1_500_000}
+TARGETS = {
+    "commit_reveal_gas": 100_000,
+    "checkpoint_gas": 60_000,
+    "settle_gas": 120_000,
+    "whole_job_gas": 1_500_000,
+}
 SCENARIO = Scenario(units=10, sample_rate_bps=1_000)
 
 
@@ -50,11 +54,17 @@ def main() -> None:
         w3 = Web3(Web3.HTTPProvider(chain.rpc_url))
         accounts = [devnet_account(i) for i in range(7)]
         cast = Cast(accounts[0], accounts[1], tuple(accounts[2:5]), tuple(accounts[5:7]))
-        deployment = deploy(w3, cast.governor, Parameters(verification_fee=ZEN // 10),
-                            manifest=Path(tmp) / "manifest.json")
+        deployment = deploy(
+            w3,
+            cast.governor,
+            Parameters(verification_fee=ZEN // 10),
+            manifest=Path(tmp) / "manifest.json",
+        )
         ledger = Ledger(w3, deployment)
         onboard(ledger, cast, SCENARIO)
-        runs = [run_job(ledger, cast, SCENARIO, cid_of_bytes(f"spec {i}".encode())) for i in range(2)]
+        runs = [
+            run_job(ledger, cast, SCENARIO, cid_of_bytes(f"spec {i}".encode())) for i in range(2)
+        ]
 
     console = Console()
     steps = Table(title="Gas per step (transaction receipts, 21,000 intrinsic included)")
@@ -62,25 +72,38 @@ def main() -> None:
         steps.add_column(column, justify="right" if column != "step" else "left")
     for step, values in runs[1].gas.items():
         first = runs[0].gas.get(step, [])
-        steps.add_row(step, f"{max(first):,}" if first else "-", f"{max(values):,}", str(len(values)))
+        steps.add_row(
+            step, f"{max(first):,}" if first else "-", f"{max(values):,}", str(len(values))
+        )
     console.print(steps)
 
     first, steady = figures(runs[0].gas), figures(runs[1].gas)
     posts = runs[0].gas.get("postResult", []) + runs[1].gas.get("postResult", [])
-    console.print(f"checkpoint_gas is the mean over the job's checkpoints; the costliest was "
-                  f"{steady['checkpoint_max_gas']:,} (the one that completes the job)")
-    console.print(f"{steady['bidders']} bidders, 1 winner, {SCENARIO.units} checkpoints; "
-                  f"{len(posts)} sampled verification(s) over both jobs at {SCENARIO.sample_rate_bps} bps"
-                  + (f", {round(statistics.mean(posts)):,} gas each" if posts else ""))
+    console.print(
+        f"checkpoint_gas is the mean over the job's checkpoints; the costliest was "
+        f"{steady['checkpoint_max_gas']:,} (the one that completes the job)"
+    )
+    console.print(
+        f"{steady['bidders']} bidders, 1 winner, {SCENARIO.units} checkpoints; "
+        f"{len(posts)} sampled verification(s) over both jobs at {SCENARIO.sample_rate_bps} bps"
+        + (f", {round(statistics.mean(posts)):,} gas each" if posts else "")
+    )
 
-    bench.record({
-        **{name: steady[name] for name in TARGETS},
-        **{f"first_job_{name}": first[name] for name in TARGETS},
-        **{f"{name.removesuffix('_gas')}_target_ratio": steady[name] / t for name, t in TARGETS.items()},
-        "checkpoint_max_gas": steady["checkpoint_max_gas"],
-    })
-    bench.report("Gas against the targets, steady state (the second job)",
-                 once={"post_result_gas": round(statistics.mean(posts)) if posts else None})
+    bench.record(
+        {
+            **{name: steady[name] for name in TARGETS},
+            **{f"first_job_{name}": first[name] for name in TARGETS},
+            **{
+                f"{name.removesuffix('_gas')}_target_ratio": steady[name] / t
+                for name, t in TARGETS.items()
+            },
+            "checkpoint_max_gas": steady["checkpoint_max_gas"],
+        }
+    )
+    bench.report(
+        "Gas against the targets, steady state (the second job)",
+        once={"post_result_gas": round(statistics.mean(posts)) if posts else None},
+    )
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ async def _hammer(url: str, requests: list[dict], concurrency: int, seconds: flo
     errors = 0
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(url, connector=connector) as client:
+
         async def worker(offset: int) -> None:
             nonlocal errors
             i = offset
@@ -77,15 +78,31 @@ async def _hammer(url: str, requests: list[dict], concurrency: int, seconds: flo
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - began
     latencies.sort()
-    return {"requests": len(latencies), "errors": errors, "requests_per_s": len(latencies) / elapsed,
-            "p50_ms": 1000 * latencies[len(latencies) // 2], "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)]}
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "requests_per_s": len(latencies) / elapsed,
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+    }
 
 
 def load(url: str, requests: list[dict], concurrency: int, seconds: float) -> dict:
     """Run the load generator in its own process, so it does not share an interpreter with what it measures."""
     out = subprocess.run(
-        [sys.executable, __file__, "load", url, json.dumps(requests), str(concurrency), str(seconds)],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            __file__,
+            "load",
+            url,
+            json.dumps(requests),
+            str(concurrency),
+            str(seconds),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -102,16 +119,39 @@ def populate(ledger: Ledger, cast: Cast) -> list[int]:
 
 
 def create_job(ledger: Ledger, cast: Cast, n: int) -> int:
-    request = JobRequest(spec_cid=cid_of_bytes(f"bench spec {n}".encode()), tier=Tier.COMMUNITY, nodes=1,
-                         units_per_node=10, checkpoint_interval=3600, sample_rate_bps=1_000, max_price=100 * ZEN,
-                         budget=100 * ZEN)
+    request = JobRequest(
+        spec_cid=cid_of_bytes(f"bench spec {n}".encode()),
+        tier=Tier.COMMUNITY,
+        nodes=1,
+        units_per_node=10,
+        checkpoint_interval=3600,
+        sample_rate_bps=1_000,
+        max_price=100 * ZEN,
+        budget=100 * ZEN,
+    )
     fn = ledger.market.functions.createJob(request.as_struct())
-    return ledger.market.events.JobCreated().process_receipt(ledger.send(fn, cast.user))[0]["args"]["jobId"]
+    return ledger.market.events.JobCreated().process_receipt(ledger.send(fn, cast.user))[0]["args"][
+        "jobId"
+    ]
 
 
 def serve(env: dict[str, str], port: int, workers: int) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "marketplace.cli", "gateway", "serve", "--port", str(port),
-                               "--workers", str(workers), "--log-level", "WARNING"], env=env)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "marketplace.cli",
+            "gateway",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -124,12 +164,31 @@ def serve(env: dict[str, str], port: int, workers: int) -> subprocess.Popen:
             time.sleep(0.2)
 
 
-def measure_lag(ledger: Ledger, cast: Cast, env: dict[str, str], url: str, jobs_per_minute: int,
-                seconds: float, interval: float) -> dict:
+def measure_lag(
+    ledger: Ledger,
+    cast: Cast,
+    env: dict[str, str],
+    url: str,
+    jobs_per_minute: int,
+    seconds: float,
+    interval: float,
+) -> dict:
     """Create jobs at the given rate while `gateway index` follows; sample head - indexed block."""
-    indexer = subprocess.Popen([sys.executable, "-m", "marketplace.cli", "gateway", "index", "--interval", str(interval),
-                                "--log-level", "WARNING"],
-                               env=env, stdout=subprocess.DEVNULL)
+    indexer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "marketplace.cli",
+            "gateway",
+            "index",
+            "--interval",
+            str(interval),
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     sessions = db.open_database(url)
     samples: list[int] = []
     stop = threading.Event()
@@ -165,19 +224,34 @@ def measure_lag(ledger: Ledger, cast: Cast, env: dict[str, str], url: str, jobs_
     finally:
         terminate(indexer)
     samples.sort()
-    return {"jobs_created": created, "lag_p50_blocks": samples[len(samples) // 2],
-            "lag_p99_blocks": samples[int(len(samples) * 0.99)], "lag_max_blocks": samples[-1]}
+    return {
+        "jobs_created": created,
+        "lag_p50_blocks": samples[len(samples) // 2],
+        "lag_p99_blocks": samples[int(len(samples) * 0.99)],
+        "lag_max_blocks": samples[-1],
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10, help="Measured seconds of load per target.")
+    parser.add_argument(
+        "--seconds", type=float, default=10, help="Measured seconds of load per target."
+    )
     parser.add_argument("--concurrency", type=int, default=64, help="Concurrent clients.")
     parser.add_argument("--workers", type=int, default=2, help="Gateway server processes.")
     parser.add_argument("--jobs-per-minute", type=int, default=50)
-    parser.add_argument("--index-interval", type=float, default=1.0,
-                        help="Seconds between indexer steps (as Celery beat's schedule, by default).")
-    parser.add_argument("--lag-seconds", type=float, default=60, help="How long jobs are created while lag is sampled.")
+    parser.add_argument(
+        "--index-interval",
+        type=float,
+        default=1.0,
+        help="Seconds between indexer steps (as Celery beat's schedule, by default).",
+    )
+    parser.add_argument(
+        "--lag-seconds",
+        type=float,
+        default=60,
+        help="How long jobs are created while lag is sampled.",
+    )
     args = parser.parse_args()
     bench = Bench("gateway", TARGETS)
     console = Console(stderr=True)
@@ -194,43 +268,98 @@ def main() -> None:
         indexer = Indexer(w3, ledger.deployment, db.open_database(database))
         while indexer.step():
             pass
-        env = os.environ | {"ZOO_RPC_URL": anvil.rpc_url, "ZOO_MANIFEST": str(manifest), "ZOO_HOME": tmp,
-                            "ZOO_DATABASE_URL": database}
+        env = os.environ | {
+            "ZOO_RPC_URL": anvil.rpc_url,
+            "ZOO_MANIFEST": str(manifest),
+            "ZOO_HOME": tmp,
+            "ZOO_DATABASE_URL": database,
+        }
         port = free_port()
         server = serve(env, port, args.workers)
         try:
-            with console.status(f"GET /jobs/{{id}} at {args.concurrency} clients for {args.seconds:.0f}s"):
-                gateway = load(f"http://127.0.0.1:{port}",
-                               [{"method": "GET", "url": f"/jobs/{i}"} for i in job_ids], args.concurrency,
-                               args.seconds)
+            with console.status(
+                f"GET /jobs/{{id}} at {args.concurrency} clients for {args.seconds:.0f}s"
+            ):
+                gateway = load(
+                    f"http://127.0.0.1:{port}",
+                    [{"method": "GET", "url": f"/jobs/{i}"} for i in job_ids],
+                    args.concurrency,
+                    args.seconds,
+                )
         finally:
             terminate(server)
         call = ledger.market.functions.job
-        with console.status(f"eth_call JobMarket.job(id) at {args.concurrency} clients for {args.seconds:.0f}s"):
-            rpc = load(anvil.rpc_url, [
-                {"method": "POST", "url": "/", "json": {"jsonrpc": "2.0", "id": 1, "method": "eth_call", "params": [
-                    {"to": ledger.market.address, "data": call(i)._encode_transaction_data()}, "latest"]}}
-                for i in job_ids], args.concurrency, args.seconds)
-        with console.status(f"indexer lag at {args.jobs_per_minute} jobs/minute for {args.lag_seconds:.0f}s"):
-            lag = measure_lag(ledger, cast, env, database, args.jobs_per_minute, args.lag_seconds,
-                              args.index_interval)
+        with console.status(
+            f"eth_call JobMarket.job(id) at {args.concurrency} clients for {args.seconds:.0f}s"
+        ):
+            rpc = load(
+                anvil.rpc_url,
+                [
+                    {
+                        "method": "POST",
+                        "url": "/",
+                        "json": {
+                            "jsonrpc": "2.0",
+                            "id": 1,
+                            "method": "eth_call",
+                            "params": [
+                                {
+                                    "to": ledger.market.address,
+                                    "data": call(i)._encode_transaction_data(),
+                                },
+                                "latest",
+                            ],
+                        },
+                    }
+                    for i in job_ids
+                ],
+                args.concurrency,
+                args.seconds,
+            )
+        with console.status(
+            f"indexer lag at {args.jobs_per_minute} jobs/minute for {args.lag_seconds:.0f}s"
+        ):
+            lag = measure_lag(
+                ledger,
+                cast,
+                env,
+                database,
+                args.jobs_per_minute,
+                args.lag_seconds,
+                args.index_interval,
+            )
 
-    bench.record({
-        "requests_per_s": gateway["requests_per_s"], "p50_ms": gateway["p50_ms"],
-        "p99_ms": gateway["p99_ms"], "errors": gateway["errors"],
-        "rpc_requests_per_s": rpc["requests_per_s"], "rpc_p99_ms": rpc["p99_ms"],
-        "rpc_errors": rpc["errors"], "vs_rpc_ratio": gateway["requests_per_s"] / rpc["requests_per_s"],
-        "lag_p50_blocks": lag["lag_p50_blocks"], "lag_p99_blocks": lag["lag_p99_blocks"],
-        "lag_max_blocks": lag["lag_max_blocks"], "lag_jobs_created": lag["jobs_created"],
-    })
-    bench.report(f"job-status reads at {args.concurrency} clients: gateway GET /jobs/{{id}} "
-                 f"({args.workers} workers) vs the chain's eth_call JobMarket.job(id); indexer lag "
-                 f"at {args.jobs_per_minute} jobs/minute")
+    bench.record(
+        {
+            "requests_per_s": gateway["requests_per_s"],
+            "p50_ms": gateway["p50_ms"],
+            "p99_ms": gateway["p99_ms"],
+            "errors": gateway["errors"],
+            "rpc_requests_per_s": rpc["requests_per_s"],
+            "rpc_p99_ms": rpc["p99_ms"],
+            "rpc_errors": rpc["errors"],
+            "vs_rpc_ratio": gateway["requests_per_s"] / rpc["requests_per_s"],
+            "lag_p50_blocks": lag["lag_p50_blocks"],
+            "lag_p99_blocks": lag["lag_p99_blocks"],
+            "lag_max_blocks": lag["lag_max_blocks"],
+            "lag_jobs_created": lag["jobs_created"],
+        }
+    )
+    bench.report(
+        f"job-status reads at {args.concurrency} clients: gateway GET /jobs/{{id}} "
+        f"({args.workers} workers) vs the chain's eth_call JobMarket.job(id); indexer lag "
+        f"at {args.jobs_per_minute} jobs/minute"
+    )
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["load"]:
-        url, requests, concurrency, seconds = sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+        url, requests, concurrency, seconds = (
+            sys.argv[2],
+            json.loads(sys.argv[3]),
+            int(sys.argv[4]),
+            float(sys.argv[5]),
+        )
         print(json.dumps(asyncio.run(_hammer(url, requests, concurrency, seconds))))
     else:
         main()

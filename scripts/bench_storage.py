@@ -60,7 +60,7 @@ def sha256_blocks(data: bytes) -> None:
     view = memoryview(data)
     block = 256 * 1024
     for offset in range(0, len(view), block):
-        hashlib.sha256(view[offset:offset + block]).digest()
+        hashlib.sha256(view[offset : offset + block]).digest()
 
 
 def rss_kib(pid: int, field: str) -> int:
@@ -76,8 +76,11 @@ def reset_peak_rss(pid: int) -> None:
 
 
 def start_node(repo: Path) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo),
-                                "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo), "--port", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 60
     while not (repo / "api").exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -90,14 +93,18 @@ def filesystem_of(path: str) -> str:
     """The file system type holding `path`, from the longest matching mount point."""
     mounts = [line.split()[1:3] for line in Path("/proc/mounts").read_text().splitlines()]
     real = os.path.realpath(path)
-    matching = [(point, fstype) for point, fstype in mounts
-                if real == point or real.startswith(point.rstrip("/") + "/")]
+    matching = [
+        (point, fstype)
+        for point, fstype in mounts
+        if real == point or real.startswith(point.rstrip("/") + "/")
+    ]
     return max(matching, key=lambda m: len(m[0]))[1] if matching else "unknown"
 
 
 def _fs_note(fstype: str) -> str:
-    return f"{fstype}: " + ("the node's own cost, no disk" if fstype == "tmpfs"
-                            else "this disk's speed included")
+    return f"{fstype}: " + (
+        "the node's own cost, no disk" if fstype == "tmpfs" else "this disk's speed included"
+    )
 
 
 def measure(data: Path, repo: Path, runs: int, bench: Bench) -> tuple[int, set[str]]:
@@ -129,17 +136,19 @@ def measure(data: Path, repo: Path, runs: int, bench: Bench) -> tuple[int, set[s
 
             for sides in interleave({"add": add, "sha256": sha256}, runs):
                 (both, node, peak_kib), sha = sides["add"], sides["sha256"]
-                bench.record({
-                    "add_mb_per_s": gb * 1e3 / both.wall_s,
-                    "sha256_mb_per_s": gb * 1e3 / sha.wall_s,
-                    "add_throughput_ratio": sha.wall_s / both.wall_s,
-                    "server_peak_rss_above_idle_mb": (peak_kib - idle_kib) / 1024,
-                    "node_cpu_s": node.cpu_s,
-                    "client_cpu_s": both.cpu_s - node.cpu_s,
-                    "add_cpu_s_per_gb": both.cpu_s / gb,
-                    "sha256_cpu_s_per_gb": sha.cpu_s / gb,
-                    "cpu_throughput_ratio": sha.cpu_s / both.cpu_s,
-                })
+                bench.record(
+                    {
+                        "add_mb_per_s": gb * 1e3 / both.wall_s,
+                        "sha256_mb_per_s": gb * 1e3 / sha.wall_s,
+                        "add_throughput_ratio": sha.wall_s / both.wall_s,
+                        "server_peak_rss_above_idle_mb": (peak_kib - idle_kib) / 1024,
+                        "node_cpu_s": node.cpu_s,
+                        "client_cpu_s": both.cpu_s - node.cpu_s,
+                        "add_cpu_s_per_gb": both.cpu_s / gb,
+                        "sha256_cpu_s_per_gb": sha.cpu_s / gb,
+                        "cpu_throughput_ratio": sha.cpu_s / both.cpu_s,
+                    }
+                )
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -149,16 +158,23 @@ def measure(data: Path, repo: Path, runs: int, bench: Bench) -> tuple[int, set[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=256, help="size of the added file")
-    parser.add_argument("--runs", type=int, default=7,
-                        help="adds and hash runs, taking turns; medians are reported")
-    parser.add_argument("--repo-dir", type=Path,
-                        default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
-                        help="where the node's repo goes (default: /dev/shm, tmpfs)")
+    parser.add_argument(
+        "--runs", type=int, default=7, help="adds and hash runs, taking turns; medians are reported"
+    )
+    parser.add_argument(
+        "--repo-dir",
+        type=Path,
+        default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
+        help="where the node's repo goes (default: /dev/shm, tmpfs)",
+    )
     args = parser.parse_args()
-    bench = Bench("storage", {"add_throughput_ratio": ">= 0.5",
-                              "server_peak_rss_above_idle_mb": "< 64"})
-    with tempfile.TemporaryDirectory(prefix="bench-input-") as inputs, \
-            tempfile.TemporaryDirectory(prefix="bench-ipfs-", dir=args.repo_dir) as repo_dir:
+    bench = Bench(
+        "storage", {"add_throughput_ratio": ">= 0.5", "server_peak_rss_above_idle_mb": "< 64"}
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-input-") as inputs,
+        tempfile.TemporaryDirectory(prefix="bench-ipfs-", dir=args.repo_dir) as repo_dir,
+    ):
         data = Path(inputs) / "input.bin"
         write_input(data, args.size_mib * MIB)
         idle_kib, cids = measure(data, Path(repo_dir) / "repo", args.runs, bench)
@@ -166,10 +182,14 @@ def main() -> None:
     if cids != {expected}:
         sys.exit(f"the node's CIDs {sorted(cids)} differ from {reference}'s {expected}")
     repo_place = str(args.repo_dir or tempfile.gettempdir())
-    Console().print(f"added {args.size_mib} MiB as CID {expected}, checked against {reference}; "
-                    f"node repo in {repo_place} ({_fs_note(filesystem_of(repo_place))})")
-    bench.report(f"IPFS add via the HTTP API vs hashlib.sha256, {args.size_mib} MiB x {args.runs}",
-                 once={"server_idle_rss_mb": idle_kib / 1024})
+    Console().print(
+        f"added {args.size_mib} MiB as CID {expected}, checked against {reference}; "
+        f"node repo in {repo_place} ({_fs_note(filesystem_of(repo_place))})"
+    )
+    bench.report(
+        f"IPFS add via the HTTP API vs hashlib.sha256, {args.size_mib} MiB x {args.runs}",
+        once={"server_idle_rss_mb": idle_kib / 1024},
+    )
 
 
 if __name__ == "__main__":

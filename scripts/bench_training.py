@@ -131,15 +131,17 @@ def measure_throughput(
     # round 0 warms caches and is not counted
     for timers in interleave({"engine": engine, "plain": plain}, rounds, warmup=1):
         e, p = timers["engine"], timers["plain"]
-        bench.record({
-            "engine_tokens_per_s": tokens / e.wall_s,
-            "plain_tokens_per_s": tokens / p.wall_s,
-            # paired: a round's two sides ran back to back, so load from elsewhere hits both alike
-            "throughput_ratio": p.wall_s / e.wall_s,
-            "engine_cpu_us_per_token": 1e6 * e.cpu_s / tokens,
-            "plain_cpu_us_per_token": 1e6 * p.cpu_s / tokens,
-            "cpu_throughput_ratio": p.cpu_s / e.cpu_s,
-        })
+        bench.record(
+            {
+                "engine_tokens_per_s": tokens / e.wall_s,
+                "plain_tokens_per_s": tokens / p.wall_s,
+                # paired: a round's two sides ran back to back, so load from elsewhere hits both alike
+                "throughput_ratio": p.wall_s / e.wall_s,
+                "engine_cpu_us_per_token": 1e6 * e.cpu_s / tokens,
+                "plain_cpu_us_per_token": 1e6 * p.cpu_s / tokens,
+                "cpu_throughput_ratio": p.cpu_s / e.cpu_s,
+            }
+        )
 
 
 def measure_memory(
@@ -264,6 +266,7 @@ def main() -> None:
         f"memory: {memory_kind}, measured once",
         once={"engine_peak_mem_mb": engine_mem, "plain_peak_mem_mb": plain_mem},
     )
+
 
 if __name__ == "__main__":
     main()

@@ -183,8 +183,10 @@ class Bench:
             table.add_row(figure, _text(value), spread, target, verdict)
         console = Console()
         console.print(table)
-        console.print(f"{sum(met.values())} of {len(met)} target(s) met"
-                      + (f" on the median of {n} repetitions" if n > 1 else ""))
+        console.print(
+            f"{sum(met.values())} of {len(met)} target(s) met"
+            + (f" on the median of {n} repetitions" if n > 1 else "")
+        )
 
         result = {
             "bench": self.name,

@@ -8,12 +8,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("marketplace", "node", "verifier")
-FOUNDATION = ("marketplace.errors", "marketplace.config", "marketplace.wallet", "marketplace.processes",
-              "marketplace.chain", "marketplace.ipfs", "marketplace.storage", "marketplace.protocol",
-              "marketplace.runtime")
+FOUNDATION = (
+    "marketplace.errors",
+    "marketplace.config",
+    "marketplace.wallet",
+    "marketplace.processes",
+    "marketplace.chain",
+    "marketplace.ipfs",
+    "marketplace.storage",
+    "marketplace.protocol",
+    "marketplace.runtime",
+)
 ROLES = ("node", "verifier")
 FOUNDATION_LAYER, ROLE_LAYER, APP_LAYER = 0, 1, 2
-OFF_LIMITS = {"node": ("verifier",), "verifier": ("node.daemon",)}  # a re-run may use the engine, not a daemon
+OFF_LIMITS = {
+    "node": ("verifier",),
+    "verifier": ("node.daemon",),
+}  # a re-run may use the engine, not a daemon
 
 
 def _within(module: str, prefixes: tuple[str, ...]) -> bool:
@@ -45,7 +56,11 @@ def imports(name: str, path: Path, known: dict[str, Path], *, top_level_only: bo
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+            base = (
+                ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                if node.level
+                else ""
+            )
             module = ".".join(part for part in (base, node.module or "") if part)
             targets = [module] + [f"{module}.{alias.name}" for alias in node.names]
         else:
@@ -60,10 +75,16 @@ def imports(name: str, path: Path, known: dict[str, Path], *, top_level_only: bo
 
 def test_every_import_points_down_or_sideways():
     known = modules()
-    upward = [f"{name} -> {target}" for name, path in known.items()
-              for target in imports(name, path, known, top_level_only=False)
-              if layer(target) > layer(name)
-              or any(_within(name, (role,)) and _within(target, banned) for role, banned in OFF_LIMITS.items())]
+    upward = [
+        f"{name} -> {target}"
+        for name, path in known.items()
+        for target in imports(name, path, known, top_level_only=False)
+        if layer(target) > layer(name)
+        or any(
+            _within(name, (role,)) and _within(target, banned)
+            for role, banned in OFF_LIMITS.items()
+        )
+    ]
     assert upward == []
 
 
@@ -77,7 +98,7 @@ def test_no_modules_import_each_other_in_a_circle_as_they_load():
         state[name] = 1
         for target in sorted(graph[name]):
             if state.get(target) == 1 and not _parent(target, name):
-                cycles.append(" -> ".join([*path[path.index(target):], target]))
+                cycles.append(" -> ".join([*path[path.index(target) :], target]))
             elif target not in state:
                 visit(target, [*path, target])
         state[name] = 2
@@ -91,4 +112,3 @@ def test_no_modules_import_each_other_in_a_circle_as_they_load():
 def _parent(package: str, module: str) -> bool:
     """A package's __init__ importing its own submodules (and they the package) is how packages load."""
     return module.startswith(package + ".")
-

@@ -49,10 +49,18 @@ class Direct:
 
     def standing(self, address: str) -> Standing:
         account = self.ledger.staking_account(address)
-        return Standing(address, self.ledger.w3.eth.get_balance(Web3.to_checksum_address(address)),
-                        self.ledger.balance(address), Role(account["role"]).label, account["tier"],
-                        account["admitted"], account["staked"], account["locked"], account["unbonding"],
-                        self.ledger.owed(address))
+        return Standing(
+            address,
+            self.ledger.w3.eth.get_balance(Web3.to_checksum_address(address)),
+            self.ledger.balance(address),
+            Role(account["role"]).label,
+            account["tier"],
+            account["admitted"],
+            account["staked"],
+            account["locked"],
+            account["unbonding"],
+            self.ledger.owed(address),
+        )
 
     def slot_provider(self, job_id: int, slot: int) -> str | None:
         return self.ledger.slot(job_id, slot)["provider"]
@@ -77,14 +85,27 @@ class ThroughGateway:
     """A gateway: reads come from its chain views and index, writes are its unsigned transactions signed here."""
 
     def __init__(self, settings: Settings, signer: LocalAccount | None):
-        self.client = Client(settings.gateway_url, wallet=signer, ipfs_api=settings.ipfs_api,
-                             ipfs_replicas=settings.ipfs_replicas)
+        self.client = Client(
+            settings.gateway_url,
+            wallet=signer,
+            ipfs_api=settings.ipfs_api,
+            ipfs_replicas=settings.ipfs_replicas,
+        )
 
     def standing(self, address: str) -> Standing:
         shown = self.client.account(address)
-        return Standing(shown["address"], int(shown["eth"]), int(shown["zen"]), shown["role"], shown["tier"],
-                        shown["admitted"], int(shown["staked"]), int(shown["locked"]), int(shown["unbonding"]),
-                        int(shown["owed"]))
+        return Standing(
+            shown["address"],
+            int(shown["eth"]),
+            int(shown["zen"]),
+            shown["role"],
+            shown["tier"],
+            shown["admitted"],
+            int(shown["staked"]),
+            int(shown["locked"]),
+            int(shown["unbonding"]),
+            int(shown["owed"]),
+        )
 
     def slot_provider(self, job_id: int, slot: int) -> str | None:
         """The slot's provider as indexed: its newest row, unless that row removed the provider."""

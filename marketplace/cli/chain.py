@@ -18,7 +18,10 @@ from marketplace.devnet.accounts import devnet_account
 ANVIL_CHAIN_ID = 31337
 
 rpc_option = click.option(
-    "--rpc-url", envvar="ZOO_RPC_URL", default="http://127.0.0.1:8545", show_default=True,
+    "--rpc-url",
+    envvar="ZOO_RPC_URL",
+    default="http://127.0.0.1:8545",
+    show_default=True,
     help="JSON-RPC endpoint of the chain (env ZOO_RPC_URL).",
 )
 
@@ -27,8 +30,10 @@ def connect(rpc_url: str, change: str = "set ZOO_RPC_URL") -> Web3:
     """The chain at `rpc_url`; `change` says how the command that asks lets a user point it elsewhere."""
     w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
     if not w3.is_connected():
-        raise ChainError(f"no chain answers at {rpc_url}: start one (`zoo-compute devnet up` for a local one) "
-                         f"or {change}")
+        raise ChainError(
+            f"no chain answers at {rpc_url}: start one (`zoo-compute devnet up` for a local one) "
+            f"or {change}"
+        )
     return w3
 
 
@@ -39,8 +44,11 @@ def chain() -> None:
 
 @chain.command("deploy")
 @rpc_option
-@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the manifest [default: deployments/<chain id>.json].")
+@click.option(
+    "--manifest",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the manifest [default: deployments/<chain id>.json].",
+)
 def deploy_command(rpc_url: str, manifest: Path | None) -> None:
     """Deploy ZEN, the treasury, staking, the market and verification.
 
@@ -60,15 +68,21 @@ def deploy_command(rpc_url: str, manifest: Path | None) -> None:
 
 
 @chain.command("info")
-@click.option("--manifest", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="A deployment manifest written by `chain deploy`.")
+@click.option(
+    "--manifest",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="A deployment manifest written by `chain deploy`.",
+)
 def info_command(manifest: Path) -> None:
     """Show a deployment's chain and contract addresses."""
     _show(Deployment.load(manifest), manifest)
 
 
 def _show(deployment: Deployment, path: Path) -> None:
-    table = Table(title=f"Ledger on chain {deployment.chain_id} (from block {deployment.deploy_block})")
+    table = Table(
+        title=f"Ledger on chain {deployment.chain_id} (from block {deployment.deploy_block})"
+    )
     table.add_column("contract")
     table.add_column("address")
     for name, address in deployment.addresses.items():

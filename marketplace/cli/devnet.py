@@ -14,8 +14,13 @@ from marketplace.devnet import STATE_DIR
 from marketplace.devnet.network import Devnet, State
 
 console = Console()
-root_option = click.option("--root", type=click.Path(file_okay=False, path_type=Path), default=STATE_DIR,
-                           show_default=True, help="Folder for the devnet's state and logs.")
+root_option = click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=STATE_DIR,
+    show_default=True,
+    help="Folder for the devnet's state and logs.",
+)
 
 
 @click.group()
@@ -25,12 +30,27 @@ def devnet() -> None:
 
 @devnet.command()
 @root_option
-@click.option("--providers", default=3, show_default=True, type=click.IntRange(1, 16),
-              help="Provider nodes to start.")
-@click.option("--verifiers", default=1, show_default=True, type=click.IntRange(1, 4),
-              help="Verifier daemons to start.")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 8),
-              help="Celery workers that re-run sampled units.")
+@click.option(
+    "--providers",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1, 16),
+    help="Provider nodes to start.",
+)
+@click.option(
+    "--verifiers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 4),
+    help="Verifier daemons to start.",
+)
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 8),
+    help="Celery workers that re-run sampled units.",
+)
 def up(root: Path, providers: int, verifiers: int, workers: int) -> None:
     """Start Anvil, deploy, and start IPFS, Redis, the gateway, verifiers and providers; wait until healthy.
 
@@ -115,5 +135,7 @@ def _show(info: dict) -> None:
         console.print(f"gateway: {url} (API docs {url}/docs, explorer {url}/ui/explorer/)")
     table = Table("service", "pid", "state", "log")
     for s in info["services"]:
-        table.add_row(s["name"], str(s["pid"]), "[green]up[/]" if s["alive"] else "[red]down[/]", s["log"])
+        table.add_row(
+            s["name"], str(s["pid"]), "[green]up[/]" if s["alive"] else "[red]down[/]", s["log"]
+        )
     console.print(table)

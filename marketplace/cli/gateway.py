@@ -28,23 +28,56 @@ def gateway() -> None:
 
 @gateway.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
-              help="TCP port to listen on.")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Server processes sharing the port (about one per core).")
-@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS, help="How much the server logs.")
+@click.option(
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="TCP port to listen on.",
+)
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Server processes sharing the port (about one per core).",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=LOG_LEVELS,
+    help="How much the server logs.",
+)
 def serve_command(host: str, port: int, workers: int, log_level: str) -> None:
     """Serve the API (OpenAPI at /docs) until SIGTERM or Ctrl-C."""
     import uvicorn
 
-    uvicorn.run("marketplace.gateway.api.main:app_from_env", factory=True, host=host, port=port, workers=workers,
-                log_level=log_level.lower(), access_log=log_level == "DEBUG")
+    uvicorn.run(
+        "marketplace.gateway.api.main:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level.lower(),
+        access_log=log_level == "DEBUG",
+    )
 
 
 @gateway.command("index")
-@click.option("--interval", default=None, type=click.FloatRange(min=0.0),
-              help="Seconds between steps; default ZOO_POLL_INTERVAL.")
-@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS, help="How much the indexer logs.")
+@click.option(
+    "--interval",
+    default=None,
+    type=click.FloatRange(min=0.0),
+    help="Seconds between steps; default ZOO_POLL_INTERVAL.",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=LOG_LEVELS,
+    help="How much the indexer logs.",
+)
 def index_command(interval: float | None, log_level: str) -> None:
     """Follow the chain into the database in the foreground until SIGTERM or Ctrl-C.
 
@@ -58,5 +91,7 @@ def index_command(interval: float | None, log_level: str) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    console.print(f"indexer ready: {settings.rpc_url} from block {indexer.cursor.next_block}", highlight=False)
+    console.print(
+        f"indexer ready: {settings.rpc_url} from block {indexer.cursor.next_block}", highlight=False
+    )
     indexer.run(settings.poll_interval if interval is None else interval, stop)

@@ -19,7 +19,13 @@ from marketplace.sdk import Client
 from marketplace.wallet import load_account
 
 console = Console()
-JSON = click.option("--as-json", "--json", "as_json", is_flag=True, help="Print JSON for scripts instead of a table.")
+JSON = click.option(
+    "--as-json",
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print JSON for scripts instead of a table.",
+)
 
 
 def open_client(ctx: click.Context, *, wallet: bool = False) -> Client:
@@ -27,9 +33,15 @@ def open_client(ctx: click.Context, *, wallet: bool = False) -> Client:
     settings = Settings()
     url = ctx.obj or settings.gateway_url or devnet_gateway()
     if not url:
-        raise ZooError("no gateway: set ZOO_GATEWAY_URL, pass `zoo-compute jobs --gateway URL ...` or start the devnet")
-    client = Client(url, wallet=load_account(settings) if wallet else None, ipfs_api=settings.ipfs_api,
-                    ipfs_replicas=settings.ipfs_replicas)
+        raise ZooError(
+            "no gateway: set ZOO_GATEWAY_URL, pass `zoo-compute jobs --gateway URL ...` or start the devnet"
+        )
+    client = Client(
+        url,
+        wallet=load_account(settings) if wallet else None,
+        ipfs_api=settings.ipfs_api,
+        ipfs_replicas=settings.ipfs_replicas,
+    )
     ctx.call_on_close(client.close)
     return client
 
@@ -51,7 +63,11 @@ def price(wei: str | None) -> str:
 
 
 @click.group()
-@click.option("--gateway", metavar="URL", help="The gateway's URL [default: ZOO_GATEWAY_URL, or the devnet's].")
+@click.option(
+    "--gateway",
+    metavar="URL",
+    help="The gateway's URL [default: ZOO_GATEWAY_URL, or the devnet's].",
+)
 @click.pass_context
 def jobs(ctx: click.Context, gateway: str | None) -> None:
     """Jobs on the market, read from a gateway; `cancel` signs with your wallet (ZOO_WALLET)."""
@@ -62,10 +78,18 @@ def jobs(ctx: click.Context, gateway: str | None) -> None:
 @click.option("--status", type=click.Choice(JOB_STATUSES), help="Only jobs in this status.")
 @click.option("--user", metavar="ADDRESS", help="Only jobs this address created.")
 @click.option("--mine", is_flag=True, help="Only jobs your wallet created.")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 200), help="Jobs at most, newest first.")
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1, 200),
+    help="Jobs at most, newest first.",
+)
 @JSON
 @click.pass_context
-def list_command(ctx, status: str | None, user: str | None, mine: bool, limit: int, as_json: bool) -> None:
+def list_command(
+    ctx, status: str | None, user: str | None, mine: bool, limit: int, as_json: bool
+) -> None:
     """Jobs, newest first."""
     client = open_client(ctx, wallet=mine)
     rows = client.jobs(status=status, user=client.wallet.address if mine else user, limit=limit)
@@ -73,8 +97,14 @@ def list_command(ctx, status: str | None, user: str | None, mine: bool, limit: i
         return emit(rows)
     table = Table("job", "status", "user", "nodes", "budget", "clearing price /GPU-h")
     for row in rows:
-        table.add_row(str(row["job_id"]), row["status"], row["user"], str(row["nodes"]), price(row["budget"]),
-                      price(row["clearing_price"]))
+        table.add_row(
+            str(row["job_id"]),
+            row["status"],
+            row["user"],
+            str(row["nodes"]),
+            price(row["budget"]),
+            price(row["clearing_price"]),
+        )
     console.print(table)
 
 
@@ -91,16 +121,27 @@ def show_command(ctx, job_id: int, as_json: bool) -> None:
     table = Table(show_header=False, box=None)
     settlement = job["settlement"]
     for name, value in (
-        ("job", str(job_id)), ("status", job["status"]), ("user", job["user"]), ("spec", job["spec_cid"]),
-        ("budget", price(job["budget"])), ("max price /GPU-h", price(job["max_price"])),
+        ("job", str(job_id)),
+        ("status", job["status"]),
+        ("user", job["user"]),
+        ("spec", job["spec_cid"]),
+        ("budget", price(job["budget"])),
+        ("max price /GPU-h", price(job["max_price"])),
         ("clearing price /GPU-h", price(job["clearing_price"])),
-        ("providers", ", ".join(s["provider"] for s in job["slots"] if s["removed_reason"] is None) or "-"),
+        (
+            "providers",
+            ", ".join(s["provider"] for s in job["slots"] if s["removed_reason"] is None) or "-",
+        ),
         ("units", f"{metrics['units_done']}/{metrics['units_total']}"),
         ("loss", "-" if metrics["loss"] is None else f"{metrics['loss']:.4f}"),
         ("accrued", price(metrics["accrued"])),
-        ("settled", "-" if settlement is None else
-         f"paid {price(settlement['payment'])}, fee {price(settlement['fee'])}, refund {price(settlement['refund'])} "
-         f"(block {settlement['block_number']}, tx {settlement['tx_hash']})"),
+        (
+            "settled",
+            "-"
+            if settlement is None
+            else f"paid {price(settlement['payment'])}, fee {price(settlement['fee'])}, refund {price(settlement['refund'])} "
+            f"(block {settlement['block_number']}, tx {settlement['tx_hash']})",
+        ),
     ):
         table.add_row(name, value)
     console.print(table)
@@ -108,7 +149,9 @@ def show_command(ctx, job_id: int, as_json: bool) -> None:
 
 @jobs.command("logs")
 @click.argument("job_id", type=click.IntRange(0))
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job is finished.")
+@click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing new lines until the job is finished."
+)
 @JSON
 @click.pass_context
 def logs_command(ctx, job_id: int, follow: bool, as_json: bool) -> None:
@@ -133,18 +176,30 @@ def logs_command(ctx, job_id: int, follow: bool, as_json: bool) -> None:
 
 def no_lines(job_id: int, status: str) -> str:
     """Why a job's log is empty, as far as the gateway can tell."""
-    why = {"open": "its auction is open, so no provider works on it yet",
-           "cancelled": "it was cancelled"}.get(status, "none of its providers posted any")
+    why = {
+        "open": "its auction is open, so no provider works on it yet",
+        "cancelled": "it was cancelled",
+    }.get(status, "none of its providers posted any")
     yet = "" if status in ("settled", "cancelled") else " yet"
-    return (f"job {job_id} has no log lines{yet}: {why} (a provider posts a line for each unit it commits when it "
-            f"runs with ZOO_GATEWAY_URL set; `zoo-compute jobs show {job_id}` shows the units committed)")
+    return (
+        f"job {job_id} has no log lines{yet}: {why} (a provider posts a line for each unit it commits when it "
+        f"runs with ZOO_GATEWAY_URL set; `zoo-compute jobs show {job_id}` shows the units committed)"
+    )
 
 
 @jobs.command("result")
 @click.argument("job_id", type=click.IntRange(0))
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the weights [default: weights/job-<id>.pt].")
-@click.option("--wait", "wait_", is_flag=True, help="Follow a running job (a progress bar) until it is settled first.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the weights [default: weights/job-<id>.pt].",
+)
+@click.option(
+    "--wait",
+    "wait_",
+    is_flag=True,
+    help="Follow a running job (a progress bar) until it is settled first.",
+)
 @JSON
 @click.pass_context
 def result_command(ctx, job_id: int, output: Path | None, wait_: bool, as_json: bool) -> None:
@@ -158,7 +213,14 @@ def result_command(ctx, job_id: int, output: Path | None, wait_: bool, as_json: 
     with console.status(f"downloading and checking job {job_id}'s checkpoint"):
         result = job.result(output)
     if as_json:
-        return emit({"job_id": job_id, "cid": result.cid, "state_hash": result.state_hash, "path": str(result.path)})
+        return emit(
+            {
+                "job_id": job_id,
+                "cid": result.cid,
+                "state_hash": result.state_hash,
+                "path": str(result.path),
+            }
+        )
     console.print(result_line(result))
 
 
@@ -173,5 +235,6 @@ def cancel_command(ctx, job_id: int, as_json: bool) -> None:
         receipt = job.cancel()
     if as_json:
         return emit(receipt)
-    console.print(f"job {job_id} cancelled in block {receipt['block_number']} (tx {receipt['tx_hash']})")
-
+    console.print(
+        f"job {job_id} cancelled in block {receipt['block_number']} (tx {receipt['tx_hash']})"
+    )

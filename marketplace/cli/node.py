@@ -27,10 +27,17 @@ def journal_path(settings: Settings) -> Path:
 
 
 replicas_option = click.option(
-    "--replicas", default=3, show_default=True, type=click.IntRange(1),
-    help="IPFS nodes to pin on: ZOO_IPFS_API first, then ZOO_IPFS_REPLICAS.")
+    "--replicas",
+    default=3,
+    show_default=True,
+    type=click.IntRange(1),
+    help="IPFS nodes to pin on: ZOO_IPFS_API first, then ZOO_IPFS_REPLICAS.",
+)
 device_option = click.option(
-    "--device", default=None, help="Torch device, e.g. cpu or cuda:0 [default: cuda if present, else cpu].")
+    "--device",
+    default=None,
+    help="Torch device, e.g. cpu or cuda:0 [default: cuda if present, else cpu].",
+)
 
 
 @click.group()
@@ -47,18 +54,51 @@ def node() -> None:
 
 
 @node.command("register")
-@click.option("--tier", type=click.Choice(Tier.labels()), default="community", show_default=True,
-              help="Tier to sell in; the hardware must meet its minimums.")
-@click.option("--gpu-type", default="cpu", show_default=True, help="GPU model, or cpu for a CPU node.")
-@click.option("--gpus", default=0, show_default=True, type=click.IntRange(0), help="GPU count (0 for a CPU node).")
-@click.option("--memory", default=0, show_default=True, type=click.IntRange(0), help="Memory per GPU in GB.")
-@click.option("--network-gbps", default=1, show_default=True, type=click.IntRange(0), help="Network bandwidth in Gbit/s.")
-@click.option("--endpoint", default="", help="Where this node can be reached, e.g. tcp://node.example:29500; "
-              "a group job's rank 0 hosts the group on its port (without one, the node bids for single-node jobs only).")
+@click.option(
+    "--tier",
+    type=click.Choice(Tier.labels()),
+    default="community",
+    show_default=True,
+    help="Tier to sell in; the hardware must meet its minimums.",
+)
+@click.option(
+    "--gpu-type", default="cpu", show_default=True, help="GPU model, or cpu for a CPU node."
+)
+@click.option(
+    "--gpus",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="GPU count (0 for a CPU node).",
+)
+@click.option(
+    "--memory", default=0, show_default=True, type=click.IntRange(0), help="Memory per GPU in GB."
+)
+@click.option(
+    "--network-gbps",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Network bandwidth in Gbit/s.",
+)
+@click.option(
+    "--endpoint",
+    default="",
+    help="Where this node can be reached, e.g. tcp://node.example:29500; "
+    "a group job's rank 0 hosts the group on its port (without one, the node bids for single-node jobs only).",
+)
 @replicas_option
 @device_option
-def register_command(tier: str, gpu_type: str, gpus: int, memory: int, network_gbps: int,
-                     endpoint: str, replicas: int, device: str | None) -> None:
+def register_command(
+    tier: str,
+    gpu_type: str,
+    gpus: int,
+    memory: int,
+    network_gbps: int,
+    endpoint: str,
+    replicas: int,
+    device: str | None,
+) -> None:
     """Run the admission benchmark, pin its report and register with it as the attestation.
 
     A verifier then checks the report and attests it; `node start` waits for that.
@@ -67,18 +107,24 @@ def register_command(tier: str, gpu_type: str, gpus: int, memory: int, network_g
 
     settings = Settings()
     with reach_ledger(settings, signing=True) as (ledger, address):
-        with (Storage(settings.ipfs_api, settings.ipfs_replicas) as storage,
-              console.status("running the matmul benchmark and pinning its report")):
+        with (
+            Storage(settings.ipfs_api, settings.ipfs_replicas) as storage,
+            console.status("running the matmul benchmark and pinning its report"),
+        ):
             report, cid = publish_benchmark(storage, replicas, device)
         hardware = Hardware(gpu_type, gpus, memory, network_gbps, endpoint, attestation_of(cid))
         with console.status("registering"):
             ledger.register_provider(tier, hardware)
-    console.print(f"registered {address} in tier {tier}: benchmark {report.gflops} GFLOP/s, "
-                  f"report {cid}; waiting for a verifier's attestation")
+    console.print(
+        f"registered {address} in tier {tier}: benchmark {report.gflops} GFLOP/s, "
+        f"report {cid}; waiting for a verifier's attestation"
+    )
 
 
 @node.command("stake")
-@click.option("--amount", "wei", required=True, type=ZEN_AMOUNT, help="ZEN to stake, e.g. 1000 or 1500.5.")
+@click.option(
+    "--amount", "wei", required=True, type=ZEN_AMOUNT, help="ZEN to stake, e.g. 1000 or 1500.5."
+)
 def stake_command(wei: int) -> None:
     """Stake ZEN in one transaction (an ERC-2612 permit signed by the wallet)."""
     with reach_ledger(Settings(), signing=True) as (ledger, address):
@@ -88,15 +134,32 @@ def stake_command(wei: int) -> None:
 
 
 @node.command("start")
-@click.option("--cost-floor", default="1", show_default=True, type=ZEN_AMOUNT,
-              help="Your cost of one GPU-hour in ZEN (a CPU node counts as 1 GPU); never bids below it.")
-@click.option("--margin-bps", default=2_000, show_default=True, type=click.IntRange(0),
-              help="Asked above the cost floor, in basis points, as far as a job's max price allows.")
+@click.option(
+    "--cost-floor",
+    default="1",
+    show_default=True,
+    type=ZEN_AMOUNT,
+    help="Your cost of one GPU-hour in ZEN (a CPU node counts as 1 GPU); never bids below it.",
+)
+@click.option(
+    "--margin-bps",
+    default=2_000,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Asked above the cost floor, in basis points, as far as a job's max price allows.",
+)
 @replicas_option
 @device_option
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]), help="How much the daemon logs.")
-def start_command(cost_floor: int, margin_bps: int, replicas: int, device: str | None, log_level: str) -> None:
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="How much the daemon logs.",
+)
+def start_command(
+    cost_floor: int, margin_bps: int, replicas: int, device: str | None, log_level: str
+) -> None:
     """Run the provider daemon in the foreground until SIGTERM or Ctrl-C.
 
     It waits for the benchmark attestation, then bids, trains what it wins, commits checkpoints
@@ -108,22 +171,30 @@ def start_command(cost_floor: int, margin_bps: int, replicas: int, device: str |
     from marketplace.sdk.joblog import JobLog
     from node.daemon import NodeConfig, Pricing, ProviderDaemon
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     settings = Settings()
     account = load_account(settings)
     ledger = open_ledger(settings)
     config = NodeConfig(
         pricing=Pricing(cost_floor, margin_bps),
-        journal_path=journal_path(settings), ipfs_api=settings.ipfs_api,
-        ipfs_replicas=tuple(settings.ipfs_replicas), replicas=replicas, device=device,
-        poll_interval=settings.poll_interval, confirmations=settings.confirmations,
+        journal_path=journal_path(settings),
+        ipfs_api=settings.ipfs_api,
+        ipfs_replicas=tuple(settings.ipfs_replicas),
+        replicas=replicas,
+        device=device,
+        poll_interval=settings.poll_interval,
+        confirmations=settings.confirmations,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     job_log = JobLog(settings.gateway_url, account) if settings.gateway_url else None
     try:
-        ProviderDaemon(ledger, account, config, job_log).run(stop, on_ready=lambda message: click.echo(message))
+        ProviderDaemon(ledger, account, config, job_log).run(
+            stop, on_ready=lambda message: click.echo(message)
+        )
     finally:
         if job_log is not None:
             job_log.close()
@@ -140,7 +211,9 @@ def status_command() -> None:
     table = Table(title=f"provider {address}", show_header=False)
     table.add_row("registered", "yes" if standing.role == Role.PROVIDER.label else "no")
     table.add_row("tier", standing.tier_name)
-    table.add_row("admitted", "yes" if standing.admitted else "no (awaiting a verifier's attestation)")
+    table.add_row(
+        "admitted", "yes" if standing.admitted else "no (awaiting a verifier's attestation)"
+    )
     table.add_row("staked ZEN", amount(standing.staked))
     table.add_row("locked ZEN", amount(standing.locked))
     table.add_row("unbonding ZEN", amount(standing.unbonding))

@@ -31,30 +31,83 @@ def zen(wei: int) -> str:
 
 
 @click.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Job spec (YAML; see node/specs/README.md).")
-@click.option("--max-budget", required=True, type=ZEN_AMOUNT,
-              help="Most ZEN to spend; escrowed, the unspent part refunded.")
-@click.option("--max-price", default="100", show_default=True, type=ZEN_AMOUNT,
-              help="Most ZEN per GPU-hour to pay a provider.")
-@click.option("--tier", type=click.Choice(Tier.labels()), default="community", show_default=True,
-              help="Provider tier to buy from.")
-@click.option("--nodes", type=click.IntRange(1, 64), help="Providers to train on [default: the spec's].")
-@click.option("--sample-rate", default=1_000, show_default=True, type=click.IntRange(0, 10_000),
-              help="Share of work units verifiers re-run, in basis points.")
-@click.option("--checkpoint-interval", default=600, show_default=True, type=click.IntRange(1),
-              help="Seconds a provider may go without a checkpoint before it can be reported.")
-@click.option("--auction-timeout", default=120, show_default=True, type=click.IntRange(1),
-              help="Seconds to wait for the auction to fill before cancelling for a full refund.")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the trained weights [default: weights/job-<id>.pt].")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Job spec (YAML; see node/specs/README.md).",
+)
+@click.option(
+    "--max-budget",
+    required=True,
+    type=ZEN_AMOUNT,
+    help="Most ZEN to spend; escrowed, the unspent part refunded.",
+)
+@click.option(
+    "--max-price",
+    default="100",
+    show_default=True,
+    type=ZEN_AMOUNT,
+    help="Most ZEN per GPU-hour to pay a provider.",
+)
+@click.option(
+    "--tier",
+    type=click.Choice(Tier.labels()),
+    default="community",
+    show_default=True,
+    help="Provider tier to buy from.",
+)
+@click.option(
+    "--nodes", type=click.IntRange(1, 64), help="Providers to train on [default: the spec's]."
+)
+@click.option(
+    "--sample-rate",
+    default=1_000,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    help="Share of work units verifiers re-run, in basis points.",
+)
+@click.option(
+    "--checkpoint-interval",
+    default=600,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Seconds a provider may go without a checkpoint before it can be reported.",
+)
+@click.option(
+    "--auction-timeout",
+    default=120,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Seconds to wait for the auction to fill before cancelling for a full refund.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the trained weights [default: weights/job-<id>.pt].",
+)
 @click.option("--no-wait", is_flag=True, help="Print the job id once escrowed and return.")
-def train(config_path: Path, max_budget: int, max_price: int, tier: str, nodes: int | None, sample_rate: int,
-          checkpoint_interval: int, auction_timeout: int, output: Path | None, no_wait: bool) -> None:
+def train(
+    config_path: Path,
+    max_budget: int,
+    max_price: int,
+    tier: str,
+    nodes: int | None,
+    sample_rate: int,
+    checkpoint_interval: int,
+    auction_timeout: int,
+    output: Path | None,
+    no_wait: bool,
+) -> None:
     """Train a model on the market: escrow, auction, training, settlement, weights back by CID."""
     order = jobs.Order(
-        max_budget=max_budget, max_price=max_price, tier=Tier.named(tier),
-        nodes=nodes, sample_rate_bps=sample_rate, checkpoint_interval=checkpoint_interval,
+        max_budget=max_budget,
+        max_price=max_price,
+        tier=Tier.named(tier),
+        nodes=nodes,
+        sample_rate_bps=sample_rate,
+        checkpoint_interval=checkpoint_interval,
     )
     try:
         spec_text, spec = jobs.load_spec_text(config_path)
@@ -71,8 +124,10 @@ def train(config_path: Path, max_budget: int, max_price: int, tier: str, nodes: 
         with console.status("downloading and checking the final checkpoint"):
             result = job.result(output)
     console.print(result_line(result))
-    console.print(f"settled in block {settlement.block} (tx {settlement.tx}): paid {zen(settlement.payment)}, "
-                  f"fee {zen(settlement.fee)} (5%), refunded {zen(settlement.refund)}")
+    console.print(
+        f"settled in block {settlement.block} (tx {settlement.tx}): paid {zen(settlement.payment)}, "
+        f"fee {zen(settlement.fee)} (5%), refunded {zen(settlement.refund)}"
+    )
 
 
 def result_line(result: journey.Result) -> str:
@@ -85,8 +140,12 @@ def submitter(settings: Settings) -> Iterator[Callable[[str, jobs.Order], Journe
     """How the user's job reaches the chain: through the gateway at ZOO_GATEWAY_URL, signed with the
     wallet here (the SDK), or with the wallet sending to the ledger at ZOO_RPC_URL itself."""
     if settings.gateway_url:
-        with Client(settings.gateway_url, wallet=load_account(settings), ipfs_api=settings.ipfs_api,
-                    ipfs_replicas=settings.ipfs_replicas) as client:
+        with Client(
+            settings.gateway_url,
+            wallet=load_account(settings),
+            ipfs_api=settings.ipfs_api,
+            ipfs_replicas=settings.ipfs_replicas,
+        ) as client:
             yield client.submit
         return
     ledger = open_ledger(settings)
@@ -94,27 +153,43 @@ def submitter(settings: Settings) -> Iterator[Callable[[str, jobs.Order], Journe
     with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
 
         def submit(spec_text: str, order: jobs.Order) -> jobs.ChainJob:
-            return jobs.ChainJob(ledger, user, jobs.submit(ledger, user, storage, spec_text, order), storage)
+            return jobs.ChainJob(
+                ledger, user, jobs.submit(ledger, user, storage, spec_text, order), storage
+            )
 
         yield submit
 
 
-def follow_to_settlement(job: JourneyJob, auction_timeout: float | None = None) -> journey.Settlement:
+def follow_to_settlement(
+    job: JourneyJob, auction_timeout: float | None = None
+) -> journey.Settlement:
     """The job's journey on screen, whichever way it reaches the chain: its auction (cancelled for a
     full refund if none fills within `auction_timeout` seconds), a progress bar of its training
     (units, loss, ZEN accrued), then verification and settlement."""
     with console.status("auction: waiting for providers to bid"):
         job.wait(until=JobStatus.RUNNING, auction_timeout=auction_timeout)
     console.print(f"auction cleared at {zen(job.clearing_price())} per GPU-hour")
-    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("units"),
-               TextColumn("{task.fields[loss]}"), TextColumn("{task.fields[zen]}"), TimeElapsedColumn())
+    columns = (
+        TextColumn("training"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("units"),
+        TextColumn("{task.fields[loss]}"),
+        TextColumn("{task.fields[zen]}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console) as bar:
         task = bar.add_task("train", total=None, loss="", zen="")
 
         def show(now: journey.Progress) -> None:
             loss = f"loss {now.loss:.3f}" if now.loss is not None else ""
-            bar.update(task, total=now.units_total, completed=now.units_done, loss=loss,
-                       zen=f"{rounded(now.accrued, 4)} ZEN accrued")
+            bar.update(
+                task,
+                total=now.units_total,
+                completed=now.units_done,
+                loss=loss,
+                zen=f"{rounded(now.accrued, 4)} ZEN accrued",
+            )
 
         job.wait(show, until=JobStatus.COMPLETED)
     with console.status("waiting for verification and settling"):

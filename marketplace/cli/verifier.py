@@ -55,7 +55,13 @@ def register_command(endpoint: str) -> None:
 
 
 @verifier.command("stake")
-@click.option("--amount", "wei", required=True, type=ZEN_AMOUNT, help="ZEN to add to the stake, e.g. 5000 or 0.5.")
+@click.option(
+    "--amount",
+    "wei",
+    required=True,
+    type=ZEN_AMOUNT,
+    help="ZEN to add to the stake, e.g. 5000 or 0.5.",
+)
 def stake_command(wei: int) -> None:
     """Stake ZEN as a verifier in one transaction (an ERC-2612 permit); active from the minimum stake."""
     with reach_ledger(Settings(), signing=True) as (ledger, address):

@@ -83,7 +83,9 @@ def import_command() -> None:
         key = click.prompt("Private key (hex)", hide_input=True)
     else:
         key = sys.stdin.readline()
-    account, path = keystore.import_key(settings, key, keystore.resolve_password(settings, confirm=True))
+    account, path = keystore.import_key(
+        settings, key, keystore.resolve_password(settings, confirm=True)
+    )
     click.echo(f"{account.address}  (keystore {path})")
 
 

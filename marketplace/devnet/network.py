@@ -102,7 +102,9 @@ class State:
         for s in self.services:
             if s.name == name:
                 return s
-        raise DevnetError(f"no service {name!r}; services: {', '.join(s.name for s in self.services)}")
+        raise DevnetError(
+            f"no service {name!r}; services: {', '.join(s.name for s in self.services)}"
+        )
 
     def running(self) -> list[Service]:
         return [s for s in self.services if s.alive()]
@@ -122,15 +124,19 @@ def write_env_file(path: Path, variables: dict[str, str]) -> None:
     """
     for key, value in variables.items():
         if any(bad in value for bad in ("'", "\\", "${")):
-            raise DevnetError(f"{key}={value!r} holds a quote, a backslash or ${{: a shell and the CLI would read "
-                              f"{path} differently")
+            raise DevnetError(
+                f"{key}={value!r} holds a quote, a backslash or ${{: a shell and the CLI would read "
+                f"{path} differently"
+            )
     path.write_text("".join(f"{key}='{value}'\n" for key, value in variables.items()))
 
 
 class Devnet:
     """Starts and stops the whole local network."""
 
-    def __init__(self, root: Path = STATE_DIR, providers: int = 3, verifiers: int = 1, workers: int = 1):
+    def __init__(
+        self, root: Path = STATE_DIR, providers: int = 3, verifiers: int = 1, workers: int = 1
+    ):
         self.root = root
         self.providers = providers
         self.verifiers = verifiers
@@ -159,10 +165,20 @@ class Devnet:
         """Processes start side by side, and the ledger is set up while Anvil mines a block per
         transaction; the chain's clock then ticks a block a second, as the market expects."""
         progress("starting Anvil, the IPFS nodes and Redis")
-        anvil = self._spawn(state, "anvil", [
-            str(foundry_binary("anvil")), "--host", "127.0.0.1", "--port", "0",
-            "--accounts", str(3 + self.providers + self.verifiers),
-        ], os.environ.copy())
+        anvil = self._spawn(
+            state,
+            "anvil",
+            [
+                str(foundry_binary("anvil")),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--accounts",
+                str(3 + self.providers + self.verifiers),
+            ],
+            os.environ.copy(),
+        )
         actors = self._actors()
         state.accounts = {a.name: a.address for a in actors}
         verifiers = [a for a in actors if a.name.startswith("verifier")]
@@ -181,7 +197,9 @@ class Devnet:
         state.manifest = str(manifest)
         ledger = Ledger(w3, deployment)
         self._fund(ledger, actors)
-        state.ipfs = {name: self._ipfs_address(state, name, service) for name, service in ipfs.items()}
+        state.ipfs = {
+            name: self._ipfs_address(state, name, service) for name, service in ipfs.items()
+        }
         redis_service.wait_for_log("(?i)ready to accept connections")
         state.redis_url = redis.url
         for actor in actors:
@@ -198,11 +216,19 @@ class Devnet:
 
         progress("starting the gateway, the verifier workers, the verifiers and the providers")
         gateway = self.start_gateway(state)
-        workers = [self._spawn(state, f"worker-{i}", cli("verifier", "worker"), self._env(state, verifiers[0].name))
-                   for i in range(self.workers)]
-        verifier_daemons = [self._spawn(state, a.name, cli("verifier", "start"), self._env(state, a.name))
-                            for a in verifiers]
-        state.gateway_url = self.gateway_url_of(gateway[0])  # where the providers post their jobs' log lines
+        workers = [
+            self._spawn(
+                state, f"worker-{i}", cli("verifier", "worker"), self._env(state, verifiers[0].name)
+            )
+            for i in range(self.workers)
+        ]
+        verifier_daemons = [
+            self._spawn(state, a.name, cli("verifier", "start"), self._env(state, a.name))
+            for a in verifiers
+        ]
+        state.gateway_url = self.gateway_url_of(
+            gateway[0]
+        )  # where the providers post their jobs' log lines
         for actor in providers:
             self._spawn_provider(state, actor)
         for worker in workers:
@@ -237,7 +263,9 @@ class Devnet:
         ledger.w3.provider.make_request("anvil_setBalance", [actor.address, hex(ETH_FUNDING)])
         self._fund(ledger, [actor])
         state.accounts[actor.name] = actor.address
-        state.ipfs[actor.name] = self._ipfs_address(state, actor.name, self._spawn_ipfs(state, actor.name))
+        state.ipfs[actor.name] = self._ipfs_address(
+            state, actor.name, self._spawn_ipfs(state, actor.name)
+        )
         wallet.save(self._settings(state, actor.name), devnet_account(actor.index), PASSWORD)
         self._register_provider(state, ledger, actor)
         self._spawn_provider(state, actor).wait_for_log(r"ready:", timeout=120)
@@ -249,7 +277,9 @@ class Devnet:
 
         account = devnet_account(actor.index)
         with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:
-            _, report_cid = onboarding.publish_benchmark(storage, replicas=self._replica_count(state))
+            _, report_cid = onboarding.publish_benchmark(
+                storage, replicas=self._replica_count(state)
+            )
         # a free loopback port: where a group job's rank 0 listens for the other ranks
         hardware = Hardware("cpu", 0, 0, 1, f"tcp://127.0.0.1:{free_port()}")
         onboarding.register(ledger, account, Tier.COMMUNITY, hardware, report_cid)
@@ -257,7 +287,9 @@ class Devnet:
 
     def _spawn_provider(self, state: State, actor: Actor) -> Service:
         """A provider's daemon; it posts a line to the job's log at the devnet's gateway for each unit it commits."""
-        argv = cli("node", "start", "--cost-floor", "1", "--replicas", str(self._replica_count(state)))
+        argv = cli(
+            "node", "start", "--cost-floor", "1", "--replicas", str(self._replica_count(state))
+        )
         env = self._env(state, actor.name) | {"ZOO_GATEWAY_URL": state.gateway_url}
         return self._spawn(state, actor.name, argv, env)
 
@@ -272,19 +304,46 @@ class Devnet:
         """
         env = self._env(state, "gateway")
         (self.root / "gateway").mkdir(exist_ok=True)
-        server = self._spawn(state, "gateway", cli(
-            "gateway", "serve", "--host", "127.0.0.1", "--port", "0", "--log-level", "INFO"), env)
-        indexer = self._spawn(state, "gateway-indexer", [
-            sys.executable, "-m", "celery", "-A", "marketplace.gateway.tasks", "worker", "--beat", "--pool", "solo",
-            "--queues", "gateway", "--hostname", "gateway@%h", "--without-gossip", "--without-mingle",
-            "--loglevel", "INFO", "--schedule", str(self.root / "gateway" / "beat-schedule"),
-        ], env)
+        server = self._spawn(
+            state,
+            "gateway",
+            cli("gateway", "serve", "--host", "127.0.0.1", "--port", "0", "--log-level", "INFO"),
+            env,
+        )
+        indexer = self._spawn(
+            state,
+            "gateway-indexer",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "marketplace.gateway.tasks",
+                "worker",
+                "--beat",
+                "--pool",
+                "solo",
+                "--queues",
+                "gateway",
+                "--hostname",
+                "gateway@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(self.root / "gateway" / "beat-schedule"),
+            ],
+            env,
+        )
         return server, indexer
 
     @staticmethod
     def gateway_url_of(server: Service, timeout: float = 120.0) -> str:
         """The server's URL, once it listens."""
-        return server.wait_for_log(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout=timeout).group(1)
+        return server.wait_for_log(
+            r"Uvicorn running on (http://127\.0\.0\.1:\d+)", timeout=timeout
+        ).group(1)
 
     @classmethod
     def wait_for_gateway(cls, server: Service, indexer: Service, timeout: float = 120.0) -> str:
@@ -301,12 +360,17 @@ class Devnet:
                 if not service.alive():
                     raise ServiceFailed(f"{service.name} exited: see {service.log}")
             if time.monotonic() > deadline:
-                raise ServiceFailed(f"the gateway indexed nothing in {timeout:.0f}s: see {indexer.log}")
+                raise ServiceFailed(
+                    f"the gateway indexed nothing in {timeout:.0f}s: see {indexer.log}"
+                )
             time.sleep(0.2)
 
     def _actors(self) -> list[Actor]:
-        names = ["user"] + [f"provider-{i}" for i in range(self.providers)] + [
-            f"verifier-{i}" for i in range(self.verifiers)]
+        names = (
+            ["user"]
+            + [f"provider-{i}" for i in range(self.providers)]
+            + [f"verifier-{i}" for i in range(self.verifiers)]
+        )
         return [Actor(name, i + 1) for i, name in enumerate(names)]
 
     def _replicas(self, state: State, name: str) -> list[str]:
@@ -337,18 +401,26 @@ class Devnet:
     def _variables(self, state: State, name: str) -> dict[str, str]:
         """A devnet process's settings as ZOO_* variables."""
         values = self._settings(state, name).model_dump(exclude_none=True)
-        return {f"ZOO_{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v) for k, v in values.items()}
+        return {
+            f"ZOO_{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v)
+            for k, v in values.items()
+        }
 
     def _env(self, state: State, name: str) -> dict[str, str]:
         """The environment of a devnet process: this one's, with the process's settings as the only ZOO_* variables."""
-        return {k: v for k, v in os.environ.items() if not k.startswith("ZOO_")} | self._variables(state, name)
+        return {k: v for k, v in os.environ.items() if not k.startswith("ZOO_")} | self._variables(
+            state, name
+        )
 
     def _spawn_ipfs(self, state: State, name: str) -> Service:
         repo = self.root / "ipfs" / name
         (repo / "api").unlink(missing_ok=True)
-        return self._spawn(state, f"ipfs-{name}", cli(
-            "ipfs", "serve", "--repo", str(repo), "--host", "127.0.0.1", "--port", "0"),
-            os.environ.copy())
+        return self._spawn(
+            state,
+            f"ipfs-{name}",
+            cli("ipfs", "serve", "--repo", str(repo), "--host", "127.0.0.1", "--port", "0"),
+            os.environ.copy(),
+        )
 
     def _ipfs_address(self, state: State, name: str, service: Service) -> str:
         """The node's API address, once it has published it."""
@@ -366,7 +438,9 @@ class Devnet:
             ledger.transfer(governor, actor.address, FUNDING)
 
     def _spawn(self, state: State, name: str, argv: list[str], env: dict[str, str]) -> Service:
-        service = Service(name, argv, str(self.root / "logs" / f"{name}.log")).start(env, PROJECT_ROOT)
+        service = Service(name, argv, str(self.root / "logs" / f"{name}.log")).start(
+            env, PROJECT_ROOT
+        )
         state.services.append(service)
         state.save()
         return service
@@ -393,8 +467,10 @@ class Devnet:
         finished starting) is refused, since its URLs and ports are of processes that are gone."""
         state = State.load(self.root)
         if not state.running():
-            raise DevnetError(f"no devnet is running in {self.root}: start one with `zoo-compute devnet up` "
-                              f"(`zoo-compute devnet logs` shows the logs of the last one)")
+            raise DevnetError(
+                f"no devnet is running in {self.root}: start one with `zoo-compute devnet up` "
+                f"(`zoo-compute devnet logs` shows the logs of the last one)"
+            )
         chain = {}
         if state.rpc_url:
             w3 = Web3(Web3.HTTPProvider(state.rpc_url))
@@ -408,8 +484,10 @@ class Devnet:
             "redis_url": state.redis_url,
             "gateway_url": state.gateway_url,
             "accounts": state.accounts,
-            "services": [{"name": s.name, "pid": s.pid, "alive": s.alive(), "log": s.log}
-                         for s in state.services],
+            "services": [
+                {"name": s.name, "pid": s.pid, "alive": s.alive(), "log": s.log}
+                for s in state.services
+            ],
         }
 
     def deployment(self) -> Deployment:

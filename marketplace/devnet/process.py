@@ -30,8 +30,15 @@ class Service:
         """Start in a session of its own, so it outlives the command that started it."""
         Path(self.log).parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
-            process = subprocess.Popen(self.argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                self.argv,
+                cwd=cwd,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.pid = process.pid
         return self
 

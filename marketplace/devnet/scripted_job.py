@@ -86,14 +86,21 @@ def onboard(ledger: Ledger, cast: Cast, scenario: Scenario) -> None:
 def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Outcome:
     """Create a job, auction it, commit every unit, verify the sampled ones, settle, withdraw."""
     request = JobRequest(
-        spec_cid=spec_cid, tier=Tier.COMMUNITY, nodes=scenario.nodes, units_per_node=scenario.units,
-        checkpoint_interval=scenario.checkpoint_interval, sample_rate_bps=scenario.sample_rate_bps,
-        max_price=scenario.max_price, budget=scenario.budget,
+        spec_cid=spec_cid,
+        tier=Tier.COMMUNITY,
+        nodes=scenario.nodes,
+        units_per_node=scenario.units,
+        checkpoint_interval=scenario.checkpoint_interval,
+        sample_rate_bps=scenario.sample_rate_bps,
+        max_price=scenario.max_price,
+        budget=scenario.budget,
     )
     market = ledger.market.functions
     ledger.approve(cast.user, ledger.market.address, request.budget)
     receipt = ledger.send(market.createJob(request.as_struct()), cast.user)
-    job_id = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)[0]["args"]["jobId"]
+    job_id = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)[0]["args"][
+        "jobId"
+    ]
     outcome = Outcome(job_id=job_id, winners=[], clearing_price=0)
     outcome.record("createJob", receipt)
 
@@ -102,7 +109,8 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
         bid = ledger.commit_bid(provider, job_id, price)
         bids.append((provider, bid))
     outcome.gas["commitBid"] = [
-        ledger.w3.eth.get_transaction_receipt(tx)["gasUsed"] for tx in _bid_txs(ledger, job_id, "BidCommitted")
+        ledger.w3.eth.get_transaction_receipt(tx)["gasUsed"]
+        for tx in _bid_txs(ledger, job_id, "BidCommitted")
     ]
     advance_time(ledger.w3, ledger.market.functions.bidWindow().call() + 1)
     for provider, bid in bids:
@@ -110,7 +118,9 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
     advance_time(ledger.w3, ledger.market.functions.revealWindow().call() + 1)
     receipt = ledger.close_auction(cast.governor, job_id)
     outcome.record("closeAuction", receipt)
-    cleared = ledger.market.events.AuctionCleared().process_receipt(receipt, errors=DISCARD)[0]["args"]
+    cleared = ledger.market.events.AuctionCleared().process_receipt(receipt, errors=DISCARD)[0][
+        "args"
+    ]
     outcome.clearing_price = cleared["clearingPrice"]
     assigned = ledger.market.events.SlotAssigned().process_receipt(receipt, errors=DISCARD)
     slots = {e["args"]["provider"]: e["args"]["slot"] for e in assigned}
@@ -126,7 +136,9 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
             fn = market.commitCheckpoint(job_id, slot, scenario.gpu_seconds, cid, state_hash)
             receipt = ledger.send(fn, by_address[address])
             outcome.record("commitCheckpoint", receipt)
-            event = ledger.market.events.CheckpointCommitted().process_receipt(receipt, errors=DISCARD)[0]
+            event = ledger.market.events.CheckpointCommitted().process_receipt(
+                receipt, errors=DISCARD
+            )[0]
             batch.append(ledger.unit_from_event(event))
         outcome.units += batch
         verify_sampled(ledger, cast, batch, outcome)
@@ -134,7 +146,9 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
     advance_time(ledger.w3, ledger.verification.functions.verificationWindow().call() + 1)
     receipt = ledger.send(market.settle(job_id), cast.governor)
     outcome.record("settle", receipt)
-    outcome.settlement = dict(ledger.market.events.JobSettled().process_receipt(receipt, errors=DISCARD)[0]["args"]) | {
+    outcome.settlement = dict(
+        ledger.market.events.JobSettled().process_receipt(receipt, errors=DISCARD)[0]["args"]
+    ) | {
         "tx": "0x" + receipt["transactionHash"].hex().removeprefix("0x"),
         "block": receipt["blockNumber"],
     }
@@ -147,13 +161,17 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
     return outcome
 
 
-def verify_sampled(ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome) -> None:
+def verify_sampled(
+    ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome
+) -> None:
     """Verifiers post a passing result for each sampled unit, as soon as its sample is drawn."""
     mine(ledger.w3, 2)  # a unit is sampled by the next block's hash, readable once one more exists
     for unit in units:
         if ledger.is_sampled(unit):
             verifier = cast.verifiers[len(outcome.verified) % len(cast.verifiers)]
-            outcome.record("postResult", ledger.post_result(verifier, unit, True, cid_of_bytes(b"pass")))
+            outcome.record(
+                "postResult", ledger.post_result(verifier, unit, True, cid_of_bytes(b"pass"))
+            )
             outcome.verified.append((unit.slot, unit.index, verifier.address))
 
 

@@ -45,23 +45,37 @@ def issue_nonce(session: Session, now: float | None = None) -> tuple[str, int]:
     return nonce, now + NONCE_TTL
 
 
-def sign_in(session: Session, text: str, signature: bytes, *, domain: str, chain_id: int,
-            now: float | None = None) -> SignedIn:
+def sign_in(
+    session: Session,
+    text: str,
+    signature: bytes,
+    *,
+    domain: str,
+    chain_id: int,
+    now: float | None = None,
+) -> SignedIn:
     """Check the message for this gateway and chain, spend its nonce, and open a session."""
     now = now or time.time()
     message = SiweMessage.parse(text)
     message.check(domain=domain, chain_id=chain_id, now=datetime.fromtimestamp(now, UTC))
     check_signature(text, signature, message.address)
-    spent = session.execute(delete(db.SignInNonce).where(
-        db.SignInNonce.nonce == message.nonce, db.SignInNonce.expires_at > now))
+    spent = session.execute(
+        delete(db.SignInNonce).where(
+            db.SignInNonce.nonce == message.nonce, db.SignInNonce.expires_at > now
+        )
+    )
     if spent.rowcount != 1:
         session.rollback()
-        raise SiweError(f"nonce {message.nonce} was not issued by this gateway, is used or has expired")
+        raise SiweError(
+            f"nonce {message.nonce} was not issued by this gateway, is used or has expired"
+        )
     expires = int(now) + SESSION_TTL
     if message.expiration_time is not None:
         expires = min(expires, int(message.expiration_time.timestamp()))
     token = secrets.token_urlsafe(32)
-    session.add(db.AuthSession(token_sha256=_digest(token), address=message.address, expires_at=expires))
+    session.add(
+        db.AuthSession(token_sha256=_digest(token), address=message.address, expires_at=expires)
+    )
     session.commit()
     return SignedIn(token, message.address, expires)
 

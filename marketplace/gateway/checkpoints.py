@@ -25,8 +25,11 @@ def checkpoint_facts(session: Session, storage: Storage, cid: str) -> db.Checkpo
     except (StorageError, CheckpointError) as exc:
         log.info("checkpoint %s not readable: %s", cid, exc)
         return None
-    facts = db.CheckpointFacts(cid=cid, state_hash="0x" + checkpoint.state_hash(),
-                               metrics=checkpoint.metadata.get("metrics", {}))
+    facts = db.CheckpointFacts(
+        cid=cid,
+        state_hash="0x" + checkpoint.state_hash(),
+        metrics=checkpoint.metadata.get("metrics", {}),
+    )
     session.merge(facts)
     session.commit()
     return facts

@@ -100,7 +100,9 @@ class Slot(EventRow, Base):
     slot: Mapped[int] = mapped_column(Integer)
     provider: Mapped[str] = mapped_column(String(42), index=True)
     price: Mapped[int | None] = mapped_column(Wei)  # None on ProviderRemoved rows
-    removed_reason: Mapped[str | None] = mapped_column(String(32))  # set only on ProviderRemoved rows
+    removed_reason: Mapped[str | None] = mapped_column(
+        String(32)
+    )  # set only on ProviderRemoved rows
 
 
 class Unit(EventRow, Base):
@@ -180,7 +182,17 @@ class TreasuryTransfer(EventRow, Base):
 
 
 EVENT_TABLES: tuple[type[EventRow], ...] = (
-    Job, JobStatusChange, Bid, Auction, Slot, Unit, Result, Settlement, Slash, Provider, StakeChange,
+    Job,
+    JobStatusChange,
+    Bid,
+    Auction,
+    Slot,
+    Unit,
+    Result,
+    Settlement,
+    Slash,
+    Provider,
+    StakeChange,
     TreasuryTransfer,
 )
 
@@ -265,4 +277,3 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
-

@@ -44,8 +44,14 @@ class Indexer:
     is found by the next step's check.
     """
 
-    def __init__(self, w3: Web3, deployment: Deployment, sessions: sessionmaker,
-                 confirmations: int = 0, keep_blocks: int = 256):
+    def __init__(
+        self,
+        w3: Web3,
+        deployment: Deployment,
+        sessions: sessionmaker,
+        confirmations: int = 0,
+        keep_blocks: int = 256,
+    ):
         self.w3 = w3
         self.deployment = deployment
         self.sessions = sessions
@@ -61,7 +67,11 @@ class Indexer:
         """Index what is new; returns how many events were stored."""
         with self.sessions.begin() as session:
             state = self._state(session)
-            last_read = BlockMark(state.next_block - 1, state.last_block_hash) if state.last_block_hash else None
+            last_read = (
+                BlockMark(state.next_block - 1, state.last_block_hash)
+                if state.last_block_hash
+                else None
+            )
             self.cursor.seek(state.next_block, last_read)
             try:
                 events = self.cursor.poll()
@@ -74,7 +84,11 @@ class Indexer:
             session.add_all([row for e in events for row in self._rows(e)])
             state.next_block, state.last_block_hash = self.cursor.next_block, last.hash
             session.merge(db.IndexedBlock(number=last.number, hash=last.hash))
-            session.execute(delete(db.IndexedBlock).where(db.IndexedBlock.number <= last.number - self.keep_blocks))
+            session.execute(
+                delete(db.IndexedBlock).where(
+                    db.IndexedBlock.number <= last.number - self.keep_blocks
+                )
+            )
         if events:
             log.info("indexed %d events up to block %d", len(events), last.number)
         return len(events)
@@ -88,11 +102,17 @@ class Indexer:
     def _state(self, session: Session) -> db.IndexerState:
         state = session.get(db.IndexerState, STATE_ID)
         if state is None:
-            state = db.IndexerState(id=STATE_ID, chain_id=self.deployment.chain_id,
-                                    next_block=self.deployment.deploy_block, last_block_hash=None)
+            state = db.IndexerState(
+                id=STATE_ID,
+                chain_id=self.deployment.chain_id,
+                next_block=self.deployment.deploy_block,
+                last_block_hash=None,
+            )
             session.add(state)
         elif state.chain_id != self.deployment.chain_id:
-            raise IndexerError(f"the database indexes chain {state.chain_id}, not {self.deployment.chain_id}")
+            raise IndexerError(
+                f"the database indexes chain {state.chain_id}, not {self.deployment.chain_id}"
+            )
         return state
 
     def _roll_back(self, session: Session, state: db.IndexerState, reorg: ChainReorganized) -> None:
@@ -113,8 +133,11 @@ class Indexer:
         handler = _HANDLERS.get((self._names[event["address"]], event["event"]))
         if handler is None:
             return []
-        where = {"block_number": event["blockNumber"], "log_index": event["logIndex"],
-                 "tx_hash": _hex(event["transactionHash"])}
+        where = {
+            "block_number": event["blockNumber"],
+            "log_index": event["logIndex"],
+            "tx_hash": _hex(event["transactionHash"]),
+        }
         return handler(self, event["args"], where)
 
 
@@ -122,14 +145,25 @@ def open_indexer(settings: Settings) -> Indexer:
     """The indexer of the ledger at ZOO_RPC_URL (manifest: ZOO_MANIFEST) into ZOO_DATABASE_URL."""
     w3 = Web3(Web3.HTTPProvider(settings.rpc_url))
     deployment = settings.deployment(w3.eth.chain_id)
-    return Indexer(w3, deployment, db.open_database(db.database_url(settings)), settings.confirmations)
+    return Indexer(
+        w3, deployment, db.open_database(db.database_url(settings)), settings.confirmations
+    )
 
 
 def _job_created(_, a, where):
     return [
-        db.Job(job_id=a["jobId"], user=a["user"], tier=a["tier"], spec_cid=a["specCid"], nodes=a["nodes"],
-               units_per_node=a["unitsPerNode"], max_price=a["maxPrice"], budget=a["budget"],
-               collateral=a["collateral"], **where),
+        db.Job(
+            job_id=a["jobId"],
+            user=a["user"],
+            tier=a["tier"],
+            spec_cid=a["specCid"],
+            nodes=a["nodes"],
+            units_per_node=a["unitsPerNode"],
+            max_price=a["maxPrice"],
+            budget=a["budget"],
+            collateral=a["collateral"],
+            **where,
+        ),
         db.JobStatusChange(job_id=a["jobId"], status=JobStatus.OPEN.label, **where),
     ]
 
@@ -140,46 +174,88 @@ def _status(status: JobStatus):
 
 def _auction(cleared: bool):
     def rows(_, a, where):
-        auction = db.Auction(job_id=a["jobId"], round=a["round"], cleared=cleared,
-                             clearing_price=a["clearingPrice"] if cleared else None,
-                             count=a["winners"] if cleared else a["validBids"], **where)
+        auction = db.Auction(
+            job_id=a["jobId"],
+            round=a["round"],
+            cleared=cleared,
+            clearing_price=a["clearingPrice"] if cleared else None,
+            count=a["winners"] if cleared else a["validBids"],
+            **where,
+        )
         return [auction, *_status(JobStatus.RUNNING)(_, a, where)] if cleared else [auction]
+
     return rows
 
 
 def _settled(_, a, where):
     return [
-        db.Settlement(job_id=a["jobId"], payment=a["payment"], fee=a["fee"], refund=a["refund"],
-                      verifier_pool=a["verifierPool"], cancelled=False, **where),
+        db.Settlement(
+            job_id=a["jobId"],
+            payment=a["payment"],
+            fee=a["fee"],
+            refund=a["refund"],
+            verifier_pool=a["verifierPool"],
+            cancelled=False,
+            **where,
+        ),
         db.JobStatusChange(job_id=a["jobId"], status=JobStatus.SETTLED.label, **where),
     ]
 
 
 def _cancelled(_, a, where):
     return [
-        db.Settlement(job_id=a["jobId"], payment=0, fee=0, refund=a["refund"], verifier_pool=0,
-                      cancelled=True, **where),
+        db.Settlement(
+            job_id=a["jobId"],
+            payment=0,
+            fee=0,
+            refund=a["refund"],
+            verifier_pool=0,
+            cancelled=True,
+            **where,
+        ),
         db.JobStatusChange(job_id=a["jobId"], status=JobStatus.CANCELLED.label, **where),
     ]
 
 
 def _unit(_, a, where):
-    return [db.Unit(job_id=a["jobId"], slot=a["slot"], index=a["index"], provider=a["provider"], cid=a["cid"],
-                    state_hash=_hex(a["stateHash"]), gpu_seconds=a["gpuSeconds"], amount=a["amount"],
-                    remaining_before=a["remainingBefore"], **where)]
+    return [
+        db.Unit(
+            job_id=a["jobId"],
+            slot=a["slot"],
+            index=a["index"],
+            provider=a["provider"],
+            cid=a["cid"],
+            state_hash=_hex(a["stateHash"]),
+            gpu_seconds=a["gpuSeconds"],
+            amount=a["amount"],
+            remaining_before=a["remainingBefore"],
+            **where,
+        )
+    ]
 
 
 def _result(kind: str, account: str | None = None, passed=None, evidence: str | None = None):
     def rows(_, a, where):
-        return [db.Result(job_id=a["jobId"], slot=a["slot"], index=a["index"], kind=kind,
-                          account=a[account] if account else None,
-                          passed=passed(a) if passed else None,
-                          evidence_cid=a[evidence] if evidence else None, **where)]
+        return [
+            db.Result(
+                job_id=a["jobId"],
+                slot=a["slot"],
+                index=a["index"],
+                kind=kind,
+                account=a[account] if account else None,
+                passed=passed(a) if passed else None,
+                evidence_cid=a[evidence] if evidence else None,
+                **where,
+            )
+        ]
+
     return rows
 
 
 def _stake(kind: str, account: str = "account"):
-    return lambda _, a, where: [db.StakeChange(account=a[account], kind=kind, amount=a["amount"], **where)]
+    return lambda _, a, where: [
+        db.StakeChange(account=a[account], kind=kind, amount=a["amount"], **where)
+    ]
 
 
 def _reason(code: int) -> str:
@@ -193,8 +269,14 @@ def _reason(code: int) -> str:
 
 def _slashed(indexer, a, where):
     return [
-        db.Slash(account=a["account"], reason=_reason(a["reason"]), amount=a["amount"],
-                 reporter=a["reporter"], reporter_share=a["reporterShare"], **where),
+        db.Slash(
+            account=a["account"],
+            reason=_reason(a["reason"]),
+            amount=a["amount"],
+            reporter=a["reporter"],
+            reporter_share=a["reporterShare"],
+            **where,
+        ),
         *_stake("slashed")(indexer, a, where),
     ]
 
@@ -208,41 +290,74 @@ def _bid_committed(indexer, a, where):
         fn_name, args = indexer.decoder.decode_call(tx["to"], tx["input"])
         if fn_name == "commitBid":
             commitment = _hex(args["commitment"])
-    return [db.Bid(job_id=a["jobId"], provider=a["provider"], commitment=commitment, price=None, **where)]
+    return [
+        db.Bid(
+            job_id=a["jobId"], provider=a["provider"], commitment=commitment, price=None, **where
+        )
+    ]
 
 
 def _transfer(indexer, a, where):
     if indexer.treasury not in (a["from"], a["to"]):
         return []
     incoming = a["to"] == indexer.treasury
-    return [db.TreasuryTransfer(counterparty=a["from"] if incoming else a["to"], incoming=incoming,
-                                amount=a["value"], **where)]
+    return [
+        db.TreasuryTransfer(
+            counterparty=a["from"] if incoming else a["to"],
+            incoming=incoming,
+            amount=a["value"],
+            **where,
+        )
+    ]
 
 
 _HANDLERS = {
     ("JobMarket", "JobCreated"): _job_created,
     ("JobMarket", "BidCommitted"): _bid_committed,
     ("JobMarket", "BidRevealed"): lambda _, a, where: [
-        db.Bid(job_id=a["jobId"], provider=a["provider"], commitment=None, price=a["price"], **where)],
+        db.Bid(
+            job_id=a["jobId"], provider=a["provider"], commitment=None, price=a["price"], **where
+        )
+    ],
     ("JobMarket", "AuctionCleared"): _auction(cleared=True),
     ("JobMarket", "AuctionFailed"): _auction(cleared=False),
     ("JobMarket", "SlotAssigned"): lambda _, a, where: [
-        db.Slot(job_id=a["jobId"], slot=a["slot"], provider=a["provider"], price=a["price"], **where)],
+        db.Slot(
+            job_id=a["jobId"], slot=a["slot"], provider=a["provider"], price=a["price"], **where
+        )
+    ],
     ("JobMarket", "ProviderRemoved"): lambda _, a, where: [
-        db.Slot(job_id=a["jobId"], slot=a["slot"], provider=a["provider"], price=None,
-                removed_reason=_reason(a["reason"]), **where)],
+        db.Slot(
+            job_id=a["jobId"],
+            slot=a["slot"],
+            provider=a["provider"],
+            price=None,
+            removed_reason=_reason(a["reason"]),
+            **where,
+        )
+    ],
     ("JobMarket", "CheckpointCommitted"): _unit,
     ("JobMarket", "JobCompleted"): _status(JobStatus.COMPLETED),
     ("JobMarket", "JobSettled"): _settled,
     ("JobMarket", "JobCancelled"): _cancelled,
-    ("Verification", "ResultPosted"): _result("result", "verifier", lambda a: a["pass"], "evidenceCid"),
+    ("Verification", "ResultPosted"): _result(
+        "result", "verifier", lambda a: a["pass"], "evidenceCid"
+    ),
     ("Verification", "DisputeOpened"): _result("dispute", "challenger"),
-    ("Verification", "DisputeResolved"): _result("resolved", "resolver", lambda a: not a["confirmed"],
-                                                 "evidenceCid"),
+    ("Verification", "DisputeResolved"): _result(
+        "resolved", "resolver", lambda a: not a["confirmed"], "evidenceCid"
+    ),
     ("Verification", "DisputeExpired"): _result("expired"),
     ("Staking", "ProviderRegistered"): lambda _, a, where: [
-        db.Provider(address=a["provider"], tier=a["tier"], gpu_model=a["gpuModel"], gpus=a["gpus"],
-                    endpoint=a["endpoint"], **where)],
+        db.Provider(
+            address=a["provider"],
+            tier=a["tier"],
+            gpu_model=a["gpuModel"],
+            gpus=a["gpus"],
+            endpoint=a["endpoint"],
+            **where,
+        )
+    ],
     ("Staking", "Staked"): _stake("staked"),
     ("Staking", "UnstakeRequested"): _stake("unstake"),
     ("Staking", "Withdrawn"): _stake("withdrawn"),

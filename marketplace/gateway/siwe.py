@@ -19,8 +19,13 @@ from marketplace.errors import ZooError
 PREAMBLE = " wants you to sign in with your Ethereum account:"
 NONCE = re.compile(r"^[A-Za-z0-9]{8,}$")
 _FIELDS = (  # (attribute, label) in the order the EIP fixes
-    ("uri", "URI"), ("version", "Version"), ("chain_id", "Chain ID"), ("nonce", "Nonce"),
-    ("issued_at", "Issued At"), ("expiration_time", "Expiration Time"), ("not_before", "Not Before"),
+    ("uri", "URI"),
+    ("version", "Version"),
+    ("chain_id", "Chain ID"),
+    ("nonce", "Nonce"),
+    ("issued_at", "Issued At"),
+    ("expiration_time", "Expiration Time"),
+    ("not_before", "Not Before"),
     ("request_id", "Request ID"),
 )
 _REQUIRED = {"uri", "version", "chain_id", "nonce", "issued_at"}
@@ -65,8 +70,10 @@ class SiweMessage:
     def parse(cls, text: str) -> SiweMessage:
         lines = text.split("\n")
         if len(lines) < 4 or not lines[0].endswith(PREAMBLE) or lines[2] != "":
-            raise SiweError("not a Sign-In with Ethereum message: it must start with "
-                            f"'<domain>{PREAMBLE}', the address, and a blank line")
+            raise SiweError(
+                "not a Sign-In with Ethereum message: it must start with "
+                f"'<domain>{PREAMBLE}', the address, and a blank line"
+            )
         domain, address = lines[0].removesuffix(PREAMBLE), lines[1]
         if not domain or " " in domain:
             raise SiweError(f"bad domain {domain!r}")
@@ -92,7 +99,7 @@ class SiweMessage:
         last = -1
         for i, line in enumerate(lines):
             if line == "Resources:":
-                resources = lines[i + 1:]
+                resources = lines[i + 1 :]
                 if not all(r.startswith("- ") for r in resources):
                     raise SiweError("each resource must be a line starting with '- '")
                 values["resources"] = tuple(r[2:] for r in resources)
@@ -110,7 +117,9 @@ class SiweMessage:
         if self.domain != domain:
             raise SiweError(f"the message signs in to {self.domain!r}, not {domain!r}")
         if self.chain_id != chain_id:
-            raise SiweError(f"the message is for chain {self.chain_id}, this gateway serves chain {chain_id}")
+            raise SiweError(
+                f"the message is for chain {self.chain_id}, this gateway serves chain {chain_id}"
+            )
         if self.version != "1":
             raise SiweError(f"unsupported message version {self.version!r}")
         if self.expiration_time is not None and self.expiration_time <= now:

@@ -41,8 +41,11 @@ def configure(redis_url: str) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         beat_schedule={
-            "index-chain": {"task": "gateway.index_step", "schedule": STEP_SECONDS,
-                            "options": {"expires": STEP_SECONDS}},
+            "index-chain": {
+                "task": "gateway.index_step",
+                "schedule": STEP_SECONDS,
+                "options": {"expires": STEP_SECONDS},
+            },
         },
     )
     return app

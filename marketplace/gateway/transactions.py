@@ -47,7 +47,12 @@ def decode_signed(raw: bytes) -> dict:
     except (RLPException, ValueError, TypeError, KeyError, BadSignature) as exc:
         raise TransactionRejected(f"not a signed transaction: {exc}") from None
     to = HexBytes(to)
-    return {"sender": sender, "chain_id": chain_id, "to": to.to_0x_hex() if to else None, "nonce": nonce}
+    return {
+        "sender": sender,
+        "chain_id": chain_id,
+        "to": to.to_0x_hex() if to else None,
+        "nonce": nonce,
+    }
 
 
 def broadcast(ledger: Ledger, raw: bytes) -> tuple[str, dict]:
@@ -55,13 +60,22 @@ def broadcast(ledger: Ledger, raw: bytes) -> tuple[str, dict]:
     fields = decode_signed(raw)
     chain_id = ledger.deployment.chain_id
     if fields["chain_id"] != chain_id:
-        raise TransactionRejected(f"the transaction is for chain {fields['chain_id']}, the ledger is on chain {chain_id}")
+        raise TransactionRejected(
+            f"the transaction is for chain {fields['chain_id']}, the ledger is on chain {chain_id}"
+        )
     contracts = {ledger.deployment.addresses[name].lower(): name for name in LEDGER_CONTRACTS}
     if fields["to"] is None or fields["to"].lower() not in contracts:
-        raise TransactionRejected(f"the transaction goes to {fields['to']}, which is not a ledger contract")
+        raise TransactionRejected(
+            f"the transaction goes to {fields['to']}, which is not a ledger contract"
+        )
     try:
         tx_hash = ledger.w3.eth.send_raw_transaction(raw)
     except Web3RPCError as exc:  # nonce too low, too little ETH for gas, underpriced...
         raise TransactionRejected(f"the chain refused the transaction: {exc.message}") from None
-    log.info("broadcast %s from %s to %s", tx_hash.to_0x_hex(), fields["sender"], contracts[fields["to"].lower()])
+    log.info(
+        "broadcast %s from %s to %s",
+        tx_hash.to_0x_hex(),
+        fields["sender"],
+        contracts[fields["to"].lower()],
+    )
     return tx_hash.to_0x_hex(), fields

@@ -28,8 +28,10 @@ class NoBids(JobError):
     """No auction round filled before the deadline; the job was cancelled and refunded."""
 
     def __init__(self, job_id: int, waited: float, refund: int, user: str):
-        super().__init__(f"no bids filled job {job_id} within {int(waited)}s: cancelled, "
-                         f"{rounded(refund)} ZEN refunded to {user}")
+        super().__init__(
+            f"no bids filled job {job_id} within {int(waited)}s: cancelled, "
+            f"{rounded(refund)} ZEN refunded to {user}"
+        )
 
 
 class JobCancelled(JobError):
@@ -101,8 +103,13 @@ def default_output(job_id: int) -> Path:
     return Path("weights") / f"job-{job_id}.pt"
 
 
-def next_step(job: Snapshot, *, until: JobStatus = JobStatus.SETTLED, waited: float = 0.0,
-              auction_timeout: float | None = None) -> Step:
+def next_step(
+    job: Snapshot,
+    *,
+    until: JobStatus = JobStatus.SETTLED,
+    waited: float = 0.0,
+    auction_timeout: float | None = None,
+) -> Step:
     """The next step of a journey that takes the job to `until` (its auction cleared: RUNNING; its
     training done: COMPLETED; or SETTLED), `waited` seconds after it began.
 
@@ -110,7 +117,9 @@ def next_step(job: Snapshot, *, until: JobStatus = JobStatus.SETTLED, waited: fl
     full refund. A job found cancelled ends the journey with JobCancelled.
     """
     if until not in GOALS:
-        raise ValueError(f"a journey ends at {', '.join(g.label for g in GOALS)}, not {until.label}")
+        raise ValueError(
+            f"a journey ends at {', '.join(g.label for g in GOALS)}, not {until.label}"
+        )
     if job.status is JobStatus.CANCELLED:
         raise JobCancelled(job.job_id)
     if job.status is JobStatus.NONE:

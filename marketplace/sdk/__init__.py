@@ -5,5 +5,17 @@ from marketplace.sdk.aio import AsyncClient, AsyncJob
 from marketplace.sdk.errors import GatewayError, GatewayUnavailable, TransactionReverted
 from marketplace.sdk.sync import Client, Job
 
-__all__ = ["AsyncClient", "AsyncJob", "Client", "GatewayError", "GatewayUnavailable", "Job", "JobCancelled",
-           "NoBids", "Progress", "Result", "Settlement", "TransactionReverted"]
+__all__ = [
+    "AsyncClient",
+    "AsyncJob",
+    "Client",
+    "GatewayError",
+    "GatewayUnavailable",
+    "Job",
+    "JobCancelled",
+    "NoBids",
+    "Progress",
+    "Result",
+    "Settlement",
+    "TransactionReverted",
+]

@@ -51,9 +51,17 @@ class AsyncClient:
     Weights come from IPFS (`ipfs_api`, default ZOO_IPFS_API) and are checked by CID and state hash.
     """
 
-    def __init__(self, gateway_url: str, wallet: LocalAccount | None = None, *, ipfs_api: str | None = None,
-                 ipfs_replicas: list[str] | None = None, poll_interval: float = 1.0, timeout: float = 60.0,
-                 transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(
+        self,
+        gateway_url: str,
+        wallet: LocalAccount | None = None,
+        *,
+        ipfs_api: str | None = None,
+        ipfs_replicas: list[str] | None = None,
+        poll_interval: float = 1.0,
+        timeout: float = 60.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
         settings = Settings()
         self.url = gateway_url.rstrip("/")
         self.wallet = wallet
@@ -87,7 +95,9 @@ class AsyncClient:
         except (ValueError, KeyError, TypeError):
             detail = response.text or response.reason_phrase
         if not isinstance(detail, str):  # a request the schema refused: name the fields
-            detail = "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)
+            detail = "; ".join(
+                f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail
+            )
         raise GatewayError(response.status_code, f"{method} {path}: {detail}")
 
     def _account(self) -> LocalAccount:
@@ -97,10 +107,21 @@ class AsyncClient:
 
     # --- reads --------------------------------------------------------------------------
 
-    async def jobs(self, *, status: str | None = None, user: str | None = None, provider: str | None = None,
-                   limit: int = 50, offset: int = 0) -> list[dict]:
-        params = {k: v for k, v in {"status": status, "user": user, "provider": provider}.items() if v}
-        return await self.request("GET", "/jobs", params=params | {"limit": limit, "offset": offset})
+    async def jobs(
+        self,
+        *,
+        status: str | None = None,
+        user: str | None = None,
+        provider: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[dict]:
+        params = {
+            k: v for k, v in {"status": status, "user": user, "provider": provider}.items() if v
+        }
+        return await self.request(
+            "GET", "/jobs", params=params | {"limit": limit, "offset": offset}
+        )
 
     async def job(self, job_id: int) -> dict:
         return await self.request("GET", f"/jobs/{job_id}")
@@ -134,12 +155,19 @@ class AsyncClient:
         nonce = await self.request("GET", "/auth/nonce")
         now = datetime.now(UTC).replace(microsecond=0)
         text = SiweMessage(
-            domain=urlsplit(self.url).netloc, address=account.address, uri=self.url, chain_id=nonce["chain_id"],
-            nonce=nonce["nonce"], issued_at=now, expiration_time=now + timedelta(minutes=SESSION_MINUTES),
+            domain=urlsplit(self.url).netloc,
+            address=account.address,
+            uri=self.url,
+            chain_id=nonce["chain_id"],
+            nonce=nonce["nonce"],
+            issued_at=now,
+            expiration_time=now + timedelta(minutes=SESSION_MINUTES),
             statement="Sign in to the Zoo Compute gateway.",
         ).text()
         signature = account.sign_message(encode_defunct(text=text)).signature.to_0x_hex()
-        session = await self.request("POST", "/auth/session", json={"message": text, "signature": signature})
+        session = await self.request(
+            "POST", "/auth/session", json={"message": text, "signature": signature}
+        )
         self._token = (session["token"], session["expires_at"])
         return session["token"]
 
@@ -171,38 +199,69 @@ class AsyncClient:
             if status["status"] == "succeeded":
                 return status
             if status["status"] == "reverted":
-                raise TransactionReverted(sent["tx_hash"], status["block_number"], status.get("error"))
+                raise TransactionReverted(
+                    sent["tx_hash"], status["block_number"], status.get("error")
+                )
             await asyncio.sleep(min(self.poll_interval, 0.5))
 
     def _signed_permit(self, permit: dict) -> dict:
         """The gateway's permit (POST /transactions/permit), signed here: what a *WithPermit call takes."""
-        signature = self._account().sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
+        signature = (
+            self._account().sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
+        )
         return {"deadline": permit["deadline"], "signature": signature}
 
-    async def train(self, config: str | Path, max_budget: float | str | Decimal, *,
-                    max_price: float | str | Decimal = 100, tier: str = "community", nodes: int | None = None,
-                    sample_rate_bps: int = 1_000, checkpoint_interval: int = 600) -> AsyncJob:
+    async def train(
+        self,
+        config: str | Path,
+        max_budget: float | str | Decimal,
+        *,
+        max_price: float | str | Decimal = 100,
+        tier: str = "community",
+        nodes: int | None = None,
+        sample_rate_bps: int = 1_000,
+        checkpoint_interval: int = 600,
+    ) -> AsyncJob:
         """Upload the spec, escrow `max_budget` ZEN with a permit (one transaction), and return the job.
 
         Amounts are in ZEN; `max_price` is per GPU-hour. The gateway refuses a bad spec (naming the
         field), a budget below the reserve and a budget above the wallet's ZEN before anything is signed.
         """
-        return await self.submit(jobs.read_spec_text(Path(config)), jobs.Order(
-            max_budget=wei(max_budget), max_price=wei(max_price), tier=Tier.named(tier), nodes=nodes,
-            sample_rate_bps=sample_rate_bps, checkpoint_interval=checkpoint_interval))
+        return await self.submit(
+            jobs.read_spec_text(Path(config)),
+            jobs.Order(
+                max_budget=wei(max_budget),
+                max_price=wei(max_price),
+                tier=Tier.named(tier),
+                nodes=nodes,
+                sample_rate_bps=sample_rate_bps,
+                checkpoint_interval=checkpoint_interval,
+            ),
+        )
 
     async def submit(self, spec_text: str, order: jobs.Order) -> AsyncJob:
         """`train` with the spec's text and an order in wei: what the CLI sends whichever way it reaches
         the chain."""
         account = self._account()
         spec = await self.upload_spec(spec_text)
-        permit = await self.request("POST", "/transactions/permit", json={
-            "owner": account.address, "spender": "JobMarket", "value": str(order.max_budget)})
-        created = await self.transact("/transactions/jobs", {
-            "spec_cid": spec["cid"], "max_budget": str(order.max_budget), "max_price": str(order.max_price),
-            "tier": order.tier, "nodes": order.nodes, "sample_rate_bps": order.sample_rate_bps,
-            "checkpoint_interval": order.checkpoint_interval, "permit": self._signed_permit(permit),
-        })
+        permit = await self.request(
+            "POST",
+            "/transactions/permit",
+            json={"owner": account.address, "spender": "JobMarket", "value": str(order.max_budget)},
+        )
+        created = await self.transact(
+            "/transactions/jobs",
+            {
+                "spec_cid": spec["cid"],
+                "max_budget": str(order.max_budget),
+                "max_price": str(order.max_price),
+                "tier": order.tier,
+                "nodes": order.nodes,
+                "sample_rate_bps": order.sample_rate_bps,
+                "checkpoint_interval": order.checkpoint_interval,
+                "permit": self._signed_permit(permit),
+            },
+        )
         return AsyncJob(self, created["job_id"])
 
     async def withdraw(self) -> dict:
@@ -214,10 +273,18 @@ class AsyncClient:
     async def register_provider(self, hardware: Hardware, tier: str = "community") -> dict:
         """Register the wallet as a provider of `tier` with this hardware; `hardware.attestation` is the
         sha2-256 digest of its pinned benchmark report, which a verifier checks before admitting it."""
-        return await self.transact("/transactions/providers", {
-            "tier": Tier.named(tier), "gpu_model": hardware.gpu_model, "gpus": hardware.gpus,
-            "gpu_memory_gb": hardware.gpu_memory_gb, "network_gbps": hardware.network_gbps,
-            "endpoint": hardware.endpoint, "attestation": "0x" + hardware.attestation.hex()})
+        return await self.transact(
+            "/transactions/providers",
+            {
+                "tier": Tier.named(tier),
+                "gpu_model": hardware.gpu_model,
+                "gpus": hardware.gpus,
+                "gpu_memory_gb": hardware.gpu_memory_gb,
+                "network_gbps": hardware.network_gbps,
+                "endpoint": hardware.endpoint,
+                "attestation": "0x" + hardware.attestation.hex(),
+            },
+        )
 
     async def register_verifier(self, endpoint: str) -> dict:
         """Register the wallet as a verifier reached at `endpoint`."""
@@ -226,10 +293,14 @@ class AsyncClient:
     async def stake(self, amount: float | str | Decimal) -> dict:
         """Stake `amount` ZEN in one transaction: a permit for the staking contract, signed here."""
         value = wei(amount)
-        permit = await self.request("POST", "/transactions/permit", json={
-            "owner": self._account().address, "spender": "Staking", "value": str(value)})
-        return await self.transact("/transactions/stake", {
-            "amount": str(value), "permit": self._signed_permit(permit)})
+        permit = await self.request(
+            "POST",
+            "/transactions/permit",
+            json={"owner": self._account().address, "spender": "Staking", "value": str(value)},
+        )
+        return await self.transact(
+            "/transactions/stake", {"amount": str(value), "permit": self._signed_permit(permit)}
+        )
 
     async def unstake(self, amount: float | str | Decimal) -> dict:
         """Move `amount` ZEN of free stake into unbonding (withdraw_stake once the delay is over)."""
@@ -257,8 +328,13 @@ class AsyncJob:
     async def progress(self) -> Progress:
         """Units done of total, ZEN accrued (wei), latest loss; `client.metrics` has every unit's."""
         metrics = await self.client.metrics(self.id)
-        return Progress(JobStatus.named(metrics["status"]), metrics["units_done"], metrics["units_total"],
-                        int(metrics["accrued"]), metrics["loss"])
+        return Progress(
+            JobStatus.named(metrics["status"]),
+            metrics["units_done"],
+            metrics["units_total"],
+            int(metrics["accrued"]),
+            metrics["loss"],
+        )
 
     async def _indexed(self) -> dict | None:
         """The job as indexed, or None while the indexer has not reached its creation."""
@@ -269,8 +345,13 @@ class AsyncJob:
                 return None
             raise
 
-    async def wait(self, on_progress: Callable[[Progress], None] | None = None, *,
-                   until: JobStatus = JobStatus.SETTLED, auction_timeout: float | None = None) -> dict:
+    async def wait(
+        self,
+        on_progress: Callable[[Progress], None] | None = None,
+        *,
+        until: JobStatus = JobStatus.SETTLED,
+        auction_timeout: float | None = None,
+    ) -> dict:
         """Take the job to `until` (default: settled, settling it once its verification window is over)
         and return it as indexed.
 
@@ -281,11 +362,17 @@ class AsyncJob:
         started, last = time.monotonic(), None
         while True:
             job = await self._indexed()
-            if on_progress is not None and job is not None and (now := await self.progress()) != last:
+            if (
+                on_progress is not None
+                and job is not None
+                and (now := await self.progress()) != last
+            ):
                 on_progress(now)
                 last = now
             waited = time.monotonic() - started
-            step = next_step(snapshot(self.id, job), until=until, waited=waited, auction_timeout=auction_timeout)
+            step = next_step(
+                snapshot(self.id, job), until=until, waited=waited, auction_timeout=auction_timeout
+            )
             if step is Step.ARRIVED:
                 return job
             if step is Step.CANCEL:
@@ -321,8 +408,14 @@ class AsyncJob:
         settled = (await self.status())["settlement"]
         if settled is None or settled["cancelled"]:
             raise JobError(f"job {self.id} is not settled")
-        return Settlement(int(settled["payment"]), int(settled["fee"]), int(settled["refund"]),
-                          int(settled["verifier_pool"]), settled["tx_hash"], settled["block_number"])
+        return Settlement(
+            int(settled["payment"]),
+            int(settled["fee"]),
+            int(settled["refund"]),
+            int(settled["verifier_pool"]),
+            settled["tx_hash"],
+            settled["block_number"],
+        )
 
     async def result(self, output: str | Path | None = None) -> Result:
         """Download the trained model by CID and write its weights to `output` (default
@@ -335,7 +428,9 @@ class AsyncJob:
 
         def fetch() -> tuple[str, str]:
             with Storage(self.client.ipfs_api, self.client.ipfs_replicas) as storage:
-                return results.write_result(storage, self.id, units, shown["nodes"], shown["units_per_node"], path)
+                return results.write_result(
+                    storage, self.id, units, shown["nodes"], shown["units_per_node"], path
+                )
 
         cid, digest = await asyncio.to_thread(fetch)
         return Result(self.id, cid, "0x" + digest, path)

@@ -12,7 +12,9 @@ from marketplace.sdk import Client, GatewayError
 
 log = logging.getLogger(__name__)
 
-INDEX_WAIT = 30.0  # seconds a line waits for the gateway's index to show this provider holds the job's slot
+INDEX_WAIT = (
+    30.0  # seconds a line waits for the gateway's index to show this provider holds the job's slot
+)
 RETRY_EVERY = 1.0
 TIMEOUT = 10.0  # seconds for one request: a gateway that hangs costs lines, never units
 
@@ -43,7 +45,9 @@ class JobLog:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        with Client(self.url, wallet=self.account, timeout=TIMEOUT) as client:  # its event loop is this thread's
+        with Client(
+            self.url, wallet=self.account, timeout=TIMEOUT
+        ) as client:  # its event loop is this thread's
             while (item := self._lines.get()) is not None:
                 self._post(client, *item)
 
@@ -54,7 +58,10 @@ class JobLog:
                 client.post_logs(job_id, [line])
                 return
             except GatewayError as exc:
-                behind = exc.status in (403, 404)  # the job or this provider's slot is not indexed yet
+                behind = exc.status in (
+                    403,
+                    404,
+                )  # the job or this provider's slot is not indexed yet
                 if not behind or waited >= INDEX_WAIT or self._closing.wait(RETRY_EVERY):
                     log.warning("job=%d: log line not posted to %s: %s", job_id, self.url, exc)
                     return

@@ -19,7 +19,9 @@ def governor():
 
 @pytest.fixture(scope="session")
 def deployment(w3, governor, tmp_path_factory):
-    return deploy(w3, governor, PARAMETERS, manifest=tmp_path_factory.mktemp("deploy") / "31337.json")
+    return deploy(
+        w3, governor, PARAMETERS, manifest=tmp_path_factory.mktemp("deploy") / "31337.json"
+    )
 
 
 @pytest.fixture
@@ -33,5 +35,9 @@ def ledger(w3, deployment):
 @pytest.fixture
 def cast(governor) -> Cast:
     accounts = [devnet_account(i) for i in range(1, 7)]
-    return Cast(governor=governor, user=accounts[0], providers=tuple(accounts[1:4]),
-                verifiers=tuple(accounts[4:6]))
+    return Cast(
+        governor=governor,
+        user=accounts[0],
+        providers=tuple(accounts[1:4]),
+        verifiers=tuple(accounts[4:6]),
+    )

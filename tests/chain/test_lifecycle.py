@@ -33,22 +33,35 @@ def test_job_settles_every_balance_to_the_wei(ledger, cast, nodes):
     payment, fee = earned * nodes, fee_each * nodes
     refund = scenario.budget - payment
     settlement = outcome.settlement
-    assert (settlement["payment"], settlement["fee"], settlement["refund"]) == (payment, fee, refund)
+    assert (settlement["payment"], settlement["fee"], settlement["refund"]) == (
+        payment,
+        fee,
+        refund,
+    )
 
     verifications = len(outcome.verified)
-    each = min(ledger.market.functions.verificationFee().call(), fee // verifications) if verifications else 0
+    each = (
+        min(ledger.market.functions.verificationFee().call(), fee // verifications)
+        if verifications
+        else 0
+    )
     assert settlement["verifierPool"] == each * verifications
 
     # Balances, to the wei.
     funding = scenario.funding
     assert ledger.balance(cast.user.address) == funding - scenario.budget + refund
     for _, provider in ranked[:nodes]:
-        assert ledger.balance(provider.address) == funding - scenario.provider_stake + earned - fee_each
+        assert (
+            ledger.balance(provider.address)
+            == funding - scenario.provider_stake + earned - fee_each
+        )
         assert ledger.staking_account(provider.address)["locked"] == 0
     for _, provider in ranked[nodes:]:
         assert ledger.balance(provider.address) == funding - scenario.provider_stake
     verifier = cast.verifiers[0]
-    assert ledger.balance(verifier.address) == funding - scenario.verifier_stake + each * verifications
+    assert (
+        ledger.balance(verifier.address) == funding - scenario.verifier_stake + each * verifications
+    )
     assert ledger.balance(ledger.treasury.address) - treasury_before == fee - each * verifications
     # Nothing is left behind: escrow = payouts + fees + refund.
     assert ledger.balance(ledger.market.address) == 0

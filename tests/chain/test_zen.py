@@ -17,5 +17,9 @@ def test_rounded_rounds_half_up_at_its_last_place_where_a_float_would_not():
     big = 9_007_199 * ZEN + 5 * 10**11  # half a millionth above a whole number
     assert f"{big / ZEN:,.6f}" == "9,007,199.000000"  # what a float makes of it
     assert rounded(big) == "9,007,199.000001"
-    assert (rounded(4 * 10**11), rounded(5 * 10**11), rounded(-5 * ZEN)) == ("0.000000", "0.000001", "-5.000000")
+    assert (rounded(4 * 10**11), rounded(5 * 10**11), rounded(-5 * ZEN)) == (
+        "0.000000",
+        "0.000001",
+        "-5.000000",
+    )
     assert rounded(5 * ZEN // 10**4 - 1, 4) == "0.0005"

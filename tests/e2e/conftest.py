@@ -78,7 +78,9 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="package")  # stopped once the end-to-end tests are done, not at the session's end
+@pytest.fixture(
+    scope="package"
+)  # stopped once the end-to-end tests are done, not at the session's end
 def network(tmp_path_factory):
     root = tmp_path_factory.mktemp("devnet")
     devnet = Devnet(root, providers=3, verifiers=2, workers=1)
@@ -99,8 +101,12 @@ def gateway(network):
     once the index has caught up with the chain."""
     url = network.state.gateway_url
     head = network.ledger.w3.eth.block_number
-    wait_for(lambda: (httpx.get(f"{url}/health").json()["indexed_block"] or 0) >= head, 60,
-             "the devnet's gateway to index the chain", poll=0.2)
+    wait_for(
+        lambda: (httpx.get(f"{url}/health").json()["indexed_block"] or 0) >= head,
+        60,
+        "the devnet's gateway to index the chain",
+        poll=0.2,
+    )
     return url
 
 

@@ -62,14 +62,18 @@ def shown(wei: int) -> str:
 
 
 SHORT = re.compile(r"(?P<approx>≈)?(?P<value>-?\d{1,3}(,\d{3})*(\.\d{1,6})?)|<0\.000001")
-FLOAT_ARTIFACT = re.compile(r"\d\.\d{7,}")  # more decimals than any figure shows, as 0.003999999999999998
+FLOAT_ARTIFACT = re.compile(
+    r"\d\.\d{7,}"
+)  # more decimals than any figure shows, as 0.003999999999999998
 
 
 def check_amounts(page: Page) -> None:
     """Every amount the explorer shows: its wei (data-wei) in full in its title, and as text that
     amount to 6 decimals, exact or marked ≈ and rounded to the nearest; and no figure on the page
     with more decimals than that."""
-    amounts = page.locator("[data-wei]").evaluate_all("nodes => nodes.map(n => [n.dataset.wei, n.title, n.textContent])")
+    amounts = page.locator("[data-wei]").evaluate_all(
+        "nodes => nodes.map(n => [n.dataset.wei, n.title, n.textContent])"
+    )
     assert amounts
     for wei_text, title, text in amounts:
         wei = int(wei_text)
@@ -81,7 +85,9 @@ def check_amounts(page: Page) -> None:
             assert 0 < exact < Decimal("0.0000005")
         elif match["approx"]:
             value = Decimal(match["value"].replace(",", ""))
-            assert value != exact and abs(value - exact) <= Decimal("0.0000005"), f"{text} for {exact}"
+            assert value != exact and abs(value - exact) <= Decimal("0.0000005"), (
+                f"{text} for {exact}"
+            )
         else:
             assert Decimal(match["value"].replace(",", "")) == exact, f"{text} for {exact}"
     assert not FLOAT_ARTIFACT.search(page.locator("body").inner_text())
@@ -125,7 +131,9 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
     page.goto(f"{gateway}/ui/explorer/")
     expect(page.locator("#live")).to_contain_text("Live: indexed to block")
 
-    order = jobs.Order(max_budget=20 * ZEN, max_price=10 * ZEN, sample_rate_bps=0, checkpoint_interval=600)
+    order = jobs.Order(
+        max_budget=20 * ZEN, max_price=10 * ZEN, sample_rate_bps=0, checkpoint_interval=600
+    )
     with network.storage() as storage:
         job_id = jobs.submit(ledger, user, storage, QUICK_SPEC, order)
         # The page follows the job without a reload: it appears, accrues pay, settles.
@@ -144,14 +152,24 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
     budget = ledger.job(job_id)["budget"]
     market = ledger.market.functions
     earned = [market.earned(job_id, p).call() for p in market.participants(job_id).call()]
-    figures = {field: wei_in(row.locator(f'[data-field="{field}"]')) for field in ("escrow", "paid", "fee", "payouts", "refund")}
-    assert figures == {"escrow": budget, "paid": settled.payment, "fee": settled.fee,
-                     "payouts": settled.payment - settled.fee, "refund": settled.refund}
+    figures = {
+        field: wei_in(row.locator(f'[data-field="{field}"]'))
+        for field in ("escrow", "paid", "fee", "payouts", "refund")
+    }
+    assert figures == {
+        "escrow": budget,
+        "paid": settled.payment,
+        "fee": settled.fee,
+        "payouts": settled.payment - settled.fee,
+        "refund": settled.refund,
+    }
     assert len(earned) == 1 and settled.payment == earned[0] > 0
     assert settled.fee == settled.payment * FEE_BPS // 10_000
     assert figures["payouts"] + figures["fee"] + figures["refund"] == figures["escrow"]
     expect(row.locator('[data-field="check"]')).to_have_text("✓ escrow = payouts + fee + refund")
-    expect(page.locator("#network-check")).to_contain_text("✓ every escrowed ZEN is paid, refunded or still in escrow")
+    expect(page.locator("#network-check")).to_contain_text(
+        "✓ every escrowed ZEN is paid, refunded or still in escrow"
+    )
     expect(page.locator("#network-check")).to_contain_text("treasury matches the chain at block")
     check_amounts(page)
     snap(page, "explorer-job-settled")
@@ -168,7 +186,11 @@ def test_explorer_follows_a_job_to_its_settlement_to_the_wei(network, gateway, p
     expect(view).to_contain_text(f"Block {settled.block}")
 
     # The provider withdraws on its own; later tests that measure balances must not see it happen.
-    wait_for(lambda: all(ledger.owed(p) == 0 for p in market.participants(job_id).call()), 60, "the payout")
+    wait_for(
+        lambda: all(ledger.owed(p) == 0 for p in market.participants(job_id).call()),
+        60,
+        "the payout",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +200,9 @@ def settled_job(network, gateway) -> int:
     if newest:
         return newest[0]["job_id"]
     ledger, user = network.ledger, network.user
-    order = jobs.Order(max_budget=20 * ZEN, max_price=10 * ZEN, sample_rate_bps=0, checkpoint_interval=600)
+    order = jobs.Order(
+        max_budget=20 * ZEN, max_price=10 * ZEN, sample_rate_bps=0, checkpoint_interval=600
+    )
     with network.storage() as storage:
         job_id = jobs.submit(ledger, user, storage, QUICK_SPEC, order)
     jobs.ChainJob(ledger, user, job_id).wait(auction_timeout=60)
@@ -205,9 +229,13 @@ def test_explorer_fits_the_window(browser: Browser, gateway, settled_job, width)
         headers = page.locator("#jobs thead th")
         expect(headers.nth(9)).to_have_text("Reconciles")
         for i in range(headers.count()):
-            assert inside(headers.nth(i).bounding_box(), width), f"column {headers.nth(i).inner_text()!r} is cut off"
+            assert inside(headers.nth(i).bounding_box(), width), (
+                f"column {headers.nth(i).inner_text()!r} is cut off"
+            )
         assert inside(row.locator('[data-field="check"]').bounding_box(), width)
-        assert page.locator("#jobs").evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth")
+        assert page.locator("#jobs").evaluate(
+            "t => t.parentElement.scrollWidth <= t.parentElement.clientWidth"
+        )
         snap(page, f"explorer-{width}")
 
         # A job's view, opened by its link or by its address, starts at the top of the window.
@@ -219,8 +247,12 @@ def test_explorer_fits_the_window(browser: Browser, gateway, settled_job, width)
         page.goto(f"{gateway}/ui/explorer/#job/{settled_job}")
         expect(page.locator("#job-title")).to_have_text(f"Job {settled_job}")
         expect(page.locator("#job [data-wei]").first).to_be_visible()
-        page.wait_for_function("document.querySelector('#job-title').getBoundingClientRect().top < innerHeight / 10")
-        page.screenshot(path=ARTIFACTS / f"explorer-job-{width}.png")  # the window, as the reader sees it
+        page.wait_for_function(
+            "document.querySelector('#job-title').getBoundingClientRect().top < innerHeight / 10"
+        )
+        page.screenshot(
+            path=ARTIFACTS / f"explorer-job-{width}.png"
+        )  # the window, as the reader sees it
     finally:
         context.close()
 
@@ -232,8 +264,10 @@ def test_api_reference_renders_with_no_other_site(gateway, page: Page):
     # Every request to another origin is refused, as on a machine with no network: Swagger UI,
     # its stylesheet and the OpenAPI document must all come from the gateway.
     elsewhere = []
-    page.context.route(lambda url: not url.startswith(gateway),
-                       lambda route: (elsewhere.append(route.request.url), route.abort()))
+    page.context.route(
+        lambda url: not url.startswith(gateway),
+        lambda route: (elsewhere.append(route.request.url), route.abort()),
+    )
     page.goto(f"{gateway}/")
     assert page.url == f"{gateway}/ui/explorer/"
     page.get_by_role("link", name="API").click()
@@ -287,14 +321,24 @@ class DevWallet:
 
     def _send(self, request: dict) -> str:
         assert request["from"].lower() == self.account.address.lower()
-        tx = {"to": Web3.to_checksum_address(request["to"]), "data": request.get("data", "0x"),
-              "value": int(request.get("value", "0x0"), 16), "chainId": self.w3.eth.chain_id,
-              "nonce": self.w3.eth.get_transaction_count(self.account.address, "pending"),
-              "maxFeePerGas": 2 * self.w3.eth.gas_price, "maxPriorityFeePerGas": 0}
-        tx["gas"] = int(request["gas"], 16) if "gas" in request else self.w3.eth.estimate_gas(
-            tx | {"from": self.account.address})
+        tx = {
+            "to": Web3.to_checksum_address(request["to"]),
+            "data": request.get("data", "0x"),
+            "value": int(request.get("value", "0x0"), 16),
+            "chainId": self.w3.eth.chain_id,
+            "nonce": self.w3.eth.get_transaction_count(self.account.address, "pending"),
+            "maxFeePerGas": 2 * self.w3.eth.gas_price,
+            "maxPriorityFeePerGas": 0,
+        }
+        tx["gas"] = (
+            int(request["gas"], 16)
+            if "gas" in request
+            else self.w3.eth.estimate_gas(tx | {"from": self.account.address})
+        )
         signed = self.account.sign_transaction(tx)
-        return "0x" + self.w3.eth.send_raw_transaction(signed.raw_transaction).hex().removeprefix("0x")
+        return "0x" + self.w3.eth.send_raw_transaction(signed.raw_transaction).hex().removeprefix(
+            "0x"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -305,7 +349,9 @@ def staker(network) -> LocalAccount:
     account = devnet_account(STAKER)
     ledger.w3.provider.make_request("anvil_setBalance", [account.address, hex(10 * 10**18)])
     ledger.transfer(devnet_account(0), account.address, 5_000 * ZEN)
-    ledger.register_provider(account, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "devnet://browser-test"))
+    ledger.register_provider(
+        account, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "devnet://browser-test")
+    )
     return account
 
 
@@ -342,7 +388,9 @@ def test_staking_page_stakes_with_a_permit(network, gateway, page: Page, wallet:
 
     after = ledger.staking_account(staker.address)
     assert after["staked"] == before["staked"] + 1_234_500_000_000_000_000_000
-    assert ledger.zen.functions.nonces(staker.address).call() == nonce + 1  # staked by the signed permit
+    assert (
+        ledger.zen.functions.nonces(staker.address).call() == nonce + 1
+    )  # staked by the signed permit
     expect(figure(page, "staked")).to_have_text(f"{shown(after['staked'])} ZEN")
 
 
@@ -362,18 +410,24 @@ def test_staking_page_says_why_it_cannot(network, gateway, page: Page, wallet: D
     wallet.reject_signatures = True
     page.locator("#stake-amount").fill("10")
     page.get_by_role("button", name="Stake", exact=True).click()
-    expect(problem).to_have_text("You declined the request in your wallet, so nothing was signed or sent.")
+    expect(problem).to_have_text(
+        "You declined the request in your wallet, so nothing was signed or sent."
+    )
 
     # More than the free stake: the contract's InsufficientFreeStake, decoded.
     page.locator("#unstake-amount").fill("1000000")
     page.get_by_role("button", name="Request unstake").click()
-    expect(problem).to_contain_text("of your stake is free (the rest is locked as collateral for running jobs); "
-                                    "you asked for 1,000,000 ZEN.")
+    expect(problem).to_contain_text(
+        "of your stake is free (the rest is locked as collateral for running jobs); "
+        "you asked for 1,000,000 ZEN."
+    )
 
     # A wallet on another chain.
     wallet.chain_id = 1
     connect(page, gateway)
-    expect(problem).to_have_text(f"Your wallet is on chain 1, but this ledger runs on chain {network.ledger.w3.eth.chain_id}. "
-                                 f"Switch your wallet to chain {network.ledger.w3.eth.chain_id} to see and move your stake.")
+    expect(problem).to_have_text(
+        f"Your wallet is on chain 1, but this ledger runs on chain {network.ledger.w3.eth.chain_id}. "
+        f"Switch your wallet to chain {network.ledger.w3.eth.chain_id} to see and move your stake."
+    )
     expect(page.get_by_role("button", name="Switch network")).to_be_visible()
     assert ledger.staking_account(staker.address) == before

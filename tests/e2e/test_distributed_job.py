@@ -41,23 +41,33 @@ DDP_SPEC = SPEC.with_name("tiny-ddp-3.yaml")
 DOWNTIME, INCORRECT_COMPUTATION = 0, 1  # Staking's slash reasons
 ZERO_ADDRESS = "0x" + "0" * 40
 CHEATER = 10  # an account of the devnet's mnemonic that nothing else on the devnet uses
-ORDER = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, sample_rate_bps=10_000,
-                   checkpoint_interval=300)  # every unit sampled
+ORDER = jobs.Order(
+    max_budget=5_000 * ZEN, max_price=100 * ZEN, sample_rate_bps=10_000, checkpoint_interval=300
+)  # every unit sampled
 
 
 def committed_units(ledger, job_id: int) -> list[dict]:
-    return [e["args"] for e in ledger.market.events.CheckpointCommitted().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})]
+    return [
+        e["args"]
+        for e in ledger.market.events.CheckpointCommitted().get_logs(
+            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+        )
+    ]
 
 
 def results(ledger, job_id: int) -> list[dict]:
-    return [e["args"] for e in ledger.verification.events.ResultPosted().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})]
+    return [
+        e["args"]
+        for e in ledger.verification.events.ResultPosted().get_logs(
+            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+        )
+    ]
 
 
 def slashes(ledger, account: str) -> list[int]:
     logs = ledger.staking.events.Slashed().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"account": account})
+        from_block=ledger.deployment.deploy_block, argument_filters={"account": account}
+    )
     return [log["args"]["reason"] for log in logs]
 
 
@@ -70,15 +80,22 @@ def settle_and_pay_out(network, job_id: int, gone: tuple[str, ...] = ()) -> Sett
     job.wait()
     settlement = job.settlement()
     verifiers = [a for n, a in network.state.accounts.items() if n.startswith("verifier")]
-    owed_fees = {v for v in verifiers if ledger.verification.functions.verificationsBy(job_id, v).call()}
+    owed_fees = {
+        v for v in verifiers if ledger.verification.functions.verificationsBy(job_id, v).call()
+    }
 
     def claimed() -> bool:
         logs = ledger.market.events.VerificationFeesClaimed().get_logs(
-            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+        )
         return {log["args"]["verifier"] for log in logs} >= owed_fees
 
     wait_for(claimed, 60, "the verifiers' fee claims")
-    payees = [p for p in [*ledger.market.functions.participants(job_id).call(), *verifiers] if p not in gone]
+    payees = [
+        p
+        for p in [*ledger.market.functions.participants(job_id).call(), *verifiers]
+        if p not in gone
+    ]
     wait_for(lambda: all(ledger.owed(a) == 0 for a in payees), 120, "the payouts")
     return settlement
 
@@ -113,9 +130,14 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
     spec = load_spec(DDP_SPEC)
     with network.storage() as storage:
         job_id = jobs.submit(ledger, network.user, storage, DDP_SPEC.read_text(), ORDER)
-        jobs.ChainJob(ledger, network.user, job_id).wait(until=JobStatus.RUNNING, auction_timeout=60)
-        wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 240,
-                 "every rank to commit its units")
+        jobs.ChainJob(ledger, network.user, job_id).wait(
+            until=JobStatus.RUNNING, auction_timeout=60
+        )
+        wait_for(
+            lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED,
+            240,
+            "every rank to commit its units",
+        )
         units = {(u["slot"], u["index"]): u for u in committed_units(ledger, job_id)}
         assert sorted(units) == [(s, i) for s in range(3) for i in range(3)]
         # A unit is a rank's 20 steps: it pins what every rank sent at each of them, and commits
@@ -128,14 +150,18 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
         assert settle_and_pay_out(network, job_id).payment > 0
         verdicts = results(ledger, job_id)
         assert verdicts and all(r["pass"] for r in verdicts)
-        assert not any(INCORRECT_COMPUTATION in slashes(ledger, ledger.slot(job_id, s)["provider"]) for s in range(3))
+        assert not any(
+            INCORRECT_COMPUTATION in slashes(ledger, ledger.slot(job_id, s)["provider"])
+            for s in range(3)
+        )
         # Each unit was judged against the other ranks' records of the same steps.
         for verdict in verdicts:
             evidence = json.loads(storage.cat(verdict["evidenceCid"]))
             others = {s for s in range(3) if s != verdict["slot"]}
             assert {peer["slot"] for peer in evidence["peers"]} == others
             assert all(
-                peer["cid"] == units[peer["slot"], verdict["index"]]["cid"] for peer in evidence["peers"]
+                peer["cid"] == units[peer["slot"], verdict["index"]]["cid"]
+                for peer in evidence["peers"]
             )
 
         # Every rank applied the same aggregates: all last units hold one model, the job's result.
@@ -147,16 +173,22 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
         assert eval_loss(spec, trained) < eval_loss(spec, first) - 0.5
 
 
-def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_settles(network, tmp_path):
+def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_settles(
+    network, tmp_path
+):
     ledger = network.ledger
     text = quorum_spec()
     spec = parse_spec(text)
     spare = network.devnet.add_provider()  # the fourth provider: one more than the group needs
-    wait_for(lambda: ledger.staking_account(spare)["admitted"], 60, "the spare provider's admission")
+    wait_for(
+        lambda: ledger.staking_account(spare)["admitted"], 60, "the spare provider's admission"
+    )
     order = replace(ORDER, checkpoint_interval=40)  # a rank silent this long is reported
     with network.storage() as storage:
         job_id = jobs.submit(ledger, network.user, storage, text, order)
-        jobs.ChainJob(ledger, network.user, job_id).wait(until=JobStatus.RUNNING, auction_timeout=60)
+        jobs.ChainJob(ledger, network.user, job_id).wait(
+            until=JobStatus.RUNNING, auction_timeout=60
+        )
         ranks = [ledger.slot(job_id, slot)["provider"] for slot in range(3)]
         assert len(set(ranks)) == 3, "each rank is a different provider"
         assert rendezvous(ledger, job_id)[0] == "127.0.0.1"
@@ -167,14 +199,22 @@ def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_se
         wait_for(lambda: DOWNTIME in slashes(ledger, ranks[1]), 120, "the downtime report")
         # The slot is re-auctioned; the one provider not in the group yet wins it and takes the rank
         # over from its last committed round.
-        wait_for(lambda: ledger.slot(job_id, 1)["provider"] not in (ZERO_ADDRESS, ranks[1]), 60,
-                 "the re-auction")
+        wait_for(
+            lambda: ledger.slot(job_id, 1)["provider"] not in (ZERO_ADDRESS, ranks[1]),
+            60,
+            "the re-auction",
+        )
         successor = ledger.slot(job_id, 1)["provider"]
         assert successor not in ranks
-        wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 240,
-                 "every rank to commit its rounds")
+        wait_for(
+            lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED,
+            240,
+            "every rank to commit its rounds",
+        )
         units = committed_units(ledger, job_id)
-        assert sorted({(u["slot"], u["index"]) for u in units}) == [(s, i) for s in range(3) for i in range(4)]
+        assert sorted({(u["slot"], u["index"]) for u in units}) == [
+            (s, i) for s in range(3) for i in range(4)
+        ]
         assert {u["provider"] for u in units if u["slot"] == 1} == {ranks[1], successor}
         assert settle_and_pay_out(network, job_id, gone=(ranks[1],)).payment > 0
         # Every unit is sampled, and verifiers re-ran rounds from their pinned inputs, the successor's
@@ -183,7 +223,9 @@ def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_se
         assert verdicts and all(r["pass"] for r in verdicts)
         assert not any(INCORRECT_COMPUTATION in slashes(ledger, p) for p in [*ranks, successor])
         market = ledger.market.functions
-        assert market.earned(job_id, ranks[1]).call() > 0, "the dropped rank keeps its first round's pay"
+        assert market.earned(job_id, ranks[1]).call() > 0, (
+            "the dropped rank keeps its first round's pay"
+        )
         assert ledger.owed(ranks[1]) > 0  # waiting for it to withdraw
         assert market.earned(job_id, successor).call() > 0
 
@@ -199,9 +241,17 @@ def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_se
 
     # The devnet's gateway hands out the same model: the SDK checks every rank's last round too.
     settings = network.settings
-    with Client(network.state.gateway_url, ipfs_api=settings.ipfs_api, ipfs_replicas=settings.ipfs_replicas) as client:
-        wait_for(lambda: [s["index"] for s in client.request("GET", f"/jobs/{job_id}/result")["slots"]] == [3] * 3,
-                 60, "the gateway to index every rank's last round")
+    with Client(
+        network.state.gateway_url, ipfs_api=settings.ipfs_api, ipfs_replicas=settings.ipfs_replicas
+    ) as client:
+        wait_for(
+            lambda: (
+                [s["index"] for s in client.request("GET", f"/jobs/{job_id}/result")["slots"]]
+                == [3] * 3
+            ),
+            60,
+            "the gateway to index every rank's last round",
+        )
         result = client.handle(job_id).result(tmp_path / "from-gateway.pt")
     assert (result.cid, result.state_hash) == (cid, "0x" + digest)
     assert state_hash(torch.load(result.path, weights_only=True)) == digest
@@ -216,33 +266,63 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
     with network.storage() as storage:
         _, report = onboarding.publish_benchmark(storage, replicas=3)
         endpoint = f"tcp://127.0.0.1:{free_port()}"
-        onboarding.register(ledger, cheater, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, endpoint), report)
+        onboarding.register(
+            ledger, cheater, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, endpoint), report
+        )
         onboarding.stake_with_permit(ledger, cheater, 10_000 * ZEN)
-        wait_for(lambda: ledger.staking_account(cheater.address)["admitted"], 60, "the cheater's admission")
+        wait_for(
+            lambda: ledger.staking_account(cheater.address)["admitted"],
+            60,
+            "the cheater's admission",
+        )
 
         # The cheater underbids two honest providers and wins slot 0: it is rank 0 and hosts the group.
         # Nothing is sampled: the cheater is checked only because the honest ranks flag it.
-        job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), replace(ORDER, sample_rate_bps=0))
+        job_id = jobs.submit(
+            ledger, network.user, storage, SPEC.read_text(), replace(ORDER, sample_rate_bps=0)
+        )
         bid = ledger.commit_bid(cheater, job_id, ZEN // 2)
         deadline = ledger.job(job_id)["bidDeadline"]
-        wait_for(lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline, 30, "the reveal window")
+        wait_for(
+            lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline,
+            30,
+            "the reveal window",
+        )
         ledger.reveal_bid(cheater, bid)
         wait_for(lambda: ledger.job(job_id)["status"] == JobStatus.RUNNING, 60, "the auction")
         assert ledger.slot(job_id, 0)["provider"] == cheater.address
 
         # It trains with the group but sends ten times its pseudo-gradient, and commits that.
         config = replace(group_config(spec), updates_dir=str(tmp_path))
-        rank = multiprocessing.get_context("spawn").Process(target=run_rank, args=(
-            spec, config, 0, *rendezvous(ledger, job_id), str(tmp_path / "report.json"), scaled))
+        rank = multiprocessing.get_context("spawn").Process(
+            target=run_rank,
+            args=(
+                spec,
+                config,
+                0,
+                *rendezvous(ledger, job_id),
+                str(tmp_path / "report.json"),
+                scaled,
+            ),
+        )
         rank.start()
         try:
             wait_for(lambda: unit_path(tmp_path, 1, 0).exists(), 120, "the cheater's first round")
             payload = update_path(tmp_path, 0, 0).read_bytes()
             cid = storage.add_bytes(rank_bundle(RankUnit.load(unit_path(tmp_path, 0, 0)), payload))
             storage.pin(cid, replicas=3)
-            gpu_seconds = ledger.w3.eth.get_block("latest")["timestamp"] - ledger.slot(job_id, 0)["lastCheckpointAt"]
-            ledger.commit_checkpoint(cheater, job_id, 0, gpu_seconds, cid, bytes.fromhex(update_sha256(payload)))
-            wait_for(lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address), 180, "the cheater's slash")
+            gpu_seconds = (
+                ledger.w3.eth.get_block("latest")["timestamp"]
+                - ledger.slot(job_id, 0)["lastCheckpointAt"]
+            )
+            ledger.commit_checkpoint(
+                cheater, job_id, 0, gpu_seconds, cid, bytes.fromhex(update_sha256(payload))
+            )
+            wait_for(
+                lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address),
+                180,
+                "the cheater's slash",
+            )
         finally:
             rank.terminate()
             rank.join()
@@ -255,11 +335,16 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
     honest = [ledger.slot(job_id, slot)["provider"] for slot in (1, 2)]
     # Centered clipping excluded rank 0's round, and the lowest rank it kept flagged it.
     flags = ledger.verification.events.UnitFlagged().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
-    assert [(f["args"]["slot"], f["args"]["index"], f["args"]["by"]) for f in flags] == [(0, 0, honest[0])]
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+    )
+    assert [(f["args"]["slot"], f["args"]["index"], f["args"]["by"]) for f in flags] == [
+        (0, 0, honest[0])
+    ]
     assert not any(INCORRECT_COMPUTATION in slashes(ledger, provider) for provider in honest)
     for slot, provider in zip((1, 2), honest, strict=True):
         log = Path(network.provider_service(provider).log)
         wait_for(logged(log, f"job={job_id} slot={slot}: finished"), 30, f"rank {slot} to let go")
     assert ledger.market.functions.earned(job_id, cheater.address).call() == 0
-    assert settlement.payment == sum(ledger.market.functions.earned(job_id, p).call() for p in honest)
+    assert settlement.payment == sum(
+        ledger.market.functions.earned(job_id, p).call() for p in honest
+    )

@@ -41,13 +41,15 @@ def final_unit(ledger, job_id: int) -> dict:
 
 def settled(ledger, job_id: int) -> dict:
     (event,) = ledger.market.events.JobSettled().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+    )
     return event["args"]
 
 
 def slashes(ledger, account: str) -> list[int]:
     logs = ledger.staking.events.Slashed().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"account": account})
+        from_block=ledger.deployment.deploy_block, argument_filters={"account": account}
+    )
     return [log["args"]["reason"] for log in logs]
 
 
@@ -55,14 +57,37 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
     ledger = network.ledger
     verifiers = [a for n, a in network.state.accounts.items() if n.startswith("verifier")]
     providers = [a for n, a in network.state.accounts.items() if n.startswith("provider")]
-    watched = [network.user.address, ledger.treasury.address, ledger.market.address, *providers, *verifiers]
+    watched = [
+        network.user.address,
+        ledger.treasury.address,
+        ledger.market.address,
+        *providers,
+        *verifiers,
+    ]
     before = {a: ledger.balance(a) for a in watched}
 
     weights = tmp_path / "weights.pt"
     result = subprocess.run(
-        [sys.executable, "-m", "marketplace.cli", "train", "--config", str(SPEC), "--max-budget", "5000",
-         "--sample-rate", "5000", "--output", str(weights)],
-        env=network.env(), capture_output=True, text=True, timeout=900, check=False)
+        [
+            sys.executable,
+            "-m",
+            "marketplace.cli",
+            "train",
+            "--config",
+            str(SPEC),
+            "--max-budget",
+            "5000",
+            "--sample-rate",
+            "5000",
+            "--output",
+            str(weights),
+        ],
+        env=network.env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "settled in block" in result.stdout and weights.exists()
 
@@ -86,7 +111,10 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
         assert after[provider] - before[provider] == pay - pay * FEE_BPS // 10_000
     for verifier in verifiers:
         assert after[verifier] - before[verifier] == counts[verifier] * each
-    assert after[ledger.treasury.address] - before[ledger.treasury.address] == s["fee"] - s["verifierPool"]
+    assert (
+        after[ledger.treasury.address] - before[ledger.treasury.address]
+        == s["fee"] - s["verifierPool"]
+    )
     assert after[ledger.market.address] == before[ledger.market.address]
 
     # The result reproduces: the final checkpoint holds the state an uninterrupted run reaches,
@@ -95,7 +123,8 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
     assert bytes(last["stateHash"]).hex() == uninterrupted
     with network.storage() as storage:
         first_cid = ledger.market.events.CheckpointCommitted().get_logs(
-            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})[0]["args"]["cid"]
+            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+        )[0]["args"]["cid"]
         first_loss = Checkpoint.load(storage.cat(first_cid)).metadata["metrics"]["loss"]
         last_loss = Checkpoint.load(storage.cat(last["cid"])).metadata["metrics"]["loss"]
     assert last_loss < first_loss - 0.3
@@ -103,47 +132,87 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
     # The providers posted a line to the job's log at the devnet's gateway for each unit they committed.
     url = network.state.gateway_url
     committed = ledger.market.events.CheckpointCommitted().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id})
-    wait_for(lambda: len(httpx.get(f"{url}/jobs/{job_id}/logs").json()) == len(committed), 60, "a line per unit")
-    logs = subprocess.run([sys.executable, "-m", "marketplace.cli", "jobs", "--gateway", url, "logs", str(job_id)],
-                          check=False, env=network.env(), capture_output=True, text=True, timeout=60)
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+    )
+    wait_for(
+        lambda: len(httpx.get(f"{url}/jobs/{job_id}/logs").json()) == len(committed),
+        60,
+        "a line per unit",
+    )
+    logs = subprocess.run(
+        [sys.executable, "-m", "marketplace.cli", "jobs", "--gateway", url, "logs", str(job_id)],
+        check=False,
+        env=network.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert logs.returncode == 0 and logs.stderr == "", logs.stderr
     assert [line.split("  ", 1)[1].split(":")[0] for line in logs.stdout.splitlines()] == [
-        f"slot {unit['args']['slot']} unit {unit['args']['index']}" for unit in committed]
+        f"slot {unit['args']['slot']} unit {unit['args']['index']}" for unit in committed
+    ]
 
 
 def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):
     ledger = network.ledger
-    cheater = devnet_account(11)  # an account of the devnet's mnemonic that nothing else on the devnet uses
+    cheater = devnet_account(
+        11
+    )  # an account of the devnet's mnemonic that nothing else on the devnet uses
     ledger.w3.provider.make_request("anvil_setBalance", [cheater.address, hex(10 * 10**18)])
     ledger.transfer(devnet_account(0), cheater.address, 20_000 * ZEN)
     with network.storage() as storage:
         _, report = onboarding.publish_benchmark(storage, replicas=3)
-        onboarding.register(ledger, cheater, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "cheater"), report)
+        onboarding.register(
+            ledger, cheater, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "cheater"), report
+        )
         onboarding.stake_with_permit(ledger, cheater, 10_000 * ZEN)
-        wait_for(lambda: ledger.staking_account(cheater.address)["admitted"], 60, "the cheater's admission")
+        wait_for(
+            lambda: ledger.staking_account(cheater.address)["admitted"],
+            60,
+            "the cheater's admission",
+        )
 
         # Every unit is sampled, and the cheater underbids the honest providers.
-        order = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, sample_rate_bps=10_000,
-                           checkpoint_interval=300)
+        order = jobs.Order(
+            max_budget=5_000 * ZEN,
+            max_price=100 * ZEN,
+            sample_rate_bps=10_000,
+            checkpoint_interval=300,
+        )
         job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), order)
         bid = ledger.commit_bid(cheater, job_id, ZEN // 2)
         deadline = ledger.job(job_id)["bidDeadline"]
-        wait_for(lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline, 30, "the reveal window")
+        wait_for(
+            lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline,
+            30,
+            "the reveal window",
+        )
         ledger.reveal_bid(cheater, bid)
-        wait_for(lambda: ledger.slot(job_id, 0)["provider"] == cheater.address, 60, "the cheater's win")
+        wait_for(
+            lambda: ledger.slot(job_id, 0)["provider"] == cheater.address, 60, "the cheater's win"
+        )
 
         # It commits a unit whose state it did not compute: one step instead of the unit's.
         spec = load_spec(SPEC)
         fake, fake_hash, _ = run_unit(spec, None, unit_shard(spec, 0), 1)
         cid = storage.add_bytes(fake.to_bytes())
         storage.pin(cid, replicas=3)
-        gpu_seconds = ledger.w3.eth.get_block("latest")["timestamp"] - ledger.slot(job_id, 0)["lastCheckpointAt"]
+        gpu_seconds = (
+            ledger.w3.eth.get_block("latest")["timestamp"]
+            - ledger.slot(job_id, 0)["lastCheckpointAt"]
+        )
         ledger.commit_checkpoint(cheater, job_id, 0, gpu_seconds, cid, bytes.fromhex(fake_hash))
 
-        wait_for(lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address), 180, "the cheater's slash")
-        wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 400,
-                 "an honest provider to finish the job")
+        wait_for(
+            lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address),
+            180,
+            "the cheater's slash",
+        )
+        wait_for(
+            lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED,
+            400,
+            "an honest provider to finish the job",
+        )
         job = jobs.ChainJob(ledger, network.user, job_id)
         job.wait()
         settlement = job.settlement()
@@ -160,14 +229,19 @@ def test_provider_lost_mid_job_is_replaced_and_nothing_is_lost(network, uninterr
     with network.storage() as storage:
         order = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, checkpoint_interval=40)
         job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), order)
-        jobs.ChainJob(ledger, network.user, job_id).wait(until=JobStatus.RUNNING, auction_timeout=60)
+        jobs.ChainJob(ledger, network.user, job_id).wait(
+            until=JobStatus.RUNNING, auction_timeout=60
+        )
         first = ledger.slot(job_id, 0)["provider"]
         wait_for(lambda: ledger.slot(job_id, 0)["unitsDone"] >= 2, 120, "two checkpoints")
         network.kill(first)
 
         wait_for(lambda: DOWNTIME in slashes(ledger, first), 180, "the downtime report")
-        wait_for(lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED, 400,
-                 "another provider to finish the job")
+        wait_for(
+            lambda: ledger.market.functions.status(job_id).call() == JobStatus.COMPLETED,
+            400,
+            "another provider to finish the job",
+        )
         job = jobs.ChainJob(ledger, network.user, job_id)
         job.wait()
         settlement = job.settlement()

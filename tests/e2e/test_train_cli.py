@@ -15,8 +15,14 @@ pytestmark = pytest.mark.slow
 
 
 def train(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "marketplace.cli", "train", *args], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "marketplace.cli", "train", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -44,7 +50,9 @@ def test_budget_below_the_reserve_and_too_little_zen_escrow_nothing(network):
     held, jobs_before = ledger.balance(user), ledger.market.functions.jobCount().call()
     error = one_line_error(train(network.env(), "--config", str(SPEC), "--max-budget", "0.001"))
     assert "below the reserve" in error
-    error = one_line_error(train(network.env(), "--config", str(SPEC), "--max-budget", "1000000000"))
+    error = one_line_error(
+        train(network.env(), "--config", str(SPEC), "--max-budget", "1000000000")
+    )
     assert "holds" in error and "the budget needs" in error
     assert ledger.balance(user) == held and ledger.market.functions.jobCount().call() == jobs_before
 
@@ -53,8 +61,17 @@ def test_no_bids_cancels_and_shows_the_refund(network):
     ledger, user = network.ledger, network.user.address
     held = ledger.balance(user)
     # No provider of the Gold tier exists on the devnet.
-    result = train(network.env(), "--config", str(SPEC), "--max-budget", "500", "--tier", "gold",
-                   "--auction-timeout", "15")
+    result = train(
+        network.env(),
+        "--config",
+        str(SPEC),
+        "--max-budget",
+        "500",
+        "--tier",
+        "gold",
+        "--auction-timeout",
+        "15",
+    )
     error = one_line_error(result)
     assert "no bids" in error and "500.000000 ZEN refunded" in error
     job_id = ledger.market.functions.jobCount().call()
@@ -63,7 +80,9 @@ def test_no_bids_cancels_and_shows_the_refund(network):
 
 
 def test_no_wait_prints_the_job_id(network):
-    result = train(network.env(), "--config", str(SPEC), "--max-budget", "50", "--tier", "gold", "--no-wait")
+    result = train(
+        network.env(), "--config", str(SPEC), "--max-budget", "50", "--tier", "gold", "--no-wait"
+    )
     assert result.returncode == 0, result.stderr
     job_id = int(result.stdout.strip().splitlines()[-1])
     ledger = network.ledger

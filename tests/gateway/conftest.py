@@ -25,16 +25,24 @@ from marketplace.protocol.terms import SlashReason
 
 @pytest.fixture(scope="module")
 def ledger(w3, tmp_path_factory):
-    deployment = deploy(w3, devnet_account(0), Parameters(verification_fee=ZEN // 10),
-                        manifest=tmp_path_factory.mktemp("deploy") / "31337.json")
+    deployment = deploy(
+        w3,
+        devnet_account(0),
+        Parameters(verification_fee=ZEN // 10),
+        manifest=tmp_path_factory.mktemp("deploy") / "31337.json",
+    )
     return Ledger(w3, deployment)
 
 
 @pytest.fixture(scope="module")
 def cast() -> Cast:
     accounts = [devnet_account(i) for i in range(1, 7)]
-    return Cast(governor=devnet_account(0), user=accounts[0], providers=tuple(accounts[1:4]),
-                verifiers=tuple(accounts[4:6]))
+    return Cast(
+        governor=devnet_account(0),
+        user=accounts[0],
+        providers=tuple(accounts[1:4]),
+        verifiers=tuple(accounts[4:6]),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +57,14 @@ def story(ledger, cast, slash_amount):
     onboard(ledger, cast, scenario)
     outcome = run_job(ledger, cast, scenario, cid_of_bytes(b"gateway job spec"))
     staking = ledger.staking.functions
-    ledger.send(staking.grantRole(staking.SLASHER_ROLE().call(), cast.governor.address), cast.governor)
+    ledger.send(
+        staking.grantRole(staking.SLASHER_ROLE().call(), cast.governor.address), cast.governor
+    )
     loser = next(p for p in cast.providers if p.address not in outcome.winners)
-    ledger.send(staking.slash(loser.address, slash_amount, SlashReason.DOWNTIME, cast.verifiers[1].address),
-                cast.governor)
+    ledger.send(
+        staking.slash(loser.address, slash_amount, SlashReason.DOWNTIME, cast.verifiers[1].address),
+        cast.governor,
+    )
     return outcome
 
 
@@ -70,8 +82,23 @@ def indexer(ledger, sessions) -> Indexer:
 def ipfs_api(tmp_path_factory) -> Iterator[str]:
     """One embedded IPFS node (`zoo-compute ipfs serve`), its API multiaddr; ready once it writes `<repo>/api`."""
     repo = tmp_path_factory.mktemp("ipfs") / "repo"
-    process = subprocess.Popen([sys.executable, "-m", "marketplace.cli", "ipfs", "serve", "--repo", str(repo),
-                                "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"])
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "marketplace.cli",
+            "ipfs",
+            "serve",
+            "--repo",
+            str(repo),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--log-level",
+            "warning",
+        ]
+    )
     try:
         deadline = time.monotonic() + 30
         while not (repo / "api").exists():
@@ -87,8 +114,13 @@ def ipfs_api(tmp_path_factory) -> Iterator[str]:
 def settings(ledger, ipfs_api, tmp_path) -> Settings:
     """The gateway's settings: this test's database, the module's ledger, the session's IPFS node."""
     manifest = ledger.deployment.write(tmp_path / "manifest.json")
-    return Settings(home=tmp_path, rpc_url=ledger.w3.provider.endpoint_uri, manifest=manifest, ipfs_api=ipfs_api,
-                    database_url=f"sqlite:///{tmp_path / 'gateway.sqlite3'}")
+    return Settings(
+        home=tmp_path,
+        rpc_url=ledger.w3.provider.endpoint_uri,
+        manifest=manifest,
+        ipfs_api=ipfs_api,
+        database_url=f"sqlite:///{tmp_path / 'gateway.sqlite3'}",
+    )
 
 
 @pytest.fixture
@@ -104,10 +136,20 @@ def served_gateway(ledger, story, ipfs_api, tmp_path_factory) -> Iterator[str]:
     cli = [sys.executable, "-m", "marketplace.cli", "gateway"]
     port = free_port()
     logs = open(root / "gateway.log", "w")  # noqa: SIM115 - closed below, after both processes stop
-    indexer = subprocess.Popen([*cli, "index", "--interval", "0.2", "--log-level", "WARNING"], env=env, cwd=root,
-                               stdout=logs, stderr=subprocess.STDOUT)
-    server = subprocess.Popen([*cli, "serve", "--port", str(port), "--log-level", "WARNING"], env=env, cwd=root,
-                              stdout=logs, stderr=subprocess.STDOUT)
+    indexer = subprocess.Popen(
+        [*cli, "index", "--interval", "0.2", "--log-level", "WARNING"],
+        env=env,
+        cwd=root,
+        stdout=logs,
+        stderr=subprocess.STDOUT,
+    )
+    server = subprocess.Popen(
+        [*cli, "serve", "--port", str(port), "--log-level", "WARNING"],
+        env=env,
+        cwd=root,
+        stdout=logs,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_for_http(f"{url}/health", server)

@@ -13,10 +13,16 @@ import pytest
 
 def gateway_env(ledger, root: Path, ipfs_api: str | None = None) -> dict[str, str]:
     """The environment `zoo-compute gateway serve|index` run in: this ledger, this IPFS node, a database under `root`."""
-    return os.environ | {
-        "ZOO_RPC_URL": ledger.w3.provider.endpoint_uri, "ZOO_MANIFEST": str(ledger.deployment.write(root / "manifest.json")),
-        "ZOO_HOME": str(root / "home"), "ZOO_DATABASE_URL": f"sqlite:///{root / 'gateway.sqlite3'}",
-    } | ({"ZOO_IPFS_API": ipfs_api, "ZOO_IPFS_REPLICAS": "[]"} if ipfs_api else {})
+    return (
+        os.environ
+        | {
+            "ZOO_RPC_URL": ledger.w3.provider.endpoint_uri,
+            "ZOO_MANIFEST": str(ledger.deployment.write(root / "manifest.json")),
+            "ZOO_HOME": str(root / "home"),
+            "ZOO_DATABASE_URL": f"sqlite:///{root / 'gateway.sqlite3'}",
+        }
+        | ({"ZOO_IPFS_API": ipfs_api, "ZOO_IPFS_REPLICAS": "[]"} if ipfs_api else {})
+    )
 
 
 def wait_for_http(url: str, process: subprocess.Popen, timeout: float = 30) -> None:

@@ -32,14 +32,20 @@ class Assets(HTMLParser):
 @pytest.fixture
 def client(tmp_path) -> TestClient:
     # No chain or IPFS node: neither page reads them.
-    return TestClient(create_app(Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'gateway.sqlite3'}")))
+    return TestClient(
+        create_app(
+            Settings(home=tmp_path, database_url=f"sqlite:///{tmp_path / 'gateway.sqlite3'}")
+        )
+    )
 
 
 def test_root_leads_to_the_explorer(client):
     response = client.get("/", follow_redirects=False)
     assert response.is_redirect and response.headers["location"] == "/ui/explorer/"
     page = client.get("/")
-    assert page.status_code == 200 and "<title>Zoo Compute — settlement explorer</title>" in page.text
+    assert (
+        page.status_code == 200 and "<title>Zoo Compute — settlement explorer</title>" in page.text
+    )
 
 
 def test_docs_loads_only_the_gateways_own_assets(client):
@@ -64,4 +70,6 @@ def test_docs_loads_only_the_gateways_own_assets(client):
 def test_docs_are_not_part_of_the_api(client):
     paths = client.get("/openapi.json").json()["paths"]
     assert "/" not in paths and "/docs" not in paths
-    assert client.get("/redoc").status_code == 404  # ReDoc would load its script and fonts from other sites
+    assert (
+        client.get("/redoc").status_code == 404
+    )  # ReDoc would load its script and fonts from other sites

@@ -12,8 +12,9 @@ APPS = ("marketplace.cli", "marketplace.gateway.api.main", "marketplace.sdk", "m
 
 def python(code: str) -> str:
     """What `code` prints in a fresh interpreter, where nothing was imported before it."""
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_the_apps_import_without_torch():

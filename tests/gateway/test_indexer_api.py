@@ -21,7 +21,10 @@ def index_all(indexer: Indexer) -> None:
 
 def counts(sessions) -> dict[str, int]:
     with sessions() as session:
-        return {t.__tablename__: session.scalar(select(func.count()).select_from(t)) for t in db.EVENT_TABLES}
+        return {
+            t.__tablename__: session.scalar(select(func.count()).select_from(t))
+            for t in db.EVENT_TABLES
+        }
 
 
 def test_job_matches_chain_to_the_wei(ledger, cast, story, slash_amount, indexer, client):
@@ -41,17 +44,22 @@ def test_job_matches_chain_to_the_wei(ledger, cast, story, slash_amount, indexer
     assert sorted(s["provider"] for s in job["slots"]) == sorted(story.winners)
 
     units = client.get(f"/jobs/{job_id}/units").json()
-    assert [(u["slot"], u["index"], u["cid"], u["gpu_seconds"], int(u["amount"])) for u in units] == [
-        (u.slot, u.index, u.cid, u.gpu_seconds, u.amount) for u in story.units
-    ]
+    assert [
+        (u["slot"], u["index"], u["cid"], u["gpu_seconds"], int(u["amount"])) for u in units
+    ] == [(u.slot, u.index, u.cid, u.gpu_seconds, u.amount) for u in story.units]
     assert [u["state_hash"] for u in units] == ["0x" + u.state_hash.hex() for u in story.units]
-    verified = {(u["slot"], u["index"], r["account"]) for u in units for r in u["results"] if r["passed"]}
+    verified = {
+        (u["slot"], u["index"], r["account"]) for u in units for r in u["results"] if r["passed"]
+    }
     assert verified == set(story.verified)
 
     settlement = job["settlement"]
     payment = sum(u.amount for u in story.units)
     assert int(settlement["payment"]) == payment == story.settlement["payment"]
-    assert int(settlement["fee"]) == sum(u.amount for u in story.units if u.slot == 0) * FEE_BPS // 10_000 * 2
+    assert (
+        int(settlement["fee"])
+        == sum(u.amount for u in story.units if u.slot == 0) * FEE_BPS // 10_000 * 2
+    )
     assert int(settlement["fee"]) == story.settlement["fee"]
     assert int(settlement["refund"]) == chain_job["budget"] - payment == story.settlement["refund"]
     assert settlement["tx_hash"] == story.settlement["tx"]
@@ -62,10 +70,17 @@ def test_job_matches_chain_to_the_wei(ledger, cast, story, slash_amount, indexer
         shown = client.get(f"/providers/{provider.address.lower()}").json()
         on_chain = ledger.staking_account(provider.address)
         assert (int(shown["staked"]), int(shown["locked"]), int(shown["unbonding"])) == (
-            on_chain["staked"], on_chain["locked"], on_chain["unbonding"])
+            on_chain["staked"],
+            on_chain["locked"],
+            on_chain["unbonding"],
+        )
         assert shown["jobs"] == ([] if provider.address == loser else [job_id])
     (slash,) = client.get(f"/providers/{loser}").json()["slashes"]
-    assert (slash["reason"], int(slash["amount"]), slash["reporter"]) == ("Downtime", slash_amount, cast.verifiers[1].address)
+    assert (slash["reason"], int(slash["amount"]), slash["reporter"]) == (
+        "Downtime",
+        slash_amount,
+        cast.verifiers[1].address,
+    )
     assert int(slash["reporter_share"]) == slash_amount * 1_000 // 10_000
 
     stats = client.get("/stats").json()
@@ -74,13 +89,20 @@ def test_job_matches_chain_to_the_wei(ledger, cast, story, slash_amount, indexer
     assert stats["providers"] == 3
     assert stats["indexed_block"] == ledger.w3.eth.block_number
 
-    assert client.get("/jobs", params={"status": "settled", "provider": story.winners[0]}).json()[0]["job_id"] == job_id
+    assert (
+        client.get("/jobs", params={"status": "settled", "provider": story.winners[0]}).json()[0][
+            "job_id"
+        ]
+        == job_id
+    )
     assert client.get("/jobs", params={"status": "open"}).json() == []
     assert client.get("/jobs", params={"user": cast.providers[0].address}).json() == []
     assert client.get("/jobs", params={"offset": 1}).json() == []
 
 
-def test_restart_mid_way_leaves_no_gap_and_no_duplicate(ledger, story, sessions, tmp_path, monkeypatch):
+def test_restart_mid_way_leaves_no_gap_and_no_duplicate(
+    ledger, story, sessions, tmp_path, monkeypatch
+):
     head = ledger.w3.eth.block_number
     middle = (ledger.deployment.deploy_block + head) // 2
     Indexer(ledger.w3, ledger.deployment, sessions, confirmations=head - middle).step()
@@ -129,11 +151,20 @@ def test_reorg_rolls_back_orphaned_rows(ledger, cast, story, indexer, client):
         mine(ledger.w3, 3)
         index_all(indexer)
         stats = client.get("/stats").json()
-        assert int(stats["treasury_balance"]) == ledger.balance(ledger.treasury.address) == before - 7 + 11
+        assert (
+            int(stats["treasury_balance"])
+            == ledger.balance(ledger.treasury.address)
+            == before - 7 + 11
+        )
         assert stats["indexed_block"] == w3.eth.block_number
         with indexer.sessions() as session:
-            incoming = session.scalars(select(db.TreasuryTransfer.amount).where(
-                db.TreasuryTransfer.counterparty.in_([cast.user.address, cast.verifiers[0].address]))).all()
+            incoming = session.scalars(
+                select(db.TreasuryTransfer.amount).where(
+                    db.TreasuryTransfer.counterparty.in_(
+                        [cast.user.address, cast.verifiers[0].address]
+                    )
+                )
+            ).all()
         assert incoming == [11]
     finally:
         w3.provider.make_request("evm_revert", [snapshot])
@@ -144,9 +175,18 @@ def test_bad_requests_are_4xx_with_a_message(story, indexer, client):
     assert client.get(f"/jobs/{story.job_id + 1000}").status_code == 404
     assert "not indexed" in client.get(f"/jobs/{story.job_id + 1000}/units").json()["detail"]
     assert client.get("/providers/0x" + "0" * 40).status_code == 404
-    for path in ("/jobs/-1", "/jobs/abc", f"/jobs/{2**64}", "/jobs?limit=0", "/jobs?limit=100000",
-                 "/jobs?status=lost", "/jobs?user=0x12", "/providers/0xzz", "/providers?tier=-1",
-                 "/settlements?offset=-5"):
+    for path in (
+        "/jobs/-1",
+        "/jobs/abc",
+        f"/jobs/{2**64}",
+        "/jobs?limit=0",
+        "/jobs?limit=100000",
+        "/jobs?status=lost",
+        "/jobs?user=0x12",
+        "/providers/0xzz",
+        "/providers?tier=-1",
+        "/settlements?offset=-5",
+    ):
         response = client.get(path)
         assert response.status_code == 422, path
         assert response.json()["detail"]

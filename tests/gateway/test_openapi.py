@@ -37,4 +37,6 @@ def tests_counted_as_collected(request):
 def test_api_keeps_its_schema(case):
     # A write's body can match its schema and still be refused (a bad signature, an unknown nonce):
     # a 400 with a message is the right answer there, not a failure.
-    case.call_and_validate(excluded_checks=[positive_data_acceptance] if case.method == "POST" else [])
+    case.call_and_validate(
+        excluded_checks=[positive_data_acceptance] if case.method == "POST" else []
+    )

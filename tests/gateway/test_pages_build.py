@@ -9,7 +9,9 @@ from marketplace.chain.toolchain import PROJECT_ROOT
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=PROJECT_ROOT, check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", *args], cwd=PROJECT_ROOT, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def resolves(packages: dict, parent: str, name: str) -> bool:
@@ -32,12 +34,14 @@ def test_lock_lists_every_dependency_of_every_platform():
     packages = lock["packages"]
     assert lock["lockfileVersion"] == 3
     assert packages[""]["devDependencies"] == manifest["devDependencies"]
-    missing = [f"{parent or 'package.json'} -> {name}"
-               for parent, entry in packages.items()
-               for kind in ("dependencies", "optionalDependencies", "devDependencies")
-               if kind != "devDependencies" or parent == ""
-               for name in entry.get(kind, {})
-               if not resolves(packages, parent, name)]
+    missing = [
+        f"{parent or 'package.json'} -> {name}"
+        for parent, entry in packages.items()
+        for kind in ("dependencies", "optionalDependencies", "devDependencies")
+        if kind != "devDependencies" or parent == ""
+        for name in entry.get(kind, {})
+        if not resolves(packages, parent, name)
+    ]
     assert missing == []
 
 
@@ -45,8 +49,14 @@ def test_install_and_build_leave_tracked_files_alone():
     # Set-up ran before the tests (scripts/test.sh runs it): it rewrote no tracked npm file, and the
     # bundles it built are ignored, not untracked files in a clean clone.
     assert git("status", "--porcelain", "--", "package.json", "package-lock.json") == ""
-    built = [p.relative_to(PROJECT_ROOT).as_posix() for p in (PROJECT_ROOT / "marketplace/gateway/web/dist").rglob("*")
-             if p.is_file() and p.name != ".gitignore"]
+    built = [
+        p.relative_to(PROJECT_ROOT).as_posix()
+        for p in (PROJECT_ROOT / "marketplace/gateway/web/dist").rglob("*")
+        if p.is_file() and p.name != ".gitignore"
+    ]
     assert built, "the pages are not built: run `npm run build`"
-    assert git("status", "--porcelain", "--untracked-files=all", "--", "marketplace/gateway/web/dist") == ""
+    assert (
+        git("status", "--porcelain", "--untracked-files=all", "--", "marketplace/gateway/web/dist")
+        == ""
+    )
     assert set(git("check-ignore", *built).split()) == set(built)

@@ -24,7 +24,9 @@ def env(ledger, story, tmp_path) -> dict[str, str]:
     return gateway_env(ledger, tmp_path)
 
 
-def wait_until_indexed(url: str, block: int, process: subprocess.Popen, timeout: float = 60) -> None:
+def wait_until_indexed(
+    url: str, block: int, process: subprocess.Popen, timeout: float = 60
+) -> None:
     sessions = db.open_database(url)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -38,14 +40,32 @@ def wait_until_indexed(url: str, block: int, process: subprocess.Popen, timeout:
 
 
 def start(argv: list[str], env: dict[str, str], cwd) -> subprocess.Popen:
-    return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def test_celery_beat_indexes_the_chain(ledger, env, tmp_path):
     with RedisServer(tmp_path / "redis") as redis:
-        worker = start([sys.executable, "-m", "celery", "-A", "marketplace.gateway.tasks", "worker", "-B",
-                        "--pool", "solo", "--loglevel", "WARNING", "-s", str(tmp_path / "beat-schedule")],
-                       env | {"ZOO_REDIS_URL": redis.url}, tmp_path)
+        worker = start(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "marketplace.gateway.tasks",
+                "worker",
+                "-B",
+                "--pool",
+                "solo",
+                "--loglevel",
+                "WARNING",
+                "-s",
+                str(tmp_path / "beat-schedule"),
+            ],
+            env | {"ZOO_REDIS_URL": redis.url},
+            tmp_path,
+        )
         try:
             wait_until_indexed(env["ZOO_DATABASE_URL"], ledger.w3.eth.block_number, worker)
         finally:
@@ -56,13 +76,18 @@ def test_cli_indexes_and_serves(ledger, story, env, tmp_path):
     cli = [sys.executable, "-m", "marketplace.cli"]
     indexer = start([*cli, "gateway", "index", "--interval", "0.2"], env, tmp_path)
     port = free_port()
-    server = start([*cli, "gateway", "serve", "--port", str(port), "--log-level", "WARNING"], env, tmp_path)
+    server = start(
+        [*cli, "gateway", "serve", "--port", str(port), "--log-level", "WARNING"], env, tmp_path
+    )
     try:
         wait_until_indexed(env["ZOO_DATABASE_URL"], ledger.w3.eth.block_number, indexer)
         wait_for_http(f"http://127.0.0.1:{port}/health", server)
         job = httpx.get(f"http://127.0.0.1:{port}/jobs/{story.job_id}").json()
         assert (job["status"], int(job["clearing_price"])) == ("settled", story.clearing_price)
-        assert httpx.get(f"http://127.0.0.1:{port}/openapi.json").json()["info"]["title"] == "Zoo Compute gateway"
+        assert (
+            httpx.get(f"http://127.0.0.1:{port}/openapi.json").json()["info"]["title"]
+            == "Zoo Compute gateway"
+        )
     finally:
         terminate(server)
         terminate(indexer)
@@ -76,14 +101,22 @@ def test_devnet_runs_the_gateway_and_stops_it_by_pid(ledger, ipfs_api, tmp_path)
     root.mkdir()
     devnet = Devnet(root)
     with RedisServer(tmp_path / "redis") as redis:
-        state = State(root=root, rpc_url=ledger.w3.provider.endpoint_uri, redis_url=redis.url, ipfs={"user": ipfs_api},
-                      manifest=str(ledger.deployment.write(root / "deployment.json")))
+        state = State(
+            root=root,
+            rpc_url=ledger.w3.provider.endpoint_uri,
+            redis_url=redis.url,
+            ipfs={"user": ipfs_api},
+            manifest=str(ledger.deployment.write(root / "deployment.json")),
+        )
         try:
             server, indexer = devnet.start_gateway(state)
             state.gateway_url = devnet.wait_for_gateway(server, indexer)
             state.save()
             assert devnet.status()["gateway_url"] == state.gateway_url
-            assert httpx.get(f"{state.gateway_url}/health").json()["indexed_block"] >= ledger.deployment.deploy_block
+            assert (
+                httpx.get(f"{state.gateway_url}/health").json()["indexed_block"]
+                >= ledger.deployment.deploy_block
+            )
         finally:
             stopped = devnet.down()
     assert sorted(stopped) == ["gateway", "gateway-indexer"]

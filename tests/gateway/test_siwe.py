@@ -29,21 +29,32 @@ def test_the_eips_example_round_trips():
     assert message.issued_at == datetime(2021, 9, 30, 16, 25, 24, tzinfo=UTC)
     assert message.resources[1] == "https://example.com/my-web2-claim.json"
     assert message.text() == EXAMPLE
-    without_statement = EXAMPLE.replace("I accept the ExampleOrg Terms of Service: https://example.com/tos\n", "")
+    without_statement = EXAMPLE.replace(
+        "I accept the ExampleOrg Terms of Service: https://example.com/tos\n", ""
+    )
     assert SiweMessage.parse(without_statement).statement is None
     assert SiweMessage.parse(without_statement).text() == without_statement
 
 
-@pytest.mark.parametrize("change, words", [
-    (("0xC02aaA39b223FE8D0A0e5C4F27eAD9083C756Cc2", "0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2"), "checksummed"),
-    (("Nonce: 32891756", "Nonce: 1234"), "at least 8"),
-    (("Chain ID: 1", "Chain ID: one"), "not a number"),
-    (("Issued At: 2021-09-30T16:25:24Z", "Issued At: yesterday"), "RFC 3339"),
-    (("Issued At: 2021-09-30T16:25:24Z", "Issued At: 2021-09-30T16:25:24"), "time zone"),
-    (("Version: 1\nChain ID: 1", "Chain ID: 1\nVersion: 1"), "unexpected line"),
-    (("Nonce: 32891756\n", ""), "lacks nonce"),
-    ((" wants you", " asks you"), "not a Sign-In with Ethereum message"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (
+            (
+                "0xC02aaA39b223FE8D0A0e5C4F27eAD9083C756Cc2",
+                "0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2",
+            ),
+            "checksummed",
+        ),
+        (("Nonce: 32891756", "Nonce: 1234"), "at least 8"),
+        (("Chain ID: 1", "Chain ID: one"), "not a number"),
+        (("Issued At: 2021-09-30T16:25:24Z", "Issued At: yesterday"), "RFC 3339"),
+        (("Issued At: 2021-09-30T16:25:24Z", "Issued At: 2021-09-30T16:25:24"), "time zone"),
+        (("Version: 1\nChain ID: 1", "Chain ID: 1\nVersion: 1"), "unexpected line"),
+        (("Nonce: 32891756\n", ""), "lacks nonce"),
+        ((" wants you", " asks you"), "not a Sign-In with Ethereum message"),
+    ],
+)
 def test_malformed_messages_are_refused_naming_why(change, words):
     with pytest.raises(SiweError, match=words):
         SiweMessage.parse(EXAMPLE.replace(*change))

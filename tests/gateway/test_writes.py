@@ -20,9 +20,15 @@ SPEC = (Path(__file__).parents[2] / "node/specs/tiny.yaml").read_text()
 
 def siwe_text(client, account, **changes) -> str:
     nonce = client.get("/auth/nonce").json()
-    fields = {"domain": "testserver", "address": account.address, "uri": "http://testserver/",
-              "chain_id": nonce["chain_id"], "nonce": nonce["nonce"], "issued_at": datetime.now(UTC),
-              "expiration_time": datetime.now(UTC) + timedelta(minutes=10)} | changes
+    fields = {
+        "domain": "testserver",
+        "address": account.address,
+        "uri": "http://testserver/",
+        "chain_id": nonce["chain_id"],
+        "nonce": nonce["nonce"],
+        "issued_at": datetime.now(UTC),
+        "expiration_time": datetime.now(UTC) + timedelta(minutes=10),
+    } | changes
     return SiweMessage(**fields).text()
 
 
@@ -50,9 +56,18 @@ def signed_and_sent(client, account, unsigned: dict) -> str:
 
 def test_sign_in_checks_domain_chain_time_nonce_and_signer(client, cast):
     user = cast.user
-    assert sign_in(client, user, domain="evil.example").json()["detail"].startswith("the message signs in to")
+    assert (
+        sign_in(client, user, domain="evil.example")
+        .json()["detail"]
+        .startswith("the message signs in to")
+    )
     assert "chain 1" in sign_in(client, user, chain_id=1).json()["detail"]
-    assert "expired" in sign_in(client, user, expiration_time=datetime.now(UTC) - timedelta(seconds=1)).json()["detail"]
+    assert (
+        "expired"
+        in sign_in(client, user, expiration_time=datetime.now(UTC) - timedelta(seconds=1)).json()[
+            "detail"
+        ]
+    )
     assert "not issued" in sign_in(client, user, nonce="neverissued1").json()["detail"]
 
     text = siwe_text(client, user)
@@ -60,18 +75,30 @@ def test_sign_in_checks_domain_chain_time_nonce_and_signer(client, cast):
     response = client.post("/auth/session", json={"message": text, "signature": forged})
     assert response.status_code == 400 and "not by" in response.json()["detail"]
     good = user.sign_message(encode_defunct(text=text)).signature.to_0x_hex()
-    assert client.post("/auth/session", json={"message": text, "signature": good}).status_code == 200
+    assert (
+        client.post("/auth/session", json={"message": text, "signature": good}).status_code == 200
+    )
     replay = client.post("/auth/session", json={"message": text, "signature": good})
     assert replay.status_code == 400 and "used" in replay.json()["detail"]
-    assert client.post("/auth/session", json={"message": "hello", "signature": good}).status_code == 400
+    assert (
+        client.post("/auth/session", json={"message": "hello", "signature": good}).status_code
+        == 400
+    )
 
 
 def test_uploads_need_a_session_and_a_valid_spec(client, cast, settings):
     refused = client.post("/uploads/spec", json={"spec": SPEC})
     assert refused.status_code == 401 and "sign in" in refused.json()["detail"]
-    assert client.post("/uploads/spec", json={"spec": SPEC}, headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert (
+        client.post(
+            "/uploads/spec", json={"spec": SPEC}, headers={"Authorization": "Bearer nope"}
+        ).status_code
+        == 401
+    )
     headers = bearer(client, cast.user)
-    bad = client.post("/uploads/spec", json={"spec": SPEC.replace("n_head: 4", "n_head: 5")}, headers=headers)
+    bad = client.post(
+        "/uploads/spec", json={"spec": SPEC.replace("n_head: 4", "n_head: 5")}, headers=headers
+    )
     assert bad.status_code == 400 and "model.n_head" in bad.json()["detail"]
     spec = client.post("/uploads/spec", json={"spec": SPEC}, headers=headers).json()
     assert spec["name"] == "tiny-stdlib-gpt" and spec["nodes"] == 1 and spec["units_per_node"] == 6
@@ -81,31 +108,56 @@ def test_uploads_need_a_session_and_a_valid_spec(client, cast, settings):
         assert storage.cat(data["cid"]) == b"0123456789" * 1000 and data["size"] == 10_000
 
 
-def test_job_escrowed_with_a_permit_then_cancelled_from_signed_transactions(client, ledger, cast, story, indexer):
+def test_job_escrowed_with_a_permit_then_cancelled_from_signed_transactions(
+    client, ledger, cast, story, indexer
+):
     user, market = cast.user, ledger.market.functions
-    spec_cid = client.post("/uploads/spec", json={"spec": SPEC}, headers=bearer(client, user)).json()["cid"]
+    spec_cid = client.post(
+        "/uploads/spec", json={"spec": SPEC}, headers=bearer(client, user)
+    ).json()["cid"]
     held = ledger.balance(user.address)
     budget = 500 * ZEN
-    permit = client.post("/transactions/permit", json={"owner": user.address, "spender": "JobMarket",
-                                                       "value": str(budget)}).json()
+    permit = client.post(
+        "/transactions/permit",
+        json={"owner": user.address, "spender": "JobMarket", "value": str(budget)},
+    ).json()
     signature = user.sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
-    order = {"sender": user.address, "spec_cid": spec_cid, "max_budget": str(budget), "max_price": str(10 * ZEN),
-             "permit": {"deadline": permit["deadline"], "signature": signature}}
+    order = {
+        "sender": user.address,
+        "spec_cid": spec_cid,
+        "max_budget": str(budget),
+        "max_price": str(10 * ZEN),
+        "permit": {"deadline": permit["deadline"], "signature": signature},
+    }
     unsigned = client.post("/transactions/jobs", json=order).json()
-    assert (unsigned["from"], unsigned["to"], unsigned["chainId"]) == (user.address, ledger.market.address, 31337)
+    assert (unsigned["from"], unsigned["to"], unsigned["chainId"]) == (
+        user.address,
+        ledger.market.address,
+        31337,
+    )
     job_id = signed_and_sent(client, user, unsigned)["job_id"]
     assert ledger.job(job_id)["budget"] == budget and ledger.balance(user.address) == held - budget
 
     index_all(indexer)
     assert client.get(f"/jobs/{job_id}").json()["user"] == user.address
     settle = client.post(f"/transactions/jobs/{job_id}/settle", json={"sender": user.address})
-    assert (settle.status_code, settle.json()) == (409, {"detail": f"Job {job_id} is open, which does not allow this.",
-                                                         "error": "WrongJobStatus"})
-    signed_and_sent(client, user, client.post(f"/transactions/jobs/{job_id}/cancel",
-                                              json={"sender": user.address}).json())
-    assert market.status(job_id).call() == JobStatus.CANCELLED and ledger.balance(user.address) == held
+    assert (settle.status_code, settle.json()) == (
+        409,
+        {"detail": f"Job {job_id} is open, which does not allow this.", "error": "WrongJobStatus"},
+    )
+    signed_and_sent(
+        client,
+        user,
+        client.post(f"/transactions/jobs/{job_id}/cancel", json={"sender": user.address}).json(),
+    )
+    assert (
+        market.status(job_id).call() == JobStatus.CANCELLED and ledger.balance(user.address) == held
+    )
     again = client.post(f"/transactions/jobs/{job_id}/cancel", json={"sender": user.address})
-    assert (again.status_code, again.json()["detail"]) == (409, f"Job {job_id} is cancelled, which does not allow this.")
+    assert (again.status_code, again.json()["detail"]) == (
+        409,
+        f"Job {job_id} is cancelled, which does not allow this.",
+    )
 
     too_much = order | {"max_budget": str(10**9 * ZEN), "permit": None}
     assert "holds" in client.post("/transactions/jobs", json=too_much).json()["detail"]
@@ -115,18 +167,40 @@ def test_job_escrowed_with_a_permit_then_cancelled_from_signed_transactions(clie
 
 def test_bad_signed_transactions_are_refused_with_a_message(client, ledger, cast):
     user = cast.user
-    tx = {"to": ledger.market.address, "data": "0x", "value": 0, "gas": 100_000, "nonce": 0,
-          "maxFeePerGas": 10**9, "maxPriorityFeePerGas": 1}
+    tx = {
+        "to": ledger.market.address,
+        "data": "0x",
+        "value": 0,
+        "gas": 100_000,
+        "nonce": 0,
+        "maxFeePerGas": 10**9,
+        "maxPriorityFeePerGas": 1,
+    }
     for raw, words in (
         ("0x02deadbeef", "not a signed transaction"),
         (user.sign_transaction(tx | {"chainId": 1}).raw_transaction.to_0x_hex(), "chain 1"),
-        (user.sign_transaction(tx | {"chainId": 31337, "to": cast.providers[0].address}).raw_transaction.to_0x_hex(),
-         "not a ledger contract"),
-        (user.sign_transaction(tx | {"chainId": 31337}).raw_transaction.to_0x_hex(), "refused"),  # nonce too low
-        (devnet_account(99).sign_transaction(tx | {"chainId": 31337}).raw_transaction.to_0x_hex(), "refused"),
+        (
+            user.sign_transaction(
+                tx | {"chainId": 31337, "to": cast.providers[0].address}
+            ).raw_transaction.to_0x_hex(),
+            "not a ledger contract",
+        ),
+        (
+            user.sign_transaction(tx | {"chainId": 31337}).raw_transaction.to_0x_hex(),
+            "refused",
+        ),  # nonce too low
+        (
+            devnet_account(99)
+            .sign_transaction(tx | {"chainId": 31337})
+            .raw_transaction.to_0x_hex(),
+            "refused",
+        ),
     ):
         response = client.post("/transactions", json={"raw": raw})
-        assert response.status_code == 400 and words in response.json()["detail"], (words, response.text)
+        assert response.status_code == 400 and words in response.json()["detail"], (
+            words,
+            response.text,
+        )
     assert client.get("/transactions/status/0x" + "ab" * 32).status_code == 404
 
 
@@ -136,15 +210,23 @@ def test_logs_are_written_by_the_jobs_user_and_providers_only(client, cast, stor
     provider = next(p for p in cast.providers if p.address == story.winners[0])
     stranger = cast.verifiers[0]
     for account, line in ((cast.user, "queued"), (provider, "unit 0 done")):
-        posted = client.post(f"/jobs/{job}/logs", json={"lines": [line]}, headers=bearer(client, account))
+        posted = client.post(
+            f"/jobs/{job}/logs", json={"lines": [line]}, headers=bearer(client, account)
+        )
         assert posted.status_code == 200, posted.text
-    refused = client.post(f"/jobs/{job}/logs", json={"lines": ["spam"]}, headers=bearer(client, stranger))
+    refused = client.post(
+        f"/jobs/{job}/logs", json={"lines": ["spam"]}, headers=bearer(client, stranger)
+    )
     assert refused.status_code == 403
     lines = client.get(f"/jobs/{job}/logs").json()
-    assert [(entry["author"], entry["line"]) for entry in lines] == [(cast.user.address, "queued"),
-                                                                     (provider.address, "unit 0 done")]
-    assert [entry["line"] for entry in client.get(f"/jobs/{job}/logs", params={"since": lines[0]["id"]}).json()] == [
-        "unit 0 done"]
+    assert [(entry["author"], entry["line"]) for entry in lines] == [
+        (cast.user.address, "queued"),
+        (provider.address, "unit 0 done"),
+    ]
+    assert [
+        entry["line"]
+        for entry in client.get(f"/jobs/{job}/logs", params={"since": lines[0]["id"]}).json()
+    ] == ["unit 0 done"]
 
 
 def index_all(indexer) -> None:
@@ -155,22 +237,45 @@ def index_all(indexer) -> None:
 def test_provider_registers_stakes_and_unstakes_from_signed_transactions(client, ledger, cast):
     provider = devnet_account(7)  # a fresh account: the story onboarded 1 to 6
     ledger.transfer(cast.governor, provider.address, 2_000 * ZEN)
-    registration = {"sender": provider.address, "tier": 0, "gpu_model": "cpu", "gpus": 0, "gpu_memory_gb": 0,
-                    "network_gbps": 1, "endpoint": "tcp://127.0.0.1:29500", "attestation": "0x" + "ab" * 32}
-    assert client.post("/transactions/providers", json=registration | {"attestation": "0xab"}).status_code == 422
+    registration = {
+        "sender": provider.address,
+        "tier": 0,
+        "gpu_model": "cpu",
+        "gpus": 0,
+        "gpu_memory_gb": 0,
+        "network_gbps": 1,
+        "endpoint": "tcp://127.0.0.1:29500",
+        "attestation": "0x" + "ab" * 32,
+    }
+    assert (
+        client.post(
+            "/transactions/providers", json=registration | {"attestation": "0xab"}
+        ).status_code
+        == 422
+    )
     unknown = client.post("/transactions/providers", json=registration | {"tier": 9})
-    assert (unknown.status_code, unknown.json()) == (409, {"detail": "There is no tier 9.", "error": "UnknownTier"})
-    signed_and_sent(client, provider, client.post("/transactions/providers", json=registration).json())
+    assert (unknown.status_code, unknown.json()) == (
+        409,
+        {"detail": "There is no tier 9.", "error": "UnknownTier"},
+    )
+    signed_and_sent(
+        client, provider, client.post("/transactions/providers", json=registration).json()
+    )
     again = client.post("/transactions/providers", json=registration)
     assert (again.status_code, again.json()["error"]) == (409, "AlreadyRegistered")
     assert again.json()["detail"] == f"Account {provider.address} is already registered."
 
     stake = 1_500 * ZEN
-    permit = client.post("/transactions/permit", json={"owner": provider.address, "spender": "Staking",
-                                                       "value": str(stake)}).json()
+    permit = client.post(
+        "/transactions/permit",
+        json={"owner": provider.address, "spender": "Staking", "value": str(stake)},
+    ).json()
     signature = provider.sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
-    body = {"sender": provider.address, "amount": str(stake),
-            "permit": {"deadline": permit["deadline"], "signature": signature}}
+    body = {
+        "sender": provider.address,
+        "amount": str(stake),
+        "permit": {"deadline": permit["deadline"], "signature": signature},
+    }
     unsigned = client.post("/transactions/stake", json=body).json()
     assert (unsigned["from"], unsigned["to"]) == (provider.address, ledger.staking.address)
     signed_and_sent(client, provider, unsigned)
@@ -181,9 +286,15 @@ def test_provider_registers_stakes_and_unstakes_from_signed_transactions(client,
     unstake = {"sender": provider.address, "amount": str(2_000 * ZEN)}
     refused = client.post("/transactions/unstake", json=unstake)
     assert (refused.status_code, refused.json()["error"]) == (409, "InsufficientFreeStake")
-    assert refused.json()["detail"] == ("Only 1,500 ZEN of your stake is free (the rest is locked as collateral for "
-                                        "running jobs); you asked for 2,000 ZEN.")
-    signed_and_sent(client, provider, client.post("/transactions/unstake", json=unstake | {"amount": str(500 * ZEN)}).json())
+    assert refused.json()["detail"] == (
+        "Only 1,500 ZEN of your stake is free (the rest is locked as collateral for "
+        "running jobs); you asked for 2,000 ZEN."
+    )
+    signed_and_sent(
+        client,
+        provider,
+        client.post("/transactions/unstake", json=unstake | {"amount": str(500 * ZEN)}).json(),
+    )
     early = client.post("/transactions/stake/withdraw", json={"sender": provider.address})
     assert (early.status_code, early.json()["error"]) == (409, "UnbondingNotOver")
     assert early.json()["detail"].startswith("Your unbonding stake can be withdrawn from ")
@@ -191,14 +302,30 @@ def test_provider_registers_stakes_and_unstakes_from_signed_transactions(client,
     shown = client.get(f"/chain/accounts/{provider.address.lower()}").json()
     assert (shown["role"], shown["tier"], shown["admitted"]) == ("provider", 0, False)
     assert [int(shown[k]) for k in ("zen", "staked", "locked", "unbonding", "owed")] == [
-        500 * ZEN, 1_000 * ZEN, 0, 500 * ZEN, 0]
+        500 * ZEN,
+        1_000 * ZEN,
+        0,
+        500 * ZEN,
+        0,
+    ]
     assert int(shown["eth"]) > 0 and shown["unbonding_ends"] > 0
     assert client.get("/chain/accounts/0x1234").status_code == 422
 
 
 def test_verifier_registers_with_an_endpoint(client, ledger):
     verifier = devnet_account(8)
-    assert client.post("/transactions/verifiers", json={"sender": verifier.address, "endpoint": ""}).status_code == 422
-    signed_and_sent(client, verifier, client.post("/transactions/verifiers", json={
-        "sender": verifier.address, "endpoint": "https://verifier.example"}).json())
+    assert (
+        client.post(
+            "/transactions/verifiers", json={"sender": verifier.address, "endpoint": ""}
+        ).status_code
+        == 422
+    )
+    signed_and_sent(
+        client,
+        verifier,
+        client.post(
+            "/transactions/verifiers",
+            json={"sender": verifier.address, "endpoint": "https://verifier.example"},
+        ).json(),
+    )
     assert client.get(f"/chain/accounts/{verifier.address}").json()["role"] == "verifier"

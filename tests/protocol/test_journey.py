@@ -23,9 +23,15 @@ WINDOW_ENDS = 5_000
 def on_chain(status: JobStatus, now: int, *, open_disputes: int = 0) -> Snapshot:
     """The job as the chain path sees it at chain time `now`."""
     completed = status is JobStatus.COMPLETED
-    return Snapshot(7, status, budget=500 * ZEN, now=now, reveal_deadline=REVEAL_DEADLINE,
-                    window_ends=WINDOW_ENDS if completed else None,
-                    open_disputes=open_disputes if completed else None)
+    return Snapshot(
+        7,
+        status,
+        budget=500 * ZEN,
+        now=now,
+        reveal_deadline=REVEAL_DEADLINE,
+        window_ends=WINDOW_ENDS if completed else None,
+        open_disputes=open_disputes if completed else None,
+    )
 
 
 def through_a_gateway(status: JobStatus) -> Snapshot:
@@ -36,15 +42,18 @@ def through_a_gateway(status: JobStatus) -> Snapshot:
 def test_an_open_round_is_left_to_its_bidders_until_the_grace_is_over():
     assert next_step(on_chain(JobStatus.OPEN, REVEAL_DEADLINE - 10)) is Step.WAIT
     assert next_step(on_chain(JobStatus.OPEN, REVEAL_DEADLINE + CLOSE_GRACE)) is Step.WAIT
-    assert next_step(on_chain(JobStatus.OPEN, REVEAL_DEADLINE + CLOSE_GRACE + 1)) is Step.CLOSE_AUCTION
+    assert (
+        next_step(on_chain(JobStatus.OPEN, REVEAL_DEADLINE + CLOSE_GRACE + 1)) is Step.CLOSE_AUCTION
+    )
 
 
 def test_a_gateway_that_shows_no_deadline_never_closes_a_round():
     assert next_step(through_a_gateway(JobStatus.OPEN), waited=10**6) is Step.WAIT
 
 
-@pytest.mark.parametrize("job", [on_chain(JobStatus.OPEN, REVEAL_DEADLINE + 100),
-                                 through_a_gateway(JobStatus.OPEN)])
+@pytest.mark.parametrize(
+    "job", [on_chain(JobStatus.OPEN, REVEAL_DEADLINE + 100), through_a_gateway(JobStatus.OPEN)]
+)
 def test_an_auction_past_its_timeout_is_cancelled_before_another_round(job):
     assert next_step(job, waited=120.5, auction_timeout=120) is Step.CANCEL
     assert next_step(job, waited=119.5, auction_timeout=120) is not Step.CANCEL
@@ -53,7 +62,9 @@ def test_an_auction_past_its_timeout_is_cancelled_before_another_round(job):
 
 def test_a_running_job_waits_and_the_auction_leg_has_arrived():
     running = on_chain(JobStatus.RUNNING, REVEAL_DEADLINE + 100)
-    assert next_step(running, waited=10**6, auction_timeout=1) is Step.WAIT  # the timeout is the auction's
+    assert (
+        next_step(running, waited=10**6, auction_timeout=1) is Step.WAIT
+    )  # the timeout is the auction's
     assert next_step(running, until=JobStatus.RUNNING) is Step.ARRIVED
     assert next_step(running, until=JobStatus.COMPLETED) is Step.WAIT
 
@@ -61,7 +72,10 @@ def test_a_running_job_waits_and_the_auction_leg_has_arrived():
 def test_a_completed_job_settles_once_its_window_is_over():
     assert next_step(on_chain(JobStatus.COMPLETED, WINDOW_ENDS - 1)) is Step.WAIT
     assert next_step(on_chain(JobStatus.COMPLETED, WINDOW_ENDS)) is Step.SETTLE
-    assert next_step(on_chain(JobStatus.COMPLETED, WINDOW_ENDS), until=JobStatus.COMPLETED) is Step.ARRIVED
+    assert (
+        next_step(on_chain(JobStatus.COMPLETED, WINDOW_ENDS), until=JobStatus.COMPLETED)
+        is Step.ARRIVED
+    )
 
 
 def test_an_open_dispute_holds_the_settlement():
@@ -95,4 +109,5 @@ def test_a_journey_ends_only_where_a_job_can_rest(until):
 
 def test_no_bids_says_what_came_back_and_to_whom():
     assert str(NoBids(7, 15.4, 500 * ZEN, "0xUser")) == (
-        "no bids filled job 7 within 15s: cancelled, 500.000000 ZEN refunded to 0xUser")
+        "no bids filled job 7 within 15s: cancelled, 500.000000 ZEN refunded to 0xUser"
+    )

@@ -11,7 +11,8 @@ from .support import CHUNK, MAX_LINKS, Node, random_bytes, start_nodes
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning")
+        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning"
+    )
 
 
 class NodeFactory:

@@ -26,7 +26,8 @@ IPFS_CID = shutil.which("ipfs_cid")
 EMPTY_RAW_CID = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"  # sha2-256 of b""
 
 needs_ipfs_cid = pytest.mark.skipif(
-    IPFS_CID is None, reason="ipfs_cid not found: install the Debian package ipfs-cid")
+    IPFS_CID is None, reason="ipfs_cid not found: install the Debian package ipfs-cid"
+)
 
 
 def ipfs_cid(path: Path) -> dict[str, str]:
@@ -40,11 +41,11 @@ def ipfs_cid(path: Path) -> dict[str, str]:
 def read_car(car: bytes) -> tuple[bytes, list[tuple[CID, bytes]]]:
     """A CARv1's length-prefixed header (undecoded) and its (CID, block) sections in order."""
     length, pos = varint.decode(car)
-    head, pos = car[pos:pos + length], pos + length
+    head, pos = car[pos : pos + length], pos + length
     sections = []
     while pos < len(car):
         length, pos = varint.decode(car, pos)
-        section, pos = car[pos:pos + length], pos + length
+        section, pos = car[pos : pos + length], pos + length
         if section[:2] == b"\x12\x20":  # a CIDv0: the bare sha2-256 multihash
             cid_length = 34
         else:
@@ -87,8 +88,20 @@ def launch_node(repo: Path) -> subprocess.Popen:
     (repo / "api").unlink(missing_ok=True)
     with open(repo.with_suffix(".log"), "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo), "--host", "127.0.0.1",
-             "--port", "0"], stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "marketplace.ipfs",
+                "--repo",
+                str(repo),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def wait_ready(repo: Path, process: subprocess.Popen, timeout: float = 30) -> Node:
@@ -122,8 +135,7 @@ class _LyingHandler(BaseHTTPRequestHandler):
         else:
             self._reply(404, b'{"Message": "not found", "Code": 0, "Type": "error"}')
 
-    def _reply(self, status: int, body: bytes,
-               content_type: str = "application/json") -> None:
+    def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

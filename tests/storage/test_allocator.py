@@ -37,8 +37,9 @@ _CHURN = textwrap.dedent("""
 
 
 def page_faults(setting: str) -> int:
-    out = subprocess.run([sys.executable, "-c", _CHURN, setting], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHURN, setting], capture_output=True, text=True, check=True
+    )
     return int(out.stdout)
 
 

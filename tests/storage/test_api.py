@@ -77,11 +77,16 @@ def test_add_over_http_matches_ipfs_cid_at_chunk_edges(client, tmp_path: Path, s
 
 def _add_request(data: bytes, query: bytes = b"", close: bool = False) -> bytes:
     """A raw `add` request with a Content-Length body holding `data` as one file part."""
-    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
-            + data + b"\r\n--b--\r\n")
-    return (b"POST /api/v0/add%s HTTP/1.1\r\nHost: x\r\n%s"
-            b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: %d\r\n\r\n"
-            % (query, b"Connection: close\r\n" if close else b"", len(body))) + body
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
+        + data
+        + b"\r\n--b--\r\n"
+    )
+    return (
+        b"POST /api/v0/add%s HTTP/1.1\r\nHost: x\r\n%s"
+        b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: %d\r\n\r\n"
+        % (query, b"Connection: close\r\n" if close else b"", len(body))
+    ) + body
 
 
 def _connect(node: Node) -> socket.socket:
@@ -114,15 +119,16 @@ def test_a_sized_body_arriving_in_uneven_pieces_adds_intact(shared_node: Node, c
         offset, sizes = 0, [1, 70_000, 3, 200_000, 17, 65_537]
         while offset < len(request):
             piece = sizes[offset % len(sizes)]
-            sock.sendall(request[offset:offset + piece])
+            sock.sendall(request[offset : offset + piece])
             offset += piece
         [(status, answer)] = _responses(sock, 1)
     assert status == 200
     assert json.loads(answer)["Hash"] == client.add_bytes(data)
 
 
-def test_a_large_body_read_past_the_parser_ends_where_the_next_request_begins(shared_node: Node,
-                                                                                client):
+def test_a_large_body_read_past_the_parser_ends_where_the_next_request_begins(
+    shared_node: Node, client
+):
     """A body with megabytes still to come is read without the HTTP parser; the request
     pipelined right behind it must still be parsed from its first byte."""
     large, small = random_bytes(3 * MIB + 5, seed=6), random_bytes(1000, seed=7)
@@ -130,8 +136,10 @@ def test_a_large_body_read_past_the_parser_ends_where_the_next_request_begins(sh
         sock.sendall(_add_request(large) + _add_request(small, close=True))
         answers = _responses(sock, 2)
     assert [status for status, _ in answers] == [200, 200]
-    assert [json.loads(body)["Hash"] for _, body in answers] == [client.add_bytes(large),
-                                                                 client.add_bytes(small)]
+    assert [json.loads(body)["Hash"] for _, body in answers] == [
+        client.add_bytes(large),
+        client.add_bytes(small),
+    ]
 
 
 def test_a_large_body_refused_before_it_is_read_is_still_drained(shared_node: Node, client):
@@ -139,8 +147,10 @@ def test_a_large_body_refused_before_it_is_read_is_still_drained(shared_node: No
     to the next request once the rest of the body has been read off it."""
     small = random_bytes(1000, seed=8)
     with _connect(shared_node) as sock:
-        sock.sendall(_add_request(random_bytes(3 * MIB, seed=9), b"?trickle=true")
-                     + _add_request(small, close=True))
+        sock.sendall(
+            _add_request(random_bytes(3 * MIB, seed=9), b"?trickle=true")
+            + _add_request(small, close=True)
+        )
         (refused, message), (status, answer) = _responses(sock, 2)
     assert refused == 400 and b"trickle" in message
     assert status == 200 and json.loads(answer)["Hash"] == client.add_bytes(small)
@@ -152,7 +162,7 @@ def test_a_client_gone_mid_body_leaves_the_node_serving(shared_node: Node, clien
     before = len(list(fds.iterdir()))
     request = _add_request(random_bytes(8 * MIB, seed=10))
     with _connect(shared_node) as sock:
-        sock.sendall(request[:3 * MIB])
+        sock.sendall(request[: 3 * MIB])
     for _ in range(100):
         if len(list(fds.iterdir())) <= before:
             break
@@ -164,8 +174,9 @@ def test_a_client_gone_mid_body_leaves_the_node_serving(shared_node: Node, clien
 def test_cid_version_1_implies_raw_leaves_like_kubo(client):
     cid = client.add_bytes(b"hello\n", opts={"cid-version": 1})
     assert cid == str(CID.of(b"hello\n", RAW))
-    assert client.add_bytes(b"hello\n", opts={"cid-version": 1, "raw-leaves": "false"}) == \
-        str(CID.parse(HELLO_V0).to_v1())
+    assert client.add_bytes(b"hello\n", opts={"cid-version": 1, "raw-leaves": "false"}) == str(
+        CID.parse(HELLO_V0).to_v1()
+    )
 
 
 def test_only_hash_stores_nothing(client):
@@ -206,8 +217,12 @@ def test_block_put_legacy_v0_format_names_a_dag_pb_block(client):
 
 def test_block_put_refuses_a_dag_pb_block_that_does_not_decode(shared_node: Node):
     files = {"file": ("block", b"\xff\xff not protobuf")}
-    response = requests.post(f"{shared_node.url}/api/v0/block/put",
-                             params={"cid-codec": "dag-pb"}, files=files, timeout=30)
+    response = requests.post(
+        f"{shared_node.url}/api/v0/block/put",
+        params={"cid-codec": "dag-pb"},
+        files=files,
+        timeout=30,
+    )
     assert response.status_code == 400
     assert response.json()["Type"] == "error"
 
@@ -266,20 +281,28 @@ def test_missing_argument_is_400(shared_node: Node):
 
 def test_add_with_progress_streams_the_bytes_imported_then_the_result(shared_node: Node):
     data = random_bytes(6 * 1024 * 1024 + 5, seed=21)
-    plain = requests.post(f"{shared_node.url}/api/v0/add", files={"file": ("data.bin", data)},
-                          timeout=60)
-    response = requests.post(f"{shared_node.url}/api/v0/add", params={"progress": "true"},
-                             files={"file": ("data.bin", data)}, timeout=60)
+    plain = requests.post(
+        f"{shared_node.url}/api/v0/add", files={"file": ("data.bin", data)}, timeout=60
+    )
+    response = requests.post(
+        f"{shared_node.url}/api/v0/add",
+        params={"progress": "true"},
+        files={"file": ("data.bin", data)},
+        timeout=60,
+    )
     assert response.status_code == 200
     *progress, result = [json.loads(line) for line in response.text.splitlines()]
     assert result == plain.json()
     counts = [event["Bytes"] for event in progress]
     assert len(counts) >= 3 and counts == sorted(set(counts)) and counts[-1] == len(data)
-    assert all(event.keys() == {"Name", "Bytes"} and event["Name"] == "data.bin" for event in progress)
+    assert all(
+        event.keys() == {"Name", "Bytes"} and event["Name"] == "data.bin" for event in progress
+    )
 
 
 def test_progress_rises_at_every_line_however_the_body_arrives():
     """The last piece of a body may complete no chunk: no progress line repeats the one before."""
+
     class Part:  # what an add reads of a multipart part
         async def chunks(self):
             for piece in [bytes(MIB)] * 6 + [b"tail!"]:
@@ -293,38 +316,59 @@ def test_progress_rises_at_every_line_however_the_body_arrives():
 
 
 def test_add_with_progress_ends_with_kubos_error_object_when_the_body_breaks_off(shared_node: Node):
-    body = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
-            + random_bytes(32 * MIB, seed=22))  # no closing boundary
-    response = requests.post(f"{shared_node.url}/api/v0/add", params={"progress": "true"},
-                             data=body, headers={"Content-Type": "multipart/form-data; boundary=b"},
-                             timeout=60)
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="x"\r\n\r\n'
+        + random_bytes(32 * MIB, seed=22)
+    )  # no closing boundary
+    response = requests.post(
+        f"{shared_node.url}/api/v0/add",
+        params={"progress": "true"},
+        data=body,
+        headers={"Content-Type": "multipart/form-data; boundary=b"},
+        timeout=60,
+    )
     assert response.status_code == 200  # sent before the body was read
     *progress, error = [json.loads(line) for line in response.text.splitlines()]
     assert progress and all("Hash" not in event for event in progress)
     assert error["Type"] == "error" and "ended inside a part" in error["Message"]
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"chunker": "rabin"}, "chunker"), ({"cid-version": "2"}, "cid-version"),
-    ({"trickle": "true"}, "trickle"), ({"hash": "blake3"}, "blake3"),
-    ({"pin": "maybe"}, "pin"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"chunker": "rabin"}, "chunker"),
+        ({"cid-version": "2"}, "cid-version"),
+        ({"trickle": "true"}, "trickle"),
+        ({"hash": "blake3"}, "blake3"),
+        ({"pin": "maybe"}, "pin"),
+    ],
+)
 def test_add_refuses_options_it_cannot_honour(shared_node: Node, params, message):
-    response = requests.post(f"{shared_node.url}/api/v0/add", params=params,
-                             files={"file": ("f", b"x")}, timeout=30)
+    response = requests.post(
+        f"{shared_node.url}/api/v0/add", params=params, files={"file": ("f", b"x")}, timeout=30
+    )
     assert response.status_code == 400
     assert message in response.json()["Message"]
 
 
-@pytest.mark.parametrize("body, content_type", [
-    (b"plain body", "text/plain"),
-    (b"--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\ntruncated",
-     "multipart/form-data; boundary=b"),
-    (b"--b--\r\n", "multipart/form-data; boundary=b"),
-])
+@pytest.mark.parametrize(
+    "body, content_type",
+    [
+        (b"plain body", "text/plain"),
+        (
+            b'--b\r\nContent-Disposition: form-data; name="file"\r\n\r\ntruncated',
+            "multipart/form-data; boundary=b",
+        ),
+        (b"--b--\r\n", "multipart/form-data; boundary=b"),
+    ],
+)
 def test_add_refuses_malformed_bodies(shared_node: Node, body: bytes, content_type: str):
-    response = requests.post(f"{shared_node.url}/api/v0/add", data=body,
-                             headers={"Content-Type": content_type}, timeout=30)
+    response = requests.post(
+        f"{shared_node.url}/api/v0/add",
+        data=body,
+        headers={"Content-Type": content_type},
+        timeout=30,
+    )
     assert response.status_code == 400
     assert response.json()["Message"]
 
@@ -338,16 +382,18 @@ def test_gateway_serves_files_and_raw_blocks(shared_node: Node, client):
     raw = requests.get(f"{shared_node.url}/ipfs/{cid}?format=raw", timeout=30)
     assert raw.headers["Content-Type"] == "application/vnd.ipld.raw"
     CID.parse(cid).verify(raw.content)
-    accept = requests.get(f"{shared_node.url}/ipfs/{cid}",
-                          headers={"Accept": "application/vnd.ipld.raw"}, timeout=30)
+    accept = requests.get(
+        f"{shared_node.url}/ipfs/{cid}", headers={"Accept": "application/vnd.ipld.raw"}, timeout=30
+    )
     assert accept.content == raw.content
     head = requests.head(f"{shared_node.url}/ipfs/{cid}", timeout=30)
     assert head.status_code == 200 and head.headers["Content-Length"] == str(len(data))
 
 
 @pytest.mark.parametrize("options", [{"cid-version": 0}, {"cid-version": 1}])
-def test_gateway_sends_a_dag_as_a_car_each_block_once_depth_first(shared_node: Node, client,
-                                                                    options):
+def test_gateway_sends_a_dag_as_a_car_each_block_once_depth_first(
+    shared_node: Node, client, options
+):
     chunk = random_bytes(CHUNK, seed=31)
     data = chunk + random_bytes(CHUNK, seed=32) + chunk + b"tail"  # one leaf twice in the DAG
     root = CID.parse(client.add_bytes(data, opts=options))
@@ -362,15 +408,22 @@ def test_gateway_sends_a_dag_as_a_car_each_block_once_depth_first(shared_node: N
     walk = [cid for cid, _ in reader.iter_blocks(root, blocks.__getitem__)]
     assert [cid for cid, _ in sections] == list(dict.fromkeys(walk)) and len(walk) == 5
     assert b"".join(reader.iter_file(root, blocks.__getitem__)) == data
-    by_accept = requests.get(f"{shared_node.url}/ipfs/{root}", timeout=30,
-                             headers={"Accept": car.MEDIA_TYPE})
+    by_accept = requests.get(
+        f"{shared_node.url}/ipfs/{root}", timeout=30, headers={"Accept": car.MEDIA_TYPE}
+    )
     assert by_accept.content == response.content
 
 
-@pytest.mark.parametrize("path, status", [("not-a-cid", 400), (UNKNOWN, 404),
-                                          (f"{HELLO_V0}/sub/path", 400),
-                                          (f"{HELLO_V0}?format=tar", 400),
-                                          (f"{UNKNOWN}?format=car", 404)])
+@pytest.mark.parametrize(
+    "path, status",
+    [
+        ("not-a-cid", 400),
+        (UNKNOWN, 404),
+        (f"{HELLO_V0}/sub/path", 400),
+        (f"{HELLO_V0}?format=tar", 400),
+        (f"{UNKNOWN}?format=car", 404),
+    ],
+)
 def test_gateway_errors_are_plain_4xx(shared_node: Node, client, path: str, status: int):
     client.add_bytes(b"hello\n")
     response = requests.get(f"{shared_node.url}/ipfs/{path}", timeout=30)

@@ -16,8 +16,12 @@ ZOO = str(Path(sys.executable).with_name("zoo-compute"))
 
 def test_serve_publishes_its_address_and_stops_on_sigterm(tmp_path: Path):
     repo = tmp_path / "repo"
-    process = subprocess.Popen([ZOO, "ipfs", "serve", "--repo", str(repo), "--port", "0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [ZOO, "ipfs", "serve", "--repo", str(repo), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not (repo / "api").exists():
@@ -38,17 +42,25 @@ def test_a_busy_port_is_a_one_line_error(tmp_path: Path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = subprocess.run([ZOO, "ipfs", "serve", "--repo", str(tmp_path / "repo"),
-                                 "--port", str(port)],
-                                capture_output=True, text=True, timeout=60, check=False)
+        result = subprocess.run(
+            [ZOO, "ipfs", "serve", "--repo", str(tmp_path / "repo"), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        (f"Error: cannot start the node on 127.0.0.1:{port} with repo {tmp_path / 'repo'}: "
-         "Address already in use")]
+        (
+            f"Error: cannot start the node on 127.0.0.1:{port} with repo {tmp_path / 'repo'}: "
+            "Address already in use"
+        )
+    ]
 
 
 def test_every_option_has_help():
     assert all(option.help for option in serve.params)
-    result = subprocess.run([ZOO, "ipfs", "serve", "--help"], capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [ZOO, "ipfs", "serve", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0 and "--repo" in result.stdout

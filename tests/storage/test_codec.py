@@ -17,7 +17,8 @@ CARV1_EXAMPLE = bytes.fromhex(
     "3a365b6776657273696f6e01280155122061be55a8e2f6b4e172338bddf184d6dbee29c98853e0a0485ecee7"
     "f27b9af0b461616161280155122081cc5b17018674b401b42f35ba07bb79e211239c23bffe658da1577e3e64"
     "6877626262622801551220b6fbd675f98e2abd22d4ed29fdc83150fedc48597e92dd1a7a24381d44a2745163"
-    "636363")
+    "636363"
+)
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**32, 2**63 - 1])
@@ -62,9 +63,18 @@ def test_cid_parse_accepts_ipfs_paths_and_other_bases():
     assert CID.parse("f" + bytes(v1).hex()) == v1
 
 
-@pytest.mark.parametrize("text", ["", "hello", "Qm123", "bafy!!!", f"{HELLO_V0}/file",
-                                  "b" + multibase.b32encode(b"\x02\x70\x12\x20" + bytes(32)),
-                                  "b" + multibase.b32encode(b"\x01\x70\x12\x20" + bytes(31))])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "hello",
+        "Qm123",
+        "bafy!!!",
+        f"{HELLO_V0}/file",
+        "b" + multibase.b32encode(b"\x02\x70\x12\x20" + bytes(32)),
+        "b" + multibase.b32encode(b"\x01\x70\x12\x20" + bytes(31)),
+    ],
+)
 def test_invalid_cids_are_refused_with_the_input_in_the_message(text):
     with pytest.raises(InvalidCid, match="invalid CID"):
         CID.parse(text)
@@ -93,18 +103,24 @@ def test_empty_file_node_is_kubos_bytes():
     assert str(CID.of(block, DAG_PB, 0)) == "QmbFMke1KXqnYyBBWxB74N4c5SBnJMVAiMNRcGu6x1AwQH"
 
 
-@pytest.mark.parametrize("block", [b"\x0a\x05\x08", b"\x1a\x00", b"\x0a\x00\x12\x00",
-                                   b"\x12\x02\x0a\x00"])
+@pytest.mark.parametrize(
+    "block", [b"\x0a\x05\x08", b"\x1a\x00", b"\x0a\x00\x12\x00", b"\x12\x02\x0a\x00"]
+)
 def test_malformed_dagpb_is_refused(block):
     with pytest.raises(InvalidBlock):
         dagpb.decode(block)
 
 
 def test_car_header_and_sections_match_the_carv1_example():
-    roots = [CID.decode(bytes.fromhex("01711220" + digest)) for digest in (
-        "f88bc853804cf294fe417e4fa83028689fcdb1b1592c5102e1474dbc200fab8b",
-        "69ea0740f9807a28f4d932c62e7c1c83be055e55072c90266ab3e79df63a365b")]
+    roots = [
+        CID.decode(bytes.fromhex("01711220" + digest))
+        for digest in (
+            "f88bc853804cf294fe417e4fa83028689fcdb1b1592c5102e1474dbc200fab8b",
+            "69ea0740f9807a28f4d932c62e7c1c83be055e55072c90266ab3e79df63a365b",
+        )
+    ]
     blocks = [b"aaaa", b"bbbb", b"cccc"]
-    encoded = car.header(roots) + b"".join(car.section_head(CID.of(block, RAW), block) + block
-                                           for block in blocks)
+    encoded = car.header(roots) + b"".join(
+        car.section_head(CID.of(block, RAW), block) + block for block in blocks
+    )
     assert encoded == CARV1_EXAMPLE

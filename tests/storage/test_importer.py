@@ -24,17 +24,25 @@ class MemoryStore(dict):
         return cid
 
 
-def import_bytes(data: bytes, store: MemoryStore | None = None, write_size: int = 100_000,
-                 **options) -> CID:
+def import_bytes(
+    data: bytes, store: MemoryStore | None = None, write_size: int = 100_000, **options
+) -> CID:
     """Import in uneven writes, as a network stream delivers them."""
     importer = FileImporter(store.add if store is not None else CID.of_parts, **options)
     for start in range(0, len(data), write_size):
-        importer.write(data[start:start + write_size])
+        importer.write(data[start : start + write_size])
     return importer.finish().cid
 
 
-SIZES = {"empty": 0, "one byte": 1, "hello": 6, "one chunk": CHUNK, "one chunk + 1": CHUNK + 1,
-         "uneven": 3 * CHUNK + 17, "full first level": MAX_LINKS * CHUNK}
+SIZES = {
+    "empty": 0,
+    "one byte": 1,
+    "hello": 6,
+    "one chunk": CHUNK,
+    "one chunk + 1": CHUNK + 1,
+    "uneven": 3 * CHUNK + 17,
+    "full first level": MAX_LINKS * CHUNK,
+}
 
 
 @needs_ipfs_cid
@@ -70,15 +78,17 @@ def test_random_sizes_match_ipfs_cid(tmp_path: Path, seed: int):
     assert str(import_bytes(data, write_size=7919)) == ipfs_cid(path)["CIDv0"]
 
 
-
 @pytest.mark.parametrize("options", [{}, {"raw_leaves": True, "cid_version": 1}])
 def test_leaves_stored_on_threads_in_any_order_give_the_same_dag(options):
     """The add path cuts chunks and links leaves in order, but stores them on worker threads."""
     data = random_bytes(MAX_LINKS * CHUNK + 3 * CHUNK + 5, seed=7)
     sequential, threaded = MemoryStore(), MemoryStore()
     importer = FileImporter(threaded.add, **options)
-    chunks = [chunk for start in range(0, len(data), 100_000)
-              for chunk in importer.chunks(data[start:start + 100_000])]
+    chunks = [
+        chunk
+        for start in range(0, len(data), 100_000)
+        for chunk in importer.chunks(data[start : start + 100_000])
+    ]
     with ThreadPoolExecutor(max_workers=4) as pool:
         leaves = list(pool.map(importer.leaf, chunks[::-1]))[::-1]
     for leaf in leaves:
@@ -86,6 +96,7 @@ def test_leaves_stored_on_threads_in_any_order_give_the_same_dag(options):
     root = importer.finish().cid
     assert root == import_bytes(data, sequential, **options)
     assert threaded == sequential
+
 
 def test_one_chunk_with_raw_leaves_is_a_raw_block():
     data = b"hello\n"
@@ -128,8 +139,10 @@ def test_cid_version_1_links_are_v1_and_leaves_raw():
     assert unixfs.decode(dagpb.decode(store[root]).data).blocksizes == [CHUNK] * 3
 
 
-@pytest.mark.parametrize("spec, size", [(None, CHUNK), ("default", CHUNK),
-                                        ("size-1024", 1024), ("size-1048576", 1048576)])
+@pytest.mark.parametrize(
+    "spec, size",
+    [(None, CHUNK), ("default", CHUNK), ("size-1024", 1024), ("size-1048576", 1048576)],
+)
 def test_chunker_specs(spec, size):
     assert parse_chunker(spec) == size
 

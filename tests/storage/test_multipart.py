@@ -10,16 +10,18 @@ BOUNDARY = b"0123456789abcdef"
 
 
 def body(*files: tuple[str, bytes]) -> bytes:
-    parts = [b"--" + BOUNDARY + b"\r\nContent-Disposition: form-data; name=\"file\"; "
-             b"filename=\"" + name.encode() + b"\"\r\n\r\n" + data + b"\r\n"
-             for name, data in files]
+    parts = [
+        b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="file"; '
+        b'filename="' + name.encode() + b'"\r\n\r\n' + data + b"\r\n"
+        for name, data in files
+    ]
     return b"".join(parts) + b"--" + BOUNDARY + b"--\r\n"
 
 
 def parse(raw: bytes, piece: int) -> list[tuple[str, bytes]]:
     async def stream():
         for start in range(0, len(raw), piece):
-            yield raw[start:start + piece]
+            yield raw[start : start + piece]
 
     async def run():
         found = []
@@ -40,8 +42,14 @@ def test_every_cut_gives_the_same_parts(piece: int):
     assert parse(body(*files), piece) == [("a b.bin", TRICKY), ("empty", b""), ("c", b"\r\n--")]
 
 
-@pytest.mark.parametrize("raw", [body(("f", b"data"))[:-20], b"no delimiter at all",
-                                 b"--" + BOUNDARY + b"\r\nno end of headers"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        body(("f", b"data"))[:-20],
+        b"no delimiter at all",
+        b"--" + BOUNDARY + b"\r\nno end of headers",
+    ],
+)
 def test_truncated_bodies_are_refused(raw: bytes):
     with pytest.raises(MalformedMultipart):
         parse(raw, 7)

@@ -93,16 +93,23 @@ def test_a_corrupt_block_on_disk_is_detected_not_served(node):
     assert "corrupt" in response.json()["Message"]
     gateway = requests.get(f"{node.url}/ipfs/{leaf}?format=raw", timeout=30)
     assert gateway.status_code == 404
-    with (requests.post(f"{node.url}/api/v0/cat", params={"arg": cid}, stream=True,
-                        timeout=30) as streamed,
-          pytest.raises(requests.exceptions.ChunkedEncodingError)):
+    with (
+        requests.post(
+            f"{node.url}/api/v0/cat", params={"arg": cid}, stream=True, timeout=30
+        ) as streamed,
+        pytest.raises(requests.exceptions.ChunkedEncodingError),
+    ):
         b"".join(streamed.iter_content(None))
 
 
 def test_a_second_node_on_the_same_repo_is_refused(node):
     result = subprocess.run(
         [sys.executable, "-m", "marketplace.ipfs", "--repo", str(node.repo), "--port", "0"],
-        capture_output=True, text=True, timeout=60, check=False)
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode != 0
     assert "in use by another node" in result.stderr
     assert requests.post(f"{node.url}/api/v0/version", timeout=30).ok
@@ -125,4 +132,3 @@ def test_gc_lock_waits_for_writers_and_turns_new_ones_away():
     gc.join(timeout=5)
     assert collected.is_set()
     assert lock.try_acquire_shared()
-

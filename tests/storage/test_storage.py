@@ -46,7 +46,9 @@ def test_add_file_and_read_to_stream_a_two_level_file(shared_node, two_level_fil
     assert [p.name for p in tmp_path.iterdir()] == ["restored.bin"]
 
 
-@pytest.mark.parametrize("name, size", [("empty.bin", 0), ("naïve 100% \"quoted\".bin", 3 * CHUNK + 5)])
+@pytest.mark.parametrize(
+    "name, size", [("empty.bin", 0), ('naïve 100% "quoted".bin', 3 * CHUNK + 5)]
+)
 def test_add_file_names_the_same_content_as_add_bytes(shared_node, tmp_path, name, size):
     path = tmp_path / name
     path.write_bytes(random_bytes(size, seed=size))
@@ -62,11 +64,14 @@ def test_configuration_comes_from_the_environment(shared_node, monkeypatch):
         assert storage.cat(storage.add_bytes(b"from env")) == b"from env"
 
 
-@pytest.mark.parametrize("url, multiaddr", [
-    ("http://127.0.0.1:5001", "/ip4/127.0.0.1/tcp/5001/http"),
-    ("https://ipfs.example:443", "/dns/ipfs.example/tcp/443/https"),
-    ("/ip4/10.0.0.2/tcp/5001/http", "/ip4/10.0.0.2/tcp/5001/http"),
-])
+@pytest.mark.parametrize(
+    "url, multiaddr",
+    [
+        ("http://127.0.0.1:5001", "/ip4/127.0.0.1/tcp/5001/http"),
+        ("https://ipfs.example:443", "/dns/ipfs.example/tcp/443/https"),
+        ("/ip4/10.0.0.2/tcp/5001/http", "/ip4/10.0.0.2/tcp/5001/http"),
+    ],
+)
 def test_api_addresses_as_url_or_multiaddr(url, multiaddr):
     assert api_multiaddr(url) == multiaddr
 

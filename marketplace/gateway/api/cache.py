@@ -26,14 +26,18 @@ class IndexCache:
         self._entries: dict[object, tuple[tuple, bytes]] = {}
         self._cursor: tuple = ()
         self._checked = float("-inf")
-        self._refreshing = False  # one caller re-reads the cursor; the others keep answering meanwhile
+        self._refreshing = (
+            False  # one caller re-reads the cursor; the others keep answering meanwhile
+        )
         self._lock = threading.Lock()
 
     def _version(self, session: Session) -> tuple:
         now = time.monotonic()
         if now - self._checked > self.recheck:
             try:
-                row = session.execute(select(db.IndexerState.next_block, db.IndexerState.last_block_hash)).first()
+                row = session.execute(
+                    select(db.IndexerState.next_block, db.IndexerState.last_block_hash)
+                ).first()
                 self._cursor, self._checked = tuple(row or ()), now
             finally:
                 self._refreshing = False

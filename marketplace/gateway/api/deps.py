@@ -23,8 +23,11 @@ def get_session(request: Request) -> Iterator[Session]:
 class Page:
     """limit/offset pagination, bounded so one request cannot ask for the whole table."""
 
-    def __init__(self, limit: Annotated[int, Query(ge=1, le=200, description="Rows per page.")] = 50,
-                 offset: Annotated[int, Query(ge=0, le=2**62, description="Rows to skip.")] = 0):
+    def __init__(
+        self,
+        limit: Annotated[int, Query(ge=1, le=200, description="Rows per page.")] = 50,
+        offset: Annotated[int, Query(ge=0, le=2**62, description="Rows to skip.")] = 0,
+    ):
         self.limit = limit
         self.offset = offset
 
@@ -37,7 +40,9 @@ def checksummed(address: str | None) -> str | None:
     return None if address is None else Web3.to_checksum_address(address)
 
 
-def address_path(address: Annotated[str, Path(pattern=ADDRESS, description="An 0x address.")]) -> str:
+def address_path(
+    address: Annotated[str, Path(pattern=ADDRESS, description="An 0x address.")],
+) -> str:
     return Web3.to_checksum_address(address)
 
 
@@ -58,11 +63,17 @@ def get_storage(request: Request) -> Iterator[Storage]:
         yield storage
 
 
-def signed_in(session: SessionDep,
-              credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False))]) -> str:
+def signed_in(
+    session: SessionDep,
+    credentials: Annotated[
+        HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False))
+    ],
+) -> str:
     """The wallet address of the bearer token's Sign-In with Ethereum session."""
     if credentials is None:
-        raise NotSignedIn("sign in first: POST /auth/session, then send 'Authorization: Bearer <token>'")
+        raise NotSignedIn(
+            "sign in first: POST /auth/session, then send 'Authorization: Bearer <token>'"
+        )
     return signed_in_address(session, credentials.credentials)
 
 

@@ -38,11 +38,19 @@ def refused(_: Request, exc: Exception) -> JSONResponse:
 
 def method_not_allowed(request: Request, _: Exception) -> JSONResponse:
     """Starlette's `Allow` names only the first route on a path; a path with a GET and a POST route needs both."""
-    allowed = sorted({method for route in request.app.routes
-                      if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
-                      for method in route.methods})
-    return JSONResponse(status_code=405, content={"detail": "Method Not Allowed"},
-                        headers={"Allow": ", ".join(allowed)})
+    allowed = sorted(
+        {
+            method
+            for route in request.app.routes
+            if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
+            for method in route.methods
+        }
+    )
+    return JSONResponse(
+        status_code=405,
+        content={"detail": "Method Not Allowed"},
+        headers={"Allow": ", ".join(allowed)},
+    )
 
 
 def install(app: FastAPI) -> None:

@@ -26,15 +26,29 @@ from marketplace.gateway.web import mount_docs, mount_pages
 
 def create_app(settings: Settings, url: str | None = None) -> FastAPI:
     """The gateway's API on the database at `url` (default: ZOO_DATABASE_URL or the home's SQLite)."""
-    app = FastAPI(title="Zoo Compute gateway",
-                  description="Jobs, providers, settlements and network totals, as indexed from the ledger; "
-                              "unsigned transactions and signed-in uploads for wallets it never holds.",
-                  docs_url=None, redoc_url=None)  # /docs from the gateway's own copy of Swagger UI
+    app = FastAPI(
+        title="Zoo Compute gateway",
+        description="Jobs, providers, settlements and network totals, as indexed from the ledger; "
+        "unsigned transactions and signed-in uploads for wallets it never holds.",
+        docs_url=None,
+        redoc_url=None,
+    )  # /docs from the gateway's own copy of Swagger UI
     app.state.settings = settings
     app.state.sessions = open_database(url or database_url(settings))
     app.state.ledger = LedgerConnection(settings)
     app.state.cache = IndexCache()
-    for module in (jobs, providers, settlements, stats, health, chain, auth, transactions, uploads, treasury):
+    for module in (
+        jobs,
+        providers,
+        settlements,
+        stats,
+        health,
+        chain,
+        auth,
+        transactions,
+        uploads,
+        treasury,
+    ):
         app.include_router(module.router)
     mount_pages(app)
     mount_docs(app)

@@ -38,9 +38,19 @@ def _wei(value):
 
 def _wei_in(minimum: int):
     """A uint256 wei amount of at least `minimum`, as an integer or a decimal string."""
-    return Annotated[int, BeforeValidator(_wei), Field(ge=minimum, le=2**256 - 1), WithJsonSchema(
-        {"anyOf": [{"type": "integer", "minimum": minimum, "maximum": 2**256 - 1},
-                   {"type": "string", "pattern": "^[0-9]{1,78}$"}]})]
+    return Annotated[
+        int,
+        BeforeValidator(_wei),
+        Field(ge=minimum, le=2**256 - 1),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "integer", "minimum": minimum, "maximum": 2**256 - 1},
+                    {"type": "string", "pattern": "^[0-9]{1,78}$"},
+                ]
+            }
+        ),
+    ]
 
 
 WeiIn = _wei_in(0)
@@ -54,10 +64,17 @@ class Request(BaseModel):
 
 
 NOT_FOUND = {404: {"model": Message, "description": "Not in the index."}}
-SIGNED_IN = {401: {"model": Message, "description": "No live Sign-In with Ethereum session."},
-             403: {"model": Message, "description": "The signed-in wallet may not write here."}}
-REFUSED = {400: {"model": Message, "description": "Invalid input, or a transaction the gateway will not send."},
-           409: {"model": Revert, "description": "The ledger would revert it now (its custom error)."}}
+SIGNED_IN = {
+    401: {"model": Message, "description": "No live Sign-In with Ethereum session."},
+    403: {"model": Message, "description": "The signed-in wallet may not write here."},
+}
+REFUSED = {
+    400: {
+        "model": Message,
+        "description": "Invalid input, or a transaction the gateway will not send.",
+    },
+    409: {"model": Revert, "description": "The ledger would revert it now (its custom error)."},
+}
 
 
 class Row(BaseModel):
@@ -237,7 +254,9 @@ class JobResultPublic(Row):
     index: int
     cid: str
     state_hash: str
-    state_verified: bool | None  # the gateway read the checkpoint and it holds the state hash; None: not readable now
+    state_verified: (
+        bool | None
+    )  # the gateway read the checkpoint and it holds the state hash; None: not readable now
     results: list[ResultPublic]  # verifiers' verdicts on this unit
     nodes: int
     units_per_node: int
@@ -333,7 +352,9 @@ class JobOrderRequest(Request):
     nodes: int | None = Field(None, ge=1, le=64)  # default: the spec's
     sample_rate_bps: int = Field(1_000, ge=0, le=10_000)
     checkpoint_interval: int = Field(600, ge=1, le=2**32 - 1)
-    permit: PermitSignature | None = None  # with it, createJobWithPermit; without, createJob (approve first)
+    permit: PermitSignature | None = (
+        None  # with it, createJobWithPermit; without, createJob (approve first)
+    )
 
 
 class SenderRequest(Request):
@@ -345,7 +366,9 @@ class StakeRequest(Request):
 
     sender: Address
     amount: PositiveWeiIn
-    permit: PermitSignature | None = None  # with it, stakeWithPermit; without, stake (approve first)
+    permit: PermitSignature | None = (
+        None  # with it, stakeWithPermit; without, stake (approve first)
+    )
 
 
 class UnstakeRequest(Request):
@@ -362,14 +385,19 @@ class ProviderRegistration(Request):
     gpus: int = Field(0, ge=0, le=2**32 - 1)
     gpu_memory_gb: int = Field(0, ge=0, le=2**32 - 1)  # per GPU
     network_gbps: int = Field(0, ge=0, le=2**32 - 1)
-    endpoint: str = Field("", max_length=500)  # where a group job's rank 0 hosts the group, e.g. tcp://host:port
-    attestation: str = Field(pattern=r"^0x[0-9a-fA-F]{64}$")  # sha2-256 digest of the pinned benchmark report
+    endpoint: str = Field(
+        "", max_length=500
+    )  # where a group job's rank 0 hosts the group, e.g. tcp://host:port
+    attestation: str = Field(
+        pattern=r"^0x[0-9a-fA-F]{64}$"
+    )  # sha2-256 digest of the pinned benchmark report
 
 
 class VerifierRegistration(Request):
     sender: Address
-    endpoint: str = Field(min_length=1, max_length=500)  # where the verifier can be reached, as published
-
+    endpoint: str = Field(
+        min_length=1, max_length=500
+    )  # where the verifier can be reached, as published
 
 
 class UnsignedTransaction(BaseModel):

@@ -33,12 +33,17 @@ class TooLarge(ZooError, ValueError):
 def _status_rows() -> Select:
     """Each job's status: its newest status row (rows are inserted in chain order)."""
     newest = select(func.max(db.JobStatusChange.id)).group_by(db.JobStatusChange.job_id)
-    return select(db.JobStatusChange.job_id, db.JobStatusChange.status).where(db.JobStatusChange.id.in_(newest))
+    return select(db.JobStatusChange.job_id, db.JobStatusChange.status).where(
+        db.JobStatusChange.id.in_(newest)
+    )
 
 
 def _clearing_prices(session: Session, job_ids: list[int]) -> dict[int, int]:
-    query = (select(db.Auction.job_id, db.Auction.clearing_price)
-             .where(db.Auction.cleared, db.Auction.job_id.in_(job_ids)).order_by(db.Auction.id))
+    query = (
+        select(db.Auction.job_id, db.Auction.clearing_price)
+        .where(db.Auction.cleared, db.Auction.job_id.in_(job_ids))
+        .order_by(db.Auction.id)
+    )
     return dict(session.execute(query).all())
 
 
@@ -47,8 +52,14 @@ def _job_public(job: db.Job, status: str, price: int | None) -> dict[str, Any]:
     return fields | {"status": status, "clearing_price": price}
 
 
-def list_jobs(session: Session, limit: int, offset: int, status: str | None = None,
-              user: str | None = None, provider: str | None = None) -> list[dict[str, Any]]:
+def list_jobs(
+    session: Session,
+    limit: int,
+    offset: int,
+    status: str | None = None,
+    user: str | None = None,
+    provider: str | None = None,
+) -> list[dict[str, Any]]:
     statuses = _status_rows().subquery()
     query = select(db.Job, statuses.c.status).join(statuses, statuses.c.job_id == db.Job.job_id)
     if status is not None:
@@ -56,7 +67,9 @@ def list_jobs(session: Session, limit: int, offset: int, status: str | None = No
     if user is not None:
         query = query.where(db.Job.user == user)
     if provider is not None:
-        query = query.where(db.Job.job_id.in_(select(db.Slot.job_id).where(db.Slot.provider == provider)))
+        query = query.where(
+            db.Job.job_id.in_(select(db.Slot.job_id).where(db.Slot.provider == provider))
+        )
     rows = session.execute(query.order_by(db.Job.job_id.desc()).limit(limit).offset(offset)).all()
     prices = _clearing_prices(session, [job.job_id for job, _ in rows])
     return [_job_public(job, st, prices.get(job.job_id)) for job, st in rows]
@@ -81,13 +94,19 @@ def get_job(session: Session, job_id: int) -> dict[str, Any]:
 
 def job_units(session: Session, job_id: int) -> list[dict[str, Any]]:
     get_job(session, job_id)
-    units = session.scalars(select(db.Unit).where(db.Unit.job_id == job_id).order_by(db.Unit.id)).all()
+    units = session.scalars(
+        select(db.Unit).where(db.Unit.job_id == job_id).order_by(db.Unit.id)
+    ).all()
     results: dict[tuple[int, int], list[db.Result]] = {}
-    for r in session.scalars(select(db.Result).where(db.Result.job_id == job_id).order_by(db.Result.id)):
+    for r in session.scalars(
+        select(db.Result).where(db.Result.job_id == job_id).order_by(db.Result.id)
+    ):
         results.setdefault((r.slot, r.index), []).append(r)
     fields = [c for c in schemas.UnitPublic.model_fields if c != "results"]
-    return [{c: getattr(u, c) for c in fields} | {"results": results.get((u.slot, u.index), [])}
-            for u in units]
+    return [
+        {c: getattr(u, c) for c in fields} | {"results": results.get((u.slot, u.index), [])}
+        for u in units
+    ]
 
 
 def list_settlements(session: Session, limit: int, offset: int) -> list[db.Settlement]:
@@ -98,7 +117,9 @@ def list_settlements(session: Session, limit: int, offset: int) -> list[db.Settl
 def _stake(session: Session, address: str) -> dict[str, int]:
     """Replay the account's stake moves in chain order, as Staking applies them."""
     staked = locked = unbonding = 0
-    query = select(db.StakeChange).where(db.StakeChange.account == address).order_by(db.StakeChange.id)
+    query = (
+        select(db.StakeChange).where(db.StakeChange.account == address).order_by(db.StakeChange.id)
+    )
     for change in session.scalars(query):
         amount = change.amount
         if change.kind == "staked":
@@ -119,8 +140,10 @@ def _stake(session: Session, address: str) -> dict[str, int]:
 
 
 def _provider_public(session: Session, row: db.Provider) -> dict[str, Any]:
-    fields = {c: getattr(row, c) for c in ("address", "tier", "gpu_model", "gpus", "endpoint",
-                                           "block_number", "tx_hash")}
+    fields = {
+        c: getattr(row, c)
+        for c in ("address", "tier", "gpu_model", "gpus", "endpoint", "block_number", "tx_hash")
+    }
     return fields | _stake(session, row.address)
 
 
@@ -129,7 +152,9 @@ def _registrations() -> Select:
     return select(db.Provider).where(db.Provider.id.in_(newest))
 
 
-def list_providers(session: Session, limit: int, offset: int, tier: int | None = None) -> list[dict[str, Any]]:
+def list_providers(
+    session: Session, limit: int, offset: int, tier: int | None = None
+) -> list[dict[str, Any]]:
     query = _registrations()
     if tier is not None:
         query = query.where(db.Provider.tier == tier)
@@ -142,7 +167,9 @@ def get_provider(session: Session, address: str) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"provider {address} is not registered")
     jobs = session.scalars(select(db.Slot.job_id).where(db.Slot.provider == address).distinct())
-    slashes = session.scalars(select(db.Slash).where(db.Slash.account == address).order_by(db.Slash.id))
+    slashes = session.scalars(
+        select(db.Slash).where(db.Slash.account == address).order_by(db.Slash.id)
+    )
     return _provider_public(session, row) | {"jobs": sorted(jobs), "slashes": list(slashes)}
 
 
@@ -178,12 +205,18 @@ METRIC_FIELDS = [f for f in schemas.UnitMetrics.model_fields if f not in ("slot"
 
 def job_logs(session: Session, job_id: int, since: int, limit: int) -> list[db.JobLog]:
     get_job(session, job_id)
-    query = (select(db.JobLog).where(db.JobLog.job_id == job_id, db.JobLog.id > since)
-             .order_by(db.JobLog.id).limit(limit))
+    query = (
+        select(db.JobLog)
+        .where(db.JobLog.job_id == job_id, db.JobLog.id > since)
+        .order_by(db.JobLog.id)
+        .limit(limit)
+    )
     return list(session.scalars(query))
 
 
-def post_logs(session: Session, job_id: int, author: str, lines: list[str], now: int) -> dict[str, int]:
+def post_logs(
+    session: Session, job_id: int, author: str, lines: list[str], now: int
+) -> dict[str, int]:
     """Append lines to the job's log; only the job's user and the providers that held its slots may."""
     job = get_job(session, job_id)
     writers = {job["user"], *(slot.provider for slot in job["slots"])}
@@ -197,9 +230,16 @@ def post_logs(session: Session, job_id: int, author: str, lines: list[str], now:
 
 def _live_units(session: Session, job_id: int) -> list[db.Unit]:
     """The newest commit of each (slot, index): a unit re-committed after a rollback replaces the old one."""
-    newest = (select(func.max(db.Unit.id)).where(db.Unit.job_id == job_id)
-              .group_by(db.Unit.slot, db.Unit.index))
-    return list(session.scalars(select(db.Unit).where(db.Unit.id.in_(newest)).order_by(db.Unit.slot, db.Unit.index)))
+    newest = (
+        select(func.max(db.Unit.id))
+        .where(db.Unit.job_id == job_id)
+        .group_by(db.Unit.slot, db.Unit.index)
+    )
+    return list(
+        session.scalars(
+            select(db.Unit).where(db.Unit.id.in_(newest)).order_by(db.Unit.slot, db.Unit.index)
+        )
+    )
 
 
 def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
@@ -209,8 +249,10 @@ def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
     for unit in units:
         facts = checkpoint_facts(session, storage, unit.cid)
         metrics = facts.metrics if facts is not None else {}
-        shown.append({"slot": unit.slot, "index": unit.index, "cid": unit.cid}
-                     | {k: metrics.get(k) for k in METRIC_FIELDS})
+        shown.append(
+            {"slot": unit.slot, "index": unit.index, "cid": unit.cid}
+            | {k: metrics.get(k) for k in METRIC_FIELDS}
+        )
     first_slot = [u for u in shown if u["slot"] == 0]
     return {
         "status": job["status"],
@@ -224,23 +266,43 @@ def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
 
 def job_result(session: Session, storage, job_id: int) -> dict[str, Any]:
     job = get_job(session, job_id)
-    last = [session.scalar(select(db.Unit).where(db.Unit.job_id == job_id, db.Unit.slot == slot)
-                           .order_by(db.Unit.id.desc()).limit(1)) for slot in range(job["nodes"])]
+    last = [
+        session.scalar(
+            select(db.Unit)
+            .where(db.Unit.job_id == job_id, db.Unit.slot == slot)
+            .order_by(db.Unit.id.desc())
+            .limit(1)
+        )
+        for slot in range(job["nodes"])
+    ]
     unit = last[0]
     if unit is None:
         raise NotFound(f"job {job_id} has no committed checkpoint yet")
     facts = checkpoint_facts(session, storage, unit.cid)
-    results = session.scalars(select(db.Result).where(
-        db.Result.job_id == job_id, db.Result.slot == 0, db.Result.index == unit.index).order_by(db.Result.id))
+    results = session.scalars(
+        select(db.Result)
+        .where(db.Result.job_id == job_id, db.Result.slot == 0, db.Result.index == unit.index)
+        .order_by(db.Result.id)
+    )
     return {
-        "job_id": job_id, "status": job["status"], "final": job["status"] in ("completed", "settled"),
-        "slot": unit.slot, "index": unit.index, "cid": unit.cid, "state_hash": unit.state_hash,
-        "block_number": unit.block_number, "tx_hash": unit.tx_hash,
+        "job_id": job_id,
+        "status": job["status"],
+        "final": job["status"] in ("completed", "settled"),
+        "slot": unit.slot,
+        "index": unit.index,
+        "cid": unit.cid,
+        "state_hash": unit.state_hash,
+        "block_number": unit.block_number,
+        "tx_hash": unit.tx_hash,
         "state_verified": None if facts is None else facts.state_hash == unit.state_hash,
         "results": list(results),
-        "nodes": job["nodes"], "units_per_node": job["units_per_node"],
-        "slots": [{"slot": u.slot, "index": u.index, "cid": u.cid, "state_hash": u.state_hash}
-                  for u in last if u is not None],
+        "nodes": job["nodes"],
+        "units_per_node": job["units_per_node"],
+        "slots": [
+            {"slot": u.slot, "index": u.index, "cid": u.cid, "state_hash": u.state_hash}
+            for u in last
+            if u is not None
+        ],
     }
 
 
@@ -250,8 +312,14 @@ def job_result(session: Session, storage, job_id: int) -> dict[str, Any]:
 def treasury(session: Session, deployment) -> dict[str, Any]:
     """Income by source and grants, from the indexed ZEN transfers in and out of the treasury."""
     totals = Counter()
-    sources = {} if deployment is None else {
-        deployment.addresses["JobMarket"]: "fee_income", deployment.addresses["Staking"]: "slash_income"}
+    sources = (
+        {}
+        if deployment is None
+        else {
+            deployment.addresses["JobMarket"]: "fee_income",
+            deployment.addresses["Staking"]: "slash_income",
+        }
+    )
     for transfer in session.scalars(select(db.TreasuryTransfer)):
         kind = sources.get(transfer.counterparty, "other_income") if transfer.incoming else "grants"
         totals[kind] += transfer.amount
@@ -264,7 +332,12 @@ def treasury(session: Session, deployment) -> dict[str, Any]:
 
 
 def treasury_transfers(session: Session, limit: int, offset: int) -> list[db.TreasuryTransfer]:
-    query = select(db.TreasuryTransfer).order_by(db.TreasuryTransfer.id.desc()).limit(limit).offset(offset)
+    query = (
+        select(db.TreasuryTransfer)
+        .order_by(db.TreasuryTransfer.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
     return list(session.scalars(query))
 
 

@@ -46,9 +46,14 @@ def mount_docs(app: FastAPI, path: str = "/docs") -> None:
             return HTMLResponse(
                 "<!doctype html><title>API reference not built</title><p>Swagger UI is not built: run "
                 "<code>npm run build</code> (or <code>bash scripts/setup.sh</code>) and reload. "
-                f'The OpenAPI document is at <a href="{openapi_url}">{openapi_url}</a>.</p>', status_code=503)
+                f'The OpenAPI document is at <a href="{openapi_url}">{openapi_url}</a>.</p>',
+                status_code=503,
+            )
         return get_swagger_ui_html(
-            openapi_url=openapi_url, title=f"{app.title} — API reference",
-            swagger_js_url=f"{root}{assets}/swagger-ui-bundle.js", swagger_css_url=f"{root}{assets}/swagger-ui.css",
+            openapi_url=openapi_url,
+            title=f"{app.title} — API reference",
+            swagger_js_url=f"{root}{assets}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{assets}/swagger-ui.css",
             swagger_favicon_url=f"{root}{assets}/favicon-32x32.png",
-            swagger_ui_parameters={"validatorUrl": None})  # no badge from validator.swagger.io
+            swagger_ui_parameters={"validatorUrl": None},
+        )  # no badge from validator.swagger.io

@@ -22,6 +22,11 @@ def nonce(session: SessionDep, ledger: LedgerDep):
 def sign_in(session: SessionDep, ledger: LedgerDep, body: SignInRequest, request: Request):
     """Open a session: the message must name this host as its domain, this chain, a live nonce of ours,
     and be signed by its address."""
-    signed = auth.sign_in(session, body.message, bytes.fromhex(body.signature[2:]),
-                          domain=request.headers.get("host", ""), chain_id=ledger.deployment.chain_id)
+    signed = auth.sign_in(
+        session,
+        body.message,
+        bytes.fromhex(body.signature[2:]),
+        domain=request.headers.get("host", ""),
+        chain_id=ledger.deployment.chain_id,
+    )
     return {"token": signed.token, "address": signed.address, "expires_at": signed.expires_at}

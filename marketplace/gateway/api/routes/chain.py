@@ -134,8 +134,13 @@ def plain(value: Any) -> Any:
 
 
 def _log_view(known: LedgerDecoder, log) -> LogView:
-    view = {"log_index": log["logIndex"], "address": log["address"], "contract": known.name_of(log["address"]),
-            "event": None, "args": {}}
+    view = {
+        "log_index": log["logIndex"],
+        "address": log["address"],
+        "contract": known.name_of(log["address"]),
+        "event": None,
+        "args": {},
+    }
     if (decoded := known.decode_log(log)) is not None:
         event, args = decoded
         view |= {"event": event, "args": plain(args)}
@@ -149,9 +154,14 @@ def chain_config(ledger: LedgerDep):
     with rpc():
         fee_bps = ledger.fee_bps()
         tiers = ledger.tiers()
-    return {"chain_id": deployment.chain_id, "deploy_block": deployment.deploy_block, "fee_bps": fee_bps,
-            "tiers": [{"name": t["name"], "min_stake": t["minStake"]} for t in tiers],
-            "addresses": deployment.addresses, "abis": {n: deployment.abis[n] for n in WALLET_CONTRACTS}}
+    return {
+        "chain_id": deployment.chain_id,
+        "deploy_block": deployment.deploy_block,
+        "fee_bps": fee_bps,
+        "tiers": [{"name": t["name"], "min_stake": t["minStake"]} for t in tiers],
+        "addresses": deployment.addresses,
+        "abis": {n: deployment.abis[n] for n in WALLET_CONTRACTS},
+    }
 
 
 @router.get("/tx/{tx_hash}", response_model=TxView, responses=NOT_FOUND | UNAVAILABLE)
@@ -161,7 +171,9 @@ def transaction(ledger: LedgerDep, tx_hash: TxHash):
         try:
             tx = ledger.w3.eth.get_transaction(tx_hash)
         except TransactionNotFound:
-            raise NotFound(f"no transaction {tx_hash} on chain {ledger.deployment.chain_id}") from None
+            raise NotFound(
+                f"no transaction {tx_hash} on chain {ledger.deployment.chain_id}"
+            ) from None
         try:
             receipt = ledger.w3.eth.get_transaction_receipt(tx_hash)
         except TransactionNotFound:
@@ -173,13 +185,23 @@ def transaction(ledger: LedgerDep, tx_hash: TxHash):
         try:
             method, decoded = known.decode_call(tx["to"], tx["input"])
             args = plain(decoded)
-        except (ValueError, DecodingError):  # a selector the ABI does not know, or calldata cut short
+        except (
+            ValueError,
+            DecodingError,
+        ):  # a selector the ABI does not know, or calldata cut short
             pass
     status = "pending" if receipt is None else ("success" if receipt["status"] == 1 else "reverted")
     return {
-        "hash": "0x" + bytes(tx["hash"]).hex(), "block_number": tx["blockNumber"], "sender": tx["from"],
-        "to": tx["to"], "contract": name, "method": method, "args": args, "value": tx["value"],
-        "status": status, "gas_used": receipt["gasUsed"] if receipt else None,
+        "hash": "0x" + bytes(tx["hash"]).hex(),
+        "block_number": tx["blockNumber"],
+        "sender": tx["from"],
+        "to": tx["to"],
+        "contract": name,
+        "method": method,
+        "args": args,
+        "value": tx["value"],
+        "status": status,
+        "gas_used": receipt["gasUsed"] if receipt else None,
         "logs": [_log_view(known, log) for log in receipt["logs"]] if receipt else [],
     }
 
@@ -192,14 +214,28 @@ def block(ledger: LedgerDep, number: BlockNumber):
             b = ledger.w3.eth.get_block(number)
         except BlockNotFound:
             raise NotFound(f"no block {number} on chain {ledger.deployment.chain_id} yet") from None
-    return {"number": b["number"], "hash": "0x" + bytes(b["hash"]).hex(),
-            "parent_hash": "0x" + bytes(b["parentHash"]).hex(), "timestamp": b["timestamp"],
-            "gas_used": b["gasUsed"], "transactions": ["0x" + bytes(t).hex() for t in b["transactions"]]}
+    return {
+        "number": b["number"],
+        "hash": "0x" + bytes(b["hash"]).hex(),
+        "parent_hash": "0x" + bytes(b["parentHash"]).hex(),
+        "timestamp": b["timestamp"],
+        "gas_used": b["gasUsed"],
+        "transactions": ["0x" + bytes(t).hex() for t in b["transactions"]],
+    }
 
 
 @router.get("/holdings", response_model=Holdings, responses=NOT_FOUND | UNAVAILABLE)
-def holdings(ledger: LedgerDep, block: Annotated[int | None, Query(
-        ge=0, le=2**63 - 1, description="Read at this block (e.g. the indexed one, to compare); default the latest.")] = None):
+def holdings(
+    ledger: LedgerDep,
+    block: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=2**63 - 1,
+            description="Read at this block (e.g. the indexed one, to compare); default the latest.",
+        ),
+    ] = None,
+):
     """ZEN held by the market (open escrow and unpaid earnings), staking and the treasury."""
     first = ledger.deployment.deploy_block
     with rpc():
@@ -207,7 +243,10 @@ def holdings(ledger: LedgerDep, block: Annotated[int | None, Query(
         if block is not None and not first <= block <= head:
             raise NotFound(f"block {block} is outside the ledger's life: blocks {first} to {head}")
         number = head if block is None else block
-        balances = {name: ledger.balance(ledger.deployment.addresses[name], block=number) for name in HOLDERS}
+        balances = {
+            name: ledger.balance(ledger.deployment.addresses[name], block=number)
+            for name in HOLDERS
+        }
     return {"block_number": number, "zen": balances}
 
 
@@ -220,8 +259,17 @@ def account(ledger: LedgerDep, address: AddressDep):
         eth = ledger.w3.eth.get_balance(address, block_identifier=number)
         zen = ledger.balance(address, block=number)
         owed = ledger.owed(address, block=number)
-    return {"address": address, "block_number": number, "eth": eth, "zen": zen,
-            "role": terms.Role(staking["role"]).label,
-            "tier": staking["tier"], "admitted": staking["admitted"], "staked": staking["staked"],
-            "locked": staking["locked"], "unbonding": staking["unbonding"],
-            "unbonding_ends": staking["unbondingEnds"], "owed": owed}
+    return {
+        "address": address,
+        "block_number": number,
+        "eth": eth,
+        "zen": zen,
+        "role": terms.Role(staking["role"]).label,
+        "tier": staking["tier"],
+        "admitted": staking["admitted"],
+        "staked": staking["staked"],
+        "locked": staking["locked"],
+        "unbonding": staking["unbonding"],
+        "unbonding_ends": staking["unbondingEnds"],
+        "owed": owed,
+    }

@@ -41,11 +41,18 @@ def list_jobs(
     session: SessionDep,
     page: PageDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
-    user: Annotated[str | None, Query(pattern=ADDRESS, description="Only jobs this user created.")] = None,
-    provider: Annotated[str | None, Query(pattern=ADDRESS, description="Only jobs with a slot held by this provider.")] = None,
+    user: Annotated[
+        str | None, Query(pattern=ADDRESS, description="Only jobs this user created.")
+    ] = None,
+    provider: Annotated[
+        str | None,
+        Query(pattern=ADDRESS, description="Only jobs with a slot held by this provider."),
+    ] = None,
 ):
     """Newest first."""
-    return service.list_jobs(session, page.limit, page.offset, status, checksummed(user), checksummed(provider))
+    return service.list_jobs(
+        session, page.limit, page.offset, status, checksummed(user), checksummed(provider)
+    )
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=NOT_FOUND)
@@ -62,8 +69,15 @@ async def show_job(job_id: JobId, request: Request):
 
 def _job_json(app, job_id: int) -> bytes:
     with app.state.sessions() as session:
-        return app.state.cache.get(session, ("job", job_id), lambda: JobDetail.model_validate(
-            service.get_job(session, job_id)).model_dump_json().encode())
+        return app.state.cache.get(
+            session,
+            ("job", job_id),
+            lambda: (
+                JobDetail.model_validate(service.get_job(session, job_id))
+                .model_dump_json()
+                .encode()
+            ),
+        )
 
 
 @router.get("/{job_id}/units", response_model=list[UnitPublic], responses=NOT_FOUND)
@@ -76,7 +90,12 @@ def job_units(session: SessionDep, job_id: JobId):
 def job_logs(
     session: SessionDep,
     job_id: JobId,
-    since: Annotated[int, Query(ge=0, le=2**62, description="Only lines after this id: the last one seen, to follow.")] = 0,
+    since: Annotated[
+        int,
+        Query(
+            ge=0, le=2**62, description="Only lines after this id: the last one seen, to follow."
+        ),
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000, description="Lines at most.")] = 200,
 ):
     """The job's log lines, oldest first, as its user and providers posted them: a provider daemon run

@@ -17,7 +17,9 @@ router = APIRouter(prefix="/providers", tags=["providers"])
 def list_providers(
     session: SessionDep,
     page: PageDep,
-    tier: Annotated[int | None, Query(ge=0, le=255, description="Only providers in this tier.")] = None,
+    tier: Annotated[
+        int | None, Query(ge=0, le=255, description="Only providers in this tier.")
+    ] = None,
 ):
     """In order of registration."""
     return service.list_providers(session, page.limit, page.offset, tier)

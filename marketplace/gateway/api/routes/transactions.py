@@ -49,8 +49,12 @@ def permit(body: PermitRequest, ledger: LedgerDep):
     return {"typed_data": typed, "deadline": typed["message"]["deadline"]}
 
 
-@router.post("/jobs", response_model=UnsignedTransaction, response_model_exclude_none=True,
-             responses=REFUSED | NOT_FOUND)
+@router.post(
+    "/jobs",
+    response_model=UnsignedTransaction,
+    response_model_exclude_none=True,
+    responses=REFUSED | NOT_FOUND,
+)
 def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
     """createJobWithPermit (with the signed permit) or createJob (after an approve) for a spec already pinned.
 
@@ -58,9 +62,17 @@ def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
     sender's ZEN is refused here, before anything is signed.
     """
     sender = Web3.to_checksum_address(body.sender)
-    order = jobs.Order(max_budget=body.max_budget, max_price=body.max_price, tier=body.tier, nodes=body.nodes,
-                       sample_rate_bps=body.sample_rate_bps, checkpoint_interval=body.checkpoint_interval)
-    request = jobs.job_request(storage.cat(body.spec_cid).decode(errors="replace"), body.spec_cid, order)
+    order = jobs.Order(
+        max_budget=body.max_budget,
+        max_price=body.max_price,
+        tier=body.tier,
+        nodes=body.nodes,
+        sample_rate_bps=body.sample_rate_bps,
+        checkpoint_interval=body.checkpoint_interval,
+    )
+    request = jobs.job_request(
+        storage.cat(body.spec_cid).decode(errors="replace"), body.spec_cid, order
+    )
     jobs.check_funds(ledger, sender, order.max_budget)
     permit = None if body.permit is None else _permit_args(body.permit)
     return unsigned(ledger, ledger.create_job_call(request, permit), sender)
@@ -70,48 +82,93 @@ def _permit_args(permit: PermitSignature) -> Permit:
     return permit.deadline, *split_signature(bytes.fromhex(permit.signature[2:]))
 
 
-def _job_action(path: str, function: str, job_call: Callable[[Ledger, int], ContractFunction],
-                summary: str) -> None:
+def _job_action(
+    path: str, function: str, job_call: Callable[[Ledger, int], ContractFunction], summary: str
+) -> None:
     """A route building the market's `function(jobId)` for the sender."""
+
     def build(job_id: JobId, body: SenderRequest, ledger: LedgerDep):
         return unsigned(ledger, job_call(ledger, job_id), Web3.to_checksum_address(body.sender))
 
     build.__doc__ = summary
-    router.post(f"/jobs/{{job_id}}/{path}", response_model=UnsignedTransaction, response_model_exclude_none=True,
-                responses=REFUSED, name=function)(build)
+    router.post(
+        f"/jobs/{{job_id}}/{path}",
+        response_model=UnsignedTransaction,
+        response_model_exclude_none=True,
+        responses=REFUSED,
+        name=function,
+    )(build)
 
 
-_job_action("cancel", "cancelJob", Ledger.cancel_job_call,
-            "cancelJob: the user takes the whole budget back while no auction has cleared.")
-_job_action("close-auction", "closeAuction", Ledger.close_auction_call,
-            "closeAuction: end a round whose reveal window is over (the next opens if too few bids came).")
-_job_action("settle", "settle", Ledger.settle_call,
-            "settle: pay providers, the fee and the refund once the verification window is over.")
+_job_action(
+    "cancel",
+    "cancelJob",
+    Ledger.cancel_job_call,
+    "cancelJob: the user takes the whole budget back while no auction has cleared.",
+)
+_job_action(
+    "close-auction",
+    "closeAuction",
+    Ledger.close_auction_call,
+    "closeAuction: end a round whose reveal window is over (the next opens if too few bids came).",
+)
+_job_action(
+    "settle",
+    "settle",
+    Ledger.settle_call,
+    "settle: pay providers, the fee and the refund once the verification window is over.",
+)
 
 
-@router.post("/withdraw", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+@router.post(
+    "/withdraw",
+    response_model=UnsignedTransaction,
+    response_model_exclude_none=True,
+    responses=REFUSED,
+)
 def withdraw(body: SenderRequest, ledger: LedgerDep):
     """withdraw: a provider or verifier takes what the market owes it."""
     return unsigned(ledger, ledger.withdraw_call(), Web3.to_checksum_address(body.sender))
 
 
-@router.post("/providers", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+@router.post(
+    "/providers",
+    response_model=UnsignedTransaction,
+    response_model_exclude_none=True,
+    responses=REFUSED,
+)
 def register_provider(body: ProviderRegistration, ledger: LedgerDep):
     """registerProvider: join a tier with this hardware; active once staked and its benchmark is attested."""
-    hardware = Hardware(body.gpu_model, body.gpus, body.gpu_memory_gb, body.network_gbps, body.endpoint,
-                        bytes.fromhex(body.attestation[2:]))
+    hardware = Hardware(
+        body.gpu_model,
+        body.gpus,
+        body.gpu_memory_gb,
+        body.network_gbps,
+        body.endpoint,
+        bytes.fromhex(body.attestation[2:]),
+    )
     call = ledger.register_provider_call(body.tier, hardware)
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
-@router.post("/verifiers", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+@router.post(
+    "/verifiers",
+    response_model=UnsignedTransaction,
+    response_model_exclude_none=True,
+    responses=REFUSED,
+)
 def register_verifier(body: VerifierRegistration, ledger: LedgerDep):
     """registerVerifier: publish where this verifier is reached; active from the minimum stake."""
     call = ledger.register_verifier_call(body.endpoint)
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
-@router.post("/stake", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+@router.post(
+    "/stake",
+    response_model=UnsignedTransaction,
+    response_model_exclude_none=True,
+    responses=REFUSED,
+)
 def stake(body: StakeRequest, ledger: LedgerDep):
     """stakeWithPermit (with the signed permit, spender Staking) or stake (after an approve).
 
@@ -119,20 +176,31 @@ def stake(body: StakeRequest, ledger: LedgerDep):
     """
     sender = Web3.to_checksum_address(body.sender)
     if (held := ledger.balance(sender)) < body.amount:
-        raise jobs.InsufficientZen(f"wallet {sender} holds {rounded(held)} ZEN, the stake needs {rounded(body.amount)}")
+        raise jobs.InsufficientZen(
+            f"wallet {sender} holds {rounded(held)} ZEN, the stake needs {rounded(body.amount)}"
+        )
     permit = None if body.permit is None else _permit_args(body.permit)
     return unsigned(ledger, ledger.stake_call(body.amount, permit), sender)
 
 
-@router.post("/unstake", response_model=UnsignedTransaction, response_model_exclude_none=True, responses=REFUSED)
+@router.post(
+    "/unstake",
+    response_model=UnsignedTransaction,
+    response_model_exclude_none=True,
+    responses=REFUSED,
+)
 def unstake(body: UnstakeRequest, ledger: LedgerDep):
     """requestUnstake: move free stake into unbonding; withdraw it after the unbonding delay."""
     call = ledger.request_unstake_call(body.amount)
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
-@router.post("/stake/withdraw", response_model=UnsignedTransaction, response_model_exclude_none=True,
-             responses=REFUSED)
+@router.post(
+    "/stake/withdraw",
+    response_model=UnsignedTransaction,
+    response_model_exclude_none=True,
+    responses=REFUSED,
+)
 def withdraw_stake(body: SenderRequest, ledger: LedgerDep):
     """withdraw (Staking): take back unbonded stake once the unbonding delay is over."""
     return unsigned(ledger, ledger.withdraw_stake_call(), Web3.to_checksum_address(body.sender))
@@ -156,13 +224,24 @@ def transaction_status(tx_hash: TxHash, ledger: LedgerDep):
         try:
             ledger.w3.eth.get_transaction(tx_hash)
         except TransactionNotFound:
-            raise UnknownTransaction(f"transaction {tx_hash} is neither pending nor mined") from None
-        return {"tx_hash": tx_hash, "status": "pending", "block_number": None, "gas_used": None, "job_id": None}
+            raise UnknownTransaction(
+                f"transaction {tx_hash} is neither pending nor mined"
+            ) from None
+        return {
+            "tx_hash": tx_hash,
+            "status": "pending",
+            "block_number": None,
+            "gas_used": None,
+            "job_id": None,
+        }
     created = ledger.created_jobs(receipt)
     reverted = receipt["status"] != 1
     reason = tx.revert_reason(ledger.w3, receipt["transactionHash"]) if reverted else None
-    return {"tx_hash": HexBytes(receipt["transactionHash"]).to_0x_hex(),
-            "status": "reverted" if reverted else "succeeded",
-            "block_number": receipt["blockNumber"], "gas_used": receipt["gasUsed"],
-            "job_id": created[0] if created else None,
-            "error": None if reason is None else str(reason)}
+    return {
+        "tx_hash": HexBytes(receipt["transactionHash"]).to_0x_hex(),
+        "status": "reverted" if reverted else "succeeded",
+        "block_number": receipt["blockNumber"],
+        "gas_used": receipt["gasUsed"],
+        "job_id": created[0] if created else None,
+        "error": None if reason is None else str(reason),
+    }

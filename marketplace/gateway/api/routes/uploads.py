@@ -27,13 +27,27 @@ MAX_DATASET_BYTES = 256 * 1024 * 1024
 def upload_spec(body: SpecUpload, storage: StorageDep, _: SignedInDep):
     """Validate a job spec (a bad one is refused naming its field) and pin its text as is."""
     spec = parse_spec(body.spec)
-    return {"cid": pin(storage, body.spec.encode()), "name": spec.name, "nodes": spec.distributed.nodes,
-            "units_per_node": units_per_node(spec)}
+    return {
+        "cid": pin(storage, body.spec.encode()),
+        "name": spec.name,
+        "nodes": spec.distributed.nodes,
+        "units_per_node": units_per_node(spec),
+    }
 
 
-@router.post("/dataset", response_model=DatasetUploaded, responses=REFUSED | SIGNED_IN, openapi_extra={
-    "requestBody": {"required": True,
-                    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+@router.post(
+    "/dataset",
+    response_model=DatasetUploaded,
+    responses=REFUSED | SIGNED_IN,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+)
 async def upload_dataset(request: Request, storage: StorageDep, _: SignedInDep):
     """Pin a dataset's bytes (the request body) and name them by CID, for a spec's `data` to point to."""
     data = bytearray()
