@@ -4,7 +4,8 @@ SDK_NAMES = ("Client", "AsyncClient")
 
 
 def __getattr__(name: str):
-    """`from marketplace import Client` loads the SDK (and its HTTP and torch imports) only when asked for."""
+    """`from marketplace import Client` loads the SDK (and its HTTP and torch imports) only when
+    asked for."""
     if name in SDK_NAMES:
         from marketplace import sdk
 

@@ -65,14 +65,16 @@ class Order:
 
 
 def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
-    """The ledger's job request for a spec and an order, refused if the budget is below the reserve."""
+    """The ledger's job request for a spec and an order, refused if the budget is below the
+    reserve."""
     spec = parse_spec(spec_text)
     nodes = order.nodes or spec.distributed.nodes
     reserve = order.reserve(nodes)
     if order.max_budget < reserve:
         raise BudgetBelowReserve(
             f"budget {rounded(order.max_budget)} ZEN is below the reserve {rounded(reserve)} ZEN "
-            f"({nodes} node(s) x {order.checkpoint_interval}s at {rounded(order.max_price)} ZEN/GPU-hour)"
+            f"({nodes} node(s) x {order.checkpoint_interval}s "
+            f"at {rounded(order.max_price)} ZEN/GPU-hour)"
         )
     return JobRequest(
         spec_cid=spec_cid,
@@ -148,8 +150,8 @@ class ChainJob:
         until: JobStatus = JobStatus.SETTLED,
         auction_timeout: float | None = None,
     ) -> None:
-        """Take the job to `until` (see `next_step`): close auction rounds nobody closed, cancel for a
-        full refund past `auction_timeout` seconds (NoBids), settle once verification is over.
+        """Take the job to `until` (see `next_step`): close auction rounds nobody closed, cancel for
+        a full refund past `auction_timeout` seconds (NoBids), settle once verification is over.
         `on_progress` gets the progress whenever it changes."""
         started, last = time.monotonic(), None
         while True:
@@ -248,7 +250,8 @@ class ChainJob:
         )
 
     def result(self, output: str | Path | None = None) -> Result:
-        """The trained weights written to `output` (default weights/job-<id>.pt); see `fetch_weights`."""
+        """The trained weights written to `output` (default weights/job-<id>.pt); see
+        `fetch_weights`."""
         if self.storage is None:
             raise JobError(f"job {self.id}: fetching the weights needs IPFS storage")
         path = Path(output) if output is not None else default_output(self.id)
@@ -274,7 +277,8 @@ def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
 
 
 def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -> tuple[str, str]:
-    """Write the trained model's weights to `output`, from the units on the chain; see `write_result`."""
+    """Write the trained model's weights to `output`, from the units on the chain; see
+    `write_result`."""
     job = ledger.job(job_id)
     units = [
         LastUnit(u["slot"], u["index"], u["cid"], bytes(u["stateHash"]).hex())

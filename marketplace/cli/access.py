@@ -1,5 +1,6 @@
-"""How the one-shot commands of `node`, `verifier` and `wallet` reach the ledger: the chain at ZOO_RPC_URL, or the
-gateway at ZOO_GATEWAY_URL through the SDK. The wallet signs here either way; the daemons always go to the chain."""
+"""How the one-shot commands of `node`, `verifier` and `wallet` reach the ledger: the chain at
+ZOO_RPC_URL, or the gateway at ZOO_GATEWAY_URL through the SDK. The wallet signs here either way;
+the daemons always go to the chain."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ class Direct:
 
 
 class ThroughGateway:
-    """A gateway: reads come from its chain views and index, writes are its unsigned transactions signed here."""
+    """A gateway: reads come from its chain views and index, writes are its unsigned transactions
+    signed here."""
 
     def __init__(self, settings: Settings, signer: LocalAccount | None):
         self.client = Client(
@@ -132,7 +134,8 @@ LedgerAccess = Direct | ThroughGateway
 def reach_ledger(settings: Settings, *, signing: bool) -> Iterator[tuple[LedgerAccess, str]]:
     """The way to the ledger (a gateway when ZOO_GATEWAY_URL is set) and the wallet's address.
 
-    With `signing`, the wallet is unlocked first (its password asked for now, not after a long step).
+    With `signing`, the wallet is unlocked first (its password asked for now, not after a long
+    step).
     """
     signer = load_account(settings) if signing else None
     address = signer.address if signer else address_of(keystore_path(settings))

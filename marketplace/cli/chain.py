@@ -27,7 +27,8 @@ rpc_option = click.option(
 
 
 def connect(rpc_url: str, change: str = "set ZOO_RPC_URL") -> Web3:
-    """The chain at `rpc_url`; `change` says how the command that asks lets a user point it elsewhere."""
+    """The chain at `rpc_url`; `change` says how the command that asks lets a user point it
+    elsewhere."""
     w3 = Web3(Web3.HTTPProvider(rpc_url, request_kwargs={"timeout": 30}))
     if not w3.is_connected():
         raise ChainError(

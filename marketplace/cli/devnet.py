@@ -52,14 +52,16 @@ def devnet() -> None:
     help="Celery workers that re-run sampled units.",
 )
 def up(root: Path, providers: int, verifiers: int, workers: int) -> None:
-    """Start Anvil, deploy, and start IPFS, Redis, the gateway, verifiers and providers; wait until healthy.
+    """Start Anvil, deploy, and start IPFS, Redis, the gateway, verifiers and providers; wait until
+    healthy.
 
     The devnet user's settings go to ROOT/user.env (removed by `down`). Every command run from
     this checkout reads .devnet/user.env for what ZOO_* variables leave unset, so `train`, `jobs`,
-    `wallet`, `node` and `verifier` act as the devnet's user with its wallet; `set -a; . ROOT/user.env`
-    exports the same values to a shell. The gateway (API and Celery indexer) runs on a free loopback
-    port, shown with the rest; user.env leaves it out, so `train` talks to the chain: set
-    ZOO_GATEWAY_URL to its URL to send `train`, `node`, `verifier` and `wallet` through it.
+    `wallet`, `node` and `verifier` act as the devnet's user with its wallet;
+    `set -a; . ROOT/user.env` exports the same values to a shell. The gateway (API and Celery
+    indexer) runs on a free loopback port, shown with the rest; user.env leaves it out, so `train`
+    talks to the chain: set ZOO_GATEWAY_URL to its URL to send `train`, `node`, `verifier` and
+    `wallet` through it.
     """
     net = Devnet(root, providers=providers, verifiers=verifiers, workers=workers)
     started = time.monotonic()
@@ -97,8 +99,8 @@ def down(root: Path) -> None:
 def status(root: Path, as_json: bool) -> None:
     """Show each process, the chain and where everything is.
 
-    When no devnet runs here (none started, or stopped by `down`), it says so and exits with status 1,
-    so `zoo-compute devnet status >/dev/null` tells a script whether one runs.
+    When no devnet runs here (none started, or stopped by `down`), it says so and exits with status
+    1, so `zoo-compute devnet status >/dev/null` tells a script whether one runs.
     """
     info = Devnet(root).status()
     if as_json:

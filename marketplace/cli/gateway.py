@@ -81,7 +81,8 @@ def serve_command(host: str, port: int, workers: int, log_level: str) -> None:
 def index_command(interval: float | None, log_level: str) -> None:
     """Follow the chain into the database in the foreground until SIGTERM or Ctrl-C.
 
-    For setups without Celery beat. Prints a line starting "indexer ready" once it follows the chain.
+    For setups without Celery beat. Prints a line starting "indexer ready" once it follows the
+    chain.
     """
     from marketplace.gateway.indexer import open_indexer
 

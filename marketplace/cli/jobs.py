@@ -1,4 +1,5 @@
-"""`zoo-compute jobs`: list, show, follow, fetch and cancel jobs through a gateway (the SDK), for people or scripts."""
+"""`zoo-compute jobs`: list, show, follow, fetch and cancel jobs through a gateway (the SDK), for
+people or scripts."""
 
 from __future__ import annotations
 
@@ -29,12 +30,14 @@ JSON = click.option(
 
 
 def open_client(ctx: click.Context, *, wallet: bool = False) -> Client:
-    """A client of the gateway (--gateway, ZOO_GATEWAY_URL or the devnet's), with the wallet when it must sign."""
+    """A client of the gateway (--gateway, ZOO_GATEWAY_URL or the devnet's), with the wallet when it
+    must sign."""
     settings = Settings()
     url = ctx.obj or settings.gateway_url or devnet_gateway()
     if not url:
         raise ZooError(
-            "no gateway: set ZOO_GATEWAY_URL, pass `zoo-compute jobs --gateway URL ...` or start the devnet"
+            "no gateway: set ZOO_GATEWAY_URL, pass `zoo-compute jobs --gateway URL ...` "
+            "or start the devnet"
         )
     client = Client(
         url,
@@ -139,7 +142,8 @@ def show_command(ctx, job_id: int, as_json: bool) -> None:
             "settled",
             "-"
             if settlement is None
-            else f"paid {price(settlement['payment'])}, fee {price(settlement['fee'])}, refund {price(settlement['refund'])} "
+            else f"paid {price(settlement['payment'])}, fee {price(settlement['fee'])}, "
+            f"refund {price(settlement['refund'])} "
             f"(block {settlement['block_number']}, tx {settlement['tx_hash']})",
         ),
     ):
@@ -157,8 +161,8 @@ def show_command(ctx, job_id: int, as_json: bool) -> None:
 def logs_command(ctx, job_id: int, follow: bool, as_json: bool) -> None:
     """The job's log, oldest first, as its user and providers posted it.
 
-    A provider posts a line for each unit it commits (steps, loss, checkpoint, block) when it runs with
-    ZOO_GATEWAY_URL set, as the devnet's do. A log with no lines is said so on stderr.
+    A provider posts a line for each unit it commits (steps, loss, checkpoint, block) when it runs
+    with ZOO_GATEWAY_URL set, as the devnet's do. A log with no lines is said so on stderr.
     """
     client = open_client(ctx)
 
@@ -182,8 +186,9 @@ def no_lines(job_id: int, status: str) -> str:
     }.get(status, "none of its providers posted any")
     yet = "" if status in ("settled", "cancelled") else " yet"
     return (
-        f"job {job_id} has no log lines{yet}: {why} (a provider posts a line for each unit it commits when it "
-        f"runs with ZOO_GATEWAY_URL set; `zoo-compute jobs show {job_id}` shows the units committed)"
+        f"job {job_id} has no log lines{yet}: {why} (a provider posts a line for each unit it "
+        "commits when it runs with ZOO_GATEWAY_URL set; "
+        f"`zoo-compute jobs show {job_id}` shows the units committed)"
     )
 
 

@@ -85,7 +85,8 @@ def node() -> None:
     "--endpoint",
     default="",
     help="Where this node can be reached, e.g. tcp://node.example:29500; "
-    "a group job's rank 0 hosts the group on its port (without one, the node bids for single-node jobs only).",
+    "a group job's rank 0 hosts the group on its port "
+    "(without one, the node bids for single-node jobs only).",
 )
 @replicas_option
 @device_option

@@ -1,5 +1,6 @@
-"""`zoo-compute train`: escrow a budget, auction the job, follow the training, settle, get the weights;
-through the gateway at ZOO_GATEWAY_URL when one is set, else straight to the chain at ZOO_RPC_URL."""
+"""`zoo-compute train`: escrow a budget, auction the job, follow the training, settle, get the
+weights; through the gateway at ZOO_GATEWAY_URL when one is set, else straight to the chain at
+ZOO_RPC_URL."""
 
 from __future__ import annotations
 
@@ -125,14 +126,18 @@ def train(
             result = job.result(output)
     console.print(result_line(result))
     console.print(
-        f"settled in block {settlement.block} (tx {settlement.tx}): paid {zen(settlement.payment)}, "
-        f"fee {zen(settlement.fee)} (5%), refunded {zen(settlement.refund)}"
+        f"settled in block {settlement.block} (tx {settlement.tx}): "
+        f"paid {zen(settlement.payment)}, fee {zen(settlement.fee)} (5%), "
+        f"refunded {zen(settlement.refund)}"
     )
 
 
 def result_line(result: journey.Result) -> str:
     """What a fetched result says, in `train` and in `jobs result` alike."""
-    return f"result: checkpoint {result.cid} (state {result.state_hash[2:18]}…), weights written to {result.path}"
+    return (
+        f"result: checkpoint {result.cid} (state {result.state_hash[2:18]}…), "
+        f"weights written to {result.path}"
+    )
 
 
 @contextmanager

@@ -36,8 +36,8 @@ def verifier() -> None:
     Settings come from ZOO_* environment variables: ZOO_RPC_URL, ZOO_MANIFEST, ZOO_IPFS_API,
     ZOO_IPFS_REPLICAS, ZOO_REDIS_URL, ZOO_HOME, ZOO_WALLET, ZOO_WALLET_PASSWORD(_FILE),
     ZOO_POLL_INTERVAL, ZOO_CONFIRMATIONS; while a devnet runs from this checkout,
-    .devnet/user.env fills what they leave unset. With ZOO_GATEWAY_URL set, register, stake and status go
-    through that gateway (the wallet still signs here); `start` always talks to the chain.
+    .devnet/user.env fills what they leave unset. With ZOO_GATEWAY_URL set, register, stake and
+    status go through that gateway (the wallet still signs here); `start` always talks to the chain.
     """
 
 
@@ -63,7 +63,8 @@ def register_command(endpoint: str) -> None:
     help="ZEN to add to the stake, e.g. 5000 or 0.5.",
 )
 def stake_command(wei: int) -> None:
-    """Stake ZEN as a verifier in one transaction (an ERC-2612 permit); active from the minimum stake."""
+    """Stake ZEN as a verifier in one transaction (an ERC-2612 permit); active from the minimum
+    stake."""
     with reach_ledger(Settings(), signing=True) as (ledger, address):
         ledger.stake(wei)
         console.print(f"{address} stakes {amount(ledger.standing(address).staked)} ZEN")

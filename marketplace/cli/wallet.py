@@ -1,4 +1,5 @@
-"""`zoo-compute wallet`: create, import and inspect the encrypted keystore this machine signs with."""
+"""`zoo-compute wallet`: create, import and inspect the encrypted keystore this machine signs
+with."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def amount(wei: int) -> str:
 
 
 class ZenAmount(click.ParamType):
-    """A positive ZEN amount typed on the command line (e.g. 5000 or 0.5), given to the command in wei."""
+    """A positive ZEN amount typed on the command line (e.g. 5000 or 0.5), given to the command in
+    wei."""
 
     name = "zen"
 
@@ -97,7 +99,8 @@ def address_command() -> None:
 
 @wallet.command("balance")
 def balance_command() -> None:
-    """Show the wallet's ETH (for gas) and ZEN: on the chain at ZOO_RPC_URL, or through ZOO_GATEWAY_URL if set."""
+    """Show the wallet's ETH (for gas) and ZEN: on the chain at ZOO_RPC_URL, or through
+    ZOO_GATEWAY_URL if set."""
     from marketplace.cli.access import reach_ledger  # which imports this module's open_ledger
 
     with reach_ledger(Settings(), signing=False) as (ledger, address):

@@ -116,17 +116,18 @@ def cli(*args: str) -> list[str]:
 
 
 def write_env_file(path: Path, variables: dict[str, str]) -> None:
-    """Write `variables` so that a shell's `set -a; . FILE` and Settings (python-dotenv) read the same values.
+    """Write `variables` so that a shell's `set -a; . FILE` and Settings (python-dotenv) read the
+    same values.
 
-    Each value is single-quoted: a shell expands nothing there and keeps spaces (a JSON list has them).
-    python-dotenv would still read a backslash as an escape and expand `${...}`, and a quote ends the
-    value for both, so a value holding any of them is refused rather than read two ways.
+    Each value is single-quoted: a shell expands nothing there and keeps spaces (a JSON list has
+    them). python-dotenv would still read a backslash as an escape and expand `${...}`, and a quote
+    ends the value for both, so a value holding any of them is refused rather than read two ways.
     """
     for key, value in variables.items():
         if any(bad in value for bad in ("'", "\\", "${")):
             raise DevnetError(
-                f"{key}={value!r} holds a quote, a backslash or ${{: a shell and the CLI would read "
-                f"{path} differently"
+                f"{key}={value!r} holds a quote, a backslash or ${{: "
+                f"a shell and the CLI would read {path} differently"
             )
     path.write_text("".join(f"{key}='{value}'\n" for key, value in variables.items()))
 
@@ -250,7 +251,8 @@ class Devnet:
             state.service(actor.name).wait_for_log(r"ready:", timeout=120)
         progress("waiting for the gateway")
         self.wait_for_gateway(*gateway)
-        # The user's settings leave the gateway out: `train` talks to the chain unless ZOO_GATEWAY_URL is set.
+        # The user's settings leave the gateway out: `train` talks to the chain unless
+        # ZOO_GATEWAY_URL is set.
         write_env_file(self.root / "user.env", self._variables(state, actors[0].name))
 
     def add_provider(self) -> str:
@@ -272,7 +274,8 @@ class Devnet:
         return actor.address
 
     def _register_provider(self, state: State, ledger: Ledger, actor: Actor) -> None:
-        # The provider's side runs torch (its benchmark): loaded when a provider joins, not with the CLI.
+        # The provider's side runs torch (its benchmark): loaded when a provider joins, not with the
+        # CLI.
         from node.daemon import onboarding
 
         account = devnet_account(actor.index)
@@ -286,7 +289,8 @@ class Devnet:
         onboarding.stake_with_permit(ledger, account, PROVIDER_STAKE)
 
     def _spawn_provider(self, state: State, actor: Actor) -> Service:
-        """A provider's daemon; it posts a line to the job's log at the devnet's gateway for each unit it commits."""
+        """A provider's daemon; it posts a line to the job's log at the devnet's gateway for each
+        unit it commits."""
         argv = cli(
             "node", "start", "--cost-floor", "1", "--replicas", str(self._replica_count(state))
         )
@@ -298,7 +302,8 @@ class Devnet:
         return min(REPLICAS, len(state.ipfs))  # a small devnet has fewer nodes to pin on
 
     def start_gateway(self, state: State) -> tuple[Service, Service]:
-        """The gateway's API server (a free loopback port) and its Celery beat indexer, started, not yet waited for.
+        """The gateway's API server (a free loopback port) and its Celery beat indexer, started, not
+        yet waited for.
 
         Both share the database under the devnet's `gateway/` folder; the indexer steps over Redis.
         """
@@ -378,7 +383,8 @@ class Devnet:
         return [addr for other, addr in state.ipfs.items() if other != name]
 
     def _settings(self, state: State, name: str) -> Settings:
-        """The settings of a devnet process: its own IPFS node (or the user's) and its home under the root.
+        """The settings of a devnet process: its own IPFS node (or the user's) and its home under
+        the root.
 
         Every field is given, so nothing comes from the environment of whoever runs `devnet up`.
         """
@@ -407,7 +413,8 @@ class Devnet:
         }
 
     def _env(self, state: State, name: str) -> dict[str, str]:
-        """The environment of a devnet process: this one's, with the process's settings as the only ZOO_* variables."""
+        """The environment of a devnet process: this one's, with the process's settings as the only
+        ZOO_* variables."""
         return {k: v for k, v in os.environ.items() if not k.startswith("ZOO_")} | self._variables(
             state, name
         )
@@ -451,7 +458,8 @@ class Devnet:
         state = State.load(self.root)
         stopped = [s.name for s in state.running()]
         self._stop(state)
-        # Commands read the user's settings while the file exists: they would point at a chain that is gone.
+        # Commands read the user's settings while the file exists: they would point at a chain that
+        # is gone.
         (self.root / "user.env").unlink(missing_ok=True)
         return stopped
 
@@ -463,8 +471,9 @@ class Devnet:
         stop_all([s for s in state.services if s not in users])
 
     def status(self) -> dict:
-        """What runs and where it is; a devnet none of whose processes runs (stopped by `down`, or never
-        finished starting) is refused, since its URLs and ports are of processes that are gone."""
+        """What runs and where it is; a devnet none of whose processes runs (stopped by `down`, or
+        never finished starting) is refused, since its URLs and ports are of processes that are
+        gone."""
         state = State.load(self.root)
         if not state.running():
             raise DevnetError(

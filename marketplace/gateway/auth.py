@@ -1,4 +1,5 @@
-"""Sessions for off-chain writes: a wallet signs an EIP-4361 message with a gateway nonce, gets a bearer token."""
+"""Sessions for off-chain writes: a wallet signs an EIP-4361 message with a gateway nonce, gets a
+bearer token."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What a checkpoint says about itself (state hash, training metrics), read from IPFS once per CID."""
+"""What a checkpoint says about itself (state hash, training metrics), read from IPFS once per
+CID."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def checkpoint_facts(session: Session, storage: Storage, cid: str) -> db.Checkpo
     facts = session.get(db.CheckpointFacts, cid)
     if facts is not None:
         return facts
-    # Reading a checkpoint needs torch: loaded here, on the first uncached CID, not with the gateway.
+    # Reading a checkpoint needs torch: loaded here, on the first uncached CID, not with the
+    # gateway.
     from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 
     try:

@@ -1,4 +1,5 @@
-"""The gateway's one link to the chain, opened on first use so that reads from the index need no RPC."""
+"""The gateway's one link to the chain, opened on first use so that reads from the index need no
+RPC."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from marketplace.config import Settings
 
 
 class LedgerConnection:
-    """The ledger at ZOO_RPC_URL with its manifest; a chain that is down is tried again on the next call."""
+    """The ledger at ZOO_RPC_URL with its manifest; a chain that is down is tried again on the next
+    call."""
 
     def __init__(self, settings: Settings):
         self.settings = settings

@@ -1,4 +1,5 @@
-"""The gateway's database: one append-only table per kind of ledger event, plus the indexer's cursor."""
+"""The gateway's database: one append-only table per kind of ledger event, plus the indexer's
+cursor."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from marketplace.config import Settings
 
 
 class Wei(TypeDecorator):
-    """A uint256 amount, stored as decimal text: SQLite's integers stop at 2**63 and a wei sum must not round."""
+    """A uint256 amount, stored as decimal text: SQLite's integers stop at 2**63 and a wei sum must
+    not round."""
 
     impl = String(78)
     cache_ok = True
@@ -38,7 +40,8 @@ class Base(DeclarativeBase):
 
 
 class EventRow:
-    """Where a row came from. Every row is written by exactly one log, so a reorg deletes rows by block."""
+    """Where a row came from. Every row is written by exactly one log, so a reorg deletes rows by
+    block."""
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     block_number: Mapped[int] = mapped_column(BigInteger, index=True)
@@ -164,7 +167,8 @@ class Provider(EventRow, Base):
 
 
 class StakeChange(EventRow, Base):
-    """One move of an account's stake: staked, unstake (to unbonding), withdrawn, slashed, locked, unlocked."""
+    """One move of an account's stake: staked, unstake (to unbonding), withdrawn, slashed, locked,
+    unlocked."""
 
     __tablename__ = "stake_changes"
     account: Mapped[str] = mapped_column(String(42), index=True)
@@ -198,7 +202,8 @@ EVENT_TABLES: tuple[type[EventRow], ...] = (
 
 
 class IndexedBlock(Base):
-    """The hash of the last block of each indexed batch: where a reorg is found and how far it reaches."""
+    """The hash of the last block of each indexed batch: where a reorg is found and how far it
+    reaches."""
 
     __tablename__ = "indexed_blocks"
     number: Mapped[int] = mapped_column(BigInteger, primary_key=True)
@@ -216,7 +221,8 @@ class IndexerState(Base):
 
 
 class SignInNonce(Base):
-    """A nonce handed out for a Sign-In with Ethereum message; deleted when used, so each signs in once."""
+    """A nonce handed out for a Sign-In with Ethereum message; deleted when used, so each signs in
+    once."""
 
     __tablename__ = "sign_in_nonces"
     nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -224,7 +230,8 @@ class SignInNonce(Base):
 
 
 class AuthSession(Base):
-    """A signed-in wallet. Only the token's sha256 is kept, so a leaked database opens no session."""
+    """A signed-in wallet. Only the token's sha256 is kept, so a leaked database opens no
+    session."""
 
     __tablename__ = "auth_sessions"
     token_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -233,7 +240,8 @@ class AuthSession(Base):
 
 
 class JobLog(Base):
-    """A line of a job's log, posted by its user or one of its providers; `id` orders and pages them."""
+    """A line of a job's log, posted by its user or one of its providers; `id` orders and pages
+    them."""
 
     __tablename__ = "job_logs"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

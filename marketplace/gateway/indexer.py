@@ -94,7 +94,8 @@ class Indexer:
         return len(events)
 
     def run(self, interval: float, stop: threading.Event) -> None:
-        """Step every `interval` seconds until `stop` is set; an RPC hiccup is logged and retried."""
+        """Step every `interval` seconds until `stop` is set; an RPC hiccup is logged and
+        retried."""
         run_ticks(self.step, stop, interval, "indexer step")
 
     # --- cursor and reorgs ---------------------------------------------------------------
@@ -116,7 +117,8 @@ class Indexer:
         return state
 
     def _roll_back(self, session: Session, state: db.IndexerState, reorg: ChainReorganized) -> None:
-        """Delete everything above the newest indexed block the chain still has, and resume after it."""
+        """Delete everything above the newest indexed block the chain still has, and resume after
+        it."""
         indexed = session.scalars(select(db.IndexedBlock).order_by(db.IndexedBlock.number.desc()))
         kept = self.cursor.fork(BlockMark(block.number, block.hash) for block in indexed)
         resume = kept.number + 1 if kept is not None else self.deployment.deploy_block

@@ -1,4 +1,5 @@
-"""EIP-4361 (Sign-In with Ethereum) messages: written, parsed and checked, so a wallet signature opens a session.
+"""EIP-4361 (Sign-In with Ethereum) messages: written, parsed and checked, so a wallet signature
+opens a session.
 
 The `siwe` package on PyPI does not import with the current `abnf` release, so the message's
 grammar is read here with one regular expression per line, as the EIP lays them out.
@@ -129,7 +130,8 @@ class SiweMessage:
 
 
 def check_signature(text: str, signature: bytes, address: str) -> None:
-    """Refuse unless `address` signed exactly `text` (EIP-191): the posted text, not a re-rendering."""
+    """Refuse unless `address` signed exactly `text` (EIP-191): the posted text, not a
+    re-rendering."""
     try:
         signer = Account.recover_message(encode_defunct(text=text), signature=signature)
     except (ValueError, TypeError) as exc:

@@ -1,4 +1,5 @@
-"""Transactions for wallets the gateway never holds: built unsigned for the sender, taken back signed and broadcast."""
+"""Transactions for wallets the gateway never holds: built unsigned for the sender, taken back
+signed and broadcast."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def unsigned(ledger: Ledger, call, sender: str) -> dict:
 
 
 def decode_signed(raw: bytes) -> dict:
-    """The signed transaction's sender, chain id, target and nonce; refused if it does not decode."""
+    """The signed transaction's sender, chain id, target and nonce; refused if it does not
+    decode."""
     try:
         if raw and raw[0] < 0xC0:  # EIP-2718 typed envelope
             fields = TypedTransaction.from_bytes(HexBytes(raw)).as_dict()
@@ -56,7 +58,8 @@ def decode_signed(raw: bytes) -> dict:
 
 
 def broadcast(ledger: Ledger, raw: bytes) -> tuple[str, dict]:
-    """Send a signed transaction to one of the ledger's contracts on this chain; its hash and decoded fields."""
+    """Send a signed transaction to one of the ledger's contracts on this chain; its hash and
+    decoded fields."""
     fields = decode_signed(raw)
     chain_id = ledger.deployment.chain_id
     if fields["chain_id"] != chain_id:

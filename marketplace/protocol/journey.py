@@ -54,7 +54,8 @@ class Step(Enum):
 @dataclass(frozen=True)
 class Snapshot:
     """What the journey needs to know of a job at one look. A transport leaves None what it cannot
-    tell: a gateway's index shows neither the chain's clock, nor a round's deadline, nor disputes."""
+    tell: a gateway's index shows neither the chain's clock, nor a round's deadline, nor
+    disputes."""
 
     job_id: int
     status: JobStatus  # NONE while the job is not visible yet (a gateway's index behind the chain)

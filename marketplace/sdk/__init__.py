@@ -1,4 +1,5 @@
-"""The Zoo Compute SDK: a gateway's client that signs with the user's own wallet, in async and blocking forms."""
+"""The Zoo Compute SDK: a gateway's client that signs with the user's own wallet, in async and
+blocking forms."""
 
 from marketplace.protocol.journey import JobCancelled, NoBids, Progress, Result, Settlement
 from marketplace.sdk.aio import AsyncClient, AsyncJob

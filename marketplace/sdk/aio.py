@@ -1,4 +1,5 @@
-"""The SDK's one implementation, on httpx.AsyncClient: the user's key signs locally, the gateway sees signatures only."""
+"""The SDK's one implementation, on httpx.AsyncClient: the user's key signs locally, the gateway
+sees signatures only."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def wei(zen: float | str | Decimal) -> int:
 
 
 class AsyncClient:
-    """A gateway's jobs, and the user's own: `job = await client.train(config="job.yaml", max_budget=5000)`.
+    """A gateway's jobs, and the user's own:
+    `job = await client.train(config="job.yaml", max_budget=5000)`.
 
     `wallet` signs sign-in messages, permits and transactions here; it is needed only for writes.
     Weights come from IPFS (`ipfs_api`, default ZOO_IPFS_API) and are checked by CID and state hash.
@@ -137,8 +139,8 @@ class AsyncClient:
         return await self.request("GET", f"/providers/{address}")
 
     async def account(self, address: str | None = None) -> dict:
-        """An address's (default: the wallet's) ETH, ZEN, role, tier, admission, stake and pay owed, read live
-        from the chain at one block; amounts in wei."""
+        """An address's (default: the wallet's) ETH, ZEN, role, tier, admission, stake and pay owed,
+        read live from the chain at one block; amounts in wei."""
         return await self.request("GET", f"/chain/accounts/{address or self._account().address}")
 
     def handle(self, job_id: int) -> AsyncJob:
@@ -148,7 +150,8 @@ class AsyncClient:
     # --- signed-in writes -----------------------------------------------------------------
 
     async def sign_in(self) -> str:
-        """A bearer token for off-chain writes, from an EIP-4361 message the wallet signs (kept while it lasts)."""
+        """A bearer token for off-chain writes, from an EIP-4361 message the wallet signs (kept
+        while it lasts)."""
         if self._token is not None and self._token[1] > time.time() + 30:
             return self._token[0]
         account = self._account()
@@ -189,7 +192,8 @@ class AsyncClient:
     # --- transactions ---------------------------------------------------------------------
 
     async def transact(self, path: str, body: dict) -> dict:
-        """Ask the gateway for the unsigned transaction, sign it here, send it, wait until it is mined."""
+        """Ask the gateway for the unsigned transaction, sign it here, send it, wait until it is
+        mined."""
         account = self._account()
         unsigned = await self.request("POST", path, json={"sender": account.address} | body)
         raw = account.sign_transaction(unsigned).raw_transaction.to_0x_hex()
@@ -205,7 +209,8 @@ class AsyncClient:
             await asyncio.sleep(min(self.poll_interval, 0.5))
 
     def _signed_permit(self, permit: dict) -> dict:
-        """The gateway's permit (POST /transactions/permit), signed here: what a *WithPermit call takes."""
+        """The gateway's permit (POST /transactions/permit), signed here: what a *WithPermit call
+        takes."""
         signature = (
             self._account().sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
         )
@@ -222,10 +227,12 @@ class AsyncClient:
         sample_rate_bps: int = 1_000,
         checkpoint_interval: int = 600,
     ) -> AsyncJob:
-        """Upload the spec, escrow `max_budget` ZEN with a permit (one transaction), and return the job.
+        """Upload the spec, escrow `max_budget` ZEN with a permit (one transaction), and return the
+        job.
 
         Amounts are in ZEN; `max_price` is per GPU-hour. The gateway refuses a bad spec (naming the
-        field), a budget below the reserve and a budget above the wallet's ZEN before anything is signed.
+        field), a budget below the reserve and a budget above the wallet's ZEN before anything is
+        signed.
         """
         return await self.submit(
             jobs.read_spec_text(Path(config)),
@@ -240,8 +247,8 @@ class AsyncClient:
         )
 
     async def submit(self, spec_text: str, order: jobs.Order) -> AsyncJob:
-        """`train` with the spec's text and an order in wei: what the CLI sends whichever way it reaches
-        the chain."""
+        """`train` with the spec's text and an order in wei: what the CLI sends whichever way it
+        reaches the chain."""
         account = self._account()
         spec = await self.upload_spec(spec_text)
         permit = await self.request(
@@ -271,8 +278,9 @@ class AsyncClient:
     # --- providers and verifiers ----------------------------------------------------------
 
     async def register_provider(self, hardware: Hardware, tier: str = "community") -> dict:
-        """Register the wallet as a provider of `tier` with this hardware; `hardware.attestation` is the
-        sha2-256 digest of its pinned benchmark report, which a verifier checks before admitting it."""
+        """Register the wallet as a provider of `tier` with this hardware; `hardware.attestation` is
+        the sha2-256 digest of its pinned benchmark report, which a verifier checks before admitting
+        it."""
         return await self.transact(
             "/transactions/providers",
             {
@@ -303,7 +311,8 @@ class AsyncClient:
         )
 
     async def unstake(self, amount: float | str | Decimal) -> dict:
-        """Move `amount` ZEN of free stake into unbonding (withdraw_stake once the delay is over)."""
+        """Move `amount` ZEN of free stake into unbonding (withdraw_stake once the delay is
+        over)."""
         return await self.transact("/transactions/unstake", {"amount": str(wei(amount))})
 
     async def withdraw_stake(self) -> dict:
@@ -312,8 +321,8 @@ class AsyncClient:
 
 
 class AsyncJob:
-    """One job on the gateway: the journey of marketplace/protocol/journey.py through the gateway, with
-    the same calls as the chain's (jobs.ChainJob); and its logs."""
+    """One job on the gateway: the journey of marketplace/protocol/journey.py through the gateway,
+    with the same calls as the chain's (jobs.ChainJob); and its logs."""
 
     def __init__(self, client: AsyncClient, job_id: int):
         self.client = client
@@ -326,7 +335,8 @@ class AsyncJob:
         return await self.client.job(self.id)
 
     async def progress(self) -> Progress:
-        """Units done of total, ZEN accrued (wei), latest loss; `client.metrics` has every unit's."""
+        """Units done of total, ZEN accrued (wei), latest loss; `client.metrics` has every
+        unit's."""
         metrics = await self.client.metrics(self.id)
         return Progress(
             JobStatus.named(metrics["status"]),
@@ -352,8 +362,8 @@ class AsyncJob:
         until: JobStatus = JobStatus.SETTLED,
         auction_timeout: float | None = None,
     ) -> dict:
-        """Take the job to `until` (default: settled, settling it once its verification window is over)
-        and return it as indexed.
+        """Take the job to `until` (default: settled, settling it once its verification window is
+        over) and return it as indexed.
 
         With `auction_timeout` (seconds), a job still unassigned by then is cancelled for a full
         refund and NoBids is raised. `on_progress` gets the progress whenever it changes. The
@@ -383,8 +393,8 @@ class AsyncJob:
             await asyncio.sleep(self.client.poll_interval)
 
     async def _try_settle(self) -> None:
-        """Settle if the ledger lets us; someone else settling first, even in the same block, is no failure:
-        the next look at the job finds it settled."""
+        """Settle if the ledger lets us; someone else settling first, even in the same block, is no
+        failure: the next look at the job finds it settled."""
         try:
             await self.client.transact(f"/transactions/jobs/{self.id}/settle", {})
         except TransactionReverted:
@@ -436,8 +446,8 @@ class AsyncJob:
         return Result(self.id, cid, "0x" + digest, path)
 
     async def logs(self, *, follow: bool = False, since: int = 0) -> AsyncIterator[dict]:
-        """The job's log lines after line `since`, every page of them; with `follow`, keep reading new ones
-        until the job is finished."""
+        """The job's log lines after line `since`, every page of them; with `follow`, keep reading
+        new ones until the job is finished."""
         while True:
             lines = await self.client.logs(self.id, since)
             for line in lines:
@@ -454,8 +464,8 @@ class AsyncJob:
 
 
 def snapshot(job_id: int, job: dict | None) -> Snapshot:
-    """What the gateway's index shows the journey: the job's status and budget, nothing of the chain's
-    clock, deadlines or disputes (`next_step` does without them)."""
+    """What the gateway's index shows the journey: the job's status and budget, nothing of the
+    chain's clock, deadlines or disputes (`next_step` does without them)."""
     if job is None:
         return Snapshot(job_id, JobStatus.NONE)
     return Snapshot(job_id, JobStatus.named(job["status"]), int(job["budget"]))

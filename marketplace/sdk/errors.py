@@ -1,5 +1,5 @@
-"""What the SDK raises of its own: a gateway's refusal with its message, or no gateway at all (a job's
-journey raises the errors of marketplace/protocol/journey.py, NoBids and JobCancelled)."""
+"""What the SDK raises of its own: a gateway's refusal with its message, or no gateway at all (a
+job's journey raises the errors of marketplace/protocol/journey.py, NoBids and JobCancelled)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ class GatewayUnavailable(GatewayError, ConnectionError):
 
 
 class TransactionReverted(GatewayError):
-    """A transaction signed here was mined and reverted; the message says what the contract refused."""
+    """A transaction signed here was mined and reverted; the message says what the contract
+    refused."""
 
     def __init__(self, tx_hash: str, block: int, reason: str | None):
         said = f": {reason}" if reason else ""

@@ -39,7 +39,8 @@ class JobLog:
         self._lines.put((job_id, line))
 
     def close(self, timeout: float = TIMEOUT) -> None:
-        """Post what is queued, for `timeout` seconds at most, without waiting on the index any more."""
+        """Post what is queued, for `timeout` seconds at most, without waiting on the index any
+        more."""
         self._closing.set()
         self._lines.put(None)
         self._thread.join(timeout)

@@ -1,4 +1,5 @@
-"""The blocking SDK: the same AsyncClient, driven on a private event loop, for scripts and the CLI."""
+"""The blocking SDK: the same AsyncClient, driven on a private event loop, for scripts and the
+CLI."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from marketplace.sdk.aio import AsyncClient, AsyncJob
 
 
 def blocking(target, name: str, run: Callable):
-    """`target.name`, and if it is a coroutine method, a function that runs it to completion with `run`."""
+    """`target.name`, and if it is a coroutine method, a function that runs it to completion with
+    `run`."""
     method = getattr(target, name)
     if not asyncio.iscoroutinefunction(method):
         return method
@@ -25,7 +27,8 @@ def blocking(target, name: str, run: Callable):
 
 
 class Client:
-    """`Client(gateway_url, wallet=...)`: every AsyncClient method, blocking. `train` and `submit` return a Job.
+    """`Client(gateway_url, wallet=...)`: every AsyncClient method, blocking. `train` and `submit`
+    return a Job.
 
     Not for use inside a running event loop: there, use AsyncClient.
     """

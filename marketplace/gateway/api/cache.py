@@ -13,11 +13,12 @@ from marketplace.gateway import db
 
 
 class IndexCache:
-    """Serialized answers keyed by what they show, valid while the indexer's cursor stays where it was.
+    """Serialized answers keyed by what they show, valid while the indexer's cursor stays where it
+    was.
 
-    The cursor is re-read at most every `recheck` seconds, so a hot read costs no query at all and an
-    answer lags the index by at most that much (the indexer itself steps once a second). One cache
-    per server process; `size` bounds it, oldest entries out first.
+    The cursor is re-read at most every `recheck` seconds, so a hot read costs no query at all and
+    an answer lags the index by at most that much (the indexer itself steps once a second). One
+    cache per server process; `size` bounds it, oldest entries out first.
     """
 
     def __init__(self, recheck: float = 0.25, size: int = 10_000):
@@ -47,7 +48,8 @@ class IndexCache:
         """The answer for `key` while it matches the index, without touching the database.
 
         When the cursor is due for a re-read, the first caller gets None (and re-reads it through
-        `get`); the others are answered from memory meanwhile rather than all queueing for the database.
+        `get`); the others are answered from memory meanwhile rather than all queueing for the
+        database.
         """
         hit = self._entries.get(key)
         if hit is None or hit[0] != self._cursor:
@@ -60,7 +62,8 @@ class IndexCache:
         return hit[1]
 
     def get(self, session: Session, key: object, build: Callable[[], bytes]) -> bytes:
-        """The cached answer for `key`, or `build()`'s, stored for as long as the index does not move."""
+        """The cached answer for `key`, or `build()`'s, stored for as long as the index does not
+        move."""
         version = self._version(session)
         hit = self._entries.get(key)
         if hit is not None and hit[0] == version:

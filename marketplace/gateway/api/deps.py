@@ -1,4 +1,5 @@
-"""What routes depend on: a database session, an address, a page, the ledger, IPFS, a signed-in wallet."""
+"""What routes depend on: a database session, an address, a page, the ledger, IPFS, a signed-in
+wallet."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every refusal the gateway raises on purpose becomes a 4xx (or a 503 for a service it depends on) with a message."""
+"""Every refusal the gateway raises on purpose becomes a 4xx (or a 503 for a service it depends on)
+with a message."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from marketplace.gateway.auth import NotSignedIn
 from marketplace.protocol.spec import SpecError
 from marketplace.storage import NodeUnavailable
 
-# First match wins: project errors also inherit the built-in that says what kind of refusal they are.
+# First match wins: project errors also inherit the built-in that says what kind of refusal they
+# are.
 STATUSES: tuple[tuple[type[Exception], int], ...] = (
     (NotSignedIn, 401),
     (PermissionError, 403),
@@ -37,7 +39,8 @@ def refused(_: Request, exc: Exception) -> JSONResponse:
 
 
 def method_not_allowed(request: Request, _: Exception) -> JSONResponse:
-    """Starlette's `Allow` names only the first route on a path; a path with a GET and a POST route needs both."""
+    """Starlette's `Allow` names only the first route on a path; a path with a GET and a POST route
+    needs both."""
     allowed = sorted(
         {
             method

@@ -25,7 +25,8 @@ from marketplace.gateway.web import mount_docs, mount_pages
 
 
 def create_app(settings: Settings, url: str | None = None) -> FastAPI:
-    """The gateway's API on the database at `url` (default: ZOO_DATABASE_URL or the home's SQLite)."""
+    """The gateway's API on the database at `url` (default: ZOO_DATABASE_URL or the home's
+    SQLite)."""
     app = FastAPI(
         title="Zoo Compute gateway",
         description="Jobs, providers, settlements and network totals, as indexed from the ledger; "
@@ -58,5 +59,6 @@ def create_app(settings: Settings, url: str | None = None) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """The app of this process's ZOO_* settings: uvicorn's factory, called once in each worker process."""
+    """The app of this process's ZOO_* settings: uvicorn's factory, called once in each worker
+    process."""
     return create_app(Settings())

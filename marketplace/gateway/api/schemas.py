@@ -1,4 +1,5 @@
-"""What the API shows: Public schemas, separate from the database rows. ZEN amounts are wei, as strings."""
+"""What the API shows: Public schemas, separate from the database rows. ZEN amounts are wei, as
+strings."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from marketplace.protocol import terms
 
 Wei = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
-# The API names the ledger's job statuses and roles by their labels, not by the ids the chain stores.
+# The API names the ledger's job statuses and roles by their labels, not by the ids the chain
+# stores.
 JobStatus = Literal[terms.JOB_STATUSES]
 Role = Literal[terms.Role.labels()]
 
@@ -28,7 +30,8 @@ class Revert(Message):
 
 
 def _wei(value):
-    """Wei arrive as a JSON integer or, for clients whose numbers are doubles, as a decimal string."""
+    """Wei arrive as a JSON integer or, for clients whose numbers are doubles, as a decimal
+    string."""
     if isinstance(value, str) and re.fullmatch(r"[0-9]{1,78}", value):
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool):
@@ -401,7 +404,8 @@ class VerifierRegistration(Request):
 
 
 class UnsignedTransaction(BaseModel):
-    """Sign as is (eth_account's sign_transaction, or a wallet's eth_signTransaction), then POST /transactions."""
+    """Sign as is (eth_account's sign_transaction, or a wallet's eth_signTransaction), then POST
+    /transactions."""
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
     sender: str = Field(alias="from")

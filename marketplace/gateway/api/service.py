@@ -217,7 +217,8 @@ def job_logs(session: Session, job_id: int, since: int, limit: int) -> list[db.J
 def post_logs(
     session: Session, job_id: int, author: str, lines: list[str], now: int
 ) -> dict[str, int]:
-    """Append lines to the job's log; only the job's user and the providers that held its slots may."""
+    """Append lines to the job's log; only the job's user and the providers that held its slots
+    may."""
     job = get_job(session, job_id)
     writers = {job["user"], *(slot.provider for slot in job["slots"])}
     if author not in writers:
@@ -229,7 +230,8 @@ def post_logs(
 
 
 def _live_units(session: Session, job_id: int) -> list[db.Unit]:
-    """The newest commit of each (slot, index): a unit re-committed after a rollback replaces the old one."""
+    """The newest commit of each (slot, index): a unit re-committed after a rollback replaces the
+    old one."""
     newest = (
         select(func.max(db.Unit.id))
         .where(db.Unit.job_id == job_id)

@@ -1,4 +1,5 @@
-"""The gateway's web pages: the settlement explorer, the staking page and the API reference, static files over the API.
+"""The gateway's web pages: the settlement explorer, the staking page and the API reference, static
+files over the API.
 
 The pages' scripts are bundled from `src/` into `dist/` by `npm run build`, which also copies
 Swagger UI there from its pinned npm package, so /docs works with no other site reachable
@@ -35,7 +36,8 @@ def mount_pages(app: FastAPI) -> None:
 def mount_docs(app: FastAPI, path: str = "/docs") -> None:
     """Swagger UI for the app's OpenAPI at `path`, from the gateway's own copy of its script and
     stylesheet (FastAPI's default page loads them from a CDN: blank offline). Create the app with
-    `docs_url=None` (and `redoc_url=None`: ReDoc would load its script and fonts from other sites)."""
+    `docs_url=None` (and `redoc_url=None`: ReDoc would load its script and fonts from other
+    sites)."""
     assets = f"{PREFIX}/dist/{SWAGGER_UI}"
 
     @app.get(path, include_in_schema=False)
@@ -44,7 +46,8 @@ def mount_docs(app: FastAPI, path: str = "/docs") -> None:
         openapi_url = root + app.openapi_url
         if not (WEB_DIR / "dist" / SWAGGER_UI / "swagger-ui-bundle.js").is_file():
             return HTMLResponse(
-                "<!doctype html><title>API reference not built</title><p>Swagger UI is not built: run "
+                "<!doctype html><title>API reference not built</title>"
+                "<p>Swagger UI is not built: run "
                 "<code>npm run build</code> (or <code>bash scripts/setup.sh</code>) and reload. "
                 f'The OpenAPI document is at <a href="{openapi_url}">{openapi_url}</a>.</p>',
                 status_code=503,

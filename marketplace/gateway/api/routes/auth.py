@@ -20,8 +20,8 @@ def nonce(session: SessionDep, ledger: LedgerDep):
 
 @router.post("/session", response_model=SessionOut, responses=REFUSED)
 def sign_in(session: SessionDep, ledger: LedgerDep, body: SignInRequest, request: Request):
-    """Open a session: the message must name this host as its domain, this chain, a live nonce of ours,
-    and be signed by its address."""
+    """Open a session: the message must name this host as its domain, this chain, a live nonce of
+    ours, and be signed by its address."""
     signed = auth.sign_in(
         session,
         body.message,

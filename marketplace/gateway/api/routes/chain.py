@@ -36,7 +36,8 @@ class TierView(BaseModel):
 
 
 class ChainConfig(BaseModel):
-    """What a browser wallet needs to talk to this ledger; it reads the chain through its own RPC."""
+    """What a browser wallet needs to talk to this ledger; it reads the chain through its own
+    RPC."""
 
     chain_id: int
     deploy_block: int
@@ -103,13 +104,15 @@ class AccountView(BaseModel):
 
 @functools.lru_cache(maxsize=4)
 def decoder(ledger: Ledger) -> LedgerDecoder:
-    """Built once per ledger (the gateway keeps one): every event's topic, from the manifest's ABIs."""
+    """Built once per ledger (the gateway keeps one): every event's topic, from the manifest's
+    ABIs."""
     return LedgerDecoder.of(ledger.w3, ledger.deployment)
 
 
 @contextmanager
 def rpc() -> Iterator[None]:
-    """An RPC that stops answering mid-request is the chain's outage, not a bug of ours: a 503 that says so."""
+    """An RPC that stops answering mid-request is the chain's outage, not a bug of ours: a 503 that
+    says so."""
     try:
         yield
     except requests.RequestException as exc:
@@ -121,7 +124,8 @@ BlockNumber = Annotated[int, Path(ge=0, le=2**63 - 1, description="A block numbe
 
 
 def plain(value: Any) -> Any:
-    """JSON for decoded ABI values: integers as strings (uint256 outgrows JSON numbers), bytes as hex."""
+    """JSON for decoded ABI values: integers as strings (uint256 outgrows JSON numbers), bytes as
+    hex."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int):
@@ -149,7 +153,8 @@ def _log_view(known: LedgerDecoder, log) -> LogView:
 
 @router.get("/config", response_model=ChainConfig, responses=UNAVAILABLE)
 def chain_config(ledger: LedgerDep):
-    """The chain id, every ledger address, the network fee, the tiers and the ABIs a wallet page calls."""
+    """The chain id, every ledger address, the network fee, the tiers and the ABIs a wallet page
+    calls."""
     deployment = ledger.deployment
     with rpc():
         fee_bps = ledger.fee_bps()
@@ -232,7 +237,9 @@ def holdings(
         Query(
             ge=0,
             le=2**63 - 1,
-            description="Read at this block (e.g. the indexed one, to compare); default the latest.",
+            description=(
+                "Read at this block (e.g. the indexed one, to compare); default the latest."
+            ),
         ),
     ] = None,
 ):
@@ -252,7 +259,8 @@ def holdings(
 
 @router.get("/accounts/{address}", response_model=AccountView, responses=UNAVAILABLE)
 def account(ledger: LedgerDep, address: AddressDep):
-    """The wallet's ETH, ZEN, role, tier, admission, stake and the pay the market owes it, all at the latest block."""
+    """The wallet's ETH, ZEN, role, tier, admission, stake and the pay the market owes it, all at
+    the latest block."""
     with rpc():
         number = ledger.w3.eth.block_number
         staking = ledger.staking_account(address, block=number)

@@ -1,4 +1,5 @@
-"""Jobs: list with filters, one job with its auction and settlement, its units, logs, metrics and result."""
+"""Jobs: list with filters, one job with its auction and settlement, its units, logs, metrics and
+result."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def _job_json(app, job_id: int) -> bytes:
 
 @router.get("/{job_id}/units", response_model=list[UnitPublic], responses=NOT_FOUND)
 def job_units(session: SessionDep, job_id: JobId):
-    """Every committed unit (checkpoint CID, state hash, GPU-seconds, pay) with its verification results."""
+    """Every committed unit (checkpoint CID, state hash, GPU-seconds, pay) with its verification
+    results."""
     return service.job_units(session, job_id)
 
 
@@ -98,8 +100,8 @@ def job_logs(
     ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000, description="Lines at most.")] = 200,
 ):
-    """The job's log lines, oldest first, as its user and providers posted them: a provider daemon run
-    with ZOO_GATEWAY_URL posts one for each unit it commits."""
+    """The job's log lines, oldest first, as its user and providers posted them: a provider daemon
+    run with ZOO_GATEWAY_URL posts one for each unit it commits."""
     return service.job_logs(session, job_id, since, limit)
 
 
@@ -117,5 +119,6 @@ def job_metrics(session: SessionDep, storage: StorageDep, job_id: JobId):
 
 @router.get("/{job_id}/result", response_model=JobResultPublic, responses=NOT_FOUND)
 def job_result(session: SessionDep, storage: StorageDep, job_id: JobId):
-    """The trained weights' checkpoint (the last of slot 0), its committed state hash, and whether it checks out."""
+    """The trained weights' checkpoint (the last of slot 0), its committed state hash, and whether
+    it checks out."""
     return service.job_result(session, storage, job_id)

@@ -13,5 +13,6 @@ router = APIRouter(prefix="/settlements", tags=["settlements"])
 
 @router.get("", response_model=list[SettlementPublic])
 def list_settlements(session: SessionDep, page: PageDep):
-    """Newest first; cancellations appear as a settlement with no payment and the whole budget refunded."""
+    """Newest first; cancellations appear as a settlement with no payment and the whole budget
+    refunded."""
     return service.list_settlements(session, page.limit, page.offset)

@@ -1,4 +1,5 @@
-"""Transactions the user signs: built unsigned for a wallet the gateway never holds, then taken back signed."""
+"""Transactions the user signs: built unsigned for a wallet the gateway never holds, then taken back
+signed."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A tran
 
 @router.post("/permit", response_model=PermitOut, responses=REFUSED)
 def permit(body: PermitRequest, ledger: LedgerDep):
-    """The ERC-2612 permit (EIP-712 typed data) for the owner to sign: the market's escrow or a stake in one transaction."""
+    """The ERC-2612 permit (EIP-712 typed data) for the owner to sign: the market's escrow or a
+    stake in one transaction."""
     spender = ledger.deployment.addresses[body.spender]
     typed = permit_typed_data(ledger, Web3.to_checksum_address(body.owner), spender, body.value)
     return {"typed_data": typed, "deadline": typed["message"]["deadline"]}
@@ -56,7 +58,8 @@ def permit(body: PermitRequest, ledger: LedgerDep):
     responses=REFUSED | NOT_FOUND,
 )
 def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
-    """createJobWithPermit (with the signed permit) or createJob (after an approve) for a spec already pinned.
+    """createJobWithPermit (with the signed permit) or createJob (after an approve) for a spec
+    already pinned.
 
     The spec is read back by its CID to size the job; a budget below the reserve or above the
     sender's ZEN is refused here, before anything is signed.
@@ -138,7 +141,8 @@ def withdraw(body: SenderRequest, ledger: LedgerDep):
     responses=REFUSED,
 )
 def register_provider(body: ProviderRegistration, ledger: LedgerDep):
-    """registerProvider: join a tier with this hardware; active once staked and its benchmark is attested."""
+    """registerProvider: join a tier with this hardware; active once staked and its benchmark is
+    attested."""
     hardware = Hardware(
         body.gpu_model,
         body.gpus,
@@ -208,14 +212,16 @@ def withdraw_stake(body: SenderRequest, ledger: LedgerDep):
 
 @router.post("", response_model=Broadcast, responses=REFUSED)
 def send_signed(body: SignedTransaction, ledger: LedgerDep):
-    """Broadcast a signed transaction: it must decode, be for this chain and go to a ledger contract."""
+    """Broadcast a signed transaction: it must decode, be for this chain and go to a ledger
+    contract."""
     tx_hash, fields = broadcast(ledger, bytes.fromhex(body.raw[2:]))
     return {"tx_hash": tx_hash, "sender": fields["sender"], "nonce": fields["nonce"]}
 
 
 @router.get("/status/{tx_hash}", response_model=TransactionStatus, responses=NOT_FOUND)
 def transaction_status(tx_hash: TxHash, ledger: LedgerDep):
-    """Whether the transaction is mined and succeeded, the job it created if any, and why it reverted if it did."""
+    """Whether the transaction is mined and succeeded, the job it created if any, and why it
+    reverted if it did."""
     try:
         receipt = ledger.w3.eth.get_transaction_receipt(tx_hash)
     except TransactionNotFound:

@@ -14,7 +14,8 @@ router = APIRouter(prefix="/treasury", tags=["treasury"])
 
 @router.get("", response_model=TreasuryPublic)
 def treasury(session: SessionDep, request: Request):
-    """Fees, slash shares and other income in; grants out. Sources are told apart by the manifest's addresses."""
+    """Fees, slash shares and other income in; grants out. Sources are told apart by the manifest's
+    addresses."""
     chain_id = service.indexed_chain_id(session)
     try:
         deployment = None if chain_id is None else request.app.state.settings.deployment(chain_id)

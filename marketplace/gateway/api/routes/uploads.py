@@ -1,4 +1,5 @@
-"""Off-chain writes of content: job specs (validated) and datasets, pinned to IPFS for a signed-in wallet."""
+"""Off-chain writes of content: job specs (validated) and datasets, pinned to IPFS for a signed-in
+wallet."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ def upload_spec(body: SpecUpload, storage: StorageDep, _: SignedInDep):
     },
 )
 async def upload_dataset(request: Request, storage: StorageDep, _: SignedInDep):
-    """Pin a dataset's bytes (the request body) and name them by CID, for a spec's `data` to point to."""
+    """Pin a dataset's bytes (the request body) and name them by CID, for a spec's `data` to point
+    to."""
     data = bytearray()
     async for chunk in request.stream():
         data += chunk
