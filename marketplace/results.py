@@ -20,9 +20,16 @@ def unit_loss(data: bytes) -> float | None:
     return fmt.loss(unit)
 
 
-def write_result(storage: Storage, job_id: int, units: list[LastUnit], nodes: int, units_per_node: int,
-                 output: Path) -> tuple[str, str]:
-    """Write the trained model's weights to `output`; returns (CID, state hash) of what they came from.
+def write_result(
+    storage: Storage,
+    job_id: int,
+    units: list[LastUnit],
+    nodes: int,
+    units_per_node: int,
+    output: Path,
+) -> tuple[str, str]:
+    """Write the trained model's weights to `output`; returns (CID, state hash) of what they came
+    from.
 
     `units` are the slots' live last units; what makes the model of them is the format's rule
     (`trained_model`): slot 0's checkpoint checked against its committed state hash, or the

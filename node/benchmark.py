@@ -1,4 +1,5 @@
-"""The admission benchmark: a standard matmul a provider runs and a verifier checks before attesting.
+"""The admission benchmark: a standard matmul a provider runs and a verifier checks before
+attesting.
 
 The matrices hold small integers, so every product and sum is exact in float32 on any hardware:
 the checksum of the result is the same on a CPU and on any GPU, and proves the multiplications
@@ -84,7 +85,11 @@ def run_benchmark(device: str | torch.device | None = None) -> BenchmarkReport:
         size=SIZE,
         checksum=_checksum(product),
         gflops=round(flops / elapsed / 1e9, 3),
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        device=(
+            torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else platform.processor() or "cpu"
+        ),
         torch_version=torch.__version__,
         machine=platform.machine(),
     )

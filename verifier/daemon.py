@@ -198,7 +198,8 @@ class VerifierDaemon:
         self.journal.release_job(event["args"]["jobId"])
 
     def _on_settled(self, event: EventData) -> None:
-        """The job's verification fees are claimable now: `collect_fees` claims this verifier's share."""
+        """The job's verification fees are claimable now: `collect_fees` claims this verifier's
+        share."""
         self.journal.set_payout(event["args"]["jobId"], "settled")
 
     # --- sampling and re-runs ------------------------------------------------------------
@@ -342,7 +343,8 @@ class VerifierDaemon:
                 if work.kind == j.RESULT
                 else self.ledger.resolve_dispute_call
             )
-            verdict = answer(work.unit, work.passed, work.evidence_cid)
+            passed, evidence_cid = work.verdict
+            verdict = answer(work.unit, passed, evidence_cid)
             refused = self._send(work.key, verdict, MOOT)
             if refused is not None:
                 state = j.POSTED if self._posted_before(work) else j.DROPPED
@@ -355,8 +357,8 @@ class VerifierDaemon:
                 work.unit.job_id,
                 work.unit.slot,
                 work.unit.index,
-                "pass" if work.passed else "FAIL",
-                work.evidence_cid,
+                "pass" if passed else "FAIL",
+                evidence_cid,
             )
 
     def _posted_before(self, work: Work) -> bool:

@@ -46,8 +46,14 @@ def contradiction(rank: int, steps: range, views: dict[int, MemberView]) -> str 
             if 2 * count <= len(votes) or winner == mine:
                 continue
             if sender == rank:
-                return f"the group received another payload from rank {rank} in step {step} than it committed"
-            return f"step {step} records a payload from rank {sender} that the group did not see it send"
+                return (
+                    f"the group received another payload from rank {rank} in step {step} "
+                    "than it committed"
+                )
+            return (
+                f"step {step} records a payload from rank {sender} "
+                "that the group did not see it send"
+            )
     return None
 
 

@@ -1,4 +1,5 @@
-"""The verifier's SQLite journal: jobs, units seen, and each piece of work from its draw to its post.
+"""The verifier's SQLite journal: jobs, units seen, and each piece of work from its draw to its
+post.
 
 It extends the runtime's journal (event cursor, outbox, payouts): what the daemon learns from one
 poll lands in one transaction with the block the next poll starts from, so a restart neither
@@ -55,9 +56,17 @@ class Work:
         u = self.unit
         return f"{self.kind}:{u.job_id}:{u.slot}:{u.index}:{u.block_number}:{self.log_index}"
 
+    @property
+    def verdict(self) -> tuple[bool, str]:
+        """The verdict in hand from READY on: whether the unit passed, and its evidence's CID."""
+        if self.passed is None or self.evidence_cid is None:
+            raise ValueError(f"work {self.key} ({self.state}) holds no verdict")
+        return self.passed, self.evidence_cid
+
 
 class Journal(JournalDB):
-    """The verifier's jobs, units, work and held slots, beside the runtime's cursor, outbox and payouts."""
+    """The verifier's jobs, units, work and held slots, beside the runtime's cursor, outbox and
+    payouts."""
 
     ROLE_SCHEMA = SCHEMA
 
@@ -126,7 +135,8 @@ class Journal(JournalDB):
     def redraw(self, kind: str, unit: CommittedUnit, log_index: int) -> None:
         """Draw a unit skipped as unsampled again: it was flagged since."""
         self._run(
-            "UPDATE work SET state = ?, note = 'flagged' WHERE state = ? AND kind = ? AND job_id = ? "
+            "UPDATE work SET state = ?, note = 'flagged' "
+            "WHERE state = ? AND kind = ? AND job_id = ? "
             "AND slot = ? AND idx = ? AND block = ? AND log_index = ?",
             NEW,
             SKIPPED,
@@ -171,9 +181,11 @@ class Journal(JournalDB):
     ) -> None:
         u = work.unit
         self._run(
-            "UPDATE work SET state = ?, task_id = coalesce(?, task_id), passed = coalesce(?, passed), "
-            "evidence_cid = coalesce(?, evidence_cid), note = coalesce(?, note) "
-            "WHERE kind = ? AND job_id = ? AND slot = ? AND idx = ? AND block = ? AND log_index = ?",
+            "UPDATE work SET state = ?, task_id = coalesce(?, task_id), "
+            "passed = coalesce(?, passed), evidence_cid = coalesce(?, evidence_cid), "
+            "note = coalesce(?, note) "
+            "WHERE kind = ? AND job_id = ? AND slot = ? AND idx = ? "
+            "AND block = ? AND log_index = ?",
             state,
             task_id,
             passed,

@@ -1,5 +1,5 @@
-"""Name the ledger's contracts by address and decode any transaction's call and logs with their ABIs,
-so an explorer can show a transaction it did not send."""
+"""Name the ledger's contracts by address and decode any transaction's call and logs with their
+ABIs, so an explorer can show a transaction it did not send."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ class LedgerDecoder:
     @classmethod
     def of(cls, w3: Web3, deployment: Deployment) -> LedgerDecoder:
         """Every contract of the manifest, and the topic of each of its (named) events."""
-        contracts, topics = {}, {}
+        contracts: dict[str, tuple[str, Contract]] = {}
+        topics: dict[bytes, tuple[str, str]] = {}
         for name, address in deployment.addresses.items():
             contract = deployment.contract(w3, name)
             contracts[address] = (name, contract)
@@ -35,14 +36,14 @@ class LedgerDecoder:
         return known[0] if known else None
 
     def decode_call(self, to: str, data: bytes) -> tuple[str, dict[str, Any]]:
-        """The function called on the ledger contract at `to` and its arguments. Raises ValueError for a
-        selector its ABI does not know, or eth_abi's DecodingError for calldata cut short."""
+        """The function called on the ledger contract at `to` and its arguments. Raises ValueError
+        for a selector its ABI does not know, or eth_abi's DecodingError for calldata cut short."""
         fn, args = self.contracts[to][1].decode_function_input(data)
         return fn.fn_name, args
 
     def decode_log(self, log) -> tuple[str, dict[str, Any]] | None:
-        """The event name and arguments of a log one of the ledger's contracts emitted; None for a log
-        of any other address, or one whose topic is another contract's event."""
+        """The event name and arguments of a log one of the ledger's contracts emitted; None for a
+        log of any other address, or one whose topic is another contract's event."""
         topics = log["topics"]
         name, event = self.topics.get(bytes(topics[0]), (None, None)) if topics else (None, None)
         if event is None or name != self.name_of(log["address"]):

@@ -1,5 +1,5 @@
-"""Follow the ledger's events in chain order, each once, from a block a daemon can persist, and notice
-when the chain drops a block already read."""
+"""Follow the ledger's events in chain order, each once, from a block a daemon can persist, and
+notice when the chain drops a block already read."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ class BlockMark:
 
 
 class ChainReorganized(ChainError):
-    """The chain no longer has a block the cursor read: logs read from it may be gone or different."""
+    """The chain no longer has a block the cursor read: logs read from it may be gone or
+    different."""
 
     def __init__(self, block: BlockMark, found: str | None):
         self.block, self.found = block, found
@@ -41,8 +42,15 @@ class EventCursor:
     ChainReorganized when `last` is no longer on the chain, and `fork` finds where to read again.
     """
 
-    def __init__(self, w3: Web3, contracts: list[Contract], next_block: int, confirmations: int = 0,
-                 max_range: int = 2_000, last: BlockMark | None = None):
+    def __init__(
+        self,
+        w3: Web3,
+        contracts: list[Contract],
+        next_block: int,
+        confirmations: int = 0,
+        max_range: int = 2_000,
+        last: BlockMark | None = None,
+    ):
         self.w3 = w3
         self.next_block = next_block
         self.last = last
@@ -54,14 +62,17 @@ class EventCursor:
             for item in contract.abi:
                 if item["type"] == "event":
                     topic = event_abi_to_log_topic(item)
-                    self._decoders[(contract.address, topic)] = getattr(contract.events, item["name"])()
+                    self._decoders[(contract.address, topic)] = getattr(
+                        contract.events, item["name"]
+                    )()
 
     @property
     def position(self) -> tuple[int, BlockMark | None]:
         return self.next_block, self.last
 
     def seek(self, next_block: int, last: BlockMark | None) -> None:
-        """Read from `next_block` on; `last` is the block before it as it was read (None: unchecked)."""
+        """Read from `next_block` on; `last` is the block before it as it was read (None:
+        unchecked)."""
         self.next_block, self.last = next_block, last
 
     def poll(self) -> list[EventData]:
@@ -81,7 +92,9 @@ class EventCursor:
         start = self.next_block
         while start <= head:
             to_block = min(head, start + self.max_range - 1)
-            logs = self.w3.eth.get_logs({"fromBlock": start, "toBlock": to_block, "address": self._addresses})
+            logs = self.w3.eth.get_logs(
+                {"fromBlock": start, "toBlock": to_block, "address": self._addresses}
+            )
             for raw in logs:
                 decoder = self._decoders.get((raw["address"], bytes(raw["topics"][0])))
                 if decoder is not None:

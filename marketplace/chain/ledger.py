@@ -31,8 +31,16 @@ class JobRequest:
     budget: int  # ZEN wei
 
     def as_struct(self) -> tuple:
-        return (self.spec_cid, self.tier, self.nodes, self.units_per_node, self.checkpoint_interval,
-                self.sample_rate_bps, self.max_price, self.budget)
+        return (
+            self.spec_cid,
+            self.tier,
+            self.nodes,
+            self.units_per_node,
+            self.checkpoint_interval,
+            self.sample_rate_bps,
+            self.max_price,
+            self.budget,
+        )
 
 
 @dataclass(frozen=True)
@@ -45,8 +53,14 @@ class Hardware:
     attestation: bytes = bytes(32)
 
     def as_struct(self) -> tuple:
-        return (self.gpu_model, self.gpus, self.gpu_memory_gb, self.network_gbps, self.endpoint,
-                self.attestation)
+        return (
+            self.gpu_model,
+            self.gpus,
+            self.gpu_memory_gb,
+            self.network_gbps,
+            self.endpoint,
+            self.attestation,
+        )
 
 
 @dataclass(frozen=True)
@@ -74,11 +88,19 @@ class CommittedUnit:
     block_number: int
 
     def as_struct(self) -> tuple:
-        return (self.provider, self.committed_at, self.block_number, self.amount,
-                self.remaining_before, keccak(text=self.cid), self.state_hash)
+        return (
+            self.provider,
+            self.committed_at,
+            self.block_number,
+            self.amount,
+            self.remaining_before,
+            keccak(text=self.cid),
+            self.state_hash,
+        )
 
 
-Permit = tuple[int, int, bytes, bytes]  # (deadline, v, r, s): a signed permit, as *WithPermit takes it
+# (deadline, v, r, s): a signed permit, as *WithPermit takes it
+Permit = tuple[int, int, bytes, bytes]
 
 
 class Ledger:
@@ -96,11 +118,15 @@ class Ledger:
     def send(self, fn, account: LocalAccount) -> TxReceipt:
         return send(self.w3, fn, account)
 
-    def struct(self, contract: Contract, fn_name: str, *args, block: BlockIdentifier | None = None) -> dict:
+    def struct(
+        self, contract: Contract, fn_name: str, *args, block: BlockIdentifier | None = None
+    ) -> dict:
         """Call a view that returns one struct and name its values by the ABI's field names: read by
         name, a field added to or moved in the contract shifts none of the ones a caller reads."""
         (output,) = next(
-            i["outputs"] for i in contract.abi if i.get("name") == fn_name and i["type"] == "function"
+            i["outputs"]
+            for i in contract.abi
+            if i.get("name") == fn_name and i["type"] == "function"
         )
         values = call(getattr(contract.functions, fn_name)(*args), block)
         return dict(zip((c["name"] for c in output["components"]), values, strict=True))
@@ -145,8 +171,12 @@ class Ledger:
     def withdraw_stake_call(self) -> ContractFunction:
         return self.staking.functions.withdraw()
 
-    def attest_benchmark(self, verifier: LocalAccount, provider: str, result_hash: bytes, score: int):
-        return self.send(self.staking.functions.attestBenchmark(provider, result_hash, score), verifier)
+    def attest_benchmark(
+        self, verifier: LocalAccount, provider: str, result_hash: bytes, score: int
+    ):
+        return self.send(
+            self.staking.functions.attestBenchmark(provider, result_hash, score), verifier
+        )
 
     def staking_account(self, address: str, block: BlockIdentifier | None = None) -> dict:
         return self.struct(self.staking, "account", address, block=block)
@@ -171,8 +201,11 @@ class Ledger:
         (job_id,) = self.created_jobs(self.send(self.create_job_call(request), user))
         return job_id
 
-    def create_job_call(self, request: JobRequest, permit: Permit | None = None) -> ContractFunction:
-        """createJob after an approve, or createJobWithPermit with a signed permit: one transaction."""
+    def create_job_call(
+        self, request: JobRequest, permit: Permit | None = None
+    ) -> ContractFunction:
+        """createJob after an approve, or createJobWithPermit with a signed permit: one
+        transaction."""
         market = self.market.functions
         if permit is None:
             return market.createJob(request.as_struct())
@@ -220,7 +253,8 @@ class Ledger:
         return self.market.functions.closeAuction(job_id)
 
     def participant(self, job_id: int, provider: str) -> dict:
-        """The provider's part in the job's auction (its state: none, committed, revealed, won...)."""
+        """The provider's part in the job's auction (its state: none, committed, revealed,
+        won...)."""
         return self.struct(self.market, "participant", job_id, provider)
 
     def job(self, job_id: int) -> dict:
@@ -242,9 +276,17 @@ class Ledger:
     # --- work and verification -----------------------------------------------------------
 
     def commit_checkpoint(
-        self, provider: LocalAccount, job_id: int, slot: int, gpu_seconds: int, cid: str, state_hash: bytes
+        self,
+        provider: LocalAccount,
+        job_id: int,
+        slot: int,
+        gpu_seconds: int,
+        cid: str,
+        state_hash: bytes,
     ) -> CommittedUnit:
-        receipt = self.send(self.commit_checkpoint_call(job_id, slot, gpu_seconds, cid, state_hash), provider)
+        receipt = self.send(
+            self.commit_checkpoint_call(job_id, slot, gpu_seconds, cid, state_hash), provider
+        )
         (event,) = self.market.events.CheckpointCommitted().process_receipt(receipt, errors=DISCARD)
         return self.unit_from_event(event)
 
@@ -257,16 +299,24 @@ class Ledger:
         """The job's CheckpointCommitted events (of one slot if given), oldest first."""
         filters = {"jobId": job_id} if slot is None else {"jobId": job_id, "slot": slot}
         return self.market.events.CheckpointCommitted().get_logs(
-            from_block=self.deployment.deploy_block, argument_filters=filters)
+            from_block=self.deployment.deploy_block, argument_filters=filters
+        )
 
     def unit_from_event(self, event) -> CommittedUnit:
         args = event["args"]
         block = self.w3.eth.get_block(event["blockNumber"])
         return CommittedUnit(
-            job_id=args["jobId"], slot=args["slot"], index=args["index"], provider=args["provider"],
-            cid=args["cid"], state_hash=bytes(args["stateHash"]), gpu_seconds=args["gpuSeconds"],
-            amount=args["amount"], remaining_before=args["remainingBefore"],
-            committed_at=block["timestamp"], block_number=event["blockNumber"],
+            job_id=args["jobId"],
+            slot=args["slot"],
+            index=args["index"],
+            provider=args["provider"],
+            cid=args["cid"],
+            state_hash=bytes(args["stateHash"]),
+            gpu_seconds=args["gpuSeconds"],
+            amount=args["amount"],
+            remaining_before=args["remainingBefore"],
+            committed_at=block["timestamp"],
+            block_number=event["blockNumber"],
         )
 
     def committed_unit(self, job_id: int, slot: int, index: int) -> CommittedUnit | None:
@@ -276,36 +326,52 @@ class Ledger:
         return self.unit_from_event(events[-1]) if events else None
 
     def flag_unit(self, provider: LocalAccount, unit: CommittedUnit):
-        """Have verifiers re-run `unit` whatever its sample: a rank the group's aggregation excluded."""
-        fn = self.verification.functions.flagUnit(unit.job_id, unit.slot, unit.index, unit.as_struct())
+        """Have verifiers re-run `unit` whatever its sample: a rank the group's aggregation
+        excluded."""
+        fn = self.verification.functions.flagUnit(
+            unit.job_id, unit.slot, unit.index, unit.as_struct()
+        )
         return self.send(fn, provider)
 
     def is_sampled(self, unit: CommittedUnit) -> bool:
-        fn = self.verification.functions.isSampled(unit.job_id, unit.slot, unit.index, unit.block_number)
+        fn = self.verification.functions.isSampled(
+            unit.job_id, unit.slot, unit.index, unit.block_number
+        )
         return call(fn)
 
-    def post_result(self, verifier: LocalAccount, unit: CommittedUnit, passed: bool, evidence_cid: str):
+    def post_result(
+        self, verifier: LocalAccount, unit: CommittedUnit, passed: bool, evidence_cid: str
+    ):
         return self.send(self.post_result_call(unit, passed, evidence_cid), verifier)
 
-    def post_result_call(self, unit: CommittedUnit, passed: bool, evidence_cid: str) -> ContractFunction:
+    def post_result_call(
+        self, unit: CommittedUnit, passed: bool, evidence_cid: str
+    ) -> ContractFunction:
         """A sampled unit's first verdict."""
         return self.verification.functions.postResult(
-            unit.job_id, unit.slot, unit.index, unit.as_struct(), passed, evidence_cid)
+            unit.job_id, unit.slot, unit.index, unit.as_struct(), passed, evidence_cid
+        )
 
-    def resolve_dispute(self, verifier: LocalAccount, unit: CommittedUnit, passed: bool, evidence_cid: str):
+    def resolve_dispute(
+        self, verifier: LocalAccount, unit: CommittedUnit, passed: bool, evidence_cid: str
+    ):
         return self.send(self.resolve_dispute_call(unit, passed, evidence_cid), verifier)
 
-    def resolve_dispute_call(self, unit: CommittedUnit, passed: bool, evidence_cid: str) -> ContractFunction:
+    def resolve_dispute_call(
+        self, unit: CommittedUnit, passed: bool, evidence_cid: str
+    ) -> ContractFunction:
         """The second verifier's verdict on a disputed unit."""
         return self.verification.functions.resolveDispute(
-            unit.job_id, unit.slot, unit.index, unit.as_struct(), passed, evidence_cid)
+            unit.job_id, unit.slot, unit.index, unit.as_struct(), passed, evidence_cid
+        )
 
     def verification_result(self, job_id: int, slot: int, index: int) -> dict:
         """What verifiers posted on a unit: verdict, who judged, when a dispute opened."""
         return self.struct(self.verification, "result", job_id, slot, index)
 
     def verification_window(self) -> int:
-        """Seconds after a commitment (and after completion, before settlement) for verifiers to answer."""
+        """Seconds after a commitment (and after completion, before settlement) for verifiers to
+        answer."""
         return call(self.verification.functions.verificationWindow())
 
     def dispute_window(self) -> int:
@@ -327,7 +393,10 @@ class Ledger:
     def settle(self, account: LocalAccount, job_id: int) -> dict:
         receipt = self.send(self.settle_call(job_id), account)
         (event,) = self.market.events.JobSettled().process_receipt(receipt, errors=DISCARD)
-        return dict(event["args"]) | {"tx": receipt["transactionHash"].hex(), "block": receipt["blockNumber"]}
+        return dict(event["args"]) | {
+            "tx": receipt["transactionHash"].hex(),
+            "block": receipt["blockNumber"],
+        }
 
     def settle_call(self, job_id: int) -> ContractFunction:
         return self.market.functions.settle(job_id)
@@ -335,7 +404,8 @@ class Ledger:
     def settlement_event(self, job_id: int) -> EventData | None:
         """The job's JobSettled event; None while it is not settled."""
         events = self.market.events.JobSettled().get_logs(
-            from_block=self.deployment.deploy_block, argument_filters={"jobId": job_id})
+            from_block=self.deployment.deploy_block, argument_filters={"jobId": job_id}
+        )
         return events[0] if events else None
 
     def owed(self, address: str, block: BlockIdentifier | None = None) -> int:

@@ -53,8 +53,13 @@ class RankUnit:
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> RankUnit:
-        return cls(fields["rank"], fields["round"], fields["trainer"], fields["residual"],
-                   fields["momentum"])
+        return cls(
+            fields["rank"],
+            fields["round"],
+            fields["trainer"],
+            fields["residual"],
+            fields["momentum"],
+        )
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Written whole or not at all: the provider's daemon takes its existence as the
@@ -90,10 +95,14 @@ class RankBundle(NamedTuple):
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> RankBundle:
         """The bundle a loaded tagged mapping holds."""
-        rounds = None if fields["rounds"] is None else [
-            RecordedRound(list(r["members"]), [_bytes(p) for p in r["payloads"]])
-            for r in fields["rounds"]
-        ]
+        rounds = (
+            None
+            if fields["rounds"] is None
+            else [
+                RecordedRound(list(r["members"]), [_bytes(p) for p in r["payloads"]])
+                for r in fields["rounds"]
+            ]
+        )
         unit = RankUnit.from_fields(fields)
         return cls(unit, _bytes(fields["payload"]), fields["weights"], rounds)
 
@@ -117,7 +126,9 @@ def rank_bundle(
             **unit.fields(),
             "payload": _tensor(payload),
             "weights": weights,
-            "rounds": None if rounds is None else [
+            "rounds": None
+            if rounds is None
+            else [
                 {"members": members, "payloads": [_tensor(p) for p in payloads]}
                 for members, payloads in rounds
             ],

@@ -96,7 +96,8 @@ def register(name: str):
 
 
 def builds(name: str):
-    """Decorator for `(spec, seq_len) -> module`: what `build` makes for the built-in architecture `name`."""
+    """Decorator for `(spec, seq_len) -> module`: what `build` makes for the built-in architecture
+    `name`."""
 
     def add(make: MakeT) -> MakeT:
         _MODULES[name] = make
@@ -126,7 +127,8 @@ class GPTSpec(ModelSpec):
 
 @register("mlp")
 class MLPSpec(ModelSpec):
-    """A Bengio-style MLP language model: each byte is predicted from the `context` bytes before it."""
+    """A Bengio-style MLP language model: each byte is predicted from the `context` bytes before
+    it."""
 
     context: int = Field(8, ge=1)  # how many previous bytes each prediction sees
     n_embd: int = Field(32, ge=1)  # embedding width per byte
@@ -421,7 +423,11 @@ def parse_spec(source: str | bytes | Mapping[str, Any]) -> JobSpec:
         except yaml.MarkedYAMLError as exc:
             mark, began, message = exc.problem_mark, exc.context_mark, exc.problem or "not YAML"
             if exc.context is not None:
-                at = f" at line {began.line + 1}, column {began.column + 1}" if began is not None else ""
+                at = (
+                    f" at line {began.line + 1}, column {began.column + 1}"
+                    if began is not None
+                    else ""
+                )
                 message += f" ({exc.context}{at})"
             if mark is None:
                 raise SpecError([("yaml", message)]) from None

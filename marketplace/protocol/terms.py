@@ -23,7 +23,8 @@ class Term(IntEnum):
 
     @property
     def contract_name(self) -> str:
-        """The member's name in the Solidity source (`INCORRECT_COMPUTATION` is IncorrectComputation)."""
+        """The member's name in the Solidity source (`INCORRECT_COMPUTATION` is
+        IncorrectComputation)."""
         return "".join(word.capitalize() for word in self.name.split("_"))
 
     @classmethod
@@ -96,7 +97,8 @@ class Verdict(Term):
 
 
 class Tier(Term):
-    """The tier ids deploy gives the tiers (Staking keeps tiers as data, by id, set by governance)."""
+    """The tier ids deploy gives the tiers (Staking keeps tiers as data, by id, set by
+    governance)."""
 
     COMMUNITY = 0  # consumer GPUs and CPU nodes; what the devnet uses
     BRONZE = 1

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from marketplace.errors import ZooError
@@ -41,8 +42,12 @@ class ResultError(ZooError):
     """A job's committed units do not make a trained model."""
 
 
-class LastUnit(NamedTuple):
-    """A slot's live last unit, as the chain or a gateway reports it."""
+@dataclass(frozen=True, order=True)
+class LastUnit:
+    """A slot's live last unit, as the chain or a gateway reports it; ordered by slot first.
+
+    A dataclass, not a NamedTuple, whose `index` field would hide `tuple.index`.
+    """
 
     slot: int
     index: int
@@ -189,18 +194,21 @@ class RankBundleUnits(UnitFormat):
 
         if len(units) < nodes or any(u.index != units_per_node - 1 for u in units):
             raise ResultError(f"job {job_id} has not delivered every rank's last round")
-        digests, weights = {}, None
-        for unit in sorted(units):
+
+        def weights_of(unit: LastUnit) -> dict[str, torch.Tensor]:
             held = read(unit).weights
             if held is None:
                 raise ResultError(f"rank bundle {unit.cid} holds no trained model")
-            weights = held if weights is None else weights
-            digests[unit.slot] = state_hash(held)
+            return held
+
+        first, *others = sorted(units)
+        weights = weights_of(first)
+        digests = {first.slot: state_hash(weights)}
+        digests.update((unit.slot, state_hash(weights_of(unit))) for unit in others)
         if len(set(digests.values())) != 1:
             raise ResultError(
                 f"job {job_id}: the ranks' final weights disagree (by slot: {digests})"
             )
-        first = min(units)
         return TrainedModel(first.cid, digests[first.slot], weights)
 
 
@@ -256,8 +264,13 @@ def read_unit(data: bytes) -> tuple[UnitFormat, Any]:
     return fmt, fmt.from_fields(fields)
 
 
-def trained_model(job_id: int, units: Sequence[LastUnit], nodes: int, units_per_node: int,
-                  fetch: Callable[[str], bytes]) -> TrainedModel:
+def trained_model(
+    job_id: int,
+    units: Sequence[LastUnit],
+    nodes: int,
+    units_per_node: int,
+    fetch: Callable[[str], bytes],
+) -> TrainedModel:
     """A job's trained model from its slots' live last units (`fetch` gives a CID's bytes), by the
     rules of the format slot 0's unit is in; ResultError when the units do not make one."""
     if not units:

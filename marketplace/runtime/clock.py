@@ -17,4 +17,3 @@ def revert_name(exc: ChainError) -> str | None:
     transaction failed; None for any other chain failure."""
     refusal = exc.reason if isinstance(exc, TransactionReverted) else exc
     return refusal.name if isinstance(refusal, ContractRevert) else None
-

@@ -15,12 +15,16 @@ from marketplace.errors import ZooError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS blocks (number INTEGER PRIMARY KEY, hash TEXT NOT NULL);  -- the last of each poll
+-- the last block of each poll
+CREATE TABLE IF NOT EXISTS blocks (number INTEGER PRIMARY KEY, hash TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox (
-    key TEXT PRIMARY KEY, tx_hash TEXT NOT NULL, raw BLOB NOT NULL, done INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS payouts (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL);  -- settled | withdrawn
+    key TEXT PRIMARY KEY, tx_hash TEXT NOT NULL, raw BLOB NOT NULL, done INTEGER NOT NULL DEFAULT 0
+);
+-- state: settled | withdrawn
+CREATE TABLE IF NOT EXISTS payouts (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
 """
-# How far back the cursor's read blocks are kept: a reorg deeper than this reads again from the start.
+# How far back the cursor's read blocks are kept: a reorg deeper than this reads again from the
+# start.
 KEEP_BLOCKS = 256
 
 
@@ -73,8 +77,8 @@ class JournalDB:
             self._db.close()
             raise JournalError(
                 f"journal {self.path} was written by another version of zoo-compute (layout "
-                f"{found or 1}, this version reads {self.LAYOUT}): move it away to start a new one; "
-                "what was committed on chain stays there"
+                f"{found or 1}, this version reads {self.LAYOUT}): move it away to start a new "
+                "one; what was committed on chain stays there"
             )
 
     def close(self) -> None:
@@ -114,22 +118,33 @@ class JournalDB:
         """Store where reading resumes; blocks recorded above `last` (orphaned by a reorg) go."""
         with self.transaction():
             self._run("INSERT OR REPLACE INTO meta VALUES ('next_block', ?)", str(next_block))
-            self._run("DELETE FROM blocks WHERE number >= ? OR number < ?", next_block, next_block - KEEP_BLOCKS)
+            self._run(
+                "DELETE FROM blocks WHERE number >= ? OR number < ?",
+                next_block,
+                next_block - KEEP_BLOCKS,
+            )
             if last is not None:
                 self._run("INSERT OR REPLACE INTO blocks VALUES (?, ?)", last.number, last.hash)
 
     def read_blocks(self) -> list[BlockMark]:
         """The blocks that ended the recent polls, newest first: where a reorg is traced back to."""
-        return [BlockMark(*row) for row in self._run("SELECT number, hash FROM blocks ORDER BY number DESC")]
+        return [
+            BlockMark(*row)
+            for row in self._run("SELECT number, hash FROM blocks ORDER BY number DESC")
+        ]
 
     # --- the outbox ------------------------------------------------------------------------
 
     def outgoing(self, key: str) -> Outgoing | None:
         rows = self._run("SELECT key, tx_hash, raw, done FROM outbox WHERE key = ?", key)
-        return Outgoing(rows[0][0], rows[0][1], bytes(rows[0][2]), bool(rows[0][3])) if rows else None
+        return (
+            Outgoing(rows[0][0], rows[0][1], bytes(rows[0][2]), bool(rows[0][3])) if rows else None
+        )
 
     def add_outgoing(self, key: str, tx_hash: str, raw: bytes) -> None:
-        self._run("INSERT OR REPLACE INTO outbox (key, tx_hash, raw) VALUES (?, ?, ?)", key, tx_hash, raw)
+        self._run(
+            "INSERT OR REPLACE INTO outbox (key, tx_hash, raw) VALUES (?, ?, ?)", key, tx_hash, raw
+        )
 
     def finish_outgoing(self, key: str) -> None:
         self._run("UPDATE outbox SET done = 1 WHERE key = ?", key)
@@ -143,4 +158,9 @@ class JournalDB:
         self._run("INSERT OR REPLACE INTO payouts VALUES (?, ?)", job_id, state)
 
     def payouts(self, state: str) -> list[int]:
-        return [row[0] for row in self._run("SELECT job_id FROM payouts WHERE state = ? ORDER BY job_id", state)]
+        return [
+            row[0]
+            for row in self._run(
+                "SELECT job_id FROM payouts WHERE state = ? ORDER BY job_id", state
+            )
+        ]

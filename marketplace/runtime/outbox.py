@@ -32,7 +32,9 @@ class Outbox:
     every send, so the loop and the training thread never race for a nonce.
     """
 
-    def __init__(self, w3: Web3, account: LocalAccount, journal: JournalDB, receipt_timeout: float = 120):
+    def __init__(
+        self, w3: Web3, account: LocalAccount, journal: JournalDB, receipt_timeout: float = 120
+    ):
         self.w3 = w3
         self.account = account
         self.journal = journal
@@ -53,7 +55,9 @@ class Outbox:
                 outgoing = self._sign(key, fn)
             elif not self._known(outgoing):
                 outgoing = self._rebroadcast(outgoing, fn)
-            receipt = self.w3.eth.wait_for_transaction_receipt(HexStr(outgoing.tx_hash), timeout=self.receipt_timeout)
+            receipt = self.w3.eth.wait_for_transaction_receipt(
+                HexStr(outgoing.tx_hash), timeout=self.receipt_timeout
+            )
             if receipt["status"] != 1:
                 self.journal.forget_outgoing(key)
                 reason = revert_reason(self.w3, HexBytes(outgoing.tx_hash))
@@ -63,8 +67,12 @@ class Outbox:
 
     def _sign(self, key: str, fn: ContractFunction) -> Outgoing:
         # eth-account types a transaction as a plain dict of the same fields (web3 casts alike).
-        signed = self.account.sign_transaction(cast(TransactionDictType, build(self.w3, fn, self.account.address)))
-        outgoing = Outgoing(key, "0x" + signed.hash.hex().removeprefix("0x"), bytes(signed.raw_transaction), False)
+        signed = self.account.sign_transaction(
+            cast(TransactionDictType, build(self.w3, fn, self.account.address))
+        )
+        outgoing = Outgoing(
+            key, "0x" + signed.hash.hex().removeprefix("0x"), bytes(signed.raw_transaction), False
+        )
         self.journal.add_outgoing(key, outgoing.tx_hash, outgoing.raw)
         self._broadcast(outgoing)
         return outgoing

@@ -1,6 +1,7 @@
 """The provider daemon: bids in the market's sealed auctions, trains the units it wins, gets paid.
 
-    daemon = ProviderDaemon(ledger, account, NodeConfig(pricing=Pricing.from_zen("1"), journal_path=...))
+    config = NodeConfig(pricing=Pricing.from_zen("1"), journal_path=...)
+    daemon = ProviderDaemon(ledger, account, config)
     daemon.run(stop_event, on_ready=print)   # blocks until stop_event is set
 
 Modules, one job each: `journal` (what survives a crash, on marketplace.runtime's journal),

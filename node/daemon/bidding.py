@@ -1,4 +1,5 @@
-"""Sealed bids on time: commit in the bid window, reveal in the reveal window, close if nobody did."""
+"""Sealed bids on time: commit in the bid window, reveal in the reveal window, close if nobody
+did."""
 
 from __future__ import annotations
 
@@ -29,8 +30,15 @@ class Bidder:
     each one where it was: a journaled bid is never replaced by a second one, and a committed
     bid is revealed as long as the reveal window is open."""
 
-    def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, outbox: Outbox,
-                 pricing: Pricing, check_job: Callable[[int, dict], None]):
+    def __init__(
+        self,
+        ledger: Ledger,
+        account: LocalAccount,
+        journal: Journal,
+        outbox: Outbox,
+        pricing: Pricing,
+        check_job: Callable[[int, dict], None],
+    ):
         self.ledger = ledger
         self.account = account
         self.journal = journal
@@ -44,8 +52,9 @@ class Bidder:
         participant = self.ledger.participant(args["jobId"], self.account.address)
         if job["tier"] != tier or participant["state"] != ParticipantState.NONE:
             return
-        self.journal.add_auction(Auction(args["jobId"], args["round"], args["bidDeadline"],
-                                         args["revealDeadline"]))
+        self.journal.add_auction(
+            Auction(args["jobId"], args["round"], args["bidDeadline"], args["revealDeadline"])
+        )
 
     def tick(self, now: int) -> None:
         for auction in self.journal.open_auctions():
@@ -67,7 +76,11 @@ class Bidder:
             if bid is not None:
                 self._commit(bid)
         elif bid is None or not self.outbox.sent(_key("bid", bid)):
-            log.info("job=%d round=%d: bid window passed without a bid of ours", auction.job_id, auction.round)
+            log.info(
+                "job=%d round=%d: bid window passed without a bid of ours",
+                auction.job_id,
+                auction.round,
+            )
             self.journal.end_auction(auction.job_id, auction.round, "skipped")
         elif now <= auction.reveal_deadline:
             self._reveal(bid)
@@ -84,7 +97,9 @@ class Bidder:
             self.journal.end_auction(auction.job_id, auction.round, "skipped")
             return None
         salt = secrets.token_bytes(32)
-        commitment = self.ledger.bid_commitment_of(price, salt, self.account.address, auction.job_id)
+        commitment = self.ledger.bid_commitment_of(
+            price, salt, self.account.address, auction.job_id
+        )
         bid = Bid(auction.job_id, auction.round, price, salt, bytes(commitment))
         self.journal.add_bid(bid)
         return bid
@@ -110,8 +125,11 @@ class Bidder:
         if outgoing is None and (
             self.ledger.bid_commitment(bid.job_id, self.account.address) != bid.commitment
         ):
-            log.warning("job=%d round=%d: our commitment is not on chain; nothing to reveal",
-                        bid.job_id, bid.round)
+            log.warning(
+                "job=%d round=%d: our commitment is not on chain; nothing to reveal",
+                bid.job_id,
+                bid.round,
+            )
             self.journal.end_auction(bid.job_id, bid.round, "skipped")
             return
         self.outbox.send(key, self.ledger.reveal_bid_call(bid.job_id, bid.price, bid.salt))
@@ -126,7 +144,9 @@ class Bidder:
         except ChainError as exc:
             if revert_name(exc) in NOT_YET:
                 raise
-            log.info("job=%d round=%d: auction already closed (%s)", auction.job_id, auction.round, exc)
+            log.info(
+                "job=%d round=%d: auction already closed (%s)", auction.job_id, auction.round, exc
+            )
         self.journal.end_auction(auction.job_id, auction.round, "closed")
 
 

@@ -56,7 +56,13 @@ class ProviderDaemon:
     units, checks them against the chain's views, and carries on.
     """
 
-    def __init__(self, ledger: Ledger, account: LocalAccount, config: NodeConfig, job_log: UnitLog | None = None):
+    def __init__(
+        self,
+        ledger: Ledger,
+        account: LocalAccount,
+        config: NodeConfig,
+        job_log: UnitLog | None = None,
+    ):
         self.ledger = ledger
         self.account = account
         self.config = config
@@ -65,16 +71,28 @@ class ProviderDaemon:
         replicas = list(config.ipfs_replicas)
         self._main_storage = Storage(config.ipfs_api, replicas)
         if len(self._main_storage.nodes) < config.replicas:
-            raise StorageError(f"checkpoints are pinned on {config.replicas} IPFS nodes but only "
-                               f"{len(self._main_storage.nodes)} are known: name the others in "
-                               "ZOO_IPFS_REPLICAS")
+            raise StorageError(
+                f"checkpoints are pinned on {config.replicas} IPFS nodes but only "
+                f"{len(self._main_storage.nodes)} are known: name the others in "
+                "ZOO_IPFS_REPLICAS"
+            )
         specs = Specs(ledger, self._main_storage)
-        self.worker = Worker(ledger, account, self.journal, self.outbox, specs,
-                             Storage(config.ipfs_api, replicas), config.replicas, config.device, job_log)
+        self.worker = Worker(
+            ledger,
+            account,
+            self.journal,
+            self.outbox,
+            specs,
+            Storage(config.ipfs_api, replicas),
+            config.replicas,
+            config.device,
+            job_log,
+        )
         self.group_worker = GroupWorker(self.worker, config.journal_path.parent / "groups")
         self._deliver = {CHECKPOINTS: self.worker.run, RANK_BUNDLES: self.group_worker.run}
-        self.bidder = Bidder(ledger, account, self.journal, self.outbox, config.pricing,
-                             self.group_worker.check_job)
+        self.bidder = Bidder(
+            ledger, account, self.journal, self.outbox, config.pricing, self.group_worker.check_job
+        )
         self.settler = Settler(ledger, account, self.journal, self.outbox)
         self._training: threading.Thread | None = None
 
@@ -83,13 +101,19 @@ class ProviderDaemon:
             tier = self._await_admission(stop)
             if stop.is_set():
                 return
-            follower = EventFollower(self.ledger.w3, [self.ledger.market], self.journal,
-                                     lambda event: self._dispatch(event, tier),
-                                     start_block=self.ledger.deployment.deploy_block,
-                                     confirmations=self.config.confirmations)
-            message = (f"provider {self.account.address} ready: tier {tier}, watching JobMarket "
-                       f"{self.ledger.market.address} from block {follower.cursor.next_block}, journal "
-                       f"{self.journal.path}")
+            follower = EventFollower(
+                self.ledger.w3,
+                [self.ledger.market],
+                self.journal,
+                lambda event: self._dispatch(event, tier),
+                start_block=self.ledger.deployment.deploy_block,
+                confirmations=self.config.confirmations,
+            )
+            message = (
+                f"provider {self.account.address} ready: tier {tier}, watching JobMarket "
+                f"{self.ledger.market.address} from block {follower.cursor.next_block}, journal "
+                f"{self.journal.path}"
+            )
             log.info(message)
             if on_ready is not None:
                 on_ready(message)
@@ -101,8 +125,10 @@ class ProviderDaemon:
         """A provider may bid only once a verifier attested its benchmark: wait for that."""
         account = self.ledger.staking_account(self.account.address)
         if account["role"] != Role.PROVIDER:
-            raise NotAProvider(f"{self.account.address} is not a registered provider: run "
-                               "`zoo-compute node register` first")
+            raise NotAProvider(
+                f"{self.account.address} is not a registered provider: run "
+                "`zoo-compute node register` first"
+            )
         if not account["admitted"]:
             log.info("waiting for a verifier to attest the benchmark of %s", self.account.address)
         while not account["admitted"] and not stop.wait(self.config.poll_interval):
@@ -128,20 +154,30 @@ class ProviderDaemon:
             log.info("job=%d: won slot %d at price=%d", args["jobId"], args["slot"], args["price"])
             self.journal.hold_slot(args["jobId"], args["slot"])
         elif name == "ProviderRemoved" and args["provider"] == self.account.address:
-            log.warning("job=%d: removed from slot %d (reason %d)", args["jobId"], args["slot"], args["reason"])
+            log.warning(
+                "job=%d: removed from slot %d (reason %d)",
+                args["jobId"],
+                args["slot"],
+                args["reason"],
+            )
             self.journal.end_slot(args["jobId"], args["slot"], "lost")
 
     def _start_training(self, stop: threading.Event) -> None:
         """A slot's units in their own thread, back to back, so bids and reveals stay on time
-        meanwhile; the thread ends when the slot has nothing to deliver and a later tick looks again."""
+        meanwhile; the thread ends when the slot has nothing to deliver and a later tick looks
+        again."""
         if self._training is not None and self._training.is_alive():
             return
         held = self.journal.held_slots()
         if not held or stop.is_set():
             return
         job_id, slot_id = held[0]
-        self._training = threading.Thread(target=self._work, args=(job_id, slot_id, stop),
-                                          name=f"slot-{job_id}-{slot_id}", daemon=True)
+        self._training = threading.Thread(
+            target=self._work,
+            args=(job_id, slot_id, stop),
+            name=f"slot-{job_id}-{slot_id}",
+            daemon=True,
+        )
         self._training.start()
 
     def _work(self, job_id: int, slot_id: int, stop: threading.Event) -> None:
@@ -154,7 +190,9 @@ class ProviderDaemon:
 
     def _shutdown(self) -> None:
         if self._training is not None and self._training.is_alive():
-            log.info("stopping: waiting up to %.0fs for the unit in training", self.config.stop_grace)
+            log.info(
+                "stopping: waiting up to %.0fs for the unit in training", self.config.stop_grace
+            )
             self._training.join(self.config.stop_grace)
             if self._training.is_alive():
                 log.warning("stopping with a unit unfinished; it is trained again on restart")

@@ -29,6 +29,7 @@ import shutil
 import threading
 import time
 from dataclasses import replace
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -117,8 +118,15 @@ class GroupWorker:
         done = slot["unitsDone"]
         taken_over = self._last_unit(job_id, slot_id, done - 1, config.uses_board) if done else None
         host, port = rendezvous(self.worker.ledger, job_id)
-        log.info("job=%d: rank %d of %d from unit %d, meeting at %s:%d",
-                 job_id, slot_id, config.ranks, done, host, port)
+        log.info(
+            "job=%d: rank %d of %d from unit %d, meeting at %s:%d",
+            job_id,
+            slot_id,
+            config.ranks,
+            done,
+            host,
+            port,
+        )
         start = None if taken_over is None else taken_over.unit
         rank = multiprocessing.get_context("spawn").Process(
             target=run_rank,
@@ -130,7 +138,7 @@ class GroupWorker:
         self._to_flag = []
         try:
             if taken_over is not None and not self._replay(
-                rank, job_id, slot_id, taken_over, spec, config, stop
+                rank, job_id, slot_id, taken_over, spec, config, folder, stop
             ):
                 return
             began = time.monotonic()
@@ -139,13 +147,27 @@ class GroupWorker:
                 if not self._await_unit(rank, job_id, slot_id, index, folder, stop):
                     return
                 finished = time.monotonic()
-                self._commit(job_id, slot_id, index, spec, config, finished - began, last=index == units - 1)
+                self._commit(
+                    job_id,
+                    slot_id,
+                    index,
+                    spec,
+                    config,
+                    folder,
+                    finished - began,
+                    last=index == units - 1,
+                )
                 began = finished
             if not self._await_exit(rank, job_id, stop):
                 return
             report = json.loads((folder / "report.json").read_text())
-            log.info("job=%d: rank %d done, sent %d bytes in %d exchanges",
-                     job_id, slot_id, report["bytes_sent"], len(report["commitments"]))
+            log.info(
+                "job=%d: rank %d done, sent %d bytes in %d exchanges",
+                job_id,
+                slot_id,
+                report["bytes_sent"],
+                len(report["commitments"]),
+            )
         finally:
             if rank.is_alive():
                 rank.terminate()
@@ -161,23 +183,36 @@ class GroupWorker:
                 "needs rounds with a deadline (distributed.unit_deadline_s and a quorum)"
             )
         cid = self.worker.committed_cid(job_id, slot_id, index)
-        log.info("job=%d slot=%d: taking the rank over from unit %d (%s)", job_id, slot_id, index, cid)
+        log.info(
+            "job=%d slot=%d: taking the rank over from unit %d (%s)", job_id, slot_id, index, cid
+        )
         return load_rank_bundle(self.worker.storage.cat(cid))
 
-    def _replay(self, rank: multiprocessing.Process, job_id: int, slot_id: int, taken_over: RankBundle,
-                spec: JobSpec, config: GroupConfig, stop: threading.Event) -> bool:
+    def _replay(
+        self,
+        rank: BaseProcess,
+        job_id: int,
+        slot_id: int,
+        taken_over: RankBundle,
+        spec: JobSpec,
+        config: GroupConfig,
+        folder: Path,
+        stop: threading.Event,
+    ) -> bool:
         """Let the rank re-run the last committed unit from its inputs, for the state the unit
         left (optimizer, data position, residual; the group's aggregates come from the board).
         It must send the committed payloads again, or it would go on from another state."""
-        index, folder = taken_over.unit.round_, Path(config.updates_dir)
+        index = taken_over.unit.round_
         if not self._await_unit(rank, job_id, slot_id, index, folder, stop):
             return False
         if sent_in(folder, config.unit_rounds(spec, index), slot_id) != taken_over.payload:
-            raise GroupFailed(f"job {job_id} slot {slot_id}: unit {index} re-run from its inputs "
-                              "does not give the payload the slot committed")
+            raise GroupFailed(
+                f"job {job_id} slot {slot_id}: unit {index} re-run from its inputs "
+                "does not give the payload the slot committed"
+            )
         return True
 
-    def _await_exit(self, rank: multiprocessing.Process, job_id: int, stop: threading.Event) -> bool:
+    def _await_exit(self, rank: BaseProcess, job_id: int, stop: threading.Event) -> bool:
         """Wait for the rank's process to leave the group (rank 0 hosts the group's store and
         stays until every rank is done with it). False when asked to stop, or once the job no
         longer runs: every rank is then done, or none will be."""
@@ -194,7 +229,7 @@ class GroupWorker:
 
     def _await_unit(
         self,
-        rank: multiprocessing.Process,
+        rank: BaseProcess,
         job_id: int,
         slot_id: int,
         index: int,
@@ -219,15 +254,31 @@ class GroupWorker:
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in unit {index}")
         return True
 
-    def _commit(self, job_id: int, slot_id: int, index: int, spec: JobSpec, config: GroupConfig,
-                seconds: float, last: bool) -> None:
-        """Pin and commit unit `index`, queue the excluded ranks to flag, and drop its files."""
-        folder, rounds = Path(config.updates_dir), config.unit_rounds(spec, index)
+    def _commit(
+        self,
+        job_id: int,
+        slot_id: int,
+        index: int,
+        spec: JobSpec,
+        config: GroupConfig,
+        folder: Path,
+        seconds: float,
+        last: bool,
+    ) -> None:
+        """Pin and commit unit `index` from the rank's `folder` (its `updates_dir`), queue the
+        excluded ranks to flag, and drop its files."""
+        rounds = config.unit_rounds(spec, index)
         payload = sent_in(folder, rounds, slot_id)
         inputs = RankUnit.load(unit_path(folder, index, slot_id))
-        weights = RankUnit.load(unit_path(folder, index + 1, slot_id)).trainer["model"] if last else None
+        weights = (
+            RankUnit.load(unit_path(folder, index + 1, slot_id)).trainer["model"] if last else None
+        )
         # a DiLoCo round is re-run from its inputs alone; ddp steps need the others' payloads
-        recorded = None if isinstance(config, DilocoConfig) else [recorded_round(folder, r) for r in rounds]
+        recorded = (
+            None
+            if isinstance(config, DilocoConfig)
+            else [recorded_round(folder, r) for r in rounds]
+        )
         cid = self.worker.storage.add_bytes(rank_bundle(inputs, payload, weights, recorded))
         unit = Unit(job_id, slot_id, index, cid, update_sha256(payload), seconds)
         self.worker.journal.add_unit(unit)
@@ -247,8 +298,9 @@ class GroupWorker:
             seen = json.loads(aggregate_path(folder, round_).read_text())
             kept = [rank for rank in seen["members"] if rank not in seen["outliers"]]
             if kept and kept[0] == slot_id:
-                self._to_flag += [(rank, index) for rank in seen["outliers"]
-                                  if (rank, index) not in self._to_flag]
+                self._to_flag += [
+                    (rank, index) for rank in seen["outliers"] if (rank, index) not in self._to_flag
+                ]
 
     def _flag_committed(self, job_id: int) -> None:
         """Flag each queued unit once its rank has committed it (it may still be training)."""
@@ -259,10 +311,16 @@ class GroupWorker:
                 continue
             try:
                 ledger.flag_unit(self.worker.account, unit)
-                log.warning("job=%d: flagged rank %d's round %d, which the aggregation excluded",
-                            job_id, rank, round_)
+                log.warning(
+                    "job=%d: flagged rank %d's round %d, which the aggregation excluded",
+                    job_id,
+                    rank,
+                    round_,
+                )
             except ContractRevert as exc:
                 if exc.name not in NOT_FLAGGABLE:
                     raise
-                log.info("job=%d: rank %d's round %d not flagged: %s", job_id, rank, round_, exc.name)
+                log.info(
+                    "job=%d: rank %d's round %d not flagged: %s", job_id, rank, round_, exc.name
+                )
             self._to_flag.remove((rank, round_))

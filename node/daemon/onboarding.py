@@ -27,7 +27,9 @@ def attestation_of(cid: str) -> bytes:
     return digest
 
 
-def publish_benchmark(storage: Storage, replicas: int, device: str | None = None) -> tuple[BenchmarkReport, str]:
+def publish_benchmark(
+    storage: Storage, replicas: int, device: str | None = None
+) -> tuple[BenchmarkReport, str]:
     """Run the admission benchmark and pin its report on `replicas` IPFS nodes."""
     report = run_benchmark(device)
     cid = storage.add_bytes(report.to_bytes())
@@ -36,9 +38,17 @@ def publish_benchmark(storage: Storage, replicas: int, device: str | None = None
     return report, cid
 
 
-def register(ledger: Ledger, account: LocalAccount, tier: int, hardware: Hardware, report_cid: str) -> TxReceipt:
-    declared = Hardware(hardware.gpu_model, hardware.gpus, hardware.gpu_memory_gb,
-                        hardware.network_gbps, hardware.endpoint, attestation_of(report_cid))
+def register(
+    ledger: Ledger, account: LocalAccount, tier: int, hardware: Hardware, report_cid: str
+) -> TxReceipt:
+    declared = Hardware(
+        hardware.gpu_model,
+        hardware.gpus,
+        hardware.gpu_memory_gb,
+        hardware.network_gbps,
+        hardware.endpoint,
+        attestation_of(report_cid),
+    )
     return ledger.register_provider(account, tier, declared)
 
 

@@ -1,4 +1,5 @@
-"""What this provider asks per GPU-hour: its own cost floor plus a margin, never above the job's cap."""
+"""What this provider asks per GPU-hour: its own cost floor plus a margin, never above the job's
+cap."""
 
 from __future__ import annotations
 
@@ -28,5 +29,7 @@ class Pricing:
         """The sealed bid for a job capped at `max_price`: the floor plus margin, trimmed to the
         cap but never below the floor, because winning below cost loses money."""
         if max_price < self.floor:
-            raise PriceBelowFloor(f"max price {max_price} wei/GPU-hour is below the floor {self.floor}")
+            raise PriceBelowFloor(
+                f"max price {max_price} wei/GPU-hour is below the floor {self.floor}"
+            )
         return min(self.floor + self.floor * self.margin_bps // BPS, max_price)

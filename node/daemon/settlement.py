@@ -45,7 +45,10 @@ class Settler:
 
     def _advance(self, job_id: int, now: int) -> None:
         job = self.ledger.job(job_id)
-        if job["status"] == JobStatus.COMPLETED and now >= job["completedAt"] + self.verification_window:
+        if (
+            job["status"] == JobStatus.COMPLETED
+            and now >= job["completedAt"] + self.verification_window
+        ):
             try:
                 settled = self.outbox.send(f"settle:{job_id}", self.ledger.settle_call(job_id))
                 log.info("job=%d: settled in block %d", job_id, settled["blockNumber"])

@@ -1,4 +1,5 @@
-"""Work units for the slots this provider holds: fetch by CID, train, pin, commit before the deadline."""
+"""Work units for the slots this provider holds: fetch by CID, train, pin, commit before the
+deadline."""
 
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ CLOCK_POLL = 0.2  # seconds between reads of the chain's clock
 
 
 class UnitLog(Protocol):
-    """Where the daemon sends a line for each unit it commits (a gateway's job log, posted by the SDK's
-    JobLog, which `node start` hands in when ZOO_GATEWAY_URL is set); posting must never block."""
+    """Where the daemon sends a line for each unit it commits (a gateway's job log, posted by the
+    SDK's JobLog, which `node start` hands in when ZOO_GATEWAY_URL is set); posting must never
+    block."""
 
     def post(self, job_id: int, line: str) -> None: ...
 
@@ -43,8 +45,9 @@ class JobUnfit(ZooError, ValueError):
 
 
 class Specs:
-    """Job specs by job id (fetched by the CID the job was created with), parsed once. Bidding and training read them from different threads,
-    and a Storage serves one thread, so reads go through a lock."""
+    """Job specs by job id (fetched by the CID the job was created with), parsed once. Bidding and
+    training read them from different threads, and a Storage serves one thread, so reads go through
+    a lock."""
 
     def __init__(self, ledger: Ledger, storage: Storage):
         self._ledger = ledger
@@ -66,8 +69,10 @@ class Specs:
         """Refuse, before bidding, a job whose units this node could not compute."""
         spec = self.of_job(job_id)
         if job["unitsPerNode"] > units_per_node(spec):
-            raise JobUnfit(f"the job asks {job['unitsPerNode']} units per node; its spec has "
-                           f"{units_per_node(spec)}")
+            raise JobUnfit(
+                f"the job asks {job['unitsPerNode']} units per node; its spec has "
+                f"{units_per_node(spec)}"
+            )
 
 
 class Worker:
@@ -81,9 +86,18 @@ class Worker:
     always comes from the chain's `unitsDone`: a restart commits the journaled units in order,
     none is skipped or committed twice, and no unit whose record survived is trained again."""
 
-    def __init__(self, ledger: Ledger, account: LocalAccount, journal: Journal, outbox: Outbox,
-                 specs: Specs, storage: Storage, replicas: int, device: str | None = None,
-                 job_log: UnitLog | None = None):
+    def __init__(
+        self,
+        ledger: Ledger,
+        account: LocalAccount,
+        journal: Journal,
+        outbox: Outbox,
+        specs: Specs,
+        storage: Storage,
+        replicas: int,
+        device: str | None = None,
+        job_log: UnitLog | None = None,
+    ):
         self.ledger = ledger
         self.account = account
         self.journal = journal
@@ -93,8 +107,10 @@ class Worker:
         self.replicas = replicas
         self.device = device
         self.job_log = job_log  # where a line for each committed unit goes, if anywhere
-        self._last: tuple[tuple[int, int, int], Checkpoint] | None = None  # the latest unit trained here
-        self._metrics: dict[tuple[int, int, int], dict] = {}  # of units trained here, until committed
+        # the latest unit trained here
+        self._last: tuple[tuple[int, int, int], Checkpoint] | None = None
+        # the training figures of units trained here, until committed
+        self._metrics: dict[tuple[int, int, int], dict] = {}
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
 
     def close(self) -> None:
@@ -118,11 +134,17 @@ class Worker:
         unit = self.journal.unit(job_id, slot_id, index) or self._train(job_id, slot_id, index)
         overlapping = threading.Event()
         overlapping.set()
-        committing = self._committer.submit(self.commit, unit, slot, job["checkpointInterval"], overlapping)
+        committing = self._committer.submit(
+            self.commit, unit, slot, job["checkpointInterval"], overlapping
+        )
         try:
             following = index + 1
-            if (following < job["unitsPerNode"] and not stop.is_set() and self._in_memory(job_id, slot_id, index)
-                    and self.journal.unit(job_id, slot_id, following) is None):
+            if (
+                following < job["unitsPerNode"]
+                and not stop.is_set()
+                and self._in_memory(job_id, slot_id, index)
+                and self.journal.unit(job_id, slot_id, following) is None
+            ):
                 self._train(job_id, slot_id, following)
         finally:
             overlapping.clear()
@@ -155,8 +177,14 @@ class Worker:
         began = time.monotonic()
         start = self._checkpoint(job_id, slot_id, index - 1) if index else None
         fetched = time.monotonic()
-        result = run_unit(spec, start, unit_shard(spec, slot_id), unit_steps(spec, index),
-                          storage=self.storage, device=self.device)
+        result = run_unit(
+            spec,
+            start,
+            unit_shard(spec, slot_id),
+            unit_steps(spec, index),
+            storage=self.storage,
+            device=self.device,
+        )
         trained = time.monotonic()
         seconds = trained - fetched
         cid = self.storage.add_bytes(result.checkpoint.to_bytes())
@@ -164,14 +192,25 @@ class Worker:
         self.journal.add_unit(unit)
         self._last = ((job_id, slot_id, index), result.checkpoint)
         self._metrics[(job_id, slot_id, index)] = result.metrics
-        log.info("job=%d slot=%d unit=%d: trained in %.2fs (steps %.2fs, start state %.3fs, saved in "
-                 "%.3fs) loss=%s cid=%s", job_id, slot_id, index, seconds, result.metrics["seconds"],
-                 fetched - began, time.monotonic() - trained, result.metrics.get("loss"), cid)
+        log.info(
+            "job=%d slot=%d unit=%d: trained in %.2fs (steps %.2fs, start state %.3fs, saved in "
+            "%.3fs) loss=%s cid=%s",
+            job_id,
+            slot_id,
+            index,
+            seconds,
+            result.metrics["seconds"],
+            fetched - began,
+            time.monotonic() - trained,
+            result.metrics.get("loss"),
+            cid,
+        )
         return unit
 
     def _checkpoint(self, job_id: int, slot_id: int, index: int) -> Checkpoint:
         """The checkpoint of unit `index`: kept from training it here, else fetched by the CID of
-        its latest CheckpointCommitted (after a restart, or a re-auctioned slot resuming another's work)."""
+        its latest CheckpointCommitted (after a restart, or a re-auctioned slot resuming another's
+        work)."""
         if self._last is not None and self._last[0] == (job_id, slot_id, index):
             return self._last[1]
         cid = self.committed_cid(job_id, slot_id, index)
@@ -182,10 +221,14 @@ class Worker:
         """The CID of the slot's live unit `index`."""
         unit = self.ledger.committed_unit(job_id, slot_id, index)
         if unit is None:
-            raise ChainError(f"job {job_id} slot {slot_id}: no checkpoint committed as unit {index}")
+            raise ChainError(
+                f"job {job_id} slot {slot_id}: no checkpoint committed as unit {index}"
+            )
         return unit.cid
 
-    def commit(self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None = None) -> None:
+    def commit(
+        self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None = None
+    ) -> None:
         """Pin the unit's checkpoint on the replicas, then commit it, metering the wall time it
         trained on the slot's GPU count (a CPU node is 1). `overlapping` is set while the next
         unit trains."""
@@ -195,17 +238,31 @@ class Worker:
         elapsed = self._await_metered(unit, slot, interval, overlapping)
         gpu_seconds = min(UINT32_MAX, min(math.ceil(unit.seconds), max(elapsed, 0)) * slot["gpus"])
         fn = self.ledger.commit_checkpoint_call(
-            unit.job_id, unit.slot, gpu_seconds, unit.cid, bytes.fromhex(unit.state_hash))
+            unit.job_id, unit.slot, gpu_seconds, unit.cid, bytes.fromhex(unit.state_hash)
+        )
         sending = time.monotonic()
         receipt = self.outbox.send(f"unit:{unit.job_id}:{unit.slot}:{unit.index}", fn)
-        log.info("job=%d slot=%d unit=%d: committed gpu_seconds=%d (pinned in %.3fs, metered after "
-                 "%.3fs, mined in %.3fs) cid=%s", unit.job_id, unit.slot, unit.index, gpu_seconds,
-                 pinned - began, sending - pinned, time.monotonic() - sending, unit.cid)
+        log.info(
+            "job=%d slot=%d unit=%d: committed gpu_seconds=%d (pinned in %.3fs, metered after "
+            "%.3fs, mined in %.3fs) cid=%s",
+            unit.job_id,
+            unit.slot,
+            unit.index,
+            gpu_seconds,
+            pinned - began,
+            sending - pinned,
+            time.monotonic() - sending,
+            unit.cid,
+        )
         metrics = self._metrics.pop((unit.job_id, unit.slot, unit.index), None)
         if self.job_log is not None:
-            self.job_log.post(unit.job_id, committed_line(unit, metrics, gpu_seconds, receipt["blockNumber"]))
+            self.job_log.post(
+                unit.job_id, committed_line(unit, metrics, gpu_seconds, receipt["blockNumber"])
+            )
 
-    def _await_metered(self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None) -> int:
+    def _await_metered(
+        self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None
+    ) -> int:
         """Seconds on the chain's clock since the slot's last checkpoint, waiting, while the next
         unit trains, for them to cover the unit's whole seconds: the market caps metering by that
         clock, and a unit trained while its predecessor's commit was in flight started before
@@ -220,15 +277,25 @@ class Worker:
             time.sleep(CLOCK_POLL)
             now = chain_time(self.ledger.w3)
         if now - since > interval:
-            log.warning("job=%d slot=%d unit=%d: past the checkpoint deadline by %ds", unit.job_id,
-                        unit.slot, unit.index, now - since - interval)
+            log.warning(
+                "job=%d slot=%d unit=%d: past the checkpoint deadline by %ds",
+                unit.job_id,
+                unit.slot,
+                unit.index,
+                now - since - interval,
+            )
         return now - since
 
 
 def committed_line(unit: Unit, metrics: dict | None, gpu_seconds: int, block: int) -> str:
-    """A unit's line in its job's log: what the chain took, and the training figures of a unit trained
-    in this process (a unit committed from the journal after a restart has none at hand)."""
-    trained = "" if metrics is None else (
-        f"steps {metrics['start_step']} to {metrics['end_step']}, loss {metrics['loss']:.4f}, ")
-    return (f"slot {unit.slot} unit {unit.index}: {trained}checkpoint {unit.cid} ({gpu_seconds} GPU-seconds) "
-            f"committed in block {block}")
+    """A unit's line in its job's log: what the chain took, and the training figures of a unit
+    trained in this process (a unit committed from the journal after a restart has none at hand)."""
+    trained = ""
+    if metrics is not None:
+        trained = (
+            f"steps {metrics['start_step']} to {metrics['end_step']}, loss {metrics['loss']:.4f}, "
+        )
+    return (
+        f"slot {unit.slot} unit {unit.index}: {trained}checkpoint {unit.cid} "
+        f"({gpu_seconds} GPU-seconds) committed in block {block}"
+    )

@@ -1,4 +1,5 @@
-"""Compression of what ranks send each other: top-k or random-k sparsification, 8/4/2-bit quantization."""
+"""Compression of what ranks send each other: top-k or random-k sparsification, 8/4/2-bit
+quantization."""
 
 from __future__ import annotations
 

@@ -34,7 +34,9 @@ def aggregate_path(updates_dir: str | os.PathLike[str], round_: int) -> Path:
 def recorded_round(updates_dir: str | os.PathLike[str], round_: int) -> RecordedRound:
     """A round as a rank saved it: its members and what each of them sent."""
     members = json.loads(aggregate_path(updates_dir, round_).read_text())["members"]
-    return RecordedRound(members, [update_path(updates_dir, round_, m).read_bytes() for m in members])
+    return RecordedRound(
+        members, [update_path(updates_dir, round_, m).read_bytes() for m in members]
+    )
 
 
 def sent_in(updates_dir: str | os.PathLike[str], rounds: range, rank: int) -> bytes:
@@ -80,7 +82,7 @@ class Exchange:
         self.delay = delay  # plays a straggler in tests
         self.feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
         self.board = None
-        if config.uses_board:
+        if config.deadline_s is not None:  # the rounds have a deadline: `config.uses_board`
             quorum = config.quorum or config.ranks
             self.board = RoundBoard(store, config.ranks, quorum, config.deadline_s)
         self.bytes_sent = 0
@@ -108,17 +110,19 @@ class Exchange:
         self.members.append(members)
         self.outliers.append([members[row] for row in result.outliers])
         if self.config.updates_dir is not None:
-            self._record(round_, members, payloads)
+            self._record(self.config.updates_dir, round_, members, payloads)
         return result
 
-    def _record(self, round_: int, members: list[int], payloads: list[Payload]) -> None:
+    def _record(
+        self, updates_dir: str, round_: int, members: list[int], payloads: list[Payload]
+    ) -> None:
         """Save who made up the round, whom the aggregator flagged and what every member sent:
         a ddp unit's verifier rebuilds each step's aggregate from them."""
         for member, payload in zip(members, payloads, strict=True):
             if member != self.rank:  # its own is saved already
-                update_path(self.config.updates_dir, round_, member).write_bytes(payload.to_bytes())
+                update_path(updates_dir, round_, member).write_bytes(payload.to_bytes())
         seen = {"members": members, "outliers": self.outliers[-1]}
-        aggregate_path(self.config.updates_dir, round_).write_text(json.dumps(seen))
+        aggregate_path(updates_dir, round_).write_text(json.dumps(seen))
 
     def _account(self, payload: Payload, round_: int) -> None:
         self.bytes_sent += payload.nbytes
@@ -150,8 +154,10 @@ class ReplayExchange:
         self.sent.append(payload)
         members, recorded = next(self.rounds)
         if self.rank in members and recorded[members.index(self.rank)] != payload:
-            raise ReplayMismatch(f"round {round_} records another payload from rank {self.rank} "
-                                 "than its re-run sends")
+            raise ReplayMismatch(
+                f"round {round_} records another payload from rank {self.rank} "
+                "than its re-run sends"
+            )
         parse = self.config.compressor.parse
         payloads = [parse(data, update.numel()) for data in recorded]
         return aggregate(self.config, payloads, update.numel(), round_)

@@ -182,7 +182,9 @@ def spawn(
     """
     with tempfile.TemporaryDirectory(prefix="zoo-ranks-") as folder:
         mp.spawn(_run, args=(config, free_port(), worker, args, folder), nprocs=config.ranks)
-        return [json.loads(Path(folder, f"{rank}.json").read_text()) for rank in range(config.ranks)]
+        return [
+            json.loads(Path(folder, f"{rank}.json").read_text()) for rank in range(config.ranks)
+        ]
 
 
 def _run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, update_sha256
 from marketplace.protocol.spec import AggregationSpec, CompressionSpec, DilocoSpec, JobSpec
@@ -35,7 +36,7 @@ def group_config(
         raise DistributedConfigError("distributed.strategy is single: one node trains this job")
     compression = distributed.compression or CompressionSpec()
     aggregation = distributed.aggregation or AggregationSpec()
-    common = {
+    common: dict[str, Any] = {  # the settings ddp and diloco share
         "ranks": distributed.nodes,
         "compressor": Compressor(
             ratio=compression.ratio,
@@ -91,7 +92,9 @@ def run_rank(
 
     `tamper` replaces what the rank sends, to play a Byzantine rank in tests."""
     worker = diloco_rank if isinstance(config, DilocoConfig) else ddp_rank
-    join_and_run(rank, config, host, port, worker, (spec, config, tamper, None, start), Path(report))
+    join_and_run(
+        rank, config, host, port, worker, (spec, config, tamper, None, start), Path(report)
+    )
 
 
 def run_rank_unit(

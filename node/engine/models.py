@@ -1,4 +1,5 @@
-"""Built-in architectures' modules: a small GPT and a next-byte MLP, built from the protocol's configs."""
+"""Built-in architectures' modules: a small GPT and a next-byte MLP, built from the protocol's
+configs."""
 
 from __future__ import annotations
 
@@ -67,19 +68,24 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class Transformer(nn.Module):
+    """GPT's body under the names of nanoGPT's ModuleDict (`transformer.wte`, ...), so that
+    checkpoints keep their keys, as attributes so that each part keeps its type."""
+
+    def __init__(self, spec: GPTSpec, block_size: int):
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB_SIZE, spec.n_embd)  # byte embeddings, tied to lm_head
+        self.wpe = nn.Embedding(block_size, spec.n_embd)  # position embeddings
+        self.drop = nn.Dropout(spec.dropout)
+        self.h = nn.ModuleList([Block(spec) for _ in range(spec.n_layer)])
+        self.ln_f = nn.LayerNorm(spec.n_embd, bias=spec.bias)
+
+
 class GPT(nn.Module):
     def __init__(self, spec: GPTSpec, block_size: int):
         super().__init__()
         self.block_size = block_size
-        self.transformer = nn.ModuleDict(
-            {
-                "wte": nn.Embedding(VOCAB_SIZE, spec.n_embd),
-                "wpe": nn.Embedding(block_size, spec.n_embd),
-                "drop": nn.Dropout(spec.dropout),
-                "h": nn.ModuleList([Block(spec) for _ in range(spec.n_layer)]),
-                "ln_f": nn.LayerNorm(spec.n_embd, bias=spec.bias),
-            }
-        )
+        self.transformer = Transformer(spec, block_size)
         self.lm_head = nn.Linear(spec.n_embd, VOCAB_SIZE, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
         self.apply(_init_weights)

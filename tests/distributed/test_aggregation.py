@@ -1,4 +1,5 @@
-"""Aggregation: robust rules stay near the honest mean with one Byzantine rank; the mean does not."""
+"""Aggregation: robust rules stay near the honest mean with one Byzantine rank; the mean does
+not."""
 
 from __future__ import annotations
 

@@ -113,7 +113,9 @@ def test_a_rank_killed_mid_job_is_taken_over_from_its_last_unit(
         process.join(timeout=120)
         assert process.exitcode == 0
 
-    reports = [json.loads((tmp_path / name / "report.json").read_text()) for name in ("0", "1-again", "2")]
+    reports = [
+        json.loads((tmp_path / name / "report.json").read_text()) for name in ("0", "1-again", "2")
+    ]
     assert len({report["weights_sha256"] for report in reports}) == 1  # one group model
     # Re-run from its inputs, unit 1 sends the bytes the first process sent (and committed to).
     rounds = strategy(3).unit_rounds(spec, 1)

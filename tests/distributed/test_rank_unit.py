@@ -25,7 +25,9 @@ COMPRESSION = {"compressor": Compressor(ratio=0.1, bits=4, selection="random")}
 @pytest.mark.slow
 def test_a_verifier_reproduces_honest_diloco_ranks_and_names_the_cheater(tmp_path: Path) -> None:
     spec = tiny_spec(UNITS * STEPS, STEPS)
-    config = DilocoConfig(3, aggregator=Aggregator("centered_clip"), updates_dir=str(tmp_path), **COMPRESSION)
+    config = DilocoConfig(
+        3, aggregator=Aggregator("centered_clip"), updates_dir=str(tmp_path), **COMPRESSION
+    )
     result = train_diloco(spec, config, tamper=ScaledRank(1, factor=1.5))
     round_ = 1  # past the first round: a residual and the group's weights come in
     verdicts = {}
@@ -46,7 +48,9 @@ def test_a_verifier_reproduces_honest_diloco_ranks_and_names_the_cheater(tmp_pat
 @pytest.mark.slow
 def test_a_ddp_unit_is_re_run_step_by_step_from_the_rounds_it_recorded(tmp_path: Path) -> None:
     spec = tiny_spec(UNITS * STEPS, STEPS)
-    config = GroupConfig(3, aggregator=Aggregator("centered_clip"), updates_dir=str(tmp_path), **COMPRESSION)
+    config = GroupConfig(
+        3, aggregator=Aggregator("centered_clip"), updates_dir=str(tmp_path), **COMPRESSION
+    )
     result = train_ddp(spec, config, tamper=ScaledRank(1, factor=1.5))
     index = 1  # past the first unit: a residual and trained weights come in
     rounds = config.unit_rounds(spec, index)
@@ -57,12 +61,17 @@ def test_a_ddp_unit_is_re_run_step_by_step_from_the_rounds_it_recorded(tmp_path:
         sent = sent_in(tmp_path, rounds, rank)
         # the unit's payload is its steps' payloads back to back, each the one committed
         assert [update_sha256(r.payloads[rank]) for r in recorded] == result.commitments[rank][5:10]
-        rerun = run_rank_unit(spec, config, RankUnit.load(unit_path(tmp_path, index, rank)), recorded)
+        rerun = run_rank_unit(
+            spec, config, RankUnit.load(unit_path(tmp_path, index, rank)), recorded
+        )
         assert rerun.payload == sent
         # and it ends where the rank's next unit starts, bit for bit, as unit 0 starts from the seed
         following = RankUnit.load(unit_path(tmp_path, index + 1, rank))
         assert rerun.following.state_hash() == following.state_hash()
-        assert first_unit(spec, rank).state_hash() == RankUnit.load(unit_path(tmp_path, 0, rank)).state_hash()
+        assert (
+            first_unit(spec, rank).state_hash()
+            == RankUnit.load(unit_path(tmp_path, 0, rank)).state_hash()
+        )
     # The scaled rank's recorded payloads are not what its unit gives: named at its first step.
     with pytest.raises(ReplayMismatch, match="round 5 records another payload from rank 1"):
         run_rank_unit(spec, config, RankUnit.load(unit_path(tmp_path, index, 1)), recorded)

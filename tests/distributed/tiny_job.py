@@ -8,7 +8,8 @@ from node.engine import JobSpec, load_spec, parse_spec
 
 
 def tiny_spec(max_steps: int, every: int, **training: Any) -> JobSpec:
-    """node/specs/tiny.yaml on a synthetic Markov chain, `max_steps` long, reporting every `every`."""
+    """node/specs/tiny.yaml on a synthetic Markov chain, `max_steps` long, reporting every
+    `every`."""
     raw = load_spec("node/specs/tiny.yaml").model_dump(mode="json")
     raw["data"]["sources"] = [
         {"kind": "synthetic", "generator": "markov", "num_bytes": 262144, "seed": 1}

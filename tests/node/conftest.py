@@ -23,15 +23,17 @@ from marketplace.wallet import import_key
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning")
+        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning"
+    )
 
 
 # Windows in seconds of chain time, which runs a block a second while a daemon runs. The tests
 # skip each window once what it was waiting for is in (every bid, every reveal, the last unit),
 # so the windows can be generous: a daemon killed after its bid and started again must still
 # reveal in time on a slow machine.
-PARAMETERS = Parameters(bid_window=30, reveal_window=30, verification_window=30,
-                        verification_fee=ZEN // 10)
+PARAMETERS = Parameters(
+    bid_window=30, reveal_window=30, verification_window=30, verification_fee=ZEN // 10
+)
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +68,12 @@ def ledger(w3, deployment) -> Ledger:
 @pytest.fixture(scope="session")
 def cast() -> Cast:
     """Scripted rivals: two providers that always bid high, a user, a verifier."""
-    return Cast(governor=devnet_account(0), user=devnet_account(1),
-                providers=(devnet_account(2), devnet_account(3)), verifiers=(devnet_account(4),))
+    return Cast(
+        governor=devnet_account(0),
+        user=devnet_account(1),
+        providers=(devnet_account(2), devnet_account(3)),
+        verifiers=(devnet_account(4),),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -117,7 +123,8 @@ def onboarded(ledger, cast, provider, node_env, tmp_path_factory) -> LocalAccoun
     staked = runner.invoke(main, ["node", "stake", "--amount", "5000"], env=env)
     assert staked.exit_code == 0, staked.output
     (event,) = ledger.staking.events.ProviderRegistered().get_logs(
-        from_block=0, argument_filters={"provider": provider.address})
+        from_block=0, argument_filters={"provider": provider.address}
+    )
     attestation = event["args"]["attestation"]
     ledger.attest_benchmark(cast.verifiers[0], provider.address, attestation, 1)
     return provider

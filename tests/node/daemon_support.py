@@ -22,15 +22,33 @@ class IpfsNode:
         self.repo = repo
         with open(repo.with_suffix(".log"), "ab") as out:
             self.process = subprocess.Popen(
-                [ZOO_COMPUTE, "ipfs", "serve", "--repo", str(repo), "--host", "127.0.0.1", "--port", "0",
-                 "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT)
+                [
+                    ZOO_COMPUTE,
+                    "ipfs",
+                    "serve",
+                    "--repo",
+                    str(repo),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--log-level",
+                    "warning",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     @property
     def multiaddr(self) -> str:
         return (self.repo / "api").read_text().strip() + "/http"
 
     def wait_ready(self, timeout: float = 30) -> IpfsNode:
-        wait_for(lambda: (self.repo / "api").exists() or self.process.poll() is not None, timeout, "IPFS node")
+        wait_for(
+            lambda: (self.repo / "api").exists() or self.process.poll() is not None,
+            timeout,
+            "IPFS node",
+        )
         if self.process.poll() is not None:
             raise RuntimeError(f"IPFS node exited: {self.repo.with_suffix('.log').read_text()}")
         return self
@@ -49,14 +67,22 @@ class Daemon:
         with open(log_path, "ab") as out:
             self.process = subprocess.Popen(
                 [ZOO_COMPUTE, "node", "start", "--cost-floor", "1"],
-                env=os.environ | env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                env=os.environ | env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
 
     @property
     def output(self) -> str:
         return self.log_path.read_text()
 
     def wait_ready(self, timeout: float = 60) -> None:
-        wait_for(lambda: "ready:" in self.output or self.process.poll() is not None, timeout, "daemon ready")
+        wait_for(
+            lambda: "ready:" in self.output or self.process.poll() is not None,
+            timeout,
+            "daemon ready",
+        )
         if self.process.poll() is not None:
             raise RuntimeError(f"daemon exited {self.process.returncode}:\n{self.output}")
 

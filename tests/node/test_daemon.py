@@ -30,7 +30,9 @@ def expected_hashes() -> list[str]:
     spec = load_spec(SPEC)
     checkpoint, hashes = None, []
     for index in range(units_per_node(spec)):
-        checkpoint, state_hash, _ = run_unit(spec, checkpoint, unit_shard(spec, 0), unit_steps(spec, index))
+        checkpoint, state_hash, _ = run_unit(
+            spec, checkpoint, unit_shard(spec, 0), unit_steps(spec, index)
+        )
         hashes.append(state_hash)
     return hashes
 
@@ -42,9 +44,16 @@ def storage(ipfs_nodes):
 
 
 def create_job(ledger: Ledger, cast: Cast, storage: Storage) -> int:
-    request = JobRequest(spec_cid=storage.add_bytes(SPEC.read_bytes()), tier=Tier.COMMUNITY, nodes=1,
-                         units_per_node=3, checkpoint_interval=300, sample_rate_bps=0, max_price=100 * ZEN,
-                         budget=1_000 * ZEN)
+    request = JobRequest(
+        spec_cid=storage.add_bytes(SPEC.read_bytes()),
+        tier=Tier.COMMUNITY,
+        nodes=1,
+        units_per_node=3,
+        checkpoint_interval=300,
+        sample_rate_bps=0,
+        max_price=100 * ZEN,
+        budget=1_000 * ZEN,
+    )
     return ledger.create_job(cast.user, request)
 
 
@@ -57,9 +66,12 @@ def skip_past(ledger: Ledger, deadline: int) -> None:
 
 def bids_in(ledger: Ledger, cast: Cast, job_id: int, provider: str) -> list:
     """The rivals' sealed bids, once the daemon's own is committed too; the rivals' to reveal."""
-    bids = [(p, ledger.commit_bid(p, job_id, price)) for p, price in zip(cast.providers, RIVAL_BIDS)]
-    wait_for(lambda: events(ledger, "BidCommitted", job_id, provider=provider), 30,
-             "the daemon's bid")
+    bids = [
+        (p, ledger.commit_bid(p, job_id, price)) for p, price in zip(cast.providers, RIVAL_BIDS)
+    ]
+    wait_for(
+        lambda: events(ledger, "BidCommitted", job_id, provider=provider), 30, "the daemon's bid"
+    )
     return bids
 
 
@@ -70,14 +82,16 @@ def reveals_in(ledger: Ledger, job_id: int, bids: list, provider: str) -> None:
     skip_past(ledger, job["bidDeadline"])
     for rival, bid in bids:
         ledger.reveal_bid(rival, bid)
-    wait_for(lambda: events(ledger, "BidRevealed", job_id, provider=provider), 30,
-             "the daemon's reveal")
+    wait_for(
+        lambda: events(ledger, "BidRevealed", job_id, provider=provider), 30, "the daemon's reveal"
+    )
     skip_past(ledger, job["revealDeadline"])
 
 
 def events(ledger: Ledger, name: str, job_id: int, **filters) -> list:
     return getattr(ledger.market.events, name)().get_logs(
-        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id, **filters})
+        from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id, **filters}
+    )
 
 
 def wait_paid(ledger: Ledger, job_id: int, provider: str) -> None:
@@ -88,11 +102,18 @@ def wait_paid(ledger: Ledger, job_id: int, provider: str) -> None:
     skip_past(ledger, ledger.job(job_id)["completedAt"] + window)
     wait_for(lambda: events(ledger, "JobSettled", job_id), 30, f"job {job_id} settled")
     settled_block = events(ledger, "JobSettled", job_id)[0]["blockNumber"]
-    wait_for(lambda: ledger.market.events.Withdrawn().get_logs(
-        from_block=settled_block, argument_filters={"account": provider}), 30, "the withdrawal")
+    wait_for(
+        lambda: ledger.market.events.Withdrawn().get_logs(
+            from_block=settled_block, argument_filters={"account": provider}
+        ),
+        30,
+        "the withdrawal",
+    )
 
 
-def assert_units(ledger: Ledger, storage: Storage, job_id: int, provider: str, expected: list[str]) -> None:
+def assert_units(
+    ledger: Ledger, storage: Storage, job_id: int, provider: str, expected: list[str]
+) -> None:
     """Each unit committed once, in order, by the provider; each CID holds a checkpoint whose
     state hash is the one committed, and the one a straight run of the engine gives."""
     units = events(ledger, "CheckpointCommitted", job_id)
@@ -104,8 +125,9 @@ def assert_units(ledger: Ledger, storage: Storage, job_id: int, provider: str, e
         assert Checkpoint.load(storage.cat(args["cid"])).state_hash() == want
 
 
-def test_daemon_wins_trains_settles_and_stops_on_sigterm(ledger, cast, onboarded, start_daemon, storage,
-                                                          expected_hashes, node_env, tmp_path):
+def test_daemon_wins_trains_settles_and_stops_on_sigterm(
+    ledger, cast, onboarded, start_daemon, storage, expected_hashes, node_env, tmp_path
+):
     daemon_home = tmp_path / "home"  # where start_daemon keeps the journal
     daemon = start_daemon()
     balance = ledger.balance(onboarded.address)
@@ -116,7 +138,9 @@ def test_daemon_wins_trains_settles_and_stops_on_sigterm(ledger, cast, onboarded
     wait_paid(ledger, job_id, onboarded.address)
     (cleared,) = events(ledger, "AuctionCleared", job_id)
     assert cleared["args"]["clearingPrice"] == 12 * ZEN // 10
-    assert [e["args"]["provider"] for e in events(ledger, "SlotAssigned", job_id)] == [onboarded.address]
+    assert [e["args"]["provider"] for e in events(ledger, "SlotAssigned", job_id)] == [
+        onboarded.address
+    ]
     assert_units(ledger, storage, job_id, onboarded.address, expected_hashes)
     assert ledger.owed(onboarded.address) == 0
     assert ledger.balance(onboarded.address) > balance
@@ -143,8 +167,9 @@ def uncommitted_unit(ledger: Ledger, journal: Journal, job_id: int) -> int | Non
     return None
 
 
-def test_daemon_killed_after_bid_and_mid_pipeline_recovers(ledger, cast, onboarded, start_daemon, storage,
-                                                           expected_hashes, tmp_path):
+def test_daemon_killed_after_bid_and_mid_pipeline_recovers(
+    ledger, cast, onboarded, start_daemon, storage, expected_hashes, tmp_path
+):
     me = onboarded.address
     daemon = start_daemon()
     job_id = create_job(ledger, cast, storage)
@@ -154,8 +179,12 @@ def test_daemon_killed_after_bid_and_mid_pipeline_recovers(ledger, cast, onboard
     daemon = start_daemon()
     reveals_in(ledger, job_id, bids, me)
     journal = Journal(tmp_path / "home" / "node" / "journal.sqlite3")  # the daemons' own
-    index = wait_for(lambda: uncommitted_unit(ledger, journal, job_id), 90, "a unit trained ahead of the chain",
-                     interval=0.05)
+    index = wait_for(
+        lambda: uncommitted_unit(ledger, journal, job_id),
+        90,
+        "a unit trained ahead of the chain",
+        interval=0.05,
+    )
     daemon.kill()
     journal.close()
 

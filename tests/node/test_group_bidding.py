@@ -28,17 +28,29 @@ def test_a_node_without_a_rendezvous_endpoint_refuses_group_jobs_only(
 ):
     journal = Journal(tmp_path / "journal.sqlite3")
     with Storage(ipfs_nodes[0].multiaddr, []) as storage:
-        worker = Worker(ledger, onboarded, journal, Outbox(ledger.w3, onboarded, journal),
-                        Specs(ledger, storage), storage, replicas=1)
+        worker = Worker(
+            ledger,
+            onboarded,
+            journal,
+            Outbox(ledger.w3, onboarded, journal),
+            Specs(ledger, storage),
+            storage,
+            replicas=1,
+        )
         group = GroupWorker(worker, tmp_path / "groups")
 
         def job(path: Path) -> tuple[int, dict]:
             spec = load_spec(path)
             request = JobRequest(
-                spec_cid=storage.add_bytes(path.read_bytes()), tier=Tier.COMMUNITY,
-                nodes=spec.distributed.nodes, units_per_node=units_per_node(spec),
-                checkpoint_interval=300, sample_rate_bps=0, max_price=100 * ZEN,
-                budget=300 * ZEN)
+                spec_cid=storage.add_bytes(path.read_bytes()),
+                tier=Tier.COMMUNITY,
+                nodes=spec.distributed.nodes,
+                units_per_node=units_per_node(spec),
+                checkpoint_interval=300,
+                sample_rate_bps=0,
+                max_price=100 * ZEN,
+                budget=300 * ZEN,
+            )
             job_id = ledger.create_job(cast.user, request)
             return job_id, ledger.job(job_id)
 

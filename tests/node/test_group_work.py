@@ -44,7 +44,9 @@ def test_a_last_round_bundle_holds_the_trained_model():
     unit = RankUnit(0, 2, {"step": 60}, None)
     model = {"wte.weight": torch.randn(5, 3)}
     weights = load_rank_bundle(rank_bundle(unit, b"payload", model)).weights
-    assert weights.keys() == model.keys() and torch.equal(weights["wte.weight"], model["wte.weight"])
+    assert weights.keys() == model.keys() and torch.equal(
+        weights["wte.weight"], model["wte.weight"]
+    )
 
 
 def test_bytes_that_are_not_a_rank_bundle_are_refused():
@@ -54,9 +56,11 @@ def test_bytes_that_are_not_a_rank_bundle_are_refused():
 
 @pytest.mark.parametrize(
     ("endpoint", "expected"),
-    [("tcp://127.0.0.1:29500", ("127.0.0.1", 29500)),
-     ("https://node.example:8443/api", ("node.example", 8443)),
-     ("10.0.0.2:7000", ("10.0.0.2", 7000))],
+    [
+        ("tcp://127.0.0.1:29500", ("127.0.0.1", 29500)),
+        ("https://node.example:8443/api", ("node.example", 8443)),
+        ("10.0.0.2:7000", ("10.0.0.2", 7000)),
+    ],
 )
 def test_a_group_meets_at_the_endpoints_host_and_port(endpoint, expected):
     assert meeting_point(endpoint) == expected

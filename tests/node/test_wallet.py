@@ -40,7 +40,10 @@ def test_wrong_password_is_a_clear_error(settings):
 def test_password_sources_env_then_file(settings, tmp_path):
     secret_file = tmp_path / "password"
     secret_file.write_text(PASSWORD + "\n")
-    assert wallet.resolve_password(settings.model_copy(update={"wallet_password_file": secret_file})) == PASSWORD
+    assert (
+        wallet.resolve_password(settings.model_copy(update={"wallet_password_file": secret_file}))
+        == PASSWORD
+    )
     from_env = Settings(home=tmp_path, wallet_password="from-env", wallet_password_file=secret_file)
     assert wallet.resolve_password(from_env) == "from-env"
 
@@ -84,4 +87,6 @@ def test_cli_errors_are_one_line(tmp_path):
     env = {"ZOO_HOME": str(tmp_path), "ZOO_WALLET_PASSWORD": None, "ZOO_WALLET_PASSWORD_FILE": None}
     result = runner.invoke(main, ["wallet", "new"], env=env)
     assert result.exit_code == 1
-    assert result.output.startswith("Error: no wallet password") and "Traceback" not in result.output
+    assert (
+        result.output.startswith("Error: no wallet password") and "Traceback" not in result.output
+    )

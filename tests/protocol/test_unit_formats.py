@@ -28,7 +28,10 @@ from marketplace.protocol.units import (
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = ROOT / "node" / "specs"
 STATE = {
-    "model": {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.zeros(3, dtype=torch.bfloat16)},
+    "model": {
+        "w": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        "b": torch.zeros(3, dtype=torch.bfloat16),
+    },
     "progress": {"step": 3, "loss_history": [2.5, 2.25]},
     "rng": [1, None, True, "seed"],
 }
@@ -45,19 +48,26 @@ def torch_file(value: Any) -> bytes:
 
 @pytest.mark.parametrize(
     ("spec", "expected"),
-    [("tiny.yaml", CHECKPOINTS), ("tiny-ddp-3.yaml", RANK_BUNDLES), ("tiny-diloco-3.yaml", RANK_BUNDLES)],
+    [
+        ("tiny.yaml", CHECKPOINTS),
+        ("tiny-ddp-3.yaml", RANK_BUNDLES),
+        ("tiny-diloco-3.yaml", RANK_BUNDLES),
+    ],
 )
 def test_a_single_node_job_commits_checkpoints_and_a_group_job_rank_bundles(spec, expected):
     assert unit_format(load_spec(SPECS / spec)) is expected
 
 
 def test_naming_a_format_and_counting_its_units_needs_no_torch():
-    code = ("import sys; from marketplace.protocol.spec import load_spec; "
-            "from marketplace.protocol.units import unit_format, units_per_node; "
-            "spec = load_spec('node/specs/tiny-diloco-3.yaml'); "
-            "print(unit_format(spec).tag, units_per_node(spec), 'torch' in sys.modules)")
-    shown = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.split()
+    code = (
+        "import sys; from marketplace.protocol.spec import load_spec; "
+        "from marketplace.protocol.units import unit_format, units_per_node; "
+        "spec = load_spec('node/specs/tiny-diloco-3.yaml'); "
+        "print(unit_format(spec).tag, units_per_node(spec), 'torch' in sys.modules)"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert shown == [RANK_BUNDLES.tag, "3", "False"]
 
 
@@ -67,7 +77,11 @@ def test_each_format_cuts_a_slots_steps_into_its_units():
     single = parse_spec(raw)
     assert [CHECKPOINTS.steps(single, i) for i in range(CHECKPOINTS.units(single))] == [50, 50, 20]
     diloco = load_spec(SPECS / "tiny-diloco-3.yaml")  # 60 steps in rounds of 20
-    assert [RANK_BUNDLES.steps(diloco, i) for i in range(RANK_BUNDLES.units(diloco))] == [20, 20, 20]
+    assert [RANK_BUNDLES.steps(diloco, i) for i in range(RANK_BUNDLES.units(diloco))] == [
+        20,
+        20,
+        20,
+    ]
     for fmt, spec, past in ((CHECKPOINTS, single, 3), (RANK_BUNDLES, diloco, 3)):
         with pytest.raises(ValueError, match=f"unit {past} is outside the job's 3 units"):
             fmt.steps(spec, past)
@@ -103,7 +117,9 @@ def test_each_format_reads_the_loss_its_units_report():
     fmt, bundle = read_unit(rank_bundle(RankUnit(0, 1, TRAINER, None), b"p"))
     assert fmt.loss(bundle) == 1.5  # the last loss the rank had seen when its unit began
     fresh = {"step": 0, "progress": {"loss_history": []}}
-    assert RANK_BUNDLES.loss(RANK_BUNDLES.read(rank_bundle(RankUnit(0, 0, fresh, None), b"p"))) is None
+    assert (
+        RANK_BUNDLES.loss(RANK_BUNDLES.read(rank_bundle(RankUnit(0, 0, fresh, None), b"p"))) is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -125,7 +141,9 @@ def test_a_unit_read_as_the_other_format_is_refused():
     bundle = rank_bundle(RankUnit(0, 0, TRAINER, None), b"p")
     with pytest.raises(UnitFormatError, match="not a rank bundle: format 'zoo-checkpoint/1'"):
         RANK_BUNDLES.read(checkpoint)
-    with pytest.raises(CheckpointError, match="cannot read checkpoint: format 'zoo-compute/rank-unit-v2'"):
+    with pytest.raises(
+        CheckpointError, match="cannot read checkpoint: format 'zoo-compute/rank-unit-v2'"
+    ):
         CHECKPOINTS.read(bundle)
 
 
@@ -140,7 +158,9 @@ def test_a_single_node_jobs_model_is_slot_0s_checkpoint_holding_its_committed_st
 
 def test_a_group_jobs_model_is_what_every_ranks_last_bundle_holds():
     weights = {"w": torch.arange(3.0)}
-    blobs = {f"rank-{r}": rank_bundle(RankUnit(r, 2, TRAINER, None), b"p", weights) for r in range(2)}
+    blobs = {
+        f"rank-{r}": rank_bundle(RankUnit(r, 2, TRAINER, None), b"p", weights) for r in range(2)
+    }
     last = [LastUnit(r, 2, f"rank-{r}", "0x" + "00" * 32) for r in range(2)]
     model = trained_model(7, last, 2, 3, blobs.__getitem__)
     assert (model.cid, model.state_hash) == ("rank-0", state_hash(weights))
@@ -158,4 +178,6 @@ def test_a_job_without_units_or_with_no_unit_at_slot_0_has_no_model():
     with pytest.raises(ResultError, match="has no committed checkpoint"):
         trained_model(7, [], 1, 6, {}.__getitem__)
     with pytest.raises(ResultError, match="unit slot-0: not a torch file"):
-        trained_model(7, [LastUnit(0, 5, "slot-0", STATE_HASH)], 1, 6, {"slot-0": b"junk"}.__getitem__)
+        trained_model(
+            7, [LastUnit(0, 5, "slot-0", STATE_HASH)], 1, 6, {"slot-0": b"junk"}.__getitem__
+        )

@@ -1,4 +1,5 @@
-"""The ledger deployed on the session's Anvil for the runtime's tests, each test on a fresh snapshot."""
+"""The ledger deployed on the session's Anvil for the runtime's tests, each test on a fresh
+snapshot."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A journal of another layout is refused when opened, with what to do, instead of failing mid-run."""
+"""A journal of another layout is refused when opened, with what to do, instead of failing
+mid-run."""
 
 from __future__ import annotations
 

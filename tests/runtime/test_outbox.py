@@ -1,5 +1,5 @@
-"""Exactly-once transactions on a real chain: a crash between journaling and broadcast, a replay, and a
-transaction that was mined but failed."""
+"""Exactly-once transactions on a real chain: a crash between journaling and broadcast, a replay,
+and a transaction that was mined but failed."""
 
 from __future__ import annotations
 

@@ -173,7 +173,9 @@ def test_a_ddp_rank_recording_what_another_did_not_send_is_outvoted_by_the_group
     assert judge_rank(spec, 2, 1, committed, bundle).passed is True  # alone, it passes
     verdict = judge_rank(spec, 2, 1, committed, bundle, peers_of(spec, folder, 2))
     assert verdict.passed is False
-    assert verdict.reason == "step 3 records a payload from rank 0 that the group did not see it send"
+    assert (
+        verdict.reason == "step 3 records a payload from rank 0 that the group did not see it send"
+    )
 
 
 @pytest.mark.slow
@@ -182,13 +184,15 @@ def test_a_ddp_rank_that_sent_the_group_another_payload_than_it_committed_is_nam
     # Rank 0 commits its honest payloads but sent ranks 1 and 2 something else at step 3.
     sent = sent_in(folder, range(2, 3), 0)
     received = {
-        f"rank_{rank}": recording(ddp_bundle(spec, folder, rank), 1, 0, sent)
-        for rank in (1, 2)
+        f"rank_{rank}": recording(ddp_bundle(spec, folder, rank), 1, 0, sent) for rank in (1, 2)
     }
     committed, bundle = ddp_bundle(spec, folder, rank=0)
     verdict = judge_rank(spec, 0, 1, committed, bundle, peers_of(spec, folder, 0, **received))
     assert verdict.passed is False
-    assert verdict.reason == "the group received another payload from rank 0 in step 3 than it committed"
+    assert (
+        verdict.reason
+        == "the group received another payload from rank 0 in step 3 than it committed"
+    )
     # The ranks that recorded what rank 0 sent them agree with each other: neither is named.
     committed, bundle = received.pop("rank_2")
     peers = peers_of(spec, folder, 2, **received)
