@@ -1,12 +1,13 @@
-"""Job-status reads from the gateway at 64 concurrent clients, against the same read from the chain's RPC, and
-the indexer's lag in blocks while jobs are created at 50 a minute — all on loopback, in one run.
+"""Job-status reads from the gateway at 64 concurrent clients,
+against the same read from the chain's RPC, and the indexer's lag in blocks while jobs are created
+at 50 a minute — all on loopback, in one run.
 
-The server is `zoo-compute gateway serve` in its own process(es); the load comes from another process
-(this script with `load`), an asyncio HTTP client with one task per client. The baseline is what a client
-without the gateway does: an `eth_call` of `JobMarket.job(id)` against Anvil, through the same load
-generator. The lag is the chain head minus the indexer's last block, sampled every 100 ms while
-`zoo-compute gateway index` runs at its default one-second step and jobs are created on Anvil
-(a block per transaction). One run: each figure is what that run measured.
+The server is `zoo-compute gateway serve` in its own process(es); the load comes from another
+process (this script with `load`), an asyncio HTTP client with one task per client. The baseline is
+what a client without the gateway does: an `eth_call` of `JobMarket.job(id)` against Anvil, through
+the same load generator. The lag is the chain head minus the indexer's last block, sampled every
+100 ms while `zoo-compute gateway index` runs at its default one-second step and jobs are created on
+Anvil (a block per transaction). One run: each figure is what that run measured.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ OPEN_JOBS = 30  # jobs in the index besides one whole settled job: reads spread 
 async def _hammer(url: str, requests: list[dict], concurrency: int, seconds: float) -> dict:
     """`concurrency` clients, each sending the next request as soon as its last one answered.
 
-    aiohttp (web3's own HTTP client) rather than httpx: at these rates httpx's per-request cost would
-    make the load generator, not the server, the bottleneck on a 2-core machine.
+    aiohttp (web3's own HTTP client) rather than httpx: at these rates httpx's per-request cost
+    would make the load generator, not the server, the bottleneck on a 2-core machine.
     """
     latencies: list[float] = []
     errors = 0
@@ -88,7 +89,8 @@ async def _hammer(url: str, requests: list[dict], concurrency: int, seconds: flo
 
 
 def load(url: str, requests: list[dict], concurrency: int, seconds: float) -> dict:
-    """Run the load generator in its own process, so it does not share an interpreter with what it measures."""
+    """Run the load generator in its own process, so it does not share an interpreter with what it
+    measures."""
     out = subprocess.run(
         [
             sys.executable,

@@ -135,7 +135,8 @@ def measure_throughput(
             {
                 "engine_tokens_per_s": tokens / e.wall_s,
                 "plain_tokens_per_s": tokens / p.wall_s,
-                # paired: a round's two sides ran back to back, so load from elsewhere hits both alike
+                # paired: a round's two sides ran back to back, so load from elsewhere hits both
+                # alike
                 "throughput_ratio": p.wall_s / e.wall_s,
                 "engine_cpu_us_per_token": 1e6 * e.cpu_s / tokens,
                 "plain_cpu_us_per_token": 1e6 * p.cpu_s / tokens,

@@ -1,5 +1,6 @@
-"""The layers only point down: the foundation imports no role and no app, the roles import no app, the
-provider and the verifier keep out of each other's daemons, and no modules import each other in a circle."""
+"""The layers only point down: the foundation imports no role and no app, the roles import no app,
+the provider and the verifier keep out of each other's daemons, and no modules import each other in
+a circle."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def modules() -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, known: dict[str, Path], *, top_level_only: bool) -> set[str]:
-    """The project modules `name` imports (all of them, or only those its module body imports as it loads)."""
+    """The project modules `name` imports (all of them, or only those its module body imports as it
+    loads)."""
     tree = ast.parse(path.read_text())
     nodes = tree.body if top_level_only else list(ast.walk(tree))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -110,5 +112,6 @@ def test_no_modules_import_each_other_in_a_circle_as_they_load():
 
 
 def _parent(package: str, module: str) -> bool:
-    """A package's __init__ importing its own submodules (and they the package) is how packages load."""
+    """A package's __init__ importing its own submodules (and they the package) is how packages
+    load."""
     return module.startswith(package + ".")

@@ -1,4 +1,5 @@
-"""A whole job on a real Anvil: stake, auction, checkpoints, verification, settlement, withdrawals."""
+"""A whole job on a real Anvil: stake, auction, checkpoints, verification, settlement,
+withdrawals."""
 
 from __future__ import annotations
 

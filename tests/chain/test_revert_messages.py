@@ -1,4 +1,5 @@
-"""Every custom error the ledger can raise reads as a sentence, the same in the CLI, the gateway and the web pages."""
+"""Every custom error the ledger can raise reads as a sentence, the same in the CLI, the gateway and
+the web pages."""
 
 from __future__ import annotations
 
@@ -78,9 +79,11 @@ def test_the_web_pages_say_the_same_sentences(tmp_path):
     ]
     script = tmp_path / "say.js"
     script.write_text(
-        f'import {{ sentence }} from "{PROJECT_ROOT}/marketplace/gateway/web/src/lib/wallet-errors.js";\n'
+        f'import {{ sentence }} from "{PROJECT_ROOT}'
+        '/marketplace/gateway/web/src/lib/wallet-errors.js";\n'
         f"const cases = {json.dumps(cases)};\n"
-        "console.log(JSON.stringify(cases.map(([n, a, i]) => sentence(n, a.map((v) => /^\\d+$/.test(v) ? BigInt(v) : v), i))));\n"
+        "console.log(JSON.stringify(cases.map(([n, a, i]) =>"
+        " sentence(n, a.map((v) => /^\\d+$/.test(v) ? BigInt(v) : v), i))));\n"
     )
     bundle = tmp_path / "say.mjs"
     subprocess.run(

@@ -45,7 +45,8 @@ def test_the_deployed_tier_table_is_keyed_by_the_tier_ids():
 
 
 def test_the_error_sentences_name_statuses_and_tiers_as_the_terms_do():
-    """The table is shared with the web pages, which import it as is; so it keeps its own copy, checked here."""
+    """The table is shared with the web pages, which import it as is; so it keeps its own copy,
+    checked here."""
     assert _revert_table()["enums"] == {
         "status": list(terms.JobStatus.labels()),
         "tier": list(terms.Tier.labels()),

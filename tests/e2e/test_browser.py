@@ -57,7 +57,8 @@ def page(browser: Browser, request):
 
 
 def shown(wei: int) -> str:
-    """ZEN exactly, with thousands separators: the staking page's figures, and the explorer's titles."""
+    """ZEN exactly, with thousands separators: the staking page's figures, and the explorer's
+    titles."""
     return format((Decimal(wei) / ZEN).normalize(), ",f")
 
 
@@ -110,7 +111,7 @@ def wei_of(text: str) -> int:
     return int(value)
 
 
-# --- the explorer ------------------------------------------------------------------------------------
+# --- the explorer ---------------------------------------------------------------------------------
 
 
 # A real job small enough to train in about a second: one work unit of a small MLP.
@@ -257,7 +258,7 @@ def test_explorer_fits_the_window(browser: Browser, gateway, settled_job, width)
         context.close()
 
 
-# --- the API reference -------------------------------------------------------------------------------
+# --- the API reference ----------------------------------------------------------------------------
 
 
 def test_api_reference_renders_with_no_other_site(gateway, page: Page):
@@ -278,7 +279,7 @@ def test_api_reference_renders_with_no_other_site(gateway, page: Page):
     assert elsewhere == []
 
 
-# --- the staking page ------------------------------------------------------------------------------
+# --- the staking page -----------------------------------------------------------------------------
 
 
 REJECTED = {"error": {"code": 4001, "message": "User rejected the request."}}
@@ -426,7 +427,8 @@ def test_staking_page_says_why_it_cannot(network, gateway, page: Page, wallet: D
     wallet.chain_id = 1
     connect(page, gateway)
     expect(problem).to_have_text(
-        f"Your wallet is on chain 1, but this ledger runs on chain {network.ledger.w3.eth.chain_id}. "
+        "Your wallet is on chain 1, "
+        f"but this ledger runs on chain {network.ledger.w3.eth.chain_id}. "
         f"Switch your wallet to chain {network.ledger.w3.eth.chain_id} to see and move your stake."
     )
     expect(page.get_by_role("button", name="Switch network")).to_be_visible()

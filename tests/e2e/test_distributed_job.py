@@ -217,8 +217,8 @@ def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_se
         ]
         assert {u["provider"] for u in units if u["slot"] == 1} == {ranks[1], successor}
         assert settle_and_pay_out(network, job_id, gone=(ranks[1],)).payment > 0
-        # Every unit is sampled, and verifiers re-ran rounds from their pinned inputs, the successor's
-        # too: those re-run within the devnet's short verification window passed.
+        # Every unit is sampled, and verifiers re-ran rounds from their pinned inputs, the
+        # successor's too: those re-run within the devnet's short verification window passed.
         verdicts = results(ledger, job_id)
         assert verdicts and all(r["pass"] for r in verdicts)
         assert not any(INCORRECT_COMPUTATION in slashes(ledger, p) for p in [*ranks, successor])
@@ -276,8 +276,8 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
             "the cheater's admission",
         )
 
-        # The cheater underbids two honest providers and wins slot 0: it is rank 0 and hosts the group.
-        # Nothing is sampled: the cheater is checked only because the honest ranks flag it.
+        # The cheater underbids two honest providers and wins slot 0: it is rank 0 and hosts the
+        # group. Nothing is sampled: the cheater is checked only because the honest ranks flag it.
         job_id = jobs.submit(
             ledger, network.user, storage, SPEC.read_text(), replace(ORDER, sample_rate_bps=0)
         )

@@ -129,7 +129,8 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
         last_loss = Checkpoint.load(storage.cat(last["cid"])).metadata["metrics"]["loss"]
     assert last_loss < first_loss - 0.3
 
-    # The providers posted a line to the job's log at the devnet's gateway for each unit they committed.
+    # The providers posted a line to the job's log at the devnet's gateway for each unit they
+    # committed.
     url = network.state.gateway_url
     committed = ledger.market.events.CheckpointCommitted().get_logs(
         from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}

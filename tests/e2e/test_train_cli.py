@@ -1,4 +1,5 @@
-"""`zoo-compute train` fails in one clear line, loses nothing, and `--no-wait` returns the job id."""
+"""`zoo-compute train` fails in one clear line, loses nothing, and `--no-wait` returns the job
+id."""
 
 from __future__ import annotations
 

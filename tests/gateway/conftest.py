@@ -1,4 +1,5 @@
-"""A ledger on the shared Anvil with one whole job run on it, an IPFS node, and a fresh gateway database per test."""
+"""A ledger on the shared Anvil with one whole job run on it, an IPFS node, and a fresh gateway
+database per test."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def slash_amount() -> int:
 
 @pytest.fixture(scope="module")
 def story(ledger, cast, slash_amount):
-    """A two-node job settled, then the losing bidder slashed by a governor holding the slasher role."""
+    """A two-node job settled, then the losing bidder slashed by a governor holding the slasher
+    role."""
     scenario = Scenario(nodes=2, units=3)
     onboard(ledger, cast, scenario)
     outcome = run_job(ledger, cast, scenario, cid_of_bytes(b"gateway job spec"))
@@ -80,7 +82,8 @@ def indexer(ledger, sessions) -> Indexer:
 
 @pytest.fixture(scope="session")
 def ipfs_api(tmp_path_factory) -> Iterator[str]:
-    """One embedded IPFS node (`zoo-compute ipfs serve`), its API multiaddr; ready once it writes `<repo>/api`."""
+    """One embedded IPFS node (`zoo-compute ipfs serve`), its API multiaddr; ready once it writes
+    `<repo>/api`."""
     repo = tmp_path_factory.mktemp("ipfs") / "repo"
     process = subprocess.Popen(
         [
@@ -112,7 +115,8 @@ def ipfs_api(tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture
 def settings(ledger, ipfs_api, tmp_path) -> Settings:
-    """The gateway's settings: this test's database, the module's ledger, the session's IPFS node."""
+    """The gateway's settings: this test's database, the module's ledger, the session's IPFS
+    node."""
     manifest = ledger.deployment.write(tmp_path / "manifest.json")
     return Settings(
         home=tmp_path,
@@ -130,7 +134,8 @@ def client(settings) -> TestClient:
 
 @pytest.fixture(scope="module")
 def served_gateway(ledger, story, ipfs_api, tmp_path_factory) -> Iterator[str]:
-    """`zoo-compute gateway index` and `gateway serve` as processes on the module's ledger; the server's URL."""
+    """`zoo-compute gateway index` and `gateway serve` as processes on the module's ledger; the
+    server's URL."""
     root = tmp_path_factory.mktemp("served")
     env = gateway_env(ledger, root, ipfs_api)
     cli = [sys.executable, "-m", "marketplace.cli", "gateway"]

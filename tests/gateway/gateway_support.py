@@ -12,7 +12,8 @@ import pytest
 
 
 def gateway_env(ledger, root: Path, ipfs_api: str | None = None) -> dict[str, str]:
-    """The environment `zoo-compute gateway serve|index` run in: this ledger, this IPFS node, a database under `root`."""
+    """The environment `zoo-compute gateway serve|index` run in: this ledger, this IPFS node, a
+    database under `root`."""
     return (
         os.environ
         | {

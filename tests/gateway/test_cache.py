@@ -1,4 +1,5 @@
-"""The job-status cache answers from memory while the index stands still, and rebuilds once the indexer moves."""
+"""The job-status cache answers from memory while the index stands still, and rebuilds once the
+indexer moves."""
 
 from __future__ import annotations
 

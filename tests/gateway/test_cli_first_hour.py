@@ -57,7 +57,8 @@ def command_of(args: list[str]) -> click.Command:
 
 
 def assert_names_only_what_exists(message: str, command: click.Command) -> None:
-    """Every --option the message names is one of the command's, every ZOO_ setting one Settings reads."""
+    """Every --option the message names is one of the command's, every ZOO_ setting one Settings
+    reads."""
     options = {opt for param in command.params for opt in param.opts}
     assert set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", message)) <= options, message
     settings = {f"ZOO_{name.upper()}" for name in Settings.model_fields}
@@ -133,7 +134,8 @@ def test_a_bad_amount_names_its_option(args, option, said, env):
 
 
 def devnet_user_env(root: Path, rpc_url: str, manifest: Path) -> Path:
-    """The user.env `devnet up` writes for a devnet under `root` (a space in it, as a home folder may have)."""
+    """The user.env `devnet up` writes for a devnet under `root` (a space in it, as a home folder
+    may have)."""
     state = State(
         root=root,
         rpc_url=rpc_url,

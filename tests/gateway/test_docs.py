@@ -1,4 +1,5 @@
-"""The gateway's front door and API reference: `/` leads to the explorer, and /docs needs no other site."""
+"""The gateway's front door and API reference: `/` leads to the explorer, and /docs needs no other
+site."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The CLI, the gateway and the SDK start without torch: only training and reading weights load it."""
+"""The CLI, the gateway and the SDK start without torch: only training and reading weights load
+it."""
 
 from __future__ import annotations
 

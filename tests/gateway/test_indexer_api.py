@@ -1,4 +1,5 @@
-"""The indexer on a real Anvil, read back through the HTTP API: to the wei, across restarts and reorgs."""
+"""The indexer on a real Anvil, read back through the HTTP API: to the wei, across restarts and
+reorgs."""
 
 from __future__ import annotations
 

@@ -34,5 +34,6 @@ def test_without_a_gateway_or_a_running_devnet_jobs_says_how_to_get_one(tmp_path
     result = CliRunner().invoke(main, ["jobs", "list"], env={"ZOO_GATEWAY_URL": ""})
     assert result.exit_code == 1
     assert result.output.strip() == (
-        "Error: no gateway: set ZOO_GATEWAY_URL, pass `zoo-compute jobs --gateway URL ...` or start the devnet"
+        "Error: no gateway: set ZOO_GATEWAY_URL, pass `zoo-compute jobs --gateway URL ...` "
+        "or start the devnet"
     )

@@ -1,4 +1,5 @@
-"""Schemathesis against the gateway's OpenAPI, reads and writes, on an indexed ledger: no 5xx, no response off its schema."""
+"""Schemathesis against the gateway's OpenAPI, reads and writes, on an indexed ledger: no 5xx, no
+response off its schema."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 @pytest.fixture(autouse=True)
 def tests_counted_as_collected(request):
-    """Schemathesis adds every operation it runs to the session's test count but reports them all as this one
-    test, so pytest's progress would step back here and end short of 100%: keep the count as collected."""
+    """Schemathesis adds every operation it runs to the session's test count but reports them all as
+    this one test, so pytest's progress would step back here and end short of 100%: keep the count
+    as collected."""
     collected = request.session.testscollected
     yield
     request.session.testscollected = collected

@@ -1,4 +1,5 @@
-"""The pages' npm toolchain installs from the committed lock as it stands, and building leaves the checkout clean."""
+"""The pages' npm toolchain installs from the committed lock as it stands, and building leaves the
+checkout clean."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The gateway as operators and the devnet run it: Celery beat indexing over Redis, and the CLI's indexer and server."""
+"""The gateway as operators and the devnet run it: Celery beat indexing over Redis, and the CLI's
+indexer and server."""
 
 from __future__ import annotations
 
@@ -95,8 +96,8 @@ def test_cli_indexes_and_serves(ledger, story, env, tmp_path):
 
 
 def test_devnet_runs_the_gateway_and_stops_it_by_pid(ledger, ipfs_api, tmp_path):
-    """The devnet's own gateway: its API on a free port and its Celery indexer, started and stopped as `devnet up`
-    and `devnet down` do, on this module's ledger instead of a whole devnet's."""
+    """The devnet's own gateway: its API on a free port and its Celery indexer, started and stopped
+    as `devnet up` and `devnet down` do, on this module's ledger instead of a whole devnet's."""
     root = tmp_path / "devnet"
     root.mkdir()
     devnet = Devnet(root)

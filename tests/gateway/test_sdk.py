@@ -1,6 +1,7 @@
-"""The SDK and the CLI against a served gateway and its indexer: a job trained by scripted providers, followed,
-settled and its weights checked against the chain, in the blocking and async forms and from `zoo-compute jobs`
-and `train`; and `node`, `verifier` and `wallet` with the gateway as their only way to the chain."""
+"""The SDK and the CLI against a served gateway and its indexer: a job trained by scripted
+providers, followed, settled and its weights checked against the chain, in the blocking and async
+forms and from `zoo-compute jobs` and `train`; and `node`, `verifier` and `wallet` with the gateway
+as their only way to the chain."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def checkpoint(index: int) -> Checkpoint:
 
 
 def provide(ledger: Ledger, cast: Cast, storage: Storage, job_id: int) -> None:
-    """The providers' side, scripted: bid, win, commit every unit's real checkpoint, let the window pass."""
+    """The providers' side, scripted: bid, win, commit every unit's real checkpoint, let the window
+    pass."""
     market = ledger.market.functions
     bids = [
         (p, ledger.commit_bid(p, job_id, price))
@@ -84,7 +86,8 @@ def provide(ledger: Ledger, cast: Cast, storage: Storage, job_id: int) -> None:
 
 @pytest.fixture(scope="module")
 def trained(served_gateway, ledger, cast, ipfs_api) -> dict:
-    """A job escrowed, followed and settled through the blocking client while scripted providers train it."""
+    """A job escrowed, followed and settled through the blocking client while scripted providers
+    train it."""
     held = ledger.balance(cast.user.address)
     with Client(
         served_gateway, wallet=cast.user, ipfs_api=ipfs_api, ipfs_replicas=[], poll_interval=0.2
@@ -208,7 +211,10 @@ def test_jobs_cli_lists_shows_follows_fetches_and_cancels(
     assert ledger.market.functions.status(unfilled).call() == JobStatus.CANCELLED
     settled = runner.invoke(main, ["jobs", "cancel", str(job_id)], env=env)
     assert settled.exit_code == 1 and settled.output.strip().splitlines() == [
-        f"Error: POST /transactions/jobs/{job_id}/cancel: Job {job_id} is settled, which does not allow this."
+        (
+            f"Error: POST /transactions/jobs/{job_id}/cancel: "
+            f"Job {job_id} is settled, which does not allow this."
+        )
     ]
 
     missing = runner.invoke(main, ["jobs", "show", "999999"], env=env)
@@ -337,7 +343,8 @@ def test_train_cli_cancels_an_auction_nobody_fills_for_a_full_refund_either_way(
 
 
 def gateway_only_env(account, served_gateway: str, ipfs_api: str, home: Path) -> dict[str, str]:
-    """A participant whose keystore holds `account` and whose only way to the chain is the gateway."""
+    """A participant whose keystore holds `account` and whose only way to the chain is the
+    gateway."""
     _, keystore = import_key(Settings(home=home), account.key.hex(), "secret")
     return {
         "ZOO_HOME": str(home),
@@ -452,9 +459,9 @@ def test_sdk_unstakes_and_reads_accounts(served_gateway, ledger, cast):
 def settle_behind_a_provider(
     ledger: Ledger, cast: Cast, job_id: int, settle: Callable[[], T]
 ) -> tuple[T, str]:
-    """Run `settle` (the user's way of settling) while a provider's settle lands first in the same block:
-    the user's transaction is sent, the provider's follows with a higher tip, and one block mines both.
-    What `settle` returned, and the user's (reverted) transaction."""
+    """Run `settle` (the user's way of settling) while a provider's settle lands first in the same
+    block: the user's transaction is sent, the provider's follows with a higher tip, and one block
+    mines both. What `settle` returned, and the user's (reverted) transaction."""
     w3, market = ledger.w3, ledger.market.functions
     provider = next(p for p in cast.providers if p.address == ledger.slot(job_id, 0)["provider"])
     w3.provider.make_request("evm_setAutomine", [False])
@@ -497,7 +504,8 @@ def pending_transactions(w3, count: int, timeout: float = 60) -> list[dict]:
 
 
 def completed_job(ledger: Ledger, cast: Cast, client: Client, ipfs_api: str) -> int:
-    """A job escrowed through the gateway, trained by the scripted providers, its verification window over."""
+    """A job escrowed through the gateway, trained by the scripted providers, its verification
+    window over."""
     job = client.train(config=SPEC, **ORDER)
     with Storage(ipfs_api) as storage:
         provide(ledger, cast, storage, job.id)

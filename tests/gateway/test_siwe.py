@@ -1,4 +1,5 @@
-"""EIP-4361 messages: the EIP's own example parses and renders back byte for byte; malformed ones are refused."""
+"""EIP-4361 messages: the EIP's own example parses and renders back byte for byte; malformed ones
+are refused."""
 
 from __future__ import annotations
 

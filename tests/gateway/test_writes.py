@@ -1,4 +1,5 @@
-"""The write side on a real Anvil and IPFS node: sign-in sessions, uploads, logs, and transactions the user signs."""
+"""The write side on a real Anvil and IPFS node: sign-in sessions, uploads, logs, and transactions
+the user signs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A job's journey decides each step at the right moment, from what the chain shows or from the less a
-gateway's index shows."""
+"""A job's journey decides each step at the right moment, from what the chain shows or from the less
+a gateway's index shows."""
 
 from __future__ import annotations
 
