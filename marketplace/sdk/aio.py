@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -21,6 +21,7 @@ from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
+from marketplace.jobs import Order
 from marketplace.protocol.journey import (
     JobError,
     NoBids,
@@ -236,7 +237,7 @@ class AsyncClient:
         """
         return await self.submit(
             jobs.read_spec_text(Path(config)),
-            jobs.Order(
+            Order(
                 max_budget=wei(max_budget),
                 max_price=wei(max_price),
                 tier=Tier.named(tier),
@@ -246,7 +247,7 @@ class AsyncClient:
             ),
         )
 
-    async def submit(self, spec_text: str, order: jobs.Order) -> AsyncJob:
+    async def submit(self, spec_text: str, order: Order) -> AsyncJob:
         """`train` with the spec's text and an order in wei: what the CLI sends whichever way it
         reaches the chain."""
         account = self._account()
@@ -383,11 +384,11 @@ class AsyncJob:
             step = next_step(
                 snapshot(self.id, job), until=until, waited=waited, auction_timeout=auction_timeout
             )
-            if step is Step.ARRIVED:
+            if job is not None and step is Step.ARRIVED:  # an unindexed job only ever waits
                 return job
-            if step is Step.CANCEL:
+            if job is not None and step is Step.CANCEL:
                 await self.cancel()
-                raise NoBids(self.id, waited, int(job["budget"]), self.client.wallet.address)
+                raise NoBids(self.id, waited, int(job["budget"]), self.client._account().address)
             if step is Step.SETTLE:
                 await self._try_settle()
             await asyncio.sleep(self.client.poll_interval)
@@ -445,7 +446,7 @@ class AsyncJob:
         cid, digest = await asyncio.to_thread(fetch)
         return Result(self.id, cid, "0x" + digest, path)
 
-    async def logs(self, *, follow: bool = False, since: int = 0) -> AsyncIterator[dict]:
+    async def logs(self, *, follow: bool = False, since: int = 0) -> AsyncGenerator[dict]:
         """The job's log lines after line `since`, every page of them; with `follow`, keep reading
         new ones until the job is finished."""
         while True:
