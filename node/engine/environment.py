@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from marketplace.protocol import checkpoint
+
 _PACKAGES = ("zoo-compute", "torch", "numpy", "pydantic", "pyyaml")
 
 
@@ -40,12 +42,19 @@ def capture(
     }
 
 
+def _unit_sources() -> list[Path]:
+    protocol = Path(checkpoint.__file__).parent
+    formats = [protocol / name for name in ("spec.py", "checkpoint.py", "tagged.py")]
+    return sorted(Path(__file__).parent.glob("*.py")) + formats
+
+
 @functools.cache
 def _code_version() -> dict[str, Any]:
-    """The engine's source digest always; the git commit too when running from a checkout."""
+    """The digest of the sources that decide a unit's bytes (the engine's, and the protocol's spec
+    and checkpoint format) always; the git commit too when running from a checkout."""
     here = Path(__file__).parent
     digest = hashlib.sha256()
-    for path in sorted(here.glob("*.py")):
+    for path in _unit_sources():
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     version: dict[str, Any] = {
         "engine_sha256": digest.hexdigest(),
