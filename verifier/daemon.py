@@ -206,9 +206,12 @@ class VerifierDaemon:
 
     def draw_samples(self) -> None:
         """Queue each new unit whose sample is drawable and drawn; disputes are queued at once."""
+        new = self.journal.work(j.NEW)
+        if not new:
+            return
         latest = self.ledger.w3.eth.get_block("latest")
         head = latest["number"]
-        for work in self.journal.work(j.NEW):
+        for work in new:
             unit = work.unit
             if self._window_closed(work, latest["timestamp"]):
                 self.journal.update(work, j.DROPPED, note="window closed before it was queued")
@@ -301,8 +304,11 @@ class VerifierDaemon:
     def collect(self) -> None:
         """Take in finished re-runs; a re-run without a verdict is dropped, never posted, and so
         is one still unfinished when its window closes (its task may have been lost)."""
+        queued = self.journal.work(j.QUEUED)
+        if not queued:
+            return
         now = self.ledger.w3.eth.get_block("latest")["timestamp"]
-        for work in self.journal.work(j.QUEUED):
+        for work in queued:
             task = AsyncResult(work.task_id, app=self.celery)
             if not task.ready():
                 if self._window_closed(work, now):
@@ -386,8 +392,11 @@ class VerifierDaemon:
 
     def report_downtime(self) -> None:
         """Report every held slot past its checkpoint deadline (the reporter earns a share)."""
+        held = self.journal.held_slots()
+        if not held:
+            return
         now = self.ledger.w3.eth.get_block("latest")["timestamp"]
-        for job_id, slot_id in self.journal.held_slots():
+        for job_id, slot_id in held:
             job = self.ledger.job(job_id)
             slot = self.ledger.slot(job_id, slot_id)
             if (

@@ -54,6 +54,7 @@ class EventCursor:
         self.w3 = w3
         self.next_block = next_block
         self.last = last
+        self.time = 0  # the latest block's timestamp at the last poll: the market's clock
         self.confirmations = confirmations
         self.max_range = max_range
         self._addresses = [c.address for c in contracts]
@@ -78,16 +79,17 @@ class EventCursor:
     def poll(self) -> list[EventData]:
         """Every new log up to the confirmed head, oldest first; raises ChainReorganized, reading
         nothing, if the chain replaced the last block read."""
+        latest = self.w3.eth.get_block("latest")
+        self.time = latest["timestamp"]
         if self.last is not None:
-            found = self.hash_of(self.last.number)
-            if found != self.last.hash:
-                raise ChainReorganized(self.last, found)
-        head = self.w3.eth.block_number - self.confirmations
+            self._check(self.last, latest)
+        head = latest["number"] - self.confirmations
         if self.next_block > head:
-            return []
+            return []  # a chain standing still costs one request a poll
         # The head's hash is taken before its logs: a reorg after this point replaces that block
         # too, so the next poll notices it, whichever branch the logs came from.
-        last = BlockMark(head, self._hash(self.w3.eth.get_block(head)))
+        block = latest if self.confirmations == 0 else self.w3.eth.get_block(head)
+        last = BlockMark(head, self._hash(block))
         events: list[EventData] = []
         start = self.next_block
         while start <= head:
@@ -103,6 +105,19 @@ class EventCursor:
         self.next_block, self.last = head + 1, last
         events.sort(key=lambda e: (e["blockNumber"], e["logIndex"]))
         return events
+
+    def _check(self, last: BlockMark, latest) -> None:
+        """Raise ChainReorganized if the chain no longer has `last`. The latest block usually
+        vouches for it, being that block or its child; otherwise one more request asks."""
+        found: str | None
+        if latest["number"] == last.number:
+            found = self._hash(latest)
+        elif latest["number"] == last.number + 1:
+            found = "0x" + bytes(latest["parentHash"]).hex()
+        else:
+            found = self.hash_of(last.number)
+        if found != last.hash:
+            raise ChainReorganized(last, found)
 
     def hash_of(self, number: int) -> str | None:
         """The hash of the chain's block `number` now; None if the chain is shorter."""

@@ -49,6 +49,8 @@ class EventFollower:
         position = self.cursor.position
         try:
             events = self.cursor.poll()
+            if self.cursor.position == position:
+                return 0  # the chain stood still: nothing to record
             with self.journal.transaction():
                 for event in events:
                     self.handle(event)

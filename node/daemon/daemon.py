@@ -15,7 +15,6 @@ from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import Role
 from marketplace.protocol.units import CHECKPOINTS, RANK_BUNDLES, unit_format
-from marketplace.runtime.clock import chain_time
 from marketplace.runtime.follower import EventFollower
 from marketplace.runtime.loop import TRANSIENT, run_ticks
 from marketplace.runtime.outbox import Outbox
@@ -137,10 +136,12 @@ class ProviderDaemon:
 
     def _tick(self, follower: EventFollower, stop: threading.Event) -> None:
         follower.follow()
-        now = chain_time(self.ledger.w3)
-        self.bidder.tick(now)
-        # Again after bidding, so a slot won by this tick's own close trains now, not a poll later.
-        follower.follow()
+        now = follower.cursor.time
+        if self.journal.open_auctions():
+            self.bidder.tick(now)
+            # Again after bidding, so a slot won by this tick's own close trains now, not a poll
+            # later.
+            follower.follow()
         self._start_training(stop)
         self.settler.tick(now)
 
