@@ -119,6 +119,14 @@ class EventCursor:
         if found != last.hash:
             raise ChainReorganized(last, found)
 
+    def standing_still(self) -> bool:
+        """Whether a poll now would find nothing: the latest block is the last one read, unchanged
+        (one request; with confirmations, a poll decides)."""
+        if self.last is None or self.confirmations:
+            return False
+        latest = self.w3.eth.get_block("latest")
+        return latest["number"] == self.last.number and self._hash(latest) == self.last.hash
+
     def hash_of(self, number: int) -> str | None:
         """The hash of the chain's block `number` now; None if the chain is shorter."""
         try:

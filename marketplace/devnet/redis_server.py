@@ -66,6 +66,10 @@ class RedisServer:
             "no",
             "--dir",
             str(self.folder),
+            # Its background tasks (expiry, client timeouts) once a second instead of ten times:
+            # what a devnet's queues need, at a tenth of an idle server's wake-ups.
+            "--hz",
+            "1",
         ]
 
     def start(self, timeout: float = 15.0) -> RedisServer:

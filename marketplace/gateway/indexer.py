@@ -62,9 +62,13 @@ class Indexer:
         self.market = deployment.addresses["JobMarket"]
         self.decoder = LedgerDecoder.of(w3, deployment)
         self.cursor = EventCursor(w3, contracts, deployment.deploy_block, confirmations)
+        self._stored: tuple[int, BlockMark | None] | None = None  # the cursor as last committed
 
     def step(self) -> int:
         """Index what is new; returns how many events were stored."""
+        if self._stored == self.cursor.position and self.cursor.standing_still():
+            return 0  # nothing new, and the cursor is where the database says: no session
+        self._stored = None  # until this step commits
         with self.sessions.begin() as session:
             state = self._state(session)
             last_read = (
@@ -80,6 +84,7 @@ class Indexer:
                 events = self.cursor.poll()
             last = self.cursor.last
             if last is None or self.cursor.next_block == state.next_block:
+                self._stored = self.cursor.position
                 return 0
             session.add_all([row for e in events for row in self._rows(e)])
             state.next_block, state.last_block_hash = self.cursor.next_block, last.hash
@@ -89,6 +94,7 @@ class Indexer:
                     db.IndexedBlock.number <= last.number - self.keep_blocks
                 )
             )
+        self._stored = self.cursor.position
         if events:
             log.info("indexed %d events up to block %d", len(events), last.number)
         return len(events)
