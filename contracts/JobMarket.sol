@@ -10,6 +10,7 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 import {IJobMarket} from "./interfaces/IJobMarket.sol";
 import {IStaking} from "./interfaces/IStaking.sol";
 import {IVerification} from "./interfaces/IVerification.sol";
+import {Settlement} from "./libraries/Settlement.sol";
 import {unitCommitment} from "./libraries/UnitCommitment.sol";
 
 /// @title JobMarket
@@ -142,19 +143,14 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         for (uint256 i; i < list.length; ++i) {
             address provider = list[i];
             uint256 pay = _earned(jobId, provider);
-            uint256 providerFee = pay * j.feeBps / BPS;
+            (uint256 providerFee, uint256 net) = Settlement.split(pay, j.feeBps);
             payment += pay;
             fee += providerFee;
-            _owed[provider] += pay - providerFee;
+            _owed[provider] += net;
         }
 
-        uint256 verifications = verification.verificationCount(jobId);
-        uint256 each = 0;
-        if (verifications != 0) {
-            each = fee / verifications;
-            if (each > verificationFee) each = verificationFee;
-        }
-        uint256 verifierPool = each * verifications;
+        (uint256 each, uint256 verifierPool) =
+            Settlement.verifierPool(fee, verification.verificationCount(jobId), verificationFee);
         j.verifierFeeEach = uint128(each);
         uint256 refund = j.budget - payment;
 

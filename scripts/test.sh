@@ -11,7 +11,9 @@ echo "== ruff"
 echo "== mypy"  # [tool.mypy]'s files (pyproject.toml): the foundation and the roles
 .venv/bin/mypy
 
-echo "== forge test"
-node_modules/.bin/forge test
+echo "== forge test"  # foundry.toml's ci profile: fuzz 512 runs, invariants 256 runs x 128 calls
+FOUNDRY_PROFILE=ci node_modules/.bin/forge test
+echo "== halmos"
+bash scripts/halmos.sh
 echo "== pytest"
 .venv/bin/pytest "$@"
