@@ -35,6 +35,12 @@ class Settings(BaseSettings):
         None  # the gateway's index (any SQLAlchemy URL); default SQLite in home
     )
     gateway_url: str | None = None  # a gateway's HTTP API, for `zoo-compute jobs` and the SDK
+    # What users sign in to at this gateway (EIP-4361 domain, host[:port]); default: the address it
+    # listens on. Set it behind a reverse proxy to the public host.
+    gateway_domain: str | None = None
+    gateway_read_limit: str = "600/minute"  # requests one client address may read
+    gateway_write_limit: str = "60/minute"  # sign-ins, uploads and other writes per address
+    gateway_upload_quota: int = 1 << 30  # dataset bytes one wallet may upload per UTC day
     home: Path = Path.home() / ".zoo-compute"  # wallets, journals and caches of this process
     wallet: Path | None = None  # keystore file; default: the only one under home/keystore
     wallet_password: SecretStr | None = None  # never a flag; or wallet_password_file

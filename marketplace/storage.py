@@ -62,6 +62,10 @@ class NodeUnavailable(StorageError, ConnectionError):
     """No known node could be reached."""
 
 
+class ContentTooLarge(StorageError, ValueError):
+    """Content larger than the reader's bound."""
+
+
 class ReplicationError(StorageError):
     """Fewer nodes than asked for hold a pin; `holders` says which do."""
 
@@ -225,13 +229,16 @@ class Storage:
         )
         return answer["Hash"]
 
-    def cat(self, cid: str) -> bytes:
+    def cat(self, cid: str, max_bytes: int | None = None) -> bytes:
         """The whole content, verified block by block; for large content use read_to. Built in
         a BytesIO, whose getvalue() hands over its buffer: the content is held once, not as
-        a list of blocks and their join."""
+        a list of blocks and their join. Content past `max_bytes` is refused as soon as a block
+        crosses it, so a huge CID costs one bound's worth of reading."""
         out = io.BytesIO()
         for chunk in self._verified_bytes(_parse(cid)):
             out.write(chunk)
+            if max_bytes is not None and out.tell() > max_bytes:
+                raise ContentTooLarge(f"{cid} holds more than {max_bytes} bytes")
         return out.getvalue()
 
     def read_to(self, cid: str, path: str | os.PathLike) -> None:

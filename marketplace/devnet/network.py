@@ -45,6 +45,7 @@ PARAMETERS = Parameters(
 INFRASTRUCTURE = ("anvil", "ipfs-", "redis")  # service names of what the other processes use
 BLOCK_TIME = 1  # seconds between blocks once the devnet runs
 REPLICAS = 3
+UNLIMITED_RATE = "1000000/minute"
 FUNDING = 100_000 * ZEN
 ETH_FUNDING = 10_000 * 10**18  # what Anvil gives the accounts it starts with
 PROVIDER_STAKE = 10_000 * ZEN
@@ -379,6 +380,10 @@ class Devnet:
             confirmations=0,
             database_url=None,
             gateway_url=None,
+            # Every devnet process reaches the gateway from the loopback address: per-address
+            # limits would throttle the devnet's own daemons.
+            gateway_read_limit=UNLIMITED_RATE,
+            gateway_write_limit=UNLIMITED_RATE,
             wallet=None,
             wallet_password=None,
         )

@@ -4,12 +4,15 @@ bearer token."""
 from __future__ import annotations
 
 import hashlib
+import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import delete
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from marketplace.errors import ZooError
@@ -17,6 +20,7 @@ from marketplace.gateway import db
 from marketplace.gateway.siwe import SiweError, SiweMessage, check_signature
 
 NONCE_TTL = 300  # seconds a nonce waits for its signed message
+_HEX = re.compile(r"^[0-9a-f]+$")
 SESSION_TTL = 24 * 3600  # longest a session lasts; a message's own expiration can cut it shorter
 
 
@@ -36,14 +40,11 @@ def _digest(token: str) -> str:
 
 
 def issue_nonce(session: Session, now: float | None = None) -> tuple[str, int]:
-    """A fresh single-use nonce and when it expires; expired nonces and sessions are swept here."""
-    now = int(now or time.time())
-    session.execute(delete(db.SignInNonce).where(db.SignInNonce.expires_at <= now))
-    session.execute(delete(db.AuthSession).where(db.AuthSession.expires_at <= now))
-    nonce = secrets.token_hex(16)
-    session.add(db.SignInNonce(nonce=nonce, expires_at=now + NONCE_TTL))
-    session.commit()
-    return nonce, now + NONCE_TTL
+    """A fresh single-use nonce and when it expires. Nothing is written: the nonce is a random
+    part, its expiry and a MAC over both, so anonymous callers cannot fill the database."""
+    expires = int(now or time.time()) + NONCE_TTL
+    body = f"{secrets.token_hex(8)}{expires:010x}"
+    return body + _mac(session, body), expires
 
 
 def sign_in(
@@ -59,17 +60,16 @@ def sign_in(
     now = now or time.time()
     message = SiweMessage.parse(text)
     message.check(domain=domain, chain_id=chain_id, now=datetime.fromtimestamp(now, UTC))
+    nonce_expires = _nonce_expiry(session, message.nonce, now)
     check_signature(text, signature, message.address)
-    spent = session.execute(
-        delete(db.SignInNonce).where(
-            db.SignInNonce.nonce == message.nonce, db.SignInNonce.expires_at > now
-        )
-    )
-    if spent.rowcount != 1:
+    session.execute(delete(db.SignInNonce).where(db.SignInNonce.expires_at <= now))
+    session.execute(delete(db.AuthSession).where(db.AuthSession.expires_at <= now))
+    session.add(db.SignInNonce(nonce=message.nonce, expires_at=nonce_expires))
+    try:
+        session.flush()
+    except IntegrityError:
         session.rollback()
-        raise SiweError(
-            f"nonce {message.nonce} was not issued by this gateway, is used or has expired"
-        )
+        raise SiweError(f"nonce {message.nonce} is used") from None
     expires = int(now) + SESSION_TTL
     if message.expiration_time is not None:
         expires = min(expires, int(message.expiration_time.timestamp()))
@@ -79,6 +79,34 @@ def sign_in(
     )
     session.commit()
     return SignedIn(token, message.address, expires)
+
+
+def _nonce_expiry(session: Session, nonce: str, now: float) -> int:
+    """When a nonce this gateway issued expires; refused if it did not issue it or it expired."""
+    body, mac = nonce[:26], nonce[26:]
+    expires = int(body[16:], 16) if len(nonce) == 58 and _HEX.match(nonce) else 0
+    if not (expires > now and hmac.compare_digest(mac, _mac(session, body))):
+        raise SiweError(f"nonce {nonce} was not issued by this gateway or has expired")
+    return expires
+
+
+def _mac(session: Session, body: str) -> str:
+    return hmac.new(_secret(session, "sign-in-nonce"), body.encode(), "sha256").hexdigest()[:32]
+
+
+def _secret(session: Session, name: str) -> bytes:
+    """The gateway's shared key `name`, made on first use; two processes racing to make it both
+    end up with the one that was stored first."""
+    row = session.get(db.GatewaySecret, name)
+    if row is None:
+        session.add(db.GatewaySecret(name=name, value=secrets.token_hex(32)))
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+        row = session.get(db.GatewaySecret, name)
+    assert row is not None
+    return bytes.fromhex(row.value)
 
 
 def signed_in_address(session: Session, token: str, now: float | None = None) -> str:

@@ -221,12 +221,30 @@ class IndexerState(Base):
 
 
 class SignInNonce(Base):
-    """A nonce handed out for a Sign-In with Ethereum message; deleted when used, so each signs in
-    once."""
+    """A nonce a signed-in message spent, kept until it expires so it signs in once. Nonces handed
+    out are not stored: they carry their expiry and a MAC (marketplace.gateway.auth)."""
 
-    __tablename__ = "sign_in_nonces"
+    __tablename__ = "spent_sign_in_nonces"
     nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
     expires_at: Mapped[int] = mapped_column(BigInteger)  # unix seconds
+
+
+class UploadSpend(Base):
+    """Bytes a wallet uploaded through the gateway on one UTC day, against its daily quota."""
+
+    __tablename__ = "upload_spend"
+    address: Mapped[str] = mapped_column(String(42), primary_key=True)
+    day: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # unix day number
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class GatewaySecret(Base):
+    """A random key the gateway's processes share through the database (e.g. the one that MACs
+    sign-in nonces), made by the first process that needs it."""
+
+    __tablename__ = "gateway_secrets"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[str] = mapped_column(String(64))
 
 
 class AuthSession(Base):

@@ -19,6 +19,7 @@ from marketplace.errors import ZooError
 
 PREAMBLE = " wants you to sign in with your Ethereum account:"
 NONCE = re.compile(r"^[A-Za-z0-9]{8,}$")
+CHAIN_ID = re.compile(r"^[0-9]{1,20}$")  # ASCII digits only: str.isdigit() also takes '²'.
 _FIELDS = (  # (attribute, label) in the order the EIP fixes
     ("uri", "URI"),
     ("version", "Version"),
@@ -142,7 +143,7 @@ def check_signature(text: str, signature: bytes, address: str) -> None:
 
 def _field_value(attr: str, value: str):
     if attr == "chain_id":
-        if not value.isdigit():
+        if not CHAIN_ID.match(value):
             raise SiweError(f"chain id {value!r} is not a number")
         return int(value)
     if attr == "nonce" and not NONCE.match(value):

@@ -76,8 +76,12 @@ class Checkpoint:
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> Checkpoint:
-        """The checkpoint a loaded tagged mapping holds."""
-        return cls(fields["state"], fields["metadata"])
+        """The checkpoint a loaded tagged mapping holds; refused unless its state and metadata are
+        mappings (a checkpoint is written by whoever committed it)."""
+        state, metadata = fields.get("state"), fields.get("metadata")
+        if not isinstance(state, dict) or not isinstance(metadata, dict):
+            raise CheckpointError("not a checkpoint: it needs a 'state' and a 'metadata' mapping")
+        return cls(state, metadata)
 
 
 def state_hash(state: Mapping[str, Any]) -> str:

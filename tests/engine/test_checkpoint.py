@@ -6,6 +6,8 @@ import pytest
 import torch
 
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError, state_hash
+from marketplace.protocol.tagged import dump_tagged
+from marketplace.protocol.units import CHECKPOINTS
 from node.engine import Shard, parse_spec, run_unit
 
 from .conftest import SMALL, merge
@@ -80,3 +82,12 @@ def test_garbage_is_not_a_checkpoint(tmp_path):
         Checkpoint.load(b"not a checkpoint")
     with pytest.raises(CheckpointError):
         Checkpoint.load(tmp_path / "missing.ckpt")
+
+
+@pytest.mark.parametrize(
+    "fields", [{"metadata": {}}, {"state": {}}, {"state": [1, 2], "metadata": {}}, {}]
+)
+def test_a_well_tagged_file_without_state_and_metadata_mappings_is_not_a_checkpoint(fields):
+    """Whoever committed a checkpoint wrote it: a missing key is a refusal, not a KeyError."""
+    with pytest.raises(CheckpointError, match="needs a 'state' and a 'metadata' mapping"):
+        Checkpoint.load(dump_tagged(CHECKPOINTS.tag, fields))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from gateway_support import gateway_env, wait_for_http
+from gateway_support import UNLIMITED, gateway_env, wait_for_http
 
 from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import Ledger
@@ -124,6 +124,8 @@ def settings(ledger, ipfs_api, tmp_path) -> Settings:
         manifest=manifest,
         ipfs_api=ipfs_api,
         database_url=f"sqlite:///{tmp_path / 'gateway.sqlite3'}",
+        gateway_read_limit=UNLIMITED,
+        gateway_write_limit=UNLIMITED,
     )
 
 

@@ -10,6 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+# Every test client shares one address: limits that would refuse a test's own traffic are off,
+# except in the test of the limits.
+UNLIMITED = "1000000/minute"
+
 
 def gateway_env(ledger, root: Path, ipfs_api: str | None = None) -> dict[str, str]:
     """The environment `zoo-compute gateway serve|index` run in: this ledger, this IPFS node, a
@@ -21,6 +25,8 @@ def gateway_env(ledger, root: Path, ipfs_api: str | None = None) -> dict[str, st
             "ZOO_MANIFEST": str(ledger.deployment.write(root / "manifest.json")),
             "ZOO_HOME": str(root / "home"),
             "ZOO_DATABASE_URL": f"sqlite:///{root / 'gateway.sqlite3'}",
+            "ZOO_GATEWAY_READ_LIMIT": UNLIMITED,
+            "ZOO_GATEWAY_WRITE_LIMIT": UNLIMITED,
         }
         | ({"ZOO_IPFS_API": ipfs_api, "ZOO_IPFS_REPLICAS": "[]"} if ipfs_api else {})
     )

@@ -53,6 +53,8 @@ def test_job_matches_chain_to_the_wei(ledger, cast, story, slash_amount, indexer
         (u["slot"], u["index"], r["account"]) for u in units for r in u["results"] if r["passed"]
     }
     assert verified == set(story.verified)
+    assert client.get(f"/jobs/{job_id}/units?limit=1&offset=1").json() == units[1:2]
+    assert client.get(f"/jobs/{job_id}/units?limit=201").status_code == 422
 
     settlement = job["settlement"]
     payment = sum(u.amount for u in story.units)

@@ -49,6 +49,8 @@ def test_the_eips_example_round_trips():
         ),
         (("Nonce: 32891756", "Nonce: 1234"), "at least 8"),
         (("Chain ID: 1", "Chain ID: one"), "not a number"),
+        (("Chain ID: 1", "Chain ID: \u00b2"), "not a number"),  # str.isdigit() takes it
+        (("Chain ID: 1", "Chain ID: 1" + "0" * 80), "not a number"),
         (("Issued At: 2021-09-30T16:25:24Z", "Issued At: yesterday"), "RFC 3339"),
         (("Issued At: 2021-09-30T16:25:24Z", "Issued At: 2021-09-30T16:25:24"), "time zone"),
         (("Version: 1\nChain ID: 1", "Chain ID: 1\nVersion: 1"), "unexpected line"),

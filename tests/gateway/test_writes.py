@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 from eth_account.messages import encode_defunct
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
 
 from marketplace.chain.deploy import ZEN
 from marketplace.devnet.accounts import devnet_account
+from marketplace.gateway import db
+from marketplace.gateway.api.main import create_app
+from marketplace.gateway.db import open_database
 from marketplace.gateway.siwe import SiweMessage
 from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage
@@ -85,6 +90,20 @@ def test_sign_in_checks_domain_chain_time_nonce_and_signer(client, cast):
         client.post("/auth/session", json={"message": "hello", "signature": good}).status_code
         == 400
     )
+
+
+def test_a_message_relayed_by_a_phishing_site_does_not_sign_in(client, cast):
+    """The victim signs in to the phishing site's domain; the site relays the message with its own
+    Host header. The gateway checks the domain against its own address, not the header."""
+    text = siwe_text(client, cast.user, domain="phish.example")
+    signature = cast.user.sign_message(encode_defunct(text=text)).signature.to_0x_hex()
+    response = client.post(
+        "/auth/session",
+        json={"message": text, "signature": signature},
+        headers={"Host": "phish.example"},
+    )
+    assert response.status_code == 400
+    assert response.json()["detail"] == "the message signs in to 'phish.example', not 'testserver'"
 
 
 def test_uploads_need_a_session_and_a_valid_spec(client, cast, settings):
@@ -330,3 +349,53 @@ def test_verifier_registers_with_an_endpoint(client, ledger):
         ).json(),
     )
     assert client.get(f"/chain/accounts/{verifier.address}").json()["role"] == "verifier"
+
+
+def test_a_client_that_spends_its_write_budget_is_refused_until_the_window_moves(settings):
+    """Anonymous sign-in nonces cost the gateway work: one address asking in a loop gets 429 with
+    Retry-After, and its reads go on."""
+    client = TestClient(create_app(settings.model_copy(update={"gateway_write_limit": "3/minute"})))
+    assert [client.get("/auth/nonce").status_code for _ in range(3)] == [200, 200, 200]
+    refused = client.get("/auth/nonce")
+    assert refused.status_code == 429
+    assert refused.json()["detail"].startswith("rate limit: at most 3 per 1 minute writes")
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert client.post("/uploads/spec", json={"spec": SPEC}).status_code == 429
+    assert client.get("/health").status_code == 200
+
+
+def test_anonymous_nonces_write_nothing_and_a_forged_one_is_refused(client, cast, settings):
+    for _ in range(20):
+        client.get("/auth/nonce")
+    with open_database(settings.database_url)() as session:
+        assert session.scalar(select(func.count()).select_from(db.SignInNonce)) == 0
+    nonce = client.get("/auth/nonce").json()["nonce"]
+    later = f"{int(nonce[16:26], 16) + 3600:010x}"
+    forged = nonce[:16] + later + nonce[26:]  # a longer life, the gateway's own MAC
+    response = sign_in(client, cast.user, nonce=forged)
+    assert response.status_code == 400 and "not issued" in response.json()["detail"]
+    assert sign_in(client, cast.user).status_code == 200
+    with open_database(settings.database_url)() as session:
+        assert session.scalar(select(func.count()).select_from(db.SignInNonce)) == 1
+
+
+def test_uploads_are_bounded_by_the_body_limit_and_the_wallets_daily_quota(settings, cast):
+    client = TestClient(create_app(settings.model_copy(update={"gateway_upload_quota": 25_000})))
+    headers = bearer(client, cast.user)
+    huge_spec = client.post(
+        "/uploads/spec", content=b"x" * (3 << 20), headers=headers | {"Content-Type": "text/plain"}
+    )
+    assert huge_spec.status_code == 413
+
+    def chunks(size: int):  # no Content-Length: the body arrives as it is read
+        yield from (b"z" * 1000 for _ in range(size // 1000))
+
+    streamed = client.post("/uploads/spec", content=chunks(3 << 20), headers=headers)
+    assert streamed.status_code == 413
+    first = client.post("/uploads/dataset", content=b"a" * 20_000, headers=headers)
+    assert first.status_code == 200
+    over = client.post("/uploads/dataset", content=chunks(10_000), headers=headers)
+    assert over.status_code == 400
+    assert "5000 bytes of its daily upload quota" in over.json()["detail"]
+    last = client.post("/uploads/dataset", content=b"b" * 5_000, headers=headers)
+    assert last.status_code == 200

@@ -8,6 +8,7 @@ import pytest
 from marketplace.storage import (
     CidMismatch,
     ContentNotFound,
+    ContentTooLarge,
     InvalidCid,
     NodeUnavailable,
     ReplicationError,
@@ -35,6 +36,17 @@ def test_add_bytes_and_cat(shared_node):
     with Storage(shared_node.multiaddr) as storage:
         cid = storage.add_bytes(b"job spec")
         assert storage.cat(cid) == b"job spec"
+
+
+def test_cat_refuses_content_past_the_readers_bound(shared_node):
+    """A CID named by someone else may hold gigabytes: a bounded read stops within a block of the
+    bound."""
+    data = random_bytes(3 * CHUNK)
+    with Storage(shared_node.multiaddr) as storage:
+        cid = storage.add_bytes(data)
+        assert storage.cat(cid, max_bytes=len(data)) == data
+        with pytest.raises(ContentTooLarge, match=f"more than {CHUNK} bytes"):
+            storage.cat(cid, max_bytes=CHUNK)
 
 
 def test_add_file_and_read_to_stream_a_two_level_file(shared_node, two_level_file, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from marketplace.config import Settings
-from marketplace.gateway.api import errors
+from marketplace.gateway.api import errors, rate_limits
 from marketplace.gateway.api.cache import IndexCache
 from marketplace.gateway.api.routes import (
     auth,
@@ -23,6 +23,8 @@ from marketplace.gateway.connection import LedgerConnection
 from marketplace.gateway.db import database_url, open_database
 from marketplace.gateway.web import mount_docs, mount_pages
 
+MAX_BODY_BYTES = 2 * 1024 * 1024  # a request body's bytes at most; a job spec holds 1 MB
+
 
 def create_app(settings: Settings, url: str | None = None) -> FastAPI:
     """The gateway's API on the database at `url` (default: ZOO_DATABASE_URL or the home's
@@ -33,6 +35,7 @@ def create_app(settings: Settings, url: str | None = None) -> FastAPI:
         "unsigned transactions and signed-in uploads for wallets it never holds.",
         docs_url=None,
         redoc_url=None,
+        max_body_size=MAX_BODY_BYTES,  # bounded before anything buffers it; uploads set their own
     )  # /docs from the gateway's own copy of Swagger UI
     app.state.settings = settings
     app.state.sessions = open_database(url or database_url(settings))
@@ -55,6 +58,7 @@ def create_app(settings: Settings, url: str | None = None) -> FastAPI:
     mount_docs(app)
 
     errors.install(app)
+    rate_limits.install(app, settings.gateway_read_limit, settings.gateway_write_limit)
     return app
 
 

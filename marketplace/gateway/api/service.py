@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, select, tuple_
 from sqlalchemy.orm import Session
 
 from marketplace.errors import ZooError
@@ -92,16 +92,25 @@ def get_job(session: Session, job_id: int) -> dict[str, Any]:
     }
 
 
-def job_units(session: Session, job_id: int) -> list[dict[str, Any]]:
+def job_units(session: Session, job_id: int, limit: int, offset: int) -> list[dict[str, Any]]:
+    """A page of the job's units in commit order, each with its verification results."""
     get_job(session, job_id)
     units = session.scalars(
-        select(db.Unit).where(db.Unit.job_id == job_id).order_by(db.Unit.id)
+        select(db.Unit)
+        .where(db.Unit.job_id == job_id)
+        .order_by(db.Unit.id)
+        .limit(limit)
+        .offset(offset)
     ).all()
     results: dict[tuple[int, int], list[db.Result]] = {}
-    for r in session.scalars(
-        select(db.Result).where(db.Result.job_id == job_id).order_by(db.Result.id)
-    ):
-        results.setdefault((r.slot, r.index), []).append(r)
+    if units:
+        keys = {(u.slot, u.index) for u in units}
+        for r in session.scalars(
+            select(db.Result)
+            .where(db.Result.job_id == job_id, tuple_(db.Result.slot, db.Result.index).in_(keys))
+            .order_by(db.Result.id)
+        ):
+            results.setdefault((r.slot, r.index), []).append(r)
     fields = [c for c in schemas.UnitPublic.model_fields if c != "results"]
     return [
         {c: getattr(u, c) for c in fields} | {"results": results.get((u.slot, u.index), [])}
@@ -201,6 +210,19 @@ def network_stats(session: Session) -> dict[str, Any]:
 # --- logs, metrics, result ---------------------------------------------------------------------
 
 METRIC_FIELDS = [f for f in schemas.UnitMetrics.model_fields if f not in ("slot", "index", "cid")]
+FETCHES_PER_REQUEST = 8  # checkpoints a metrics request reads from IPFS at most
+WHOLE_METRICS = {
+    name
+    for name, field in schemas.UnitMetrics.model_fields.items()
+    if name in METRIC_FIELDS and field.annotation == int | None
+}
+
+
+def _metric(value: object, name: str) -> int | float | None:
+    """A figure as the schema shows it: a count only when whole."""
+    if name in WHOLE_METRICS:
+        return value if isinstance(value, int) else None
+    return value if isinstance(value, int | float) else None
 
 
 def job_logs(session: Session, job_id: int, since: int, limit: int) -> list[db.JobLog]:
@@ -247,13 +269,23 @@ def _live_units(session: Session, job_id: int) -> list[db.Unit]:
 def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
     job = get_job(session, job_id)
     units = _live_units(session, job_id)
+    # The job's units may name thousands of checkpoints nobody read yet: a request reads a few,
+    # and the rest show their figures once later requests have read them.
+    cids = {unit.cid for unit in units}
+    known = {
+        f.cid: f
+        for f in session.scalars(select(db.CheckpointFacts).where(db.CheckpointFacts.cid.in_(cids)))
+    }
+    for cid in sorted(cids - known.keys())[:FETCHES_PER_REQUEST]:
+        facts = checkpoint_facts(session, storage, cid)
+        if facts is not None:
+            known[cid] = facts
     shown = []
     for unit in units:
-        facts = checkpoint_facts(session, storage, unit.cid)
-        metrics = facts.metrics if facts is not None else {}
+        metrics = known[unit.cid].metrics if unit.cid in known else {}
         shown.append(
             {"slot": unit.slot, "index": unit.index, "cid": unit.cid}
-            | {k: metrics.get(k) for k in METRIC_FIELDS}
+            | {k: _metric(metrics.get(k), k) for k in METRIC_FIELDS}
         )
     first_slot = [u for u in shown if u["slot"] == 0]
     return {

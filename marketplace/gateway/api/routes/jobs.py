@@ -82,10 +82,10 @@ def _job_json(app, job_id: int) -> bytes:
 
 
 @router.get("/{job_id}/units", response_model=list[UnitPublic], responses=NOT_FOUND)
-def job_units(session: SessionDep, job_id: JobId):
-    """Every committed unit (checkpoint CID, state hash, GPU-seconds, pay) with its verification
-    results."""
-    return service.job_units(session, job_id)
+def job_units(session: SessionDep, job_id: JobId, page: PageDep):
+    """The committed units (checkpoint CID, state hash, GPU-seconds, pay) with their verification
+    results, a page at a time in commit order."""
+    return service.job_units(session, job_id, page.limit, page.offset)
 
 
 @router.get("/{job_id}/logs", response_model=list[LogLine], responses=NOT_FOUND)

@@ -203,7 +203,7 @@ function renderNetwork(stats, openEscrow, holdings) {
 async function jobDetail(summary) {
   const cached = state.details.get(summary.job_id);
   if (cached && (cached.job.status === "settled" || cached.job.status === "cancelled")) return cached;
-  const [job, units] = await Promise.all([get(`jobs/${summary.job_id}`), get(`jobs/${summary.job_id}/units`)]);
+  const [job, units] = await Promise.all([get(`jobs/${summary.job_id}`), get(`jobs/${summary.job_id}/units?limit=200`)]);
   const detail = { job, units };
   state.details.set(job.job_id, detail);
   return detail;
