@@ -10,14 +10,16 @@ hash the provider commits on-chain and a verifier recomputes by running the same
     ckpt, state_hash, metrics = run_unit(spec, ckpt, shard, spec.checkpoint.every)
     blob = ckpt.to_bytes(); same = Checkpoint.load(blob); same.state_hash() == state_hash
 
-`run_unit(spec, checkpoint, shard, steps, *, storage=None, device=None) -> UnitResult`
+`run_unit(spec, checkpoint, shard, steps, *, storage=None, local_data=LocalData(),
+device=None) -> UnitResult`
 returns `(checkpoint, state_hash, metrics)`. A checkpoint's metadata records the unit that
 made it (shard, start step, steps; `Shard.from_dict(ckpt.metadata["unit"]["shard"])`), so a
 verifier can rerun that unit from the previous checkpoint and compare hashes.
 
 Errors: `SpecError` (bad spec; names the field), `DataError` (unreadable source, or a shard
 that does not fit), `CheckpointError` (unreadable checkpoint, or one from another job),
-`TrainingDiverged` (loss spikes beyond the rollbacks allowed). New architectures plug in
+`TrainingDiverged` (loss spikes beyond the rollbacks allowed). A spec's `file` sources are read
+only under the directories `LocalData` names: by default none. New architectures plug in
 with `@register("name")` on a `ModelSpec` subclass.
 """
 
@@ -31,7 +33,7 @@ from marketplace.protocol.spec import (
     register,
 )
 
-from .data import ContentStore, DataError, Shard
+from .data import ContentStore, DataError, LocalData, Shard
 from .unit import TrainingDiverged, UnitResult, run_unit, unit_shard
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "ContentStore",
     "DataError",
     "JobSpec",
+    "LocalData",
     "ModelSpec",
     "Shard",
     "SpecError",

@@ -6,6 +6,7 @@ import hashlib
 import logging
 import os
 import random
+import stat
 import sysconfig
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -29,6 +30,37 @@ logger = logging.getLogger(__name__)
 
 class DataError(ValueError):
     """A data source that cannot be read, or is too small for the job."""
+
+
+@dataclass(frozen=True)
+class LocalData:
+    """The local files a unit may read. A provider trains strangers' specs, so a `file` source is
+    read only under the directories it configured, only as a regular file, only up to
+    `max_bytes`: never its keys, its wallet's password or /dev/zero. With no directory (the
+    default) no file source is read at all."""
+
+    roots: tuple[Path, ...] = ()
+    max_bytes: int = 4 << 30
+
+    def read(self, path: str, field: str) -> bytes:
+        if not self.roots:
+            raise DataError(f"{field}: file sources are not read here (no local data directory)")
+        resolved = Path(path).resolve()  # symlinks followed, so none leads outside
+        if not any(resolved.is_relative_to(root.resolve()) for root in self.roots):
+            raise DataError(f"{field}: {path} is outside the local data directories")
+        try:
+            with resolved.open("rb") as f:
+                info = os.fstat(f.fileno())
+                if not stat.S_ISREG(info.st_mode):
+                    raise DataError(f"{field}: {path} is not a regular file")
+                if info.st_size > self.max_bytes:
+                    raise DataError(f"{field}: {path} holds more than {self.max_bytes} bytes")
+                return f.read(self.max_bytes + 1)
+        except OSError as exc:
+            raise DataError(f"{field}: cannot read file {path}: {exc.strerror}") from None
+
+
+NO_LOCAL_DATA = LocalData()
 
 
 class ContentStore(Protocol):
@@ -92,7 +124,9 @@ class Corpus:
     eval: torch.Tensor  # (M,) uint8
 
 
-def load_corpora(data: DataSpec, storage: ContentStore | None = None) -> list[Corpus]:
+def load_corpora(
+    data: DataSpec, storage: ContentStore | None = None, local: LocalData = NO_LOCAL_DATA
+) -> list[Corpus]:
     """Read every source of `data` and split each into train and eval bytes.
 
     Recent corpora are kept in memory, so the units of one job read and digest their data
@@ -100,8 +134,8 @@ def load_corpora(data: DataSpec, storage: ContentStore | None = None) -> list[Co
     """
     corpora = []
     for i, source in enumerate(data.sources):
-        key = (source, data.seq_len, data.eval_fraction, _file_version(source))
-        corpus = _CACHE.pop(key, None) or _split(source, data, storage, f"data.sources[{i}]")
+        key = (source, data.seq_len, data.eval_fraction, _file_version(source), local)
+        corpus = _CACHE.pop(key, None) or _split(source, data, storage, local, f"data.sources[{i}]")
         _CACHE[key] = corpus
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
@@ -123,8 +157,10 @@ def _file_version(source: Source) -> tuple[int, int] | None:
     return stat.st_mtime_ns, stat.st_size
 
 
-def _split(source: Source, data: DataSpec, storage: ContentStore | None, field: str) -> Corpus:
-    raw = _read(source, storage, field)
+def _split(
+    source: Source, data: DataSpec, storage: ContentStore | None, local: LocalData, field: str
+) -> Corpus:
+    raw = _read(source, storage, local, field)
     n_eval = max(data.seq_len + 1, int(len(raw) * data.eval_fraction))
     if len(raw) - n_eval < data.seq_len + 1:
         raise DataError(
@@ -185,17 +221,14 @@ def _derive_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def _read(source: Source, storage: ContentStore | None, field: str) -> bytes:
+def _read(source: Source, storage: ContentStore | None, local: LocalData, field: str) -> bytes:
     if isinstance(source, StdlibSource):
         raw = _stdlib_bytes()
         return raw[: source.max_bytes] if source.max_bytes else raw
     if isinstance(source, SyntheticSource):
         return _synthetic_bytes(source.generator, source.num_bytes, source.seed)
     if isinstance(source, FileSource):
-        try:
-            return Path(source.path).read_bytes()
-        except OSError as exc:
-            raise DataError(f"{field}: cannot read file {source.path}: {exc.strerror}") from None
+        return local.read(source.path, field)
     if isinstance(source, IpfsSource):
         return _ipfs_bytes(source.cid, storage)
     raise DataError(f"{field}: unsupported source kind {source.kind!r}")

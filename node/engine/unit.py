@@ -15,7 +15,15 @@ from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 from marketplace.protocol.spec import JobSpec, ReproducibilitySpec
 
 from . import environment
-from .data import ContentStore, DataError, Sampler, Shard, load_corpora
+from .data import (
+    NO_LOCAL_DATA,
+    ContentStore,
+    DataError,
+    LocalData,
+    Sampler,
+    Shard,
+    load_corpora,
+)
 from .train import Trainer, is_spike
 
 logger = logging.getLogger(__name__)
@@ -45,6 +53,7 @@ def run_unit(
     steps: int,
     *,
     storage: ContentStore | None = None,
+    local_data: LocalData = NO_LOCAL_DATA,
     device: str | torch.device | None = None,
 ) -> UnitResult:
     """Train `steps` optimizer steps from `checkpoint` (None: a fresh model from the spec's seed).
@@ -56,8 +65,9 @@ def run_unit(
     skips past the spiking batch; units that start on multiples of `checkpoint.every` therefore
     stay bit-identical to an uninterrupted run even when spikes occur.
 
-    `storage` serves ipfs data sources (default: marketplace.storage.Storage()); `device`
-    defaults to CUDA when available, else the CPU.
+    `storage` serves ipfs data sources (default: marketplace.storage.Storage()); `local_data` says
+    which local files `file` sources may read (default: none); `device` defaults to CUDA when
+    available, else the CPU.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}")
@@ -66,7 +76,7 @@ def run_unit(
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     repro = spec.reproducibility
     with _reproducible(repro):
-        corpora = load_corpora(spec.data, storage)
+        corpora = load_corpora(spec.data, storage, local_data)
         sampler = Sampler(corpora, spec.data.seq_len, spec.training.batch_size, repro.seed)
         trainer = Trainer(spec, sampler, device)
         if checkpoint is None:

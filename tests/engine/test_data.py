@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
 
 from node.engine import DataError, Shard
-from node.engine.data import Sampler, load_corpora
+from node.engine.data import LocalData, Sampler, load_corpora
 
 
 def test_stdlib_corpus_is_python_source_in_a_fixed_order(small_spec):
@@ -52,7 +54,9 @@ def test_mixing_follows_the_weights(tmp_path, small_spec):
         {"kind": "file", "path": str(tmp_path / "b.txt"), "weight": 1.0},
     ]
     spec = small_spec(data={"sources": sources})
-    sampler = Sampler(load_corpora(spec.data), seq_len=32, batch_size=50, seed=0)
+    sampler = Sampler(
+        load_corpora(spec.data, local=LocalData((tmp_path,))), seq_len=32, batch_size=50, seed=0
+    )
     rows = torch.cat([sampler.batch(0, cursor, 0)[0] for cursor in range(40)])
     from_a = (rows[:, 0] == ord("a")).float().mean().item()
     assert 0.70 < from_a < 0.80
@@ -67,7 +71,9 @@ def test_eval_batches_come_from_the_held_out_tail(tmp_path, small_spec):
             "eval_fraction": 0.1,
         }
     )
-    sampler = Sampler(load_corpora(spec.data), seq_len=32, batch_size=4, seed=0)
+    sampler = Sampler(
+        load_corpora(spec.data, local=LocalData((tmp_path,))), seq_len=32, batch_size=4, seed=0
+    )
     assert all(torch.all(x == ord("e")) for x, _ in sampler.eval_batches(3))
     assert torch.all(sampler.batch(0, 0, 0)[0] == ord("t"))
 
@@ -99,14 +105,14 @@ def test_missing_file_names_the_source(small_spec, tmp_path):
         data={"sources": [{"kind": "stdlib"}, {"kind": "file", "path": str(tmp_path / "nope")}]}
     )
     with pytest.raises(DataError, match=r"data.sources\[1\]: cannot read file .*nope"):
-        load_corpora(spec.data)
+        load_corpora(spec.data, local=LocalData((tmp_path,)))
 
 
 def test_source_too_small_for_the_sequence_length(small_spec, tmp_path):
     (tmp_path / "short.txt").write_bytes(b"x" * 50)
     spec = small_spec(data={"sources": [{"kind": "file", "path": str(tmp_path / "short.txt")}]})
     with pytest.raises(DataError, match="has 50 bytes"):
-        load_corpora(spec.data)
+        load_corpora(spec.data, local=LocalData((tmp_path,)))
 
 
 def test_shard_is_named_by_sources_index_and_steps(small_spec):
@@ -135,3 +141,47 @@ def test_ipfs_source_without_storage_uses_the_marketplace_default(small_spec, mo
     (corpus,) = load_corpora(spec.data)
     assert store.asked == [cid]
     assert bytes(corpus.train[:10].tolist()) == b"abcdefghij"
+
+
+@pytest.fixture
+def private_file(tmp_path):
+    """A secret beside the provider's data directory, as ~/.ssh/id_ed25519 would be."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "corpus.txt").write_bytes(b"c" * 10_000)
+    secret = tmp_path / "id_ed25519"
+    secret.write_bytes(b"-----BEGIN OPENSSH PRIVATE KEY-----" + b"k" * 10_000)
+    return secret
+
+
+@pytest.mark.parametrize(
+    "path, local, refusal",
+    [
+        ("{secret}", LocalData(), "file sources are not read here"),
+        ("{secret}", LocalData(("{data}",)), "outside the local data directories"),
+        ("{data}/../id_ed25519", LocalData(("{data}",)), "outside the local data directories"),
+        ("{data}/link", LocalData(("{data}",)), "outside the local data directories"),
+        ("/dev/zero", LocalData((Path("/dev"),)), "not a regular file"),
+        ("{data}/corpus.txt", LocalData(("{data}",), max_bytes=1000), "more than 1000 bytes"),
+    ],
+)
+def test_a_spec_cannot_make_a_provider_read_outside_its_data(
+    small_spec, private_file, path, local, refusal
+):
+    """A job spec is written by a stranger: its file sources reach only the provider's own data
+    directories, as regular files of bounded size, whatever path or symlink it names."""
+    data = private_file.parent / "data"
+    (data / "link").symlink_to(private_file)
+    named = {"secret": private_file, "data": data}
+    local = LocalData(
+        tuple(Path(str(r).format(**named)) for r in local.roots), max_bytes=local.max_bytes
+    )
+    spec = small_spec(data={"sources": [{"kind": "file", "path": path.format(**named)}]})
+    with pytest.raises(DataError, match=refusal):
+        load_corpora(spec.data, local=local)
+
+
+def test_a_file_in_the_data_directory_is_read(small_spec, private_file):
+    data = private_file.parent / "data"
+    spec = small_spec(data={"sources": [{"kind": "file", "path": str(data / "corpus.txt")}]})
+    (corpus,) = load_corpora(spec.data, local=LocalData((data,)))
+    assert corpus.sha256 == hashlib.sha256(b"c" * 10_000).hexdigest()
