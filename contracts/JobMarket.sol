@@ -27,6 +27,10 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
 
     uint256 internal constant BPS = 10_000;
     uint256 public constant MAX_FEE_BPS = 1_000;
+    /// @notice The longest bid or reveal window governance can set.
+    uint40 public constant MAX_AUCTION_WINDOW = 7 days;
+    /// @notice The most governance can pay per verification (out of the network fee): 1,000 ZEN.
+    uint128 public constant MAX_VERIFICATION_FEE = 1_000e18;
     uint256 public constant MAX_NODES = 64;
     /// @dev Pre-written into empty winner places so a reveal updates a slot instead of creating one.
     uint96 internal constant NO_BID = type(uint96).max;
@@ -352,7 +356,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     }
 
     /// @notice Sets the fee (capped at MAX_FEE_BPS), the collateral share of a slot's budget, the
-    /// auction windows and the per-verification fee. Governance only; running jobs keep their fee.
+    /// auction windows (1 s to MAX_AUCTION_WINDOW) and the per-verification fee (at most
+    /// MAX_VERIFICATION_FEE). Governance only; running jobs keep their fee and collateral.
     function setParameters(
         uint16 feeBps_,
         uint16 collateralBps_,
@@ -636,9 +641,11 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         uint40 revealWindow_,
         uint128 verificationFee_
     ) internal {
-        if (feeBps_ > MAX_FEE_BPS || collateralBps_ > BPS || bidWindow_ == 0 || revealWindow_ == 0) {
-            revert ParameterOutOfRange();
-        }
+        if (
+            feeBps_ > MAX_FEE_BPS || collateralBps_ > BPS || bidWindow_ == 0 || revealWindow_ == 0
+                || bidWindow_ > MAX_AUCTION_WINDOW || revealWindow_ > MAX_AUCTION_WINDOW
+                || verificationFee_ > MAX_VERIFICATION_FEE
+        ) revert ParameterOutOfRange();
         feeBps = feeBps_;
         collateralBps = collateralBps_;
         bidWindow = bidWindow_;

@@ -19,6 +19,12 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
 
     bytes32 public constant GOVERNOR_ROLE = keccak256("GOVERNOR_ROLE");
     uint256 internal constant BPS = 10_000;
+    /// @notice The longest verification or dispute window governance can set. Settlement waits for
+    /// the verification window after completion and for disputes opened within it, so no setting
+    /// holds a completed job's escrow longer than twice this.
+    uint40 public constant MAX_WINDOW = 7 days;
+    /// @notice The most a refuted failure report can cost its verifier: 10,000 ZEN.
+    uint256 public constant MAX_FALSE_REPORT_SLASH = 10_000e18;
 
     IJobMarket public immutable market;
     IStaking public immutable staking;
@@ -222,7 +228,8 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
                                GOVERNANCE
     //////////////////////////////////////////////////////////////*/
 
-    /// @notice Sets the verification and dispute windows and the false-report slash. Governance only.
+    /// @notice Sets the verification and dispute windows (each from 1 s to MAX_WINDOW) and the
+    /// false-report slash (at most MAX_FALSE_REPORT_SLASH). Governance only.
     function setParameters(uint40 verificationWindow_, uint40 disputeWindow_, uint256 falseReportSlash_)
         external
         onlyRole(GOVERNOR_ROLE)
@@ -282,7 +289,10 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     }
 
     function _setParameters(uint40 verificationWindow_, uint40 disputeWindow_, uint256 falseReportSlash_) internal {
-        if (verificationWindow_ == 0 || disputeWindow_ == 0) revert ParameterOutOfRange();
+        if (
+            verificationWindow_ == 0 || disputeWindow_ == 0 || verificationWindow_ > MAX_WINDOW
+                || disputeWindow_ > MAX_WINDOW || falseReportSlash_ > MAX_FALSE_REPORT_SLASH
+        ) revert ParameterOutOfRange();
         verificationWindow = verificationWindow_;
         disputeWindow = disputeWindow_;
         falseReportSlash = falseReportSlash_;

@@ -458,6 +458,20 @@ contract VerificationTest is BaseTest {
         vm.stopPrank();
     }
 
+    function test_RevertWhen_parametersAboveBounds() public {
+        uint40 maxWindow = verification.MAX_WINDOW();
+        uint256 maxSlash = verification.MAX_FALSE_REPORT_SLASH();
+        vm.startPrank(governor);
+        vm.expectRevert(IVerification.ParameterOutOfRange.selector);
+        verification.setParameters(type(uint40).max, 1, 0);
+        vm.expectRevert(IVerification.ParameterOutOfRange.selector);
+        verification.setParameters(1, maxWindow + 1, 0);
+        vm.expectRevert(IVerification.ParameterOutOfRange.selector);
+        verification.setParameters(1, 1, maxSlash + 1);
+        verification.setParameters(maxWindow, maxWindow, maxSlash);
+        vm.stopPrank();
+    }
+
     function test_RevertWhen_setParametersByNonGovernor() public {
         vm.expectRevert(
             abi.encodeWithSelector(
