@@ -63,6 +63,9 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     mapping(uint256 jobId => mapping(uint256 place => Bid)) private _winners;
     mapping(uint256 jobId => mapping(address verifier => bool)) private _feesClaimed;
     mapping(address account => uint256) private _owed;
+    /// @notice ZEN wei slashed from `provider` for faults in job `jobId`: never above the job's
+    /// collateral, whatever the number of faults reported.
+    mapping(uint256 jobId => mapping(address provider => uint256)) public slashedIn;
 
     /*//////////////////////////////////////////////////////////////
                                MODIFIERS
@@ -330,7 +333,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
                 emit UnitRejected(jobId, slotId, index, unit.remainingBefore - p.endRemaining);
                 p.endRemaining = unit.remainingBefore;
             }
-            _slash(j, unit.provider, IStaking.SlashReason.IncorrectComputation, reporter);
+            _slash(j, jobId, unit.provider, IStaking.SlashReason.IncorrectComputation, reporter, false);
         }
     }
 
@@ -340,7 +343,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         onlyVerification
         nonReentrant
     {
-        _slash(_jobs[jobId], provider, reason, reporter);
+        _slash(_jobs[jobId], jobId, provider, reason, reporter, false);
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -574,7 +577,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
             j.openSlots = 0;
             emit JobCompleted(jobId);
         }
-        if (s.provider != address(0)) staking.unlock(s.provider, j.collateral);
+        if (s.provider != address(0)) staking.unlock(s.provider, j.collateral - slashedIn[jobId][s.provider]);
     }
 
     /// @dev Ends `s.provider`'s tenure, slashes it and puts the slot up for auction again.
@@ -599,15 +602,40 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         j.openSlots += 1;
         _openRound(j, jobId);
         emit ProviderRemoved(jobId, slotId, provider, reason);
-        // Release the collateral first so the slash can take it from stake like any other.
-        if (unlockCollateral) staking.unlock(provider, j.collateral);
-        _slash(j, provider, reason, reporter);
+        _slash(j, jobId, provider, reason, reporter, unlockCollateral);
     }
 
-    function _slash(Job storage j, address provider, IStaking.SlashReason reason, address reporter) internal {
+    /// @dev Slashes `provider` its share for `reason` of the job's collateral, and never more in all
+    /// than that collateral: faults in one job (however many are reported, by whomever) reach only
+    /// what the provider put up for it. The slash comes out of the job's collateral while it is
+    /// still locked: released first, so the staking contract takes it as free stake, and the slot
+    /// releases only what is left when it ends. `releaseRest` (a provider removed from a slot it
+    /// had not finished) releases all the collateral still locked for the job, then slashes.
+    function _slash(
+        Job storage j,
+        uint256 jobId,
+        address provider,
+        IStaking.SlashReason reason,
+        address reporter,
+        bool releaseRest
+    ) internal {
+        uint256 collateral = j.collateral;
+        uint256 taken = slashedIn[jobId][provider];
+        uint256 amount = collateral * slashBps[reason] / BPS;
+        // taken <= collateral: every slash adds at most collateral - taken.
+        if (amount > collateral - taken) amount = collateral - taken;
+        slashedIn[jobId][provider] = taken + amount;
+        uint256 release = 0;
+        if (releaseRest) {
+            release = collateral - taken;
+        } else {
+            Participant storage p = _participants[jobId][provider];
+            if (p.state == ParticipantState.Active && !_slots[jobId][p.slot].done) release = amount;
+        }
+        if (release != 0) staking.unlock(provider, release);
         // What was actually taken (less if the provider holds less) is in Staking's Slashed event.
         // slither-disable-next-line unused-return
-        staking.slash(provider, uint256(j.collateral) * slashBps[reason] / BPS, reason, reporter);
+        if (amount != 0) staking.slash(provider, amount, reason, reporter);
     }
 
     function _earned(uint256 jobId, address provider) internal view returns (uint256) {

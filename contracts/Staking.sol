@@ -206,14 +206,20 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     {
         if (msg.sender != market && msg.sender != verification) revert NotProtocol(msg.sender);
         Account storage a = _accounts[who];
-        uint256 fromStake = amount < a.staked ? amount : a.staked;
-        uint256 rest = amount - fromStake;
+        // Free stake first, then unbonding stake, and collateral locked for jobs last, so a slash
+        // leaves other jobs' collateral whole while the account holds anything else. The market
+        // releases the slashing job's own collateral before it slashes, which makes it free.
+        uint256 free = a.staked - a.locked;
+        uint256 fromFree = amount < free ? amount : free;
+        uint256 rest = amount - fromFree;
         uint256 fromUnbonding = rest < a.unbonding ? rest : a.unbonding;
-        // Each is at most the field it comes out of.
-        a.staked -= uint128(fromStake);
+        rest -= fromUnbonding;
+        uint256 fromLocked = rest < a.locked ? rest : a.locked;
+        // Each is at most the field it comes out of (free + locked == staked).
+        a.staked -= uint128(fromFree + fromLocked);
+        a.locked -= uint128(fromLocked);
         a.unbonding -= uint128(fromUnbonding);
-        if (a.locked > a.staked) a.locked = a.staked;
-        slashed = fromStake + fromUnbonding;
+        slashed = fromFree + fromUnbonding + fromLocked;
         if (slashed == 0) return 0;
 
         uint256 reporterShare = reporter == address(0) ? 0 : slashed * reporterBps / BPS;

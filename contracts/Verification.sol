@@ -25,6 +25,13 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     uint40 public constant MAX_WINDOW = 7 days;
     /// @notice The most a refuted failure report can cost its verifier: 10,000 ZEN.
     uint256 public constant MAX_FALSE_REPORT_SLASH = 10_000e18;
+    /// @notice Bandwidth complaints one provider can face in one job. With the market's cap (all
+    /// slashes of a provider in a job together take at most that job's collateral), two colluding
+    /// verifiers cannot loop open/confirm, and a lone one cannot loop open/expire.
+    uint8 public constant MAX_COMPLAINTS = 3;
+    /// @notice Time after a complaint closes before the next one against the same provider in the
+    /// same job may open.
+    uint40 public constant COMPLAINT_COOLDOWN = 1 hours;
 
     IJobMarket public immutable market;
     IStaking public immutable staking;
@@ -176,51 +183,57 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     /// @inheritdoc IVerification
+    /// @dev Complaints open only while the job runs: a complaint open at completion closes within
+    /// the dispute window (answered or expired by anyone), so complaints can hold settlement at
+    /// most one dispute window past completion, and never past MAX_WINDOW.
     function complainBandwidth(uint256 jobId, address provider, string calldata evidenceCid) external {
         _checkVerifier(provider);
-        IJobMarket.JobStatus status = market.status(jobId);
-        if (status != IJobMarket.JobStatus.Running && status != IJobMarket.JobStatus.Completed) {
-            revert NotAParticipant(provider);
-        }
+        if (bytes(evidenceCid).length == 0) revert NoEvidence();
+        if (market.status(jobId) != IJobMarket.JobStatus.Running) revert JobNotRunning(jobId);
         if (market.participant(jobId, provider).state == IJobMarket.ParticipantState.None) {
             revert NotAParticipant(provider);
         }
         Complaint storage c = _complaints[jobId][provider];
         if (c.challenger != address(0)) revert ComplaintOpen(jobId, provider);
+        if (c.count >= MAX_COMPLAINTS) revert ComplaintLimit(jobId, provider);
+        // The first complaint has no closedAt: nothing to wait for.
+        if (c.closedAt != 0 && block.timestamp < uint256(c.closedAt) + COMPLAINT_COOLDOWN) {
+            revert ComplaintCooldown(uint256(c.closedAt) + COMPLAINT_COOLDOWN);
+        }
         c.challenger = msg.sender;
         c.openedAt = uint40(block.timestamp);
+        ++c.count;
         ++openDisputes[jobId];
         emit BandwidthComplaint(jobId, provider, msg.sender, evidenceCid);
     }
 
     /// @inheritdoc IVerification
     function resolveBandwidthComplaint(uint256 jobId, address provider, bool confirmed) external nonReentrant {
-        Complaint memory c = _complaints[jobId][provider];
-        if (c.challenger == address(0)) revert NoOpenDispute();
-        if (msg.sender == c.challenger) revert ConflictOfInterest(msg.sender);
+        Complaint storage c = _complaints[jobId][provider];
+        address challenger = c.challenger;
+        if (challenger == address(0)) revert NoOpenDispute();
+        if (msg.sender == challenger) revert ConflictOfInterest(msg.sender);
         _checkVerifier(provider);
         uint256 endsAt = uint256(c.openedAt) + disputeWindow;
         if (block.timestamp > endsAt) revert DisputeWindow(endsAt);
 
-        delete _complaints[jobId][provider];
-        --openDisputes[jobId];
+        _closeComplaint(jobId, c);
         emit BandwidthComplaintClosed(jobId, provider, msg.sender, confirmed);
         if (confirmed) {
-            market.penalize(jobId, provider, IStaking.SlashReason.BandwidthViolation, c.challenger);
+            market.penalize(jobId, provider, IStaking.SlashReason.BandwidthViolation, challenger);
         } else {
             // slither-disable-next-line unused-return
-            staking.slash(c.challenger, falseReportSlash, IStaking.SlashReason.IncorrectComputation, msg.sender);
+            staking.slash(challenger, falseReportSlash, IStaking.SlashReason.IncorrectComputation, msg.sender);
         }
     }
 
     /// @inheritdoc IVerification
     function expireBandwidthComplaint(uint256 jobId, address provider) external {
-        Complaint memory c = _complaints[jobId][provider];
+        Complaint storage c = _complaints[jobId][provider];
         if (c.challenger == address(0)) revert NoOpenDispute();
         uint256 endsAt = uint256(c.openedAt) + disputeWindow;
         if (block.timestamp <= endsAt) revert DisputeWindow(endsAt);
-        delete _complaints[jobId][provider];
-        --openDisputes[jobId];
+        _closeComplaint(jobId, c);
         emit BandwidthComplaintClosed(jobId, provider, address(0), false);
     }
 
@@ -244,6 +257,11 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     /// @inheritdoc IVerification
     function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool) {
         return _toVerify(jobId, slot, index, blockNumber);
+    }
+
+    /// @inheritdoc IVerification
+    function complaint(uint256 jobId, address provider) external view returns (Complaint memory) {
+        return _complaints[jobId][provider];
     }
 
     /// @inheritdoc IVerification
@@ -281,6 +299,14 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
 
     function _checkUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) internal view {
         if (market.unitHash(jobId, slot, index) != unitCommitment(unit)) revert UnitMismatch();
+    }
+
+    /// @dev Closes the open complaint `c` but keeps its count and close time: a deleted complaint
+    /// would let the next one open at once, without limit.
+    function _closeComplaint(uint256 jobId, Complaint storage c) internal {
+        c.challenger = address(0);
+        c.closedAt = uint40(block.timestamp);
+        --openDisputes[jobId];
     }
 
     function _count(uint256 jobId, address verifier) internal {

@@ -180,8 +180,9 @@ interface IStaking {
     /// @notice Releases up to `amount` of `provider`'s locked collateral. Market only.
     function unlock(address provider, uint256 amount) external;
 
-    /// @notice Takes up to `amount` from `account`'s stake, then its unbonding stake, and pays the
-    /// reporter's share to `reporter` and the rest to the treasury. Market and verification only.
+    /// @notice Takes up to `amount` from `account`'s free stake, then its unbonding stake, then its
+    /// locked collateral, and pays the reporter's share to `reporter` and the rest to the treasury.
+    /// Market and verification only.
     /// @return slashed The amount actually taken (less than `amount` if the account holds less).
     function slash(address account, uint256 amount, SlashReason reason, address reporter)
         external

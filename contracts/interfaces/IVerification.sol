@@ -28,10 +28,13 @@ interface IVerification {
         address second;
     }
 
-    /// @notice An open bandwidth complaint against a job's provider.
+    /// @notice Bandwidth complaints against one provider in one job: the open one, if any, and
+    /// how many were opened and when the last closed (for the cap and the cooldown).
     struct Complaint {
-        address challenger;
+        address challenger; // zero while none is open
         uint40 openedAt;
+        uint40 closedAt;
+        uint8 count; // opened so far, at most MAX_COMPLAINTS
     }
 
     /// @notice Thrown when the caller is not an active verifier.
@@ -50,6 +53,14 @@ interface IVerification {
     error AlreadyVerified(uint256 jobId, uint16 slot, uint32 index);
     /// @notice Thrown when a bandwidth complaint against `provider` in `jobId` is already open.
     error ComplaintOpen(uint256 jobId, address provider);
+    /// @notice Thrown when `provider` already faced the most bandwidth complaints one job allows.
+    error ComplaintLimit(uint256 jobId, address provider);
+    /// @notice Thrown when a bandwidth complaint follows the last one's close too soon.
+    error ComplaintCooldown(uint256 until);
+    /// @notice Thrown when a bandwidth complaint comes without an evidence CID.
+    error NoEvidence();
+    /// @notice Thrown when a bandwidth complaint is made about a job that is not running.
+    error JobNotRunning(uint256 jobId);
     /// @notice Thrown when no dispute or complaint is open where one is needed.
     error NoOpenDispute();
     /// @notice Thrown when a dispute is answered after its window, or expired before it.
@@ -114,7 +125,11 @@ interface IVerification {
     /// @notice Closes a dispute nobody answered within the dispute window: the unit counts as accepted.
     function expireDispute(uint256 jobId, uint16 slot, uint32 index) external;
 
-    /// @notice A verifier complains that `provider` broke its tier's network SLA in job `jobId`.
+    /// @notice A verifier complains that `provider` broke its tier's network SLA in job `jobId`,
+    /// with the CID of its measurements. Bounded so that no party can slash or stall without
+    /// limit: only while the job runs, one open complaint per provider and job, COMPLAINT_COOLDOWN
+    /// after the last one closed, MAX_COMPLAINTS per provider and job; and the market caps all
+    /// slashes of a provider in a job at that job's collateral.
     function complainBandwidth(uint256 jobId, address provider, string calldata evidenceCid) external;
 
     /// @notice A second verifier settles a bandwidth complaint; `confirmed` slashes the provider,
@@ -133,6 +148,10 @@ interface IVerification {
     /// @notice Whether unit `index` of `slot`, committed in block `blockNumber`, is to be verified:
     /// sampled, or flagged by a provider of the job.
     function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool);
+
+    /// @notice The bandwidth complaints against `provider` in job `jobId`: the open one, the count
+    /// and the last close.
+    function complaint(uint256 jobId, address provider) external view returns (Complaint memory);
 
     /// @notice The result of unit `index` of `slot`.
     function result(uint256 jobId, uint16 slot, uint32 index) external view returns (Result memory);

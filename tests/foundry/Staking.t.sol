@@ -378,6 +378,19 @@ contract StakingTest is BaseTest {
         assertEq(a.staked + a.unbonding, PROVIDER_STAKE - slashed);
     }
 
+    function test_slash_takesFreeStakeThenUnbondingThenCollateral() public {
+        vm.prank(provider1);
+        staking.requestUnstake(1_000 * ZEN);
+        vm.startPrank(address(market));
+        staking.lock(provider1, 15_000 * ZEN);
+        staking.slash(provider1, 4_500 * ZEN, IStaking.SlashReason.Downtime, address(0));
+        vm.stopPrank();
+        IStaking.Account memory a = staking.account(provider1);
+        assertEq(a.staked, 15_000 * ZEN, "the free 4,000 first");
+        assertEq(a.unbonding, 500 * ZEN, "then unbonding");
+        assertEq(a.locked, 15_000 * ZEN, "collateral untouched");
+    }
+
     function test_slash_clampsLockedCollateral() public {
         vm.startPrank(address(market));
         staking.lock(provider1, PROVIDER_STAKE);

@@ -273,7 +273,9 @@ contract VerificationTest is BaseTest {
         _resolveDispute(verifier2, jobId, 0, 1, units[1], false);
         assertEq(market.earned(jobId, provider1), UNIT_PAY);
         assertEq(market.participant(jobId, provider1).endRemaining, units[1].remainingBefore);
-        assertEq(staking.account(provider1).staked, stakedAfterDowntime - COLLATERAL);
+        // The downtime slash took a fifth of the collateral; this one takes the rest, no more.
+        assertEq(staking.account(provider1).staked, stakedAfterDowntime - COLLATERAL * 8_000 / BPS);
+        assertEq(market.slashedIn(jobId, provider1), COLLATERAL);
         assertEq(market.slot(jobId, 0).unitsDone, 3, "the slot is not rolled back under another provider");
     }
 
@@ -404,9 +406,97 @@ contract VerificationTest is BaseTest {
         verification.complainBandwidth(jobId, provider2, "bafyiperf");
 
         uint256 openJob = _createJob();
-        vm.expectRevert(abi.encodeWithSelector(IVerification.NotAParticipant.selector, provider1));
+        vm.expectRevert(abi.encodeWithSelector(IVerification.JobNotRunning.selector, openJob));
         vm.prank(verifier1);
         verification.complainBandwidth(openJob, provider1, "bafyiperf");
+    }
+
+    function test_RevertWhen_complaintWithoutEvidence() public {
+        vm.expectRevert(IVerification.NoEvidence.selector);
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "");
+    }
+
+    /// @dev verifier1 complains about provider1, verifier2 confirms.
+    function _complainAndConfirm() internal {
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+        vm.prank(verifier2);
+        verification.resolveBandwidthComplaint(jobId, provider1, true);
+    }
+
+    /// Two colluding verifiers loop open/confirm against provider1, which also holds a slot in a
+    /// second job and has stake unbonding, under the harshest bandwidth slash governance can set.
+    function test_attack_colludingVerifiersLoop_takeOnlyThisJobsCollateral() public {
+        uint256 otherJob = _createJob();
+        _auction(otherJob, provider1, PRICE);
+        vm.prank(provider1);
+        staking.requestUnstake(1_000 * ZEN);
+        vm.prank(governor);
+        market.setSlashBps(IStaking.SlashReason.BandwidthViolation, uint16(BPS));
+
+        _complainAndConfirm();
+        // Not again in the same block, nor before the cooldown is over.
+        uint256 until = block.timestamp + verification.COMPLAINT_COOLDOWN();
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ComplaintCooldown.selector, until));
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+        for (uint256 i = 1; i < verification.MAX_COMPLAINTS(); ++i) {
+            vm.warp(until);
+            _complainAndConfirm();
+            until = block.timestamp + verification.COMPLAINT_COOLDOWN();
+        }
+        vm.warp(until);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ComplaintLimit.selector, jobId, provider1));
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+
+        // All of this job's collateral and nothing else: the other job's lock and the unbonding
+        // stake are whole, and so is the free stake.
+        assertEq(market.slashedIn(jobId, provider1), COLLATERAL);
+        IStaking.Account memory a = staking.account(provider1);
+        assertEq(a.staked, PROVIDER_STAKE - 1_000 * ZEN - COLLATERAL);
+        assertEq(a.locked, COLLATERAL);
+        assertEq(a.unbonding, 1_000 * ZEN);
+        // The slot ends with nothing left to release: the other job's collateral stays locked.
+        _completeSlot(jobId, 0);
+        assertEq(staking.account(provider1).locked, COLLATERAL);
+    }
+
+    /// A lone verifier opens complaints and lets them expire, to hold the job's settlement.
+    function test_attack_openExpireLoop_cannotBlockSettlement() public {
+        for (uint256 i; i < verification.MAX_COMPLAINTS(); ++i) {
+            vm.prank(verifier1);
+            verification.complainBandwidth(jobId, provider1, "bafyiperf");
+            skip(DISPUTE_WINDOW + 1);
+            verification.expireBandwidthComplaint(jobId, provider1);
+            skip(verification.COMPLAINT_COOLDOWN());
+        }
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ComplaintLimit.selector, jobId, provider1));
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE);
+
+        // Another provider's complaint opened just before the last unit is the latest that can
+        // hold settlement: one dispute window past completion.
+        uint256 job2 = _createJob();
+        _auction(job2, provider2, PRICE);
+        for (uint32 i; i + 1 < UNITS; ++i) {
+            _checkpoint(job2, 0);
+        }
+        vm.prank(verifier1);
+        verification.complainBandwidth(job2, provider2, "bafyiperf");
+        _checkpoint(job2, 0);
+        uint256 completedAt = market.job(job2).completedAt;
+        vm.expectRevert(abi.encodeWithSelector(IVerification.JobNotRunning.selector, job2));
+        vm.prank(verifier2);
+        verification.complainBandwidth(job2, provider2, "bafyiperf");
+        vm.warp(completedAt + VERIFICATION_WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.DisputesOpen.selector, 1));
+        market.settle(job2);
+        vm.warp(completedAt + DISPUTE_WINDOW + 1);
+        verification.expireBandwidthComplaint(job2, provider2);
+        market.settle(job2);
     }
 
     function test_RevertWhen_complaintAlreadyOpen() public {
