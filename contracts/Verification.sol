@@ -53,6 +53,8 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     /// a new commitment, not flagged.
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => uint64 unitBlock))) private _flagged;
     /// @inheritdoc IVerification
+    mapping(uint64 blockNumber => bytes32) public recordedSeed;
+    /// @inheritdoc IVerification
     mapping(uint256 jobId => uint256) public openDisputes;
     /// @inheritdoc IVerification
     mapping(uint256 jobId => uint256) public verificationCount;
@@ -178,6 +180,15 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         emit DisputeExpired(jobId, slot, index);
     }
 
+    /// @inheritdoc IVerification
+    function recordSeed(uint64 blockNumber) external {
+        if (recordedSeed[blockNumber] != 0) revert SeedAlreadyRecorded(blockNumber);
+        bytes32 seed = _liveSeed(blockNumber);
+        if (seed == 0) revert SeedLost(blockNumber);
+        recordedSeed[blockNumber] = seed;
+        emit SeedRecorded(blockNumber, seed);
+    }
+
     /*//////////////////////////////////////////////////////////////
                           BANDWIDTH COMPLAINTS
     //////////////////////////////////////////////////////////////*/
@@ -255,6 +266,11 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     /// @inheritdoc IVerification
+    function seedOf(uint64 blockNumber) external view returns (bytes32) {
+        return _seed(blockNumber);
+    }
+
+    /// @inheritdoc IVerification
     function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool) {
         return _toVerify(jobId, slot, index, blockNumber);
     }
@@ -278,18 +294,27 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         return _sampled(jobId, slot, index, blockNumber) || _flagged[jobId][slot][index] == blockNumber;
     }
 
-    /// @dev The seed is the hash of the block after the commitment, unknown when the provider
-    /// committed. Past 256 blocks the EVM forgets it; such a unit counts as sampled, since a lost
-    /// seed must never help a cheater.
+    /// @dev The seed is the hash of the block after the commitment (see the threat model in
+    /// IVerification); a unit whose seed was lost is not sampled, never "sampled by default".
     function _sampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) internal view returns (bool) {
-        uint256 seedBlock = uint256(blockNumber) + 1;
-        if (block.number <= seedBlock) revert SampleNotReady(seedBlock + 1);
-        bytes32 seed = blockhash(seedBlock);
-        if (seed == 0) return true;
-        // A block hash is a weak random source only against its block's producer; the sample has
-        // to be public and checkable on-chain, and the committing provider cannot know it.
+        bytes32 seed = _seed(blockNumber);
+        if (seed == 0) return false;
         // slither-disable-next-line weak-prng
         return uint256(keccak256(abi.encode(seed, jobId, slot, index))) % BPS < market.sampleRateBps(jobId);
+    }
+
+    /// @dev The recorded seed of `blockNumber`, else the EVM's hash of the next block; zero when lost.
+    function _seed(uint64 blockNumber) internal view returns (bytes32 seed) {
+        seed = recordedSeed[blockNumber];
+        if (seed == 0) seed = _liveSeed(blockNumber);
+    }
+
+    /// @dev The hash of block `blockNumber + 1` while the EVM serves it (the last 256 blocks);
+    /// zero after. Reverts until that block exists.
+    function _liveSeed(uint64 blockNumber) internal view returns (bytes32) {
+        uint256 seedBlock = uint256(blockNumber) + 1;
+        if (block.number <= seedBlock) revert SampleNotReady(seedBlock + 1);
+        return blockhash(seedBlock);
     }
 
     function _checkVerifier(address provider) internal view {

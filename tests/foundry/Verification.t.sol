@@ -176,14 +176,44 @@ contract VerificationTest is BaseTest {
         }
     }
 
-    function test_isSampled_lostSeedCountsAsSampled() public {
-        IJobMarket.JobRequest memory r = _request(1, BUDGET);
-        r.sampleRateBps = 0;
-        jobId = _createJob(r);
-        _auction(jobId, provider2, PRICE);
+    /// Past 256 blocks an unrecorded seed is lost: the unit is not sampled, so nobody can dispute
+    /// it (it used to count as sampled, letting any verifier dispute any unit).
+    function test_isSampled_lostSeedIsNotSampled() public {
         IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
-        vm.roll(block.number + 300);
+        _rollToSample();
         assertTrue(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+        vm.roll(unit.blockNumber + 258);
+        assertEq(verification.seedOf(unit.blockNumber), 0);
+        assertFalse(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SeedLost.selector, unit.blockNumber));
+        verification.recordSeed(unit.blockNumber);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotSampled.selector, jobId, 0, 0));
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+    }
+
+    /// A recorded seed is the next block's hash, once and for good: the sample holds for the whole
+    /// verification window, and nobody can record another value.
+    function test_recordSeed_keepsTheSampleForTheWholeWindow() public {
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SampleNotReady.selector, unit.blockNumber + 2));
+        verification.recordSeed(unit.blockNumber);
+        _rollToSample();
+        bytes32 seed = blockhash(unit.blockNumber + 1);
+        vm.expectEmit(address(verification));
+        emit IVerification.SeedRecorded(unit.blockNumber, seed);
+        vm.prank(provider1);
+        verification.recordSeed(unit.blockNumber);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SeedAlreadyRecorded.selector, unit.blockNumber));
+        verification.recordSeed(unit.blockNumber);
+
+        vm.roll(block.number + 10_000);
+        vm.setBlockhash(unit.blockNumber + 1, keccak256("a rewritten history"));
+        assertEq(verification.recordedSeed(unit.blockNumber), seed);
+        assertEq(verification.seedOf(unit.blockNumber), seed);
+        assertTrue(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+        skip(VERIFICATION_WINDOW - 1);
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Passed));
     }
 
     function test_RevertWhen_postAfterVerificationWindow() public {
