@@ -28,6 +28,10 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
 
     uint256 internal constant BPS = 10_000;
     uint256 public constant MAX_FEE_BPS = 1_000;
+    /// @notice The longest bid or reveal window governance can set.
+    uint40 public constant MAX_AUCTION_WINDOW = 7 days;
+    /// @notice The most governance can pay per verification (out of the network fee): 1,000 ZEN.
+    uint128 public constant MAX_VERIFICATION_FEE = 1_000e18;
     uint256 public constant MAX_NODES = 64;
     /// @dev Pre-written into empty winner places so a reveal updates a slot instead of creating one.
     uint96 internal constant NO_BID = type(uint96).max;
@@ -60,6 +64,9 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     mapping(uint256 jobId => mapping(uint256 place => Bid)) private _winners;
     mapping(uint256 jobId => mapping(address verifier => bool)) private _feesClaimed;
     mapping(address account => uint256) private _owed;
+    /// @notice ZEN wei slashed from `provider` for faults in job `jobId`: never above the job's
+    /// collateral, whatever the number of faults reported.
+    mapping(uint256 jobId => mapping(address provider => uint256)) public slashedIn;
 
     /*//////////////////////////////////////////////////////////////
                                MODIFIERS
@@ -322,7 +329,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
                 emit UnitRejected(jobId, slotId, index, unit.remainingBefore - p.endRemaining);
                 p.endRemaining = unit.remainingBefore;
             }
-            _slash(j, unit.provider, IStaking.SlashReason.IncorrectComputation, reporter);
+            _slash(j, jobId, unit.provider, IStaking.SlashReason.IncorrectComputation, reporter, false);
         }
     }
 
@@ -332,7 +339,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         onlyVerification
         nonReentrant
     {
-        _slash(_jobs[jobId], provider, reason, reporter);
+        _slash(_jobs[jobId], jobId, provider, reason, reporter, false);
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -348,7 +355,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     }
 
     /// @notice Sets the fee (capped at MAX_FEE_BPS), the collateral share of a slot's budget, the
-    /// auction windows and the per-verification fee. Governance only; running jobs keep their fee.
+    /// auction windows (1 s to MAX_AUCTION_WINDOW) and the per-verification fee (at most
+    /// MAX_VERIFICATION_FEE). Governance only; running jobs keep their fee and collateral.
     function setParameters(
         uint16 feeBps_,
         uint16 collateralBps_,
@@ -565,7 +573,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
             j.openSlots = 0;
             emit JobCompleted(jobId);
         }
-        if (s.provider != address(0)) staking.unlock(s.provider, j.collateral);
+        if (s.provider != address(0)) staking.unlock(s.provider, j.collateral - slashedIn[jobId][s.provider]);
     }
 
     /// @dev Ends `s.provider`'s tenure, slashes it and puts the slot up for auction again.
@@ -590,15 +598,40 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         j.openSlots += 1;
         _openRound(j, jobId);
         emit ProviderRemoved(jobId, slotId, provider, reason);
-        // Release the collateral first so the slash can take it from stake like any other.
-        if (unlockCollateral) staking.unlock(provider, j.collateral);
-        _slash(j, provider, reason, reporter);
+        _slash(j, jobId, provider, reason, reporter, unlockCollateral);
     }
 
-    function _slash(Job storage j, address provider, IStaking.SlashReason reason, address reporter) internal {
+    /// @dev Slashes `provider` its share for `reason` of the job's collateral, and never more in all
+    /// than that collateral: faults in one job (however many are reported, by whomever) reach only
+    /// what the provider put up for it. The slash comes out of the job's collateral while it is
+    /// still locked: released first, so the staking contract takes it as free stake, and the slot
+    /// releases only what is left when it ends. `releaseRest` (a provider removed from a slot it
+    /// had not finished) releases all the collateral still locked for the job, then slashes.
+    function _slash(
+        Job storage j,
+        uint256 jobId,
+        address provider,
+        IStaking.SlashReason reason,
+        address reporter,
+        bool releaseRest
+    ) internal {
+        uint256 collateral = j.collateral;
+        uint256 taken = slashedIn[jobId][provider];
+        uint256 amount = collateral * slashBps[reason] / BPS;
+        // taken <= collateral: every slash adds at most collateral - taken.
+        if (amount > collateral - taken) amount = collateral - taken;
+        slashedIn[jobId][provider] = taken + amount;
+        uint256 release = 0;
+        if (releaseRest) {
+            release = collateral - taken;
+        } else {
+            Participant storage p = _participants[jobId][provider];
+            if (p.state == ParticipantState.Active && !_slots[jobId][p.slot].done) release = amount;
+        }
+        if (release != 0) staking.unlock(provider, release);
         // What was actually taken (less if the provider holds less) is in Staking's Slashed event.
         // slither-disable-next-line unused-return
-        staking.slash(provider, uint256(j.collateral) * slashBps[reason] / BPS, reason, reporter);
+        if (amount != 0) staking.slash(provider, amount, reason, reporter);
     }
 
     function _earned(uint256 jobId, address provider) internal view returns (uint256) {
@@ -632,9 +665,11 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         uint40 revealWindow_,
         uint128 verificationFee_
     ) internal {
-        if (feeBps_ > MAX_FEE_BPS || collateralBps_ > BPS || bidWindow_ == 0 || revealWindow_ == 0) {
-            revert ParameterOutOfRange();
-        }
+        if (
+            feeBps_ > MAX_FEE_BPS || collateralBps_ > BPS || bidWindow_ == 0 || revealWindow_ == 0
+                || bidWindow_ > MAX_AUCTION_WINDOW || revealWindow_ > MAX_AUCTION_WINDOW
+                || verificationFee_ > MAX_VERIFICATION_FEE
+        ) revert ParameterOutOfRange();
         feeBps = feeBps_;
         collateralBps = collateralBps_;
         bidWindow = bidWindow_;

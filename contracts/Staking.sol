@@ -13,6 +13,9 @@ import {IStaking} from "./interfaces/IStaking.sol";
 /// @title Staking
 /// @notice The provider and verifier registry. Every ZEN this contract holds is someone's stake
 /// or unbonding stake: `balance == Σ staked + Σ unbonding` must never break.
+/// @dev Governance has no custody. Only the market and the verification contract, bound once at
+/// deployment, move stake (lock, unlock, slash); the governor (a timelock once deployment hands
+/// over, with no admin left to grant roles) only sets tiers and bounded parameters.
 contract Staking is IStaking, AccessControl, ReentrancyGuard {
     using SafeERC20 for IERC20;
     using SafeCast for uint256;
@@ -22,13 +25,14 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     bytes32 public constant GOVERNOR_ROLE = keccak256("GOVERNOR_ROLE");
-    /// @notice Locks and unlocks collateral: the job market.
-    bytes32 public constant MARKET_ROLE = keccak256("MARKET_ROLE");
-    /// @notice Slashes: the job market and the verification contract.
-    bytes32 public constant SLASHER_ROLE = keccak256("SLASHER_ROLE");
 
     uint256 internal constant BPS = 10_000;
     uint256 public constant MAX_REPORTER_BPS = 5_000;
+    /// @notice No setting keeps unbonding stake from its owner longer than this (and none makes
+    /// `block.timestamp + unbondingDelay` overflow).
+    uint64 public constant MAX_UNBONDING_DELAY = 30 days;
+    /// @notice The highest minimum stake a tier or a verifier can be asked for: 10 million ZEN.
+    uint256 public constant MAX_MIN_STAKE = 10_000_000e18;
 
     IERC20 public immutable zen;
     address public immutable treasury;
@@ -45,6 +49,21 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     uint64 public unbondingDelay;
     uint16 public reporterBps;
     uint256 public minVerifierStake;
+
+    /// @notice The job market: locks, unlocks and slashes. Set once by `bind`.
+    address public market;
+    /// @notice The verification contract: slashes. Set once by `bind`.
+    address public verification;
+
+    /*//////////////////////////////////////////////////////////////
+                               MODIFIERS
+    //////////////////////////////////////////////////////////////*/
+
+    modifier onlyMarket() {
+        // Before `bind` the market is zero, which no caller is.
+        if (msg.sender != market) revert NotProtocol(msg.sender);
+        _;
+    }
 
     /*//////////////////////////////////////////////////////////////
                               CONSTRUCTOR
@@ -152,7 +171,16 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     /// @inheritdoc IStaking
-    function lock(address provider, uint256 amount) external onlyRole(MARKET_ROLE) {
+    function bind(address market_, address verification_) external onlyRole(GOVERNOR_ROLE) {
+        if (market != address(0)) revert AlreadyBound();
+        if (market_ == address(0) || verification_ == address(0)) revert ZeroAddress();
+        market = market_;
+        verification = verification_;
+        emit ProtocolBound(market_, verification_);
+    }
+
+    /// @inheritdoc IStaking
+    function lock(address provider, uint256 amount) external onlyMarket {
         Account storage a = _accounts[provider];
         uint256 free = a.staked - a.locked;
         if (amount > free) revert InsufficientFreeStake(provider, free, amount);
@@ -161,7 +189,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IStaking
-    function unlock(address provider, uint256 amount) external onlyRole(MARKET_ROLE) {
+    function unlock(address provider, uint256 amount) external onlyMarket {
         Account storage a = _accounts[provider];
         // A slash may already have consumed locked stake (and clamped `locked`), so release at most
         // what is still locked rather than revert and strand the job that asks.
@@ -173,19 +201,25 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     /// @inheritdoc IStaking
     function slash(address who, uint256 amount, SlashReason reason, address reporter)
         external
-        onlyRole(SLASHER_ROLE)
         nonReentrant
         returns (uint256 slashed)
     {
+        if (msg.sender != market && msg.sender != verification) revert NotProtocol(msg.sender);
         Account storage a = _accounts[who];
-        uint256 fromStake = amount < a.staked ? amount : a.staked;
-        uint256 rest = amount - fromStake;
+        // Free stake first, then unbonding stake, and collateral locked for jobs last, so a slash
+        // leaves other jobs' collateral whole while the account holds anything else. The market
+        // releases the slashing job's own collateral before it slashes, which makes it free.
+        uint256 free = a.staked - a.locked;
+        uint256 fromFree = amount < free ? amount : free;
+        uint256 rest = amount - fromFree;
         uint256 fromUnbonding = rest < a.unbonding ? rest : a.unbonding;
-        // Each is at most the field it comes out of.
-        a.staked -= uint128(fromStake);
+        rest -= fromUnbonding;
+        uint256 fromLocked = rest < a.locked ? rest : a.locked;
+        // Each is at most the field it comes out of (free + locked == staked).
+        a.staked -= uint128(fromFree + fromLocked);
+        a.locked -= uint128(fromLocked);
         a.unbonding -= uint128(fromUnbonding);
-        if (a.locked > a.staked) a.locked = a.staked;
-        slashed = fromStake + fromUnbonding;
+        slashed = fromFree + fromUnbonding + fromLocked;
         if (slashed == 0) return 0;
 
         uint256 reporterShare = reporter == address(0) ? 0 : slashed * reporterBps / BPS;
@@ -202,6 +236,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     function setTier(uint8 id, Tier calldata t) external onlyRole(GOVERNOR_ROLE) {
         if (id > _tierCount) revert UnknownTier(id);
         if (t.uptimeSlaBps > BPS) revert BpsTooHigh(t.uptimeSlaBps, BPS);
+        if (t.minStake > MAX_MIN_STAKE) revert ParameterOutOfRange();
         if (id == _tierCount) ++_tierCount;
         _tiers[id] = t;
         emit TierSet(id, t.name, t.minStake);
@@ -283,6 +318,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
 
     function _setParameters(uint64 unbondingDelay_, uint16 reporterBps_, uint256 minVerifierStake_) internal {
         if (reporterBps_ > MAX_REPORTER_BPS) revert BpsTooHigh(reporterBps_, MAX_REPORTER_BPS);
+        if (unbondingDelay_ > MAX_UNBONDING_DELAY || minVerifierStake_ > MAX_MIN_STAKE) revert ParameterOutOfRange();
         unbondingDelay = unbondingDelay_;
         reporterBps = reporterBps_;
         minVerifierStake = minVerifierStake_;

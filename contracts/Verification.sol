@@ -19,6 +19,19 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
 
     bytes32 public constant GOVERNOR_ROLE = keccak256("GOVERNOR_ROLE");
     uint256 internal constant BPS = 10_000;
+    /// @notice The longest verification or dispute window governance can set. Settlement waits for
+    /// the verification window after completion and for disputes opened within it, so no setting
+    /// holds a completed job's escrow longer than twice this.
+    uint40 public constant MAX_WINDOW = 7 days;
+    /// @notice The most a refuted failure report can cost its verifier: 10,000 ZEN.
+    uint256 public constant MAX_FALSE_REPORT_SLASH = 10_000e18;
+    /// @notice Bandwidth complaints one provider can face in one job. With the market's cap (all
+    /// slashes of a provider in a job together take at most that job's collateral), two colluding
+    /// verifiers cannot loop open/confirm, and a lone one cannot loop open/expire.
+    uint8 public constant MAX_COMPLAINTS = 3;
+    /// @notice Time after a complaint closes before the next one against the same provider in the
+    /// same job may open.
+    uint40 public constant COMPLAINT_COOLDOWN = 1 hours;
 
     IJobMarket public immutable market;
     IStaking public immutable staking;
@@ -39,6 +52,8 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     /// @dev The block of the commitment a unit was flagged in: a unit replaced after a rollback is
     /// a new commitment, not flagged.
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => uint64 unitBlock))) private _flagged;
+    /// @inheritdoc IVerification
+    mapping(uint64 blockNumber => bytes32) public recordedSeed;
     /// @inheritdoc IVerification
     mapping(uint256 jobId => uint256) public openDisputes;
     /// @inheritdoc IVerification
@@ -165,56 +180,71 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         emit DisputeExpired(jobId, slot, index);
     }
 
+    /// @inheritdoc IVerification
+    function recordSeed(uint64 blockNumber) external {
+        if (recordedSeed[blockNumber] != 0) revert SeedAlreadyRecorded(blockNumber);
+        bytes32 seed = _liveSeed(blockNumber);
+        if (seed == 0) revert SeedLost(blockNumber);
+        recordedSeed[blockNumber] = seed;
+        emit SeedRecorded(blockNumber, seed);
+    }
+
     /*//////////////////////////////////////////////////////////////
                           BANDWIDTH COMPLAINTS
     //////////////////////////////////////////////////////////////*/
 
     /// @inheritdoc IVerification
+    /// @dev Complaints open only while the job runs: a complaint open at completion closes within
+    /// the dispute window (answered or expired by anyone), so complaints can hold settlement at
+    /// most one dispute window past completion, and never past MAX_WINDOW.
     function complainBandwidth(uint256 jobId, address provider, string calldata evidenceCid) external {
         _checkVerifier(provider);
-        IJobMarket.JobStatus status = market.status(jobId);
-        if (status != IJobMarket.JobStatus.Running && status != IJobMarket.JobStatus.Completed) {
-            revert NotAParticipant(provider);
-        }
+        if (bytes(evidenceCid).length == 0) revert NoEvidence();
+        if (market.status(jobId) != IJobMarket.JobStatus.Running) revert JobNotRunning(jobId);
         if (market.participant(jobId, provider).state == IJobMarket.ParticipantState.None) {
             revert NotAParticipant(provider);
         }
         Complaint storage c = _complaints[jobId][provider];
         if (c.challenger != address(0)) revert ComplaintOpen(jobId, provider);
+        if (c.count >= MAX_COMPLAINTS) revert ComplaintLimit(jobId, provider);
+        // The first complaint has no closedAt: nothing to wait for.
+        if (c.closedAt != 0 && block.timestamp < uint256(c.closedAt) + COMPLAINT_COOLDOWN) {
+            revert ComplaintCooldown(uint256(c.closedAt) + COMPLAINT_COOLDOWN);
+        }
         c.challenger = msg.sender;
         c.openedAt = uint40(block.timestamp);
+        ++c.count;
         ++openDisputes[jobId];
         emit BandwidthComplaint(jobId, provider, msg.sender, evidenceCid);
     }
 
     /// @inheritdoc IVerification
     function resolveBandwidthComplaint(uint256 jobId, address provider, bool confirmed) external nonReentrant {
-        Complaint memory c = _complaints[jobId][provider];
-        if (c.challenger == address(0)) revert NoOpenDispute();
-        if (msg.sender == c.challenger) revert ConflictOfInterest(msg.sender);
+        Complaint storage c = _complaints[jobId][provider];
+        address challenger = c.challenger;
+        if (challenger == address(0)) revert NoOpenDispute();
+        if (msg.sender == challenger) revert ConflictOfInterest(msg.sender);
         _checkVerifier(provider);
         uint256 endsAt = uint256(c.openedAt) + disputeWindow;
         if (block.timestamp > endsAt) revert DisputeWindow(endsAt);
 
-        delete _complaints[jobId][provider];
-        --openDisputes[jobId];
+        _closeComplaint(jobId, c);
         emit BandwidthComplaintClosed(jobId, provider, msg.sender, confirmed);
         if (confirmed) {
-            market.penalize(jobId, provider, IStaking.SlashReason.BandwidthViolation, c.challenger);
+            market.penalize(jobId, provider, IStaking.SlashReason.BandwidthViolation, challenger);
         } else {
             // slither-disable-next-line unused-return
-            staking.slash(c.challenger, falseReportSlash, IStaking.SlashReason.IncorrectComputation, msg.sender);
+            staking.slash(challenger, falseReportSlash, IStaking.SlashReason.IncorrectComputation, msg.sender);
         }
     }
 
     /// @inheritdoc IVerification
     function expireBandwidthComplaint(uint256 jobId, address provider) external {
-        Complaint memory c = _complaints[jobId][provider];
+        Complaint storage c = _complaints[jobId][provider];
         if (c.challenger == address(0)) revert NoOpenDispute();
         uint256 endsAt = uint256(c.openedAt) + disputeWindow;
         if (block.timestamp <= endsAt) revert DisputeWindow(endsAt);
-        delete _complaints[jobId][provider];
-        --openDisputes[jobId];
+        _closeComplaint(jobId, c);
         emit BandwidthComplaintClosed(jobId, provider, address(0), false);
     }
 
@@ -222,7 +252,8 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
                                GOVERNANCE
     //////////////////////////////////////////////////////////////*/
 
-    /// @notice Sets the verification and dispute windows and the false-report slash. Governance only.
+    /// @notice Sets the verification and dispute windows (each from 1 s to MAX_WINDOW) and the
+    /// false-report slash (at most MAX_FALSE_REPORT_SLASH). Governance only.
     function setParameters(uint40 verificationWindow_, uint40 disputeWindow_, uint256 falseReportSlash_)
         external
         onlyRole(GOVERNOR_ROLE)
@@ -235,8 +266,18 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     /// @inheritdoc IVerification
+    function seedOf(uint64 blockNumber) external view returns (bytes32) {
+        return _seed(blockNumber);
+    }
+
+    /// @inheritdoc IVerification
     function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool) {
         return _toVerify(jobId, slot, index, blockNumber);
+    }
+
+    /// @inheritdoc IVerification
+    function complaint(uint256 jobId, address provider) external view returns (Complaint memory) {
+        return _complaints[jobId][provider];
     }
 
     /// @inheritdoc IVerification
@@ -253,18 +294,27 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         return _sampled(jobId, slot, index, blockNumber) || _flagged[jobId][slot][index] == blockNumber;
     }
 
-    /// @dev The seed is the hash of the block after the commitment, unknown when the provider
-    /// committed. Past 256 blocks the EVM forgets it; such a unit counts as sampled, since a lost
-    /// seed must never help a cheater.
+    /// @dev The seed is the hash of the block after the commitment (see the threat model in
+    /// IVerification); a unit whose seed was lost is not sampled, never "sampled by default".
     function _sampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) internal view returns (bool) {
-        uint256 seedBlock = uint256(blockNumber) + 1;
-        if (block.number <= seedBlock) revert SampleNotReady(seedBlock + 1);
-        bytes32 seed = blockhash(seedBlock);
-        if (seed == 0) return true;
-        // A block hash is a weak random source only against its block's producer; the sample has
-        // to be public and checkable on-chain, and the committing provider cannot know it.
+        bytes32 seed = _seed(blockNumber);
+        if (seed == 0) return false;
         // slither-disable-next-line weak-prng
         return uint256(keccak256(abi.encode(seed, jobId, slot, index))) % BPS < market.sampleRateBps(jobId);
+    }
+
+    /// @dev The recorded seed of `blockNumber`, else the EVM's hash of the next block; zero when lost.
+    function _seed(uint64 blockNumber) internal view returns (bytes32 seed) {
+        seed = recordedSeed[blockNumber];
+        if (seed == 0) seed = _liveSeed(blockNumber);
+    }
+
+    /// @dev The hash of block `blockNumber + 1` while the EVM serves it (the last 256 blocks);
+    /// zero after. Reverts until that block exists.
+    function _liveSeed(uint64 blockNumber) internal view returns (bytes32) {
+        uint256 seedBlock = uint256(blockNumber) + 1;
+        if (block.number <= seedBlock) revert SampleNotReady(seedBlock + 1);
+        return blockhash(seedBlock);
     }
 
     function _checkVerifier(address provider) internal view {
@@ -276,13 +326,24 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         if (market.unitHash(jobId, slot, index) != unitCommitment(unit)) revert UnitMismatch();
     }
 
+    /// @dev Closes the open complaint `c` but keeps its count and close time: a deleted complaint
+    /// would let the next one open at once, without limit.
+    function _closeComplaint(uint256 jobId, Complaint storage c) internal {
+        c.challenger = address(0);
+        c.closedAt = uint40(block.timestamp);
+        --openDisputes[jobId];
+    }
+
     function _count(uint256 jobId, address verifier) internal {
         ++verificationCount[jobId];
         ++verificationsBy[jobId][verifier];
     }
 
     function _setParameters(uint40 verificationWindow_, uint40 disputeWindow_, uint256 falseReportSlash_) internal {
-        if (verificationWindow_ == 0 || disputeWindow_ == 0) revert ParameterOutOfRange();
+        if (
+            verificationWindow_ == 0 || disputeWindow_ == 0 || verificationWindow_ > MAX_WINDOW
+                || disputeWindow_ > MAX_WINDOW || falseReportSlash_ > MAX_FALSE_REPORT_SLASH
+        ) revert ParameterOutOfRange();
         verificationWindow = verificationWindow_;
         disputeWindow = disputeWindow_;
         falseReportSlash = falseReportSlash_;

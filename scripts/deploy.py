@@ -17,7 +17,11 @@ from marketplace.chain.deploy import deploy, manifest_path
 
 @click.command(cls=ConnectedProviderCommand)
 @click.option("--manifest", type=click.Path(dir_okay=False), help="Where to write the manifest.")
-def cli(provider, manifest):
+@click.option(
+    "--proposer",
+    help="Who may propose governance calls to the timelock (a multisig); default: the deployer.",
+)
+def cli(provider, manifest, proposer):
     key = os.environ.get("ZOO_DEPLOYER_KEY")
     if key:
         deployer = Account.from_key(key)
@@ -25,7 +29,7 @@ def cli(provider, manifest):
         deployer = Account.from_key(accounts.test_accounts[0].private_key)
     else:
         raise click.ClickException("set ZOO_DEPLOYER_KEY to the deployer's private key")
-    deployment = deploy(provider.web3, deployer, manifest=manifest)
+    deployment = deploy(provider.web3, deployer, proposer=proposer, manifest=manifest)
     for name, address in deployment.addresses.items():
         click.echo(f"{name:<13} {address}")
     click.echo(f"manifest: {manifest or manifest_path(deployment.chain_id)}")

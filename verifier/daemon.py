@@ -1,7 +1,8 @@
 """The verifier daemon: watch the ledger, queue sampled units for re-runs, post what workers find.
 
 One loop, one thread, on the daemon runtime: each tick follows new events into the journal,
-draws the samples that became drawable, collects finished re-runs and posts them, collects the
+draws the samples that became drawable (recording on-chain the seed of each sampled unit, which
+the EVM would forget after 256 blocks), collects finished re-runs and posts them, collects the
 fees of settled jobs, and reports providers that missed a checkpoint deadline. Every transaction
 goes through the outbox under a key of what it answers. Re-runs happen in Celery workers, so a
 slow unit never delays a post that is due.
@@ -53,6 +54,9 @@ MOOT = {
 NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone"}
 # Reverts of a fee claim or withdrawal after a restart, or of a zero share: nothing to collect.
 NOTHING_OWED = {"AlreadyClaimed", "NothingOwed"}
+# Reverts of recordSeed: another verifier recorded it first, or it is lost (and the unit with it
+# counts as not sampled, which the post of its result then reports).
+SEED_SETTLED = {"SeedAlreadyRecorded", "SeedLost"}
 
 
 class VerifierDaemon:
@@ -222,6 +226,7 @@ class VerifierDaemon:
                 if unit.provider == self.address or not self.ledger.is_sampled(unit):
                     self.journal.update(work, j.SKIPPED)
                     continue
+                self._record_seed(unit)
                 if self._awaits_peers(unit, latest["timestamp"]):
                     continue
             inputs = self._inputs(unit)
@@ -242,6 +247,17 @@ class VerifierDaemon:
                 unit.index,
                 task.id,
             )
+
+    def _record_seed(self, unit: CommittedUnit) -> None:
+        """Record the seed that sampled `unit` while the EVM still serves it, so the sample holds
+        for the whole verification window, not just the 256 blocks the EVM remembers."""
+        if any(self.ledger.recorded_seed(unit.block_number)):
+            return
+        self._send(
+            f"seed:{unit.block_number}",
+            self.ledger.record_seed_call(unit.block_number),
+            SEED_SETTLED,
+        )
 
     def _ddp_nodes(self, job_id: int) -> int:
         """How many ranks the job's ddp group has; 0 for any other job, or while its spec cannot

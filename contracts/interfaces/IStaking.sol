@@ -78,6 +78,13 @@ interface IStaking {
     error SelfAttestation();
     /// @notice Thrown when a zero address is given where an account is needed.
     error ZeroAddress();
+    /// @notice Thrown when a parameter is outside its hard bounds.
+    error ParameterOutOfRange();
+    /// @notice Thrown when `caller` is not the protocol contract this needs (the bound market or
+    /// verification contract).
+    error NotProtocol(address caller);
+    /// @notice Thrown when the protocol's contracts are bound a second time.
+    error AlreadyBound();
 
     /// @notice Emitted when governance sets a tier.
     /// @param tier The tier id.
@@ -134,6 +141,10 @@ interface IStaking {
     event Slashed(
         address indexed account, SlashReason indexed reason, uint256 amount, address reporter, uint256 reporterShare
     );
+    /// @notice Emitted once, when the protocol's market and verification contracts are bound.
+    /// @param market The only contract that locks and unlocks collateral, and may slash.
+    /// @param verification The only other contract that may slash.
+    event ProtocolBound(address market, address verification);
     /// @notice Emitted when governance changes the staking parameters.
     event ParametersSet(uint64 unbondingDelay, uint16 reporterBps, uint256 minVerifierStake);
 
@@ -158,23 +169,33 @@ interface IStaking {
     /// @notice Admits `provider` after the calling verifier checked its benchmark.
     function attestBenchmark(address provider, bytes32 resultHash, uint256 score) external;
 
+    /// @notice Binds the market and the verification contract, once: from then on only they lock,
+    /// unlock and slash, and no role, governor or later call can change that. Governance only,
+    /// during deployment (before the governor role moves to the timelock).
+    function bind(address market, address verification) external;
+
     /// @notice Locks `amount` of `provider`'s free stake as job collateral. Market only.
     function lock(address provider, uint256 amount) external;
 
     /// @notice Releases up to `amount` of `provider`'s locked collateral. Market only.
     function unlock(address provider, uint256 amount) external;
 
-    /// @notice Takes up to `amount` from `account`'s stake, then its unbonding stake, and pays the
-    /// reporter's share to `reporter` and the rest to the treasury. Market and verification only.
+    /// @notice Takes up to `amount` from `account`'s free stake, then its unbonding stake, then its
+    /// locked collateral, and pays the reporter's share to `reporter` and the rest to the treasury.
+    /// Market and verification only.
     /// @return slashed The amount actually taken (less than `amount` if the account holds less).
     function slash(address account, uint256 amount, SlashReason reason, address reporter)
         external
         returns (uint256 slashed);
 
-    /// @notice Sets tier `id` (adds it when `id` equals the tier count). Governance only.
+    /// @notice Sets tier `id` (adds it when `id` equals the tier count); its minimum stake is at most
+    /// `MAX_MIN_STAKE`. Governance only. A running job's collateral is locked already: a new
+    /// minimum changes who may bid next, never a job in progress.
     function setTier(uint8 id, Tier calldata tier) external;
 
-    /// @notice Sets the unbonding delay, the reporter's share of slashes and the verifier minimum stake.
+    /// @notice Sets the unbonding delay (at most `MAX_UNBONDING_DELAY`), the reporter's share of
+    /// slashes (at most `MAX_REPORTER_BPS`) and the verifier minimum stake (at most
+    /// `MAX_MIN_STAKE`). Governance only; stake already unbonding keeps its end time.
     function setParameters(uint64 unbondingDelay, uint16 reporterBps, uint256 minVerifierStake) external;
 
     /// @notice The tier with id `id`.

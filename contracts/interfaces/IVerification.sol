@@ -4,9 +4,22 @@ pragma solidity 0.8.28;
 import {IJobMarket} from "./IJobMarket.sol";
 
 /// @title Verification: random sampling of work units, verifier results and disputes
-/// @notice Which units are re-run is drawn from the hash of the block after the unit's commitment,
-/// which did not exist when the provider committed: a provider that fakes n units is caught with
-/// probability 1 - (1 - p)^n at sample rate p. A failed result opens a dispute that a second
+/// @notice Which units are re-run is drawn from the seed of the unit's block: the hash of the
+/// block after the commitment, which did not exist when the provider committed. A provider that
+/// fakes n units is caught with probability 1 - (1 - p)^n at sample rate p.
+///
+/// Threat model of the seed. The committing provider cannot know or choose it: its transaction
+/// is signed and sent before block b + 1 exists, and nothing it sends later changes that block's
+/// hash. Only the producer of block b + 1 can bias it (by its contents, or by withholding the
+/// block, each try costing the block), so the law above assumes providers do not control block
+/// production; on an L2 that is the sequencer, already trusted for ordering and liveness. The
+/// EVM serves a block hash for 256 blocks (8.5 minutes at 2 s a block): anyone can record the
+/// seed on-chain in that time (`recordSeed`; every verifier daemon records the seed of each unit
+/// it finds sampled), and a recorded seed is permanent, so verification may take the whole
+/// window. A seed nobody recorded in time is lost, and the outcome is explicit: the unit counts as
+/// not sampled (a provider of the job can still flag it). It never counts as sampled, which would
+/// let any verifier dispute any unit; and a cheater cannot cause the loss, since anyone can
+/// record, only every verifier staying offline for 256 blocks can. A failed result opens a dispute that a second
 /// verifier settles: a confirmed failure slashes the provider, a refuted one slashes the first
 /// verifier. A sampled unit nobody verifies within the window counts as accepted, so no job is
 /// ever stuck.
@@ -28,10 +41,13 @@ interface IVerification {
         address second;
     }
 
-    /// @notice An open bandwidth complaint against a job's provider.
+    /// @notice Bandwidth complaints against one provider in one job: the open one, if any, and
+    /// how many were opened and when the last closed (for the cap and the cooldown).
     struct Complaint {
-        address challenger;
+        address challenger; // zero while none is open
         uint40 openedAt;
+        uint40 closedAt;
+        uint8 count; // opened so far, at most MAX_COMPLAINTS
     }
 
     /// @notice Thrown when the caller is not an active verifier.
@@ -42,6 +58,11 @@ interface IVerification {
     error UnitMismatch();
     /// @notice Thrown when the block whose hash decides the sample does not exist yet.
     error SampleNotReady(uint256 availableAtBlock);
+    /// @notice Thrown when the seed of `blockNumber` is recorded already.
+    error SeedAlreadyRecorded(uint64 blockNumber);
+    /// @notice Thrown when the seed of `blockNumber` can no longer be recorded: the EVM forgot the
+    /// hash of the block after it, 256 blocks on.
+    error SeedLost(uint64 blockNumber);
     /// @notice Thrown when a result is posted for a unit that was not sampled.
     error NotSampled(uint256 jobId, uint16 slot, uint32 index);
     /// @notice Thrown when a unit's verification window is over.
@@ -50,6 +71,14 @@ interface IVerification {
     error AlreadyVerified(uint256 jobId, uint16 slot, uint32 index);
     /// @notice Thrown when a bandwidth complaint against `provider` in `jobId` is already open.
     error ComplaintOpen(uint256 jobId, address provider);
+    /// @notice Thrown when `provider` already faced the most bandwidth complaints one job allows.
+    error ComplaintLimit(uint256 jobId, address provider);
+    /// @notice Thrown when a bandwidth complaint follows the last one's close too soon.
+    error ComplaintCooldown(uint256 until);
+    /// @notice Thrown when a bandwidth complaint comes without an evidence CID.
+    error NoEvidence();
+    /// @notice Thrown when a bandwidth complaint is made about a job that is not running.
+    error JobNotRunning(uint256 jobId);
     /// @notice Thrown when no dispute or complaint is open where one is needed.
     error NoOpenDispute();
     /// @notice Thrown when a dispute is answered after its window, or expired before it.
@@ -62,6 +91,10 @@ interface IVerification {
     error NotInTheJob(address caller);
     /// @notice Thrown when a unit is flagged again.
     error AlreadyFlagged(uint256 jobId, uint16 slot, uint32 index);
+
+    /// @notice Emitted when the sampling seed of units committed in `blockNumber` is recorded.
+    /// @param seed The hash of block `blockNumber + 1`.
+    event SeedRecorded(uint64 indexed blockNumber, bytes32 seed);
 
     /// @notice Emitted when a provider of the job flags a unit for verification.
     event UnitFlagged(uint256 indexed jobId, uint16 slot, uint32 index, address indexed by);
@@ -114,7 +147,11 @@ interface IVerification {
     /// @notice Closes a dispute nobody answered within the dispute window: the unit counts as accepted.
     function expireDispute(uint256 jobId, uint16 slot, uint32 index) external;
 
-    /// @notice A verifier complains that `provider` broke its tier's network SLA in job `jobId`.
+    /// @notice A verifier complains that `provider` broke its tier's network SLA in job `jobId`,
+    /// with the CID of its measurements. Bounded so that no party can slash or stall without
+    /// limit: only while the job runs, one open complaint per provider and job, COMPLAINT_COOLDOWN
+    /// after the last one closed, MAX_COMPLAINTS per provider and job; and the market caps all
+    /// slashes of a provider in a job at that job's collateral.
     function complainBandwidth(uint256 jobId, address provider, string calldata evidenceCid) external;
 
     /// @notice A second verifier settles a bandwidth complaint; `confirmed` slashes the provider,
@@ -130,9 +167,25 @@ interface IVerification {
     /// job may flag, and only within the unit's verification window.
     function flagUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) external;
 
+    /// @notice Records, for good, the seed of units committed in block `blockNumber` (the hash of
+    /// the next block) while the EVM still serves it: from two blocks after `blockNumber` to 257.
+    /// Anyone may call it; it has one possible value.
+    function recordSeed(uint64 blockNumber) external;
+
+    /// @notice The recorded seed of block `blockNumber`, zero while none is.
+    function recordedSeed(uint64 blockNumber) external view returns (bytes32);
+
+    /// @notice The seed of block `blockNumber`: recorded, or read from the EVM while it serves the
+    /// hash; zero once lost. Reverts with SampleNotReady before the next block exists.
+    function seedOf(uint64 blockNumber) external view returns (bytes32);
+
     /// @notice Whether unit `index` of `slot`, committed in block `blockNumber`, is to be verified:
-    /// sampled, or flagged by a provider of the job.
+    /// sampled, or flagged by a provider of the job. A unit whose seed was lost is not sampled.
     function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool);
+
+    /// @notice The bandwidth complaints against `provider` in job `jobId`: the open one, the count
+    /// and the last close.
+    function complaint(uint256 jobId, address provider) external view returns (Complaint memory);
 
     /// @notice The result of unit `index` of `slot`.
     function result(uint256 jobId, uint16 slot, uint32 index) external view returns (Result memory);

@@ -16,7 +16,8 @@ from marketplace.chain.toolchain import CONTRACTS, PROJECT_ROOT, SOLC
 log = logging.getLogger(__name__)
 
 CACHE_DIR = PROJECT_ROOT / "build"
-DEPLOYABLE = ("ZenToken", "Treasury", "Staking", "JobMarket", "Verification")
+LEDGER = ("ZenToken", "Treasury", "Staking", "JobMarket", "Verification")
+DEPLOYABLE = (*LEDGER, "Timelock")  # the ledger and its governor
 
 
 def _settings() -> dict:
@@ -74,5 +75,5 @@ def compile_contracts() -> dict[str, Artifact]:
 
 
 def all_abis() -> dict[str, list[dict]]:
-    """Every deployable contract's ABI, by contract name."""
-    return {name: art.abi for name, art in compile_contracts().items()}
+    """Every ledger contract's ABI, by contract name (the timelock is OpenZeppelin's own)."""
+    return {name: art.abi for name, art in compile_contracts().items() if name in LEDGER}

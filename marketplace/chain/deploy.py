@@ -68,6 +68,9 @@ class Parameters:
     verification_window: int = 3_600
     dispute_window: int = 3_600
     false_report_slash: int = 500 * ZEN
+    # Seconds every governance call waits in the timelock, in public, before anyone may execute it:
+    # days on a real network, so stakers and users can leave before a change they reject.
+    governance_delay: int = 2 * 24 * 3600
     tiers: tuple[Tier, ...] = TIERS
 
 
@@ -128,12 +131,19 @@ def deploy(
     params: Parameters = Parameters(),
     *,
     distributor: str | None = None,
+    proposer: str | None = None,
     manifest: Path | None = None,
 ) -> Deployment:
-    """Deploy ZEN, the treasury, staking, the market and verification, wire their roles and tiers.
+    """Deploy ZEN, the treasury, staking, the market and verification, wire them and their tiers,
+    then hand governance to a timelock.
 
-    `deployer` becomes governor; the ZEN supply goes to `distributor` (default: the deployer).
-    The manifest is written to `manifest`, default deployments/<chain id>.json.
+    The deployer governs only while it wires: it binds the market and verification into staking
+    (once, for good), sets tiers and parameters, then grants each contract's governor role to the
+    timelock and renounces its own roles, the admin role included, so nobody can grant a role
+    again. From then on every governance call is proposed by `proposer` (default: the deployer),
+    waits `params.governance_delay` seconds in public, and may be executed by anyone. The ZEN
+    supply goes to `distributor` (default: the deployer). The manifest is written to `manifest`,
+    default deployments/<chain id>.json.
     """
     artifacts = compile_contracts()
     governor = deployer.address
@@ -149,6 +159,8 @@ def deploy(
         log.info("deployed %s at %s", name, address)
         return w3.eth.contract(address=address, abi=art.abi)
 
+    zero = "0x" + "00" * 20  # as the executor: anyone executes a call whose delay is over
+    timelock = create("Timelock", params.governance_delay, [proposer or governor], [zero])
     zen = create("ZenToken", distributor or governor, params.supply)
     treasury = create("Treasury", zen.address, governor)
     staking = create(
@@ -172,7 +184,6 @@ def deploy(
     )
 
     fns = staking.functions
-    market_role, slasher_role = fns.MARKET_ROLE().call(), fns.SLASHER_ROLE().call()
     wiring = [
         market.functions.setVerification(verification.address),
         market.functions.setParameters(
@@ -182,13 +193,28 @@ def deploy(
             params.reveal_window,
             params.verification_fee,
         ),
-        fns.grantRole(market_role, market.address),
-        fns.grantRole(slasher_role, market.address),
-        fns.grantRole(slasher_role, verification.address),
+        fns.bind(market.address, verification.address),
         *(fns.setTier(i, tier.as_struct()) for i, tier in enumerate(params.tiers)),
     ]
+    governed = (treasury, staking, market, verification)
+    governor_role, admin_role = fns.GOVERNOR_ROLE().call(), fns.DEFAULT_ADMIN_ROLE().call()
+    for contract in governed:
+        wiring += [
+            contract.functions.grantRole(governor_role, timelock.address),
+            contract.functions.renounceRole(governor_role, governor),
+            contract.functions.renounceRole(admin_role, governor),
+        ]
     for call in wiring:
         send(w3, call, deployer)
+    for contract in governed:
+        for role, holder, held in (
+            (governor_role, timelock.address, True),
+            (governor_role, governor, False),
+            (admin_role, governor, False),
+            (admin_role, timelock.address, False),
+        ):
+            if contract.functions.hasRole(role, holder).call() != held:
+                raise ChainError(f"governance of {contract.address} was not handed to the timelock")
 
     deployment = Deployment(
         chain_id=w3.eth.chain_id,
@@ -201,6 +227,7 @@ def deploy(
                 ("Staking", staking),
                 ("JobMarket", market),
                 ("Verification", verification),
+                ("Timelock", timelock),
             ]
         },
         abis={name: art.abi for name, art in artifacts.items()},

@@ -339,6 +339,16 @@ class Ledger:
         )
         return call(fn)
 
+    def recorded_seed(self, block_number: int) -> bytes:
+        """The sampling seed recorded on-chain for units of block `block_number`; zeros while
+        none is."""
+        return bytes(call(self.verification.functions.recordedSeed(block_number)))
+
+    def record_seed_call(self, block_number: int) -> ContractFunction:
+        """Keep the sample of block `block_number`'s units past the EVM's 256-block memory: a
+        seed nobody records in time is lost, and its units count as not sampled."""
+        return self.verification.functions.recordSeed(block_number)
+
     def post_result(
         self, verifier: LocalAccount, unit: CommittedUnit, passed: bool, evidence_cid: str
     ):

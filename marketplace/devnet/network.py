@@ -41,6 +41,7 @@ PARAMETERS = Parameters(
     dispute_window=20,
     verification_fee=ZEN // 10,
     false_report_slash=100 * ZEN,
+    governance_delay=60,  # the devnet's governor (account 0 proposes) waits a minute, not days
 )
 INFRASTRUCTURE = ("anvil", "ipfs-", "redis")  # service names of what the other processes use
 BLOCK_TIME = 1  # seconds between blocks once the devnet runs

@@ -73,9 +73,7 @@ abstract contract BaseTest is Test {
 
         vm.startPrank(governor);
         market.setVerification(verification);
-        staking.grantRole(staking.MARKET_ROLE(), address(market));
-        staking.grantRole(staking.SLASHER_ROLE(), address(market));
-        staking.grantRole(staking.SLASHER_ROLE(), address(verification));
+        staking.bind(address(market), address(verification));
         staking.setTier(COMMUNITY, _tier("Community", 1_000, 0, 0, 1, 9_000));
         staking.setTier(BRONZE, _tier("Bronze", 10_000, 4, 40, 100, 9_500));
         staking.setTier(SILVER, _tier("Silver", 50_000, 8, 80, 200, 9_900));

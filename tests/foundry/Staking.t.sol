@@ -25,9 +25,8 @@ contract StakingTest is BaseTest {
         assertEq(staking.reporterBps(), REPORTER_BPS);
         assertEq(staking.minVerifierStake(), MIN_VERIFIER_STAKE);
         assertTrue(staking.hasRole(staking.GOVERNOR_ROLE(), governor));
-        assertTrue(staking.hasRole(staking.MARKET_ROLE(), address(market)));
-        assertTrue(staking.hasRole(staking.SLASHER_ROLE(), address(market)));
-        assertTrue(staking.hasRole(staking.SLASHER_ROLE(), address(verification)));
+        assertEq(staking.market(), address(market));
+        assertEq(staking.verification(), address(verification));
     }
 
     function test_RevertWhen_constructedWithZeroAddress() public {
@@ -285,20 +284,52 @@ contract StakingTest is BaseTest {
     }
 
     function test_RevertWhen_lockOrUnlockByOthers() public {
-        bytes32 role = staking.MARKET_ROLE();
+        bytes memory err = abi.encodeWithSelector(IStaking.NotProtocol.selector, address(verification));
         vm.startPrank(address(verification));
-        vm.expectRevert(_unauthorized(address(verification), role));
+        vm.expectRevert(err);
         staking.lock(provider1, 1);
-        vm.expectRevert(_unauthorized(address(verification), role));
+        vm.expectRevert(err);
         staking.unlock(provider1, 1);
         vm.stopPrank();
     }
 
     function test_RevertWhen_slashByUnauthorizedCaller() public {
-        bytes32 role = staking.SLASHER_ROLE();
-        vm.expectRevert(_unauthorized(governor, role));
+        vm.expectRevert(abi.encodeWithSelector(IStaking.NotProtocol.selector, governor));
         vm.prank(governor);
         staking.slash(provider1, ZEN, IStaking.SlashReason.Downtime, governor);
+    }
+
+    function test_RevertWhen_bindTwice() public {
+        vm.expectRevert(IStaking.AlreadyBound.selector);
+        vm.prank(governor);
+        staking.bind(governor, governor);
+    }
+
+    function test_RevertWhen_parametersOutOfBounds() public {
+        uint64 maxDelay = staking.MAX_UNBONDING_DELAY();
+        uint256 maxStake = staking.MAX_MIN_STAKE();
+        vm.startPrank(governor);
+        vm.expectRevert(IStaking.ParameterOutOfRange.selector);
+        staking.setParameters(maxDelay + 1, REPORTER_BPS, MIN_VERIFIER_STAKE);
+        vm.expectRevert(IStaking.ParameterOutOfRange.selector);
+        staking.setParameters(UNBONDING_DELAY, REPORTER_BPS, maxStake + 1);
+        vm.expectRevert(IStaking.ParameterOutOfRange.selector);
+        staking.setTier(COMMUNITY, IStaking.Tier("Community", maxStake + 1, 0, 0, 0, 0));
+        staking.setParameters(maxDelay, REPORTER_BPS, maxStake);
+        vm.stopPrank();
+    }
+
+    function test_requestUnstake_longestDelayDoesNotOverflow() public {
+        uint64 maxDelay = staking.MAX_UNBONDING_DELAY();
+        vm.prank(governor);
+        staking.setParameters(maxDelay, REPORTER_BPS, MIN_VERIFIER_STAKE);
+        vm.warp(type(uint40).max);
+        vm.prank(provider1);
+        staking.requestUnstake(ZEN);
+        assertEq(staking.account(provider1).unbondingEnds, uint64(type(uint40).max) + maxDelay);
+        vm.warp(uint256(type(uint40).max) + maxDelay);
+        vm.prank(provider1);
+        staking.withdraw();
     }
 
     function test_slash_paysReporterAndTreasury() public {
@@ -345,6 +376,19 @@ contract StakingTest is BaseTest {
         assertEq(before - zen.balanceOf(address(staking)), slashed);
         IStaking.Account memory a = staking.account(provider1);
         assertEq(a.staked + a.unbonding, PROVIDER_STAKE - slashed);
+    }
+
+    function test_slash_takesFreeStakeThenUnbondingThenCollateral() public {
+        vm.prank(provider1);
+        staking.requestUnstake(1_000 * ZEN);
+        vm.startPrank(address(market));
+        staking.lock(provider1, 15_000 * ZEN);
+        staking.slash(provider1, 4_500 * ZEN, IStaking.SlashReason.Downtime, address(0));
+        vm.stopPrank();
+        IStaking.Account memory a = staking.account(provider1);
+        assertEq(a.staked, 15_000 * ZEN, "the free 4,000 first");
+        assertEq(a.unbonding, 500 * ZEN, "then unbonding");
+        assertEq(a.locked, 15_000 * ZEN, "collateral untouched");
     }
 
     function test_slash_clampsLockedCollateral() public {

@@ -176,14 +176,44 @@ contract VerificationTest is BaseTest {
         }
     }
 
-    function test_isSampled_lostSeedCountsAsSampled() public {
-        IJobMarket.JobRequest memory r = _request(1, BUDGET);
-        r.sampleRateBps = 0;
-        jobId = _createJob(r);
-        _auction(jobId, provider2, PRICE);
+    /// Past 256 blocks an unrecorded seed is lost: the unit is not sampled, so nobody can dispute
+    /// it (it used to count as sampled, letting any verifier dispute any unit).
+    function test_isSampled_lostSeedIsNotSampled() public {
         IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
-        vm.roll(block.number + 300);
+        _rollToSample();
         assertTrue(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+        vm.roll(unit.blockNumber + 258);
+        assertEq(verification.seedOf(unit.blockNumber), 0);
+        assertFalse(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SeedLost.selector, unit.blockNumber));
+        verification.recordSeed(unit.blockNumber);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotSampled.selector, jobId, 0, 0));
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+    }
+
+    /// A recorded seed is the next block's hash, once and for good: the sample holds for the whole
+    /// verification window, and nobody can record another value.
+    function test_recordSeed_keepsTheSampleForTheWholeWindow() public {
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SampleNotReady.selector, unit.blockNumber + 2));
+        verification.recordSeed(unit.blockNumber);
+        _rollToSample();
+        bytes32 seed = blockhash(unit.blockNumber + 1);
+        vm.expectEmit(address(verification));
+        emit IVerification.SeedRecorded(unit.blockNumber, seed);
+        vm.prank(provider1);
+        verification.recordSeed(unit.blockNumber);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SeedAlreadyRecorded.selector, unit.blockNumber));
+        verification.recordSeed(unit.blockNumber);
+
+        vm.roll(block.number + 10_000);
+        vm.setBlockhash(unit.blockNumber + 1, keccak256("a rewritten history"));
+        assertEq(verification.recordedSeed(unit.blockNumber), seed);
+        assertEq(verification.seedOf(unit.blockNumber), seed);
+        assertTrue(verification.isSampled(jobId, 0, 0, unit.blockNumber));
+        skip(VERIFICATION_WINDOW - 1);
+        _postResult(verifier1, jobId, 0, 0, unit, true);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Passed));
     }
 
     function test_RevertWhen_postAfterVerificationWindow() public {
@@ -273,7 +303,9 @@ contract VerificationTest is BaseTest {
         _resolveDispute(verifier2, jobId, 0, 1, units[1], false);
         assertEq(market.earned(jobId, provider1), UNIT_PAY);
         assertEq(market.participant(jobId, provider1).endRemaining, units[1].remainingBefore);
-        assertEq(staking.account(provider1).staked, stakedAfterDowntime - COLLATERAL);
+        // The downtime slash took a fifth of the collateral; this one takes the rest, no more.
+        assertEq(staking.account(provider1).staked, stakedAfterDowntime - COLLATERAL * 8_000 / BPS);
+        assertEq(market.slashedIn(jobId, provider1), COLLATERAL);
         assertEq(market.slot(jobId, 0).unitsDone, 3, "the slot is not rolled back under another provider");
     }
 
@@ -404,9 +436,97 @@ contract VerificationTest is BaseTest {
         verification.complainBandwidth(jobId, provider2, "bafyiperf");
 
         uint256 openJob = _createJob();
-        vm.expectRevert(abi.encodeWithSelector(IVerification.NotAParticipant.selector, provider1));
+        vm.expectRevert(abi.encodeWithSelector(IVerification.JobNotRunning.selector, openJob));
         vm.prank(verifier1);
         verification.complainBandwidth(openJob, provider1, "bafyiperf");
+    }
+
+    function test_RevertWhen_complaintWithoutEvidence() public {
+        vm.expectRevert(IVerification.NoEvidence.selector);
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "");
+    }
+
+    /// @dev verifier1 complains about provider1, verifier2 confirms.
+    function _complainAndConfirm() internal {
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+        vm.prank(verifier2);
+        verification.resolveBandwidthComplaint(jobId, provider1, true);
+    }
+
+    /// Two colluding verifiers loop open/confirm against provider1, which also holds a slot in a
+    /// second job and has stake unbonding, under the harshest bandwidth slash governance can set.
+    function test_attack_colludingVerifiersLoop_takeOnlyThisJobsCollateral() public {
+        uint256 otherJob = _createJob();
+        _auction(otherJob, provider1, PRICE);
+        vm.prank(provider1);
+        staking.requestUnstake(1_000 * ZEN);
+        vm.prank(governor);
+        market.setSlashBps(IStaking.SlashReason.BandwidthViolation, uint16(BPS));
+
+        _complainAndConfirm();
+        // Not again in the same block, nor before the cooldown is over.
+        uint256 until = block.timestamp + verification.COMPLAINT_COOLDOWN();
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ComplaintCooldown.selector, until));
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+        for (uint256 i = 1; i < verification.MAX_COMPLAINTS(); ++i) {
+            vm.warp(until);
+            _complainAndConfirm();
+            until = block.timestamp + verification.COMPLAINT_COOLDOWN();
+        }
+        vm.warp(until);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ComplaintLimit.selector, jobId, provider1));
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+
+        // All of this job's collateral and nothing else: the other job's lock and the unbonding
+        // stake are whole, and so is the free stake.
+        assertEq(market.slashedIn(jobId, provider1), COLLATERAL);
+        IStaking.Account memory a = staking.account(provider1);
+        assertEq(a.staked, PROVIDER_STAKE - 1_000 * ZEN - COLLATERAL);
+        assertEq(a.locked, COLLATERAL);
+        assertEq(a.unbonding, 1_000 * ZEN);
+        // The slot ends with nothing left to release: the other job's collateral stays locked.
+        _completeSlot(jobId, 0);
+        assertEq(staking.account(provider1).locked, COLLATERAL);
+    }
+
+    /// A lone verifier opens complaints and lets them expire, to hold the job's settlement.
+    function test_attack_openExpireLoop_cannotBlockSettlement() public {
+        for (uint256 i; i < verification.MAX_COMPLAINTS(); ++i) {
+            vm.prank(verifier1);
+            verification.complainBandwidth(jobId, provider1, "bafyiperf");
+            skip(DISPUTE_WINDOW + 1);
+            verification.expireBandwidthComplaint(jobId, provider1);
+            skip(verification.COMPLAINT_COOLDOWN());
+        }
+        vm.expectRevert(abi.encodeWithSelector(IVerification.ComplaintLimit.selector, jobId, provider1));
+        vm.prank(verifier1);
+        verification.complainBandwidth(jobId, provider1, "bafyiperf");
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE);
+
+        // Another provider's complaint opened just before the last unit is the latest that can
+        // hold settlement: one dispute window past completion.
+        uint256 job2 = _createJob();
+        _auction(job2, provider2, PRICE);
+        for (uint32 i; i + 1 < UNITS; ++i) {
+            _checkpoint(job2, 0);
+        }
+        vm.prank(verifier1);
+        verification.complainBandwidth(job2, provider2, "bafyiperf");
+        _checkpoint(job2, 0);
+        uint256 completedAt = market.job(job2).completedAt;
+        vm.expectRevert(abi.encodeWithSelector(IVerification.JobNotRunning.selector, job2));
+        vm.prank(verifier2);
+        verification.complainBandwidth(job2, provider2, "bafyiperf");
+        vm.warp(completedAt + VERIFICATION_WINDOW);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.DisputesOpen.selector, 1));
+        market.settle(job2);
+        vm.warp(completedAt + DISPUTE_WINDOW + 1);
+        verification.expireBandwidthComplaint(job2, provider2);
+        market.settle(job2);
     }
 
     function test_RevertWhen_complaintAlreadyOpen() public {
@@ -455,6 +575,20 @@ contract VerificationTest is BaseTest {
         verification.setParameters(0, 1, 0);
         vm.expectRevert(IVerification.ParameterOutOfRange.selector);
         verification.setParameters(1, 0, 0);
+        vm.stopPrank();
+    }
+
+    function test_RevertWhen_parametersAboveBounds() public {
+        uint40 maxWindow = verification.MAX_WINDOW();
+        uint256 maxSlash = verification.MAX_FALSE_REPORT_SLASH();
+        vm.startPrank(governor);
+        vm.expectRevert(IVerification.ParameterOutOfRange.selector);
+        verification.setParameters(type(uint40).max, 1, 0);
+        vm.expectRevert(IVerification.ParameterOutOfRange.selector);
+        verification.setParameters(1, maxWindow + 1, 0);
+        vm.expectRevert(IVerification.ParameterOutOfRange.selector);
+        verification.setParameters(1, 1, maxSlash + 1);
+        verification.setParameters(maxWindow, maxWindow, maxSlash);
         vm.stopPrank();
     }
 

@@ -11,9 +11,11 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 from gateway_support import UNLIMITED, gateway_env, wait_for_http
+from web3.logs import DISCARD
 
+from marketplace.chain.anvil import advance_time
 from marketplace.chain.deploy import ZEN, Parameters, deploy
-from marketplace.chain.ledger import Ledger
+from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
@@ -21,7 +23,7 @@ from marketplace.gateway.api.main import create_app
 from marketplace.gateway.db import open_database
 from marketplace.gateway.indexer import Indexer
 from marketplace.processes import free_port, terminate
-from marketplace.protocol.terms import SlashReason
+from marketplace.protocol.terms import Tier
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +55,38 @@ def slash_amount() -> int:
 
 @pytest.fixture(scope="module")
 def story(ledger, cast, slash_amount):
-    """A two-node job settled, then the losing bidder slashed by a governor holding the slasher
-    role."""
+    """A two-node job settled, then the losing bidder slashed for downtime: it alone bids on a
+    second job, whose collateral makes the Downtime share `slash_amount`, and misses its first
+    checkpoint; the second verifier reports it. The second job stays running, its slot auctioned
+    again."""
     scenario = Scenario(nodes=2, units=3)
     onboard(ledger, cast, scenario)
     outcome = run_job(ledger, cast, scenario, cid_of_bytes(b"gateway job spec"))
-    staking = ledger.staking.functions
-    ledger.send(
-        staking.grantRole(staking.SLASHER_ROLE().call(), cast.governor.address), cast.governor
-    )
     loser = next(p for p in cast.providers if p.address not in outcome.winners)
-    ledger.send(
-        staking.slash(loser.address, slash_amount, SlashReason.DOWNTIME, cast.verifiers[1].address),
-        cast.governor,
+    # Collateral is half a slot's budget; a Downtime slash takes a fifth of it.
+    request = JobRequest(
+        spec_cid=cid_of_bytes(b"gateway job spec, abandoned"),
+        tier=Tier.COMMUNITY,
+        nodes=1,
+        units_per_node=3,
+        checkpoint_interval=scenario.checkpoint_interval,
+        sample_rate_bps=scenario.sample_rate_bps,
+        max_price=scenario.max_price,
+        budget=slash_amount * 10,
     )
+    ledger.approve(cast.user, ledger.market.address, request.budget)
+    receipt = ledger.send(ledger.market.functions.createJob(request.as_struct()), cast.user)
+    job_id = ledger.market.events.JobCreated().process_receipt(receipt, errors=DISCARD)[0]["args"][
+        "jobId"
+    ]
+    assert job_id == outcome.job_id + 1
+    bid = ledger.commit_bid(loser, job_id, scenario.bids[0])
+    advance_time(ledger.w3, ledger.market.functions.bidWindow().call() + 1)
+    ledger.reveal_bid(loser, bid)
+    advance_time(ledger.w3, ledger.market.functions.revealWindow().call() + 1)
+    ledger.close_auction(cast.governor, job_id)
+    advance_time(ledger.w3, scenario.checkpoint_interval + 1)
+    ledger.send(ledger.report_downtime_call(job_id, 0), cast.verifiers[1])
     return outcome
 
 

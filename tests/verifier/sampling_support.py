@@ -1,7 +1,7 @@
 """The sampling rule of Verification.sol in Python, and the statistics of catching a cheater,
 for the detection-law test.
 
-A unit committed in block b is sampled when keccak256(abi.encode(blockhash(b + 1), jobId, slot,
+A unit committed in block b is sampled when keccak256(abi.encode(seed(b), jobId, slot,
 index)) mod 10 000 < sampleRateBps. A provider that fakes n units of a job is caught when any
 of them is sampled: with probability 1 - (1 - p)^n, each unit's seed being a fresh block hash.
 """
@@ -18,12 +18,13 @@ BPS = 10_000
 
 
 def is_sampled(seed: bytes, job_id: int, slot: int, index: int, rate_bps: int) -> bool:
-    """Exactly Verification._sampled, given the hash of the block after the commitment.
+    """Exactly Verification._sampled, given the seed: the hash of the block after the commitment.
 
-    A zero seed (a block hash the EVM no longer remembers) counts as sampled, as on-chain.
+    A zero seed (lost: never recorded, and the EVM no longer serves it) samples nothing, as
+    on-chain.
     """
     if seed == bytes(32):
-        return True
+        return False
     digest = keccak(encode(["bytes32", "uint256", "uint16", "uint32"], [seed, job_id, slot, index]))
     return int.from_bytes(digest, "big") % BPS < rate_bps
 

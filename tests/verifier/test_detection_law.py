@@ -10,8 +10,10 @@ import pytest
 from sampling_support import binomial_stderr, detection_probability, is_sampled, simulate_caught
 
 from marketplace.chain.anvil import mine
+from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call
 from marketplace.protocol.units import unit_steps, units_per_node
+from marketplace.runtime.clock import revert_name
 from node.engine import run_unit, unit_shard
 from verifier.recompute import UnitInputs, recompute
 
@@ -32,8 +34,8 @@ def test_python_sampling_rule_matches_the_contract(job):
     mine(ledger.w3, 60)
     head = ledger.w3.eth.block_number
     rng = random.Random(5)
-    # Only blocks whose successor's hash the EVM still serves (the last 256): past that the
-    # contract samples every unit on purpose.
+    # Only blocks whose successor's hash the EVM still serves (the last 256): past that an
+    # unrecorded seed is lost and the contract samples nothing.
     blocks = range(max(1, head - 250), head - 1)
     seeds: dict[int, bytes] = {}
     sampled = 0
@@ -52,6 +54,29 @@ def test_python_sampling_rule_matches_the_contract(job):
     assert abs(sampled / PAIRS - rate) <= 4 * binomial_stderr(rate, PAIRS)
 
 
+@pytest.mark.anvil
+def test_a_recorded_seed_outlives_the_evms_memory_and_a_lost_one_samples_nothing(job):
+    """Past 256 blocks the EVM forgets a block hash: a unit whose seed was recorded in time stays
+    sampled, one whose seed nobody recorded is sampled by nothing, and its seed cannot be made
+    up later."""
+    provider = job(10_000)
+    ledger = provider.ledger
+    kept, lost = provider.honest(0), provider.honest(1)
+    mine(ledger.w3, 2)
+    assert ledger.is_sampled(kept) and ledger.is_sampled(lost)
+    ledger.send(ledger.record_seed_call(kept.block_number), provider.account)
+    seed = bytes(ledger.w3.eth.get_block(kept.block_number + 1)["hash"])
+    assert ledger.recorded_seed(kept.block_number) == seed
+
+    mine(ledger.w3, 260)
+    assert ledger.is_sampled(kept)
+    assert not ledger.is_sampled(lost)
+    assert ledger.recorded_seed(lost.block_number) == bytes(32)
+    with pytest.raises(ChainError) as refused:
+        ledger.send(ledger.record_seed_call(lost.block_number), provider.account)
+    assert revert_name(refused.value) == "SeedLost"
+
+
 @pytest.mark.parametrize("rate_bps", [500, 2_000])
 @pytest.mark.parametrize("faked_units", [1, 3, 10])
 def test_fraction_of_cheaters_caught_matches_the_law(rate_bps, faked_units):
@@ -68,8 +93,8 @@ def test_detection_probability_closed_form():
     assert detection_probability(1_000, 2) == pytest.approx(0.19)
 
 
-def test_unknown_block_hash_counts_as_sampled():
-    assert is_sampled(bytes(32), 1, 0, 0, 0)
+def test_lost_seed_samples_nothing():
+    assert not is_sampled(bytes(32), 1, 0, 0, 10_000)
 
 
 @pytest.mark.slow

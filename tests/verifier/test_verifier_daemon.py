@@ -69,6 +69,10 @@ def test_honest_units_pass_with_evidence_of_the_recomputed_hash(
             daemon.ledger.verification_result(unit.job_id, unit.slot, unit.index)["verdict"]
             == Verdict.PASSED
         )
+        # The seed that sampled it is on-chain for good, past the EVM's 256 blocks.
+        assert daemon.ledger.recorded_seed(unit.block_number) == bytes(
+            daemon.ledger.w3.eth.get_block(unit.block_number + 1)["hash"]
+        )
 
     # A restart on the same journal resumes where it stopped: nothing is queued or posted again.
     restarted = make_daemon(cast.verifiers[0], tmp_path / "journal.sqlite3")

@@ -116,6 +116,18 @@ contract LedgerInvariantTest is BaseTest {
         );
     }
 
+    /// However many faults are reported in a job, a provider's slashes there add up to at most the
+    /// collateral that job asked of it.
+    function invariant_slashesInAJobNeverExceedItsCollateral() public view {
+        for (uint256 i; i < handler.jobCount(); ++i) {
+            uint256 jobId = handler.jobIds(i);
+            address[] memory list = market.participants(jobId);
+            for (uint256 k; k < list.length; ++k) {
+                assertLe(market.slashedIn(jobId, list[k]), market.job(jobId).collateral);
+            }
+        }
+    }
+
     /// No withdrawal pays more than is owed: the market pays out at most what it credited, staking
     /// at most what was requested out.
     function invariant_noWithdrawalAboveOwed() public view {
