@@ -135,9 +135,8 @@ def test_train_wait_result_with_the_blocking_client(
 
         client.post_logs(job.id, ["queued", "done"])
         assert [line["line"] for line in job.logs(follow=True)] == ["queued", "done"]
-        client.post_logs(
-            job.id, [f"step {i}" for i in range(250)]
-        )  # more than the gateway's page of 200
+        for first in range(0, 250, 100):  # a post holds 100 lines; 250 is more than a page of 200
+            client.post_logs(job.id, [f"step {i}" for i in range(first, min(first + 100, 250))])
         assert [line["line"] for line in job.logs()] == [
             "queued",
             "done",

@@ -19,11 +19,14 @@ from marketplace.gateway.api.routes import (
     treasury,
     uploads,
 )
+from marketplace.gateway.api.schemas import BOUNDED
 from marketplace.gateway.connection import LedgerConnection
 from marketplace.gateway.db import database_url, open_database
 from marketplace.gateway.web import mount_docs, mount_pages
 
-MAX_BODY_BYTES = 2 * 1024 * 1024  # a request body's bytes at most; a job spec holds 1 MB
+# A request body's bytes at most: the longest a route's fields allow, each character written as
+# JSON's longest escape, fits.
+MAX_BODY_BYTES = 2 * 1024 * 1024
 
 
 def create_app(settings: Settings, url: str | None = None) -> FastAPI:
@@ -36,6 +39,7 @@ def create_app(settings: Settings, url: str | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         max_body_size=MAX_BODY_BYTES,  # bounded before anything buffers it; uploads set their own
+        responses=BOUNDED,
     )  # /docs from the gateway's own copy of Swagger UI
     app.state.settings = settings
     app.state.sessions = open_database(url or database_url(settings))

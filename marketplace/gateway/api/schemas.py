@@ -78,6 +78,14 @@ REFUSED = {
     },
     409: {"model": Revert, "description": "The ledger would revert it now (its custom error)."},
 }
+# What any route may answer: the gateway's bounds on every request.
+BOUNDED = {
+    413: {
+        "description": "The request body is over the gateway's limit.",
+        "content": {"text/plain": {"schema": {"type": "string"}}},
+    },
+    429: {"model": Message, "description": "This address spent its rate limit; see Retry-After."},
+}
 
 
 class Row(BaseModel):
@@ -202,7 +210,7 @@ class LogLine(BaseModel):
 
 
 class LogPost(Request):
-    lines: list[Annotated[str, Field(max_length=4096)]] = Field(min_length=1, max_length=1000)
+    lines: list[Annotated[str, Field(max_length=1024)]] = Field(min_length=1, max_length=100)
 
 
 class LogsPosted(BaseModel):
@@ -307,7 +315,7 @@ class SessionOut(BaseModel):
 
 
 class SpecUpload(Request):
-    spec: str = Field(max_length=1_000_000)  # the job spec's YAML text, pinned as is
+    spec: str = Field(max_length=100_000)  # the job spec's YAML text, pinned as is
 
 
 class SpecUploaded(BaseModel):

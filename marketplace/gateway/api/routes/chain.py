@@ -13,7 +13,7 @@ import requests
 from eth_abi.exceptions import DecodingError
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel
-from web3.exceptions import BlockNotFound, TransactionNotFound
+from web3.exceptions import BadFunctionCallOutput, BlockNotFound, TransactionNotFound
 
 from marketplace.chain.decoder import LedgerDecoder
 from marketplace.chain.errors import ChainError
@@ -250,10 +250,13 @@ def holdings(
         if block is not None and not first <= block <= head:
             raise NotFound(f"block {block} is outside the ledger's life: blocks {first} to {head}")
         number = head if block is None else block
-        balances = {
-            name: ledger.balance(ledger.deployment.addresses[name], block=number)
-            for name in HOLDERS
-        }
+        try:
+            balances = {
+                name: ledger.balance(ledger.deployment.addresses[name], block=number)
+                for name in HOLDERS
+            }
+        except BadFunctionCallOutput:  # the token had no code yet: deployed later in the ledger
+            raise NotFound(f"block {block}: the ledger was still being deployed") from None
     return {"block_number": number, "zen": balances}
 
 
