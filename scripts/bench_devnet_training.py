@@ -7,7 +7,9 @@ unit, on slot 0's shard, from its seed) twice, in turn first: once with the devn
 alone, with every devnet process paused (SIGSTOP, so it takes no CPU at all; SIGCONT after).
 Throughput is tokens per second of the unit's optimizer steps; the ratio is devnet over alone,
 per repetition, and its median is held to the target. The devnet's CPU during its side shows
-what the unit shared the machine with.
+what the unit shared the machine with, and `other_load_pct` the CPU of everything else on the
+machine (the larger of the two sides'): on a machine shared with other work, a repetition with
+other load of tens of percent measures that load, not the devnet.
 
     python scripts/bench_devnet_training.py                 # tiny spec, CPU, 11 repetitions
     python scripts/bench_devnet_training.py --repetitions 5 --unit-steps 100
@@ -46,6 +48,13 @@ def paused(pids: list[int]) -> Iterator[None]:
             os.killpg(pid, signal.SIGCONT)
 
 
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy since boot, over all its cores."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def train(spec: JobSpec, steps: int) -> float:
     """Tokens per second of one unit's optimizer steps, as the unit itself times them."""
     result = run_unit(spec, None, unit_shard(spec, 0), steps, device="cpu")
@@ -72,25 +81,34 @@ def main() -> None:
             train(spec, args.unit_steps)  # warm-up: the corpus read and torch's first calls
             time.sleep(args.settle)
 
-            def beside_devnet(_: int) -> tuple[float, float]:
-                before, began = sum(cpu_seconds(p) for p in pids), time.monotonic()
+            def measured(unit_pids: list[int]) -> tuple[float, float, float]:
+                """Tokens per second of a unit, and the CPU, in % of one core meanwhile, of the
+                devnet and of everything else on the machine (other users' work)."""
+                ours, devnet_before = os.getpid(), sum(cpu_seconds(p) for p in unit_pids)
+                mine, machine, began = cpu_seconds(ours), busy_seconds(), time.monotonic()
                 rate = train(spec, args.unit_steps)
-                used = sum(cpu_seconds(p) for p in pids) - before
-                return rate, 100 * used / (time.monotonic() - began)
+                seconds = time.monotonic() - began
+                devnet_used = sum(cpu_seconds(p) for p in unit_pids) - devnet_before
+                other = busy_seconds() - machine - (cpu_seconds(ours) - mine) - devnet_used
+                return rate, 100 * devnet_used / seconds, 100 * max(other, 0.0) / seconds
 
-            def alone(_: int) -> tuple[float, float]:
+            def alone(_: int) -> tuple[float, float, float]:
                 with paused(pids):
-                    return train(spec, args.unit_steps), 0.0
+                    return measured([])
 
-            sides = {"devnet": beside_devnet, "alone": alone}
+            sides = {"devnet": lambda _: measured(pids), "alone": alone}
             for result in interleave(sides, args.repetitions):
-                (on_devnet, devnet_cpu), (by_itself, _) = result["devnet"], result["alone"]
+                (on_devnet, devnet_cpu, other_on), (by_itself, _, other_alone) = (
+                    result["devnet"],
+                    result["alone"],
+                )
                 bench.record(
                     {
                         "alone_tokens_per_s": by_itself,
                         "devnet_tokens_per_s": on_devnet,
                         "throughput_ratio": on_devnet / by_itself,
                         "devnet_cpu_pct": devnet_cpu,
+                        "other_load_pct": max(other_on, other_alone),
                     }
                 )
         finally:
