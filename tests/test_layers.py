@@ -19,6 +19,7 @@ FOUNDATION = (
     "marketplace.storage",
     "marketplace.protocol",
     "marketplace.runtime",
+    "marketplace.serving",
 )
 ROLES = ("node", "verifier")
 FOUNDATION_LAYER, ROLE_LAYER, APP_LAYER = 0, 1, 2

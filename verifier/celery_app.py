@@ -7,6 +7,7 @@ from celery import Celery
 from marketplace.config import Settings
 
 QUEUE = "verification"
+IDLE_WAIT = 10  # seconds
 
 app = Celery("zoo-verifier", include=["verifier.tasks"])
 
@@ -31,6 +32,9 @@ def configure(redis_url: str) -> Celery:
         result_expires=7 * 24 * 3600,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
+        # An idle worker's wait for a task (Redis BRPOP) times out and is sent again every this
+        # many seconds, instead of every second; a task still wakes it at once.
+        broker_transport_options={"polling_interval": IDLE_WAIT},
     )
     return app
 

@@ -26,6 +26,7 @@ from marketplace.chain.ledger import CommittedUnit, Ledger
 from marketplace.protocol.terms import JobStatus
 from marketplace.runtime.clock import revert_name
 from marketplace.runtime.follower import EventFollower
+from marketplace.runtime.heads import HeadFeed
 from marketplace.runtime.loop import run_ticks
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage, StorageError
@@ -114,8 +115,18 @@ class VerifierDaemon:
         return self.follower.cursor
 
     def run(self, stop: threading.Event, poll_interval: float) -> None:
-        """Tick until `stop` is set; a transient failure is logged and retried next tick."""
-        run_ticks(self.tick, stop, poll_interval)
+        """Tick until `stop` is set, on each new block and meanwhile every `poll_interval` while
+        re-runs are out; a transient failure is logged and retried next tick."""
+        with HeadFeed.of(self.ledger.w3) as heads:
+            self.cursor.heads = heads
+            try:
+                run_ticks(self.tick, stop, poll_interval, heads=heads, waiting=self._rerunning)
+            finally:
+                self.cursor.heads = None
+
+    def _rerunning(self) -> bool:
+        """Whether re-runs are queued: their verdicts come from the workers, not the chain."""
+        return bool(self.journal.work(j.QUEUED))
 
     def tick(self) -> None:
         self.follower.follow()

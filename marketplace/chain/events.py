@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from eth_utils import event_abi_to_log_topic
 from web3 import Web3
@@ -13,6 +14,9 @@ from web3.exceptions import BlockNotFound
 from web3.types import EventData
 
 from marketplace.chain.errors import ChainError
+
+if TYPE_CHECKING:
+    from marketplace.runtime.heads import Head, HeadFeed
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,11 @@ class EventCursor:
     save both, and a restarted daemon resumes exactly where it stopped, with no log missed or seen
     twice. Logs are returned only once `confirmations` blocks bury them; a poll raises
     ChainReorganized when `last` is no longer on the chain, and `fork` finds where to read again.
+
+    With `heads`, a live feed of the node's new blocks, a poll asks nothing of a chain standing
+    still, and steps over blocks whose logs bloom rules out every contract followed: a poll asks
+    only for the logs of blocks that may hold some. The pushed heads must link, each to the one
+    before and the first to `last`; otherwise the poll asks the node, as without a feed.
     """
 
     def __init__(
@@ -50,8 +59,10 @@ class EventCursor:
         confirmations: int = 0,
         max_range: int = 2_000,
         last: BlockMark | None = None,
+        heads: HeadFeed | None = None,
     ):
         self.w3 = w3
+        self.heads = heads
         self.next_block = next_block
         self.last = last
         self.time = 0  # the latest block's timestamp at the last poll: the market's clock
@@ -79,6 +90,15 @@ class EventCursor:
     def poll(self) -> list[EventData]:
         """Every new log up to the confirmed head, oldest first; raises ChainReorganized, reading
         nothing, if the chain replaced the last block read."""
+        pushed = self._pushed()
+        if pushed is not None:
+            if not pushed:
+                return []  # no block since the last one read: nothing asked
+            self.time = pushed[-1].timestamp
+            if any(head.may_log(address) for head in pushed for address in self._addresses):
+                return self._read(pushed[-1].mark)
+            self.next_block, self.last = pushed[-1].number + 1, pushed[-1].mark
+            return []
         latest = self.w3.eth.get_block("latest")
         self.time = latest["timestamp"]
         if self.last is not None:
@@ -89,11 +109,35 @@ class EventCursor:
         # The head's hash is taken before its logs: a reorg after this point replaces that block
         # too, so the next poll notices it, whichever branch the logs came from.
         block = latest if self.confirmations == 0 else self.w3.eth.get_block(head)
-        last = BlockMark(head, self._hash(block))
+        return self._read(BlockMark(head, self._hash(block)))
+
+    def _pushed(self) -> list[Head] | None:
+        """The heads pushed since the last block read, each the child of the one before and the
+        first of `last`; None when the feed cannot vouch for them (no live feed, confirmations,
+        a gap, a parent that differs: the node is asked, and a reorg found as without a feed)."""
+        if self.heads is None or self.confirmations or self.last is None:
+            return None
+        if self.next_block != self.last.number + 1:
+            return None
+        pushed = self.heads.after(self.last.number)
+        if not pushed:
+            # Nothing above the last block read: the chain stood still if the feed's newest head
+            # is that block, unchanged.
+            newest = self.heads.newest()
+            return [] if pushed is not None and newest and newest.mark == self.last else None
+        parent = self.last.hash
+        for head in pushed:
+            if head.parent_hash != parent:
+                return None
+            parent = head.hash
+        return pushed
+
+    def _read(self, last: BlockMark) -> list[EventData]:
+        """The logs of the blocks from `next_block` to `last`, which becomes the last block read."""
         events: list[EventData] = []
         start = self.next_block
-        while start <= head:
-            to_block = min(head, start + self.max_range - 1)
+        while start <= last.number:
+            to_block = min(last.number, start + self.max_range - 1)
             logs = self.w3.eth.get_logs(
                 {"fromBlock": start, "toBlock": to_block, "address": self._addresses}
             )
@@ -102,7 +146,7 @@ class EventCursor:
                 if decoder is not None:
                     events.append(decoder.process_log(raw))
             start = to_block + 1
-        self.next_block, self.last = head + 1, last
+        self.next_block, self.last = last.number + 1, last
         events.sort(key=lambda e: (e["blockNumber"], e["logIndex"]))
         return events
 
@@ -121,9 +165,12 @@ class EventCursor:
 
     def standing_still(self) -> bool:
         """Whether a poll now would find nothing: the latest block is the last one read, unchanged
-        (one request; with confirmations, a poll decides)."""
+        (one request, none with a live feed; with confirmations, a poll decides)."""
         if self.last is None or self.confirmations:
             return False
+        pushed = self._pushed()
+        if pushed is not None:
+            return not pushed
         latest = self.w3.eth.get_block("latest")
         return latest["number"] == self.last.number and self._hash(latest) == self.last.hash
 

@@ -53,15 +53,23 @@ def serve_command(host: str, port: int, workers: int, log_level: str) -> None:
     """Serve the API (OpenAPI at /docs) until SIGTERM or Ctrl-C."""
     import uvicorn
 
-    uvicorn.run(
-        "marketplace.gateway.api.main:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level.lower(),
-        access_log=log_level == "DEBUG",
-    )
+    from marketplace.serving import QuietServer
+
+    options = {
+        "factory": True,
+        "host": host,
+        "port": port,
+        "log_level": log_level.lower(),
+        "access_log": log_level == "DEBUG",
+    }
+    if workers > 1:  # uvicorn's supervisor starts its own servers in the worker processes
+        uvicorn.run("marketplace.gateway.api.main:app_from_env", workers=workers, **options)
+        return
+    config = uvicorn.Config("marketplace.gateway.api.main:app_from_env", **options)
+    server = QuietServer(config)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's STARTUP_FAILURE, as `uvicorn.run` exits
 
 
 @gateway.command("index")

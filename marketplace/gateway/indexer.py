@@ -17,6 +17,7 @@ from marketplace.config import Settings
 from marketplace.errors import ZooError
 from marketplace.gateway import db
 from marketplace.protocol.terms import JobStatus, SlashReason
+from marketplace.runtime.heads import HeadFeed
 from marketplace.runtime.loop import run_ticks
 
 log = logging.getLogger(__name__)
@@ -100,9 +101,14 @@ class Indexer:
         return len(events)
 
     def run(self, interval: float, stop: threading.Event) -> None:
-        """Step every `interval` seconds until `stop` is set; an RPC hiccup is logged and
-        retried."""
-        run_ticks(self.step, stop, interval, "indexer step")
+        """Step on each new block (every `interval` seconds while the node pushes none) until
+        `stop` is set; an RPC hiccup is logged and retried."""
+        with HeadFeed.of(self.w3) as heads:
+            self.cursor.heads = heads
+            try:
+                run_ticks(self.step, stop, interval, "indexer step", heads=heads)
+            finally:
+                self.cursor.heads = None
 
     # --- cursor and reorgs ---------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from marketplace.ipfs.errors import BlockNotFound, IpfsError
 from marketplace.ipfs.http_protocol import NodeHttpProtocol
 from marketplace.ipfs.pinstore import NotPinned
 from marketplace.ipfs.repo import Repo
+from marketplace.serving import QuietServer
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,6 @@ def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
             access_log=False,
             timeout_keep_alive=30,
         )
-        uvicorn.Server(config).run(sockets=[sock])
+        QuietServer(config).run(sockets=[sock])
     finally:
         repo.close()

@@ -11,6 +11,7 @@ from web3.types import EventData
 
 from marketplace.chain.events import ChainReorganized, EventCursor
 
+from .heads import HeadFeed
 from .journal import JournalDB
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,13 @@ class EventFollower:
         *,
         start_block: int,
         confirmations: int = 0,
+        heads: HeadFeed | None = None,
     ):
         self.journal = journal
         self.handle = handle
         self.start_block = start_block
         next_block, last = journal.cursor(start_block)
-        self.cursor = EventCursor(w3, contracts, next_block, confirmations, last=last)
+        self.cursor = EventCursor(w3, contracts, next_block, confirmations, last=last, heads=heads)
 
     def follow(self) -> int:
         """Handle what is new since the last call; returns how many events were handled."""

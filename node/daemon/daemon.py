@@ -16,6 +16,7 @@ from marketplace.errors import ZooError
 from marketplace.protocol.terms import Role
 from marketplace.protocol.units import CHECKPOINTS, RANK_BUNDLES, unit_format
 from marketplace.runtime.follower import EventFollower
+from marketplace.runtime.heads import HeadFeed
 from marketplace.runtime.loop import TRANSIENT, run_ticks
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage, StorageError
@@ -100,23 +101,31 @@ class ProviderDaemon:
             tier = self._await_admission(stop)
             if stop.is_set():
                 return
-            follower = EventFollower(
-                self.ledger.w3,
-                [self.ledger.market],
-                self.journal,
-                lambda event: self._dispatch(event, tier),
-                start_block=self.ledger.deployment.deploy_block,
-                confirmations=self.config.confirmations,
-            )
-            message = (
-                f"provider {self.account.address} ready: tier {tier}, watching JobMarket "
-                f"{self.ledger.market.address} from block {follower.cursor.next_block}, journal "
-                f"{self.journal.path}"
-            )
-            log.info(message)
-            if on_ready is not None:
-                on_ready(message)
-            run_ticks(lambda: self._tick(follower, stop), stop, self.config.poll_interval)
+            with HeadFeed.of(self.ledger.w3) as heads:
+                follower = EventFollower(
+                    self.ledger.w3,
+                    [self.ledger.market],
+                    self.journal,
+                    lambda event: self._dispatch(event, tier),
+                    start_block=self.ledger.deployment.deploy_block,
+                    confirmations=self.config.confirmations,
+                    heads=heads,
+                )
+                message = (
+                    f"provider {self.account.address} ready: tier {tier}, watching JobMarket "
+                    f"{self.ledger.market.address} from block {follower.cursor.next_block}, "
+                    f"journal {self.journal.path}"
+                )
+                log.info(message)
+                if on_ready is not None:
+                    on_ready(message)
+                run_ticks(
+                    lambda: self._tick(follower, stop),
+                    stop,
+                    self.config.poll_interval,
+                    heads=heads,
+                    waiting=self._slot_idle,
+                )
         finally:
             self._shutdown()
 
@@ -144,6 +153,12 @@ class ProviderDaemon:
             follower.follow()
         self._start_training(stop)
         self.settler.tick(now)
+
+    def _slot_idle(self) -> bool:
+        """Whether a held slot has no unit in training: the next tick starts one without waiting
+        for a block."""
+        training = self._training is not None and self._training.is_alive()
+        return not training and bool(self.journal.held_slots())
 
     def _dispatch(self, event: EventData, tier: int) -> None:
         """Record what `event` means for this provider, in the follower's journal transaction."""
