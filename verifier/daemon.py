@@ -229,7 +229,7 @@ class VerifierDaemon:
         for work in new:
             unit = work.unit
             if self._window_closed(work, latest["timestamp"]):
-                self.journal.update(work, j.DROPPED, note="window closed before it was queued")
+                self._drop(work, "window closed before it was queued")
                 continue
             if work.kind == j.RESULT:
                 if head < unit.block_number + 2:
@@ -339,7 +339,7 @@ class VerifierDaemon:
             task = AsyncResult(work.task_id, app=self.celery)
             if not task.ready():
                 if self._window_closed(work, now):
-                    self.journal.update(work, j.DROPPED, note="window closed before the re-run")
+                    self._drop(work, "window closed before the re-run finished")
                 continue
             if task.failed():
                 log.error(
@@ -349,15 +349,27 @@ class VerifierDaemon:
                     work.unit.index,
                     task.result,
                 )
-                self.journal.update(work, j.DROPPED, note=f"task failed: {task.result!r}")
+                self._drop(work, f"task failed: {task.result!r}")
                 continue
             verdict = task.result
             if verdict["pass"] is None:
-                self.journal.update(work, j.DROPPED, note=verdict["reason"])
+                self._drop(work, verdict["reason"])
                 continue
             self.journal.update(
                 work, j.READY, passed=verdict["pass"], evidence_cid=verdict["evidence_cid"]
             )
+
+    def _drop(self, work: Work, why: str) -> None:
+        """Give up a unit's work for good, saying why: a verdict never posted is worth a line."""
+        log.warning(
+            "dropped %s of job %d slot %d unit %d: %s",
+            work.kind,
+            work.unit.job_id,
+            work.unit.slot,
+            work.unit.index,
+            why,
+        )
+        self.journal.update(work, j.DROPPED, note=why)
 
     def _window_closed(self, work: Work, now: int) -> bool:
         """Whether the chain would refuse this work's answer at block time `now`."""
@@ -380,8 +392,10 @@ class VerifierDaemon:
             verdict = answer(work.unit, passed, evidence_cid)
             refused = self._send(work.key, verdict, MOOT)
             if refused is not None:
-                state = j.POSTED if self._posted_before(work) else j.DROPPED
-                self.journal.update(work, state, note=str(refused))
+                if self._posted_before(work):
+                    self.journal.update(work, j.POSTED, note=str(refused))
+                else:
+                    self._drop(work, f"the ledger refused it: {refused}")
                 continue
             self.journal.update(work, j.POSTED)
             log.info(
