@@ -35,6 +35,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     uint256 public constant MAX_NODES = 64;
     /// @dev Pre-written into empty winner places so a reveal updates a slot instead of creating one.
     uint96 internal constant NO_BID = type(uint96).max;
+    /// @notice The share of a job's collateral an unrevealed bid forfeits.
+    uint256 public constant BID_BOND_BPS = 1_000;
 
     IERC20 public immutable zen;
     IStaking public immutable staking;
@@ -61,7 +63,10 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     /// @dev Two 128-bit unit commitments per slot: unit `index` is half `index % 2` of pair `index / 2`.
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 pair => bytes32))) private _units;
     mapping(uint256 jobId => mapping(uint16 round => mapping(address provider => bytes32))) private _commitments;
+    /// @dev The round's `2 * openSlots` lowest revealed bids, lowest first: winners, then fallbacks.
     mapping(uint256 jobId => mapping(uint256 place => Bid)) private _winners;
+    /// @dev Rounds that ended before their reveal window did: their sealed bids forfeit nothing.
+    mapping(uint256 jobId => mapping(uint16 round => bool)) private _cutShort;
     mapping(uint256 jobId => mapping(address verifier => bool)) private _feesClaimed;
     mapping(address account => uint256) private _owed;
     /// @notice ZEN wei slashed from `provider` for faults in job `jobId`: never above the job's
@@ -118,19 +123,23 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         Job storage j = _job(jobId);
         if (msg.sender != j.user) revert NotJobUser(msg.sender);
         if (j.status == JobStatus.Open) {
+            Bid[] memory kept = _endRound(j, jobId);
             j.status = JobStatus.Cancelled;
             j.openSlots = 0;
             uint128 refund = j.budget;
             emit JobCancelled(jobId, refund);
+            _release(kept, j.collateral);
             zen.safeTransfer(j.user, refund);
             return;
         }
         if (j.status != JobStatus.Running || j.openSlots == 0) revert WrongJobStatus(jobId, j.status);
+        Bid[] memory bids = _endRound(j, jobId);
         // Stop: every slot ends where it is; accepted work settles, the rest is refunded.
         for (uint16 i; i < j.nodes; ++i) {
             Slot storage s = _slots[jobId][i];
             if (!s.done) _finishSlot(j, jobId, i, s);
         }
+        _release(bids, j.collateral);
     }
 
     /// @inheritdoc IJobMarket
@@ -192,19 +201,28 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     /// @inheritdoc IJobMarket
+    /// @dev Collateral is locked at commit, not at reveal: a provider cannot promise the same stake
+    /// to more auctions than it covers (its extra commitments are refused up front, so no reveal
+    /// or close fails for want of it), and stake behind a sealed bid stays locked until the bid is
+    /// revealed or expires with its bond forfeited, so abandoning a bid always costs the bond.
+    /// Committing also finds Staking's account warm from the eligibility read, the cheaper place.
     function commitBid(uint256 jobId, bytes32 commitment) external {
         // An unknown job has no open slots: NoAuction covers it.
         Job storage j = _jobs[jobId];
         if (j.openSlots == 0) revert NoAuction(jobId);
         if (block.timestamp > j.bidDeadline) revert BidWindowClosed(j.bidDeadline);
-        // The GPU count matters only once a slot is assigned.
+        if (commitment == 0) revert CommitmentMismatch();
         // slither-disable-next-line unused-return
         (bool active, uint256 free,) = staking.providerStanding(msg.sender, j.tier);
         if (!active) revert NotEligible(msg.sender, j.tier);
         if (free < j.collateral) revert InsufficientCollateral(msg.sender, free, j.collateral);
-        if (_participants[jobId][msg.sender].state != ParticipantState.None) revert AlreadyParticipating(msg.sender);
-        _commitments[jobId][j.round][msg.sender] = commitment;
+        // A provider that holds or held a slot here may bid but is passed over at close, where its
+        // tenure record is read anyway; a second sealed bid would lock collateral twice.
+        mapping(address => bytes32) storage sealedBids = _commitments[jobId][j.round];
+        if (sealedBids[msg.sender] != 0) revert AlreadyParticipating(msg.sender);
+        sealedBids[msg.sender] = commitment;
         emit BidCommitted(jobId, msg.sender);
+        staking.lock(msg.sender, j.collateral);
     }
 
     /// @inheritdoc IJobMarket
@@ -223,16 +241,24 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         delete _commitments[jobId][round][msg.sender];
         emit BidRevealed(jobId, msg.sender, price);
 
-        // Keep the `openSlots` lowest bids sorted ascending, in places pre-filled with NO_BID;
-        // ties go to the earlier reveal.
+        // Keep the `2 * openSlots` lowest bids sorted ascending, in places pre-filled with NO_BID;
+        // ties go to the earlier reveal. A bid not kept, or pushed out, is released at once.
         mapping(uint256 => Bid) storage winners = _winners[jobId];
-        uint256 place = j.openSlots - 1;
-        if (price >= winners[place].price) return;
-        while (place > 0 && winners[place - 1].price > price) {
-            winners[place] = winners[place - 1];
+        uint256 place = 2 * uint256(j.openSlots) - 1;
+        Bid memory pushedOut = winners[place];
+        if (price >= pushedOut.price) {
+            staking.unlock(msg.sender, j.collateral);
+            return;
+        }
+        while (place > 0) {
+            Bid memory before = winners[place - 1];
+            if (before.price <= price) break;
+            // Places past the last bid already hold NO_BID: moving one down would rewrite it.
+            if (before.price != NO_BID) winners[place] = before;
             --place;
         }
         winners[place] = Bid(msg.sender, price);
+        if (pushedOut.price != NO_BID) staking.unlock(pushedOut.bidder, j.collateral);
     }
 
     /// @inheritdoc IJobMarket
@@ -242,31 +268,71 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         if (places == 0) revert NoAuction(jobId);
         if (block.timestamp <= j.revealDeadline) revert RevealWindowOpen(j.revealDeadline);
 
-        // A winner whose stake fell since it bid can no longer post collateral: the round fails
-        // rather than fill part of a data-parallel job.
-        uint16 revealed = _revealedWinners(jobId, places);
-        bool filled = revealed == places;
-        uint32[] memory gpus = new uint32[](places);
-        for (uint256 i; filled && i < places; ++i) {
-            (bool active, uint256 free, uint32 count) = staking.providerStanding(_winners[jobId][i].bidder, j.tier);
-            filled = active && free >= j.collateral;
-            gpus[i] = count;
+        // A kept bid's collateral is locked, but its bidder may have stopped being an active
+        // provider of the tier since (slashed below the minimum, unregistered), or it holds or held
+        // a slot of this job: pass over it to the next kept bid. The round fails only when fewer
+        // valid bids than slots were kept.
+        mapping(uint256 => Bid) storage winners = _winners[jobId];
+        uint256 kept = 2 * uint256(places);
+        bool[] memory valid = new bool[](kept);
+        uint16 found = 0;
+        uint96 clearingPrice = 0;
+        for (uint256 i; found < places && i < kept; ++i) {
+            Bid memory b = winners[i];
+            if (b.price == NO_BID) break;
+            // slither-disable-next-line unused-return
+            (bool active,,) = staking.providerStanding(b.bidder, j.tier);
+            if (!active || _participants[jobId][b.bidder].state != ParticipantState.None) continue;
+            valid[i] = true;
+            clearingPrice = b.price;
+            ++found;
         }
-        if (!filled) {
-            emit AuctionFailed(jobId, j.round, revealed);
+        if (found < places) {
+            emit AuctionFailed(jobId, j.round, found);
+            Bid[] memory all = _endRound(j, jobId);
             _openRound(j, jobId);
+            _release(all, j.collateral);
             return;
         }
 
-        uint96 clearingPrice = _winners[jobId][places - 1].price;
-        uint16 next = 0;
-        for (uint256 i; i < places; ++i) {
-            while (_slots[jobId][next].provider != address(0) || _slots[jobId][next].done) ++next;
-            _assign(j, jobId, next, _winners[jobId][i].bidder, clearingPrice, gpus[i]);
-        }
         j.openSlots = 0;
         j.status = JobStatus.Running;
+        // Passed-over bids, and fallbacks that were not needed (never checked), are released last.
+        Bid[] memory released = new Bid[](kept);
+        uint256 count = 0;
+        uint16 next = 0;
+        for (uint256 i; i < kept; ++i) {
+            Bid memory b = winners[i];
+            if (b.price == NO_BID) break;
+            if (!valid[i]) {
+                released[count++] = b;
+                continue;
+            }
+            while (_slots[jobId][next].provider != address(0) || _slots[jobId][next].done) ++next;
+            _assign(jobId, next, b.bidder, clearingPrice);
+        }
         emit AuctionCleared(jobId, j.round, clearingPrice, places);
+        assembly ("memory-safe") {
+            mstore(released, count)
+        }
+        _release(released, j.collateral);
+    }
+
+    /// @inheritdoc IJobMarket
+    function expireBid(uint256 jobId, uint16 round, address bidder) external nonReentrant {
+        Job storage j = _job(jobId);
+        bool cutShort = _cutShort[jobId][round];
+        if (!cutShort && round == j.round && block.timestamp <= j.revealDeadline) {
+            revert RevealWindowOpen(j.revealDeadline);
+        }
+        if (_commitments[jobId][round][bidder] == 0) revert NoSealedBid(jobId, round, bidder);
+        delete _commitments[jobId][round][bidder];
+        uint256 bond = cutShort ? 0 : uint256(j.collateral) * BID_BOND_BPS / BPS;
+        emit BidExpired(jobId, round, bidder, bond);
+        // Release first so the slash takes the bond from stake like any other.
+        staking.unlock(bidder, j.collateral);
+        // slither-disable-next-line unused-return
+        if (bond != 0) staking.slash(bidder, bond, IStaking.SlashReason.Downtime, msg.sender);
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -274,15 +340,13 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     /// @inheritdoc IJobMarket
-    function commitCheckpoint(uint256 jobId, uint16 slotId, uint32 gpuSeconds, string calldata cid, bytes32 stateHash)
-        external
-    {
+    function commitCheckpoint(uint256 jobId, uint16 slotId, string calldata cid, bytes32 stateHash) external {
         Job storage j = _jobs[jobId];
         if (j.status != JobStatus.Running) revert WrongJobStatus(jobId, j.status);
         Slot storage s = _slots[jobId][slotId];
         if (s.provider != msg.sender) revert NotSlotProvider(jobId, slotId);
         if (s.done) revert SlotDone(jobId, slotId);
-        uint32 index = _recordUnit(jobId, slotId, s, gpuSeconds, cid, stateHash);
+        uint32 index = _recordUnit(jobId, slotId, s, cid, stateHash);
         if (index + 1 == j.unitsPerNode || s.remaining == 0) _finishSlot(j, jobId, slotId, s);
     }
 
@@ -421,10 +485,12 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         return _commitments[jobId][_jobs[jobId].round][provider];
     }
 
-    /// @notice The current round's leading bids, lowest first.
+    /// @notice The current round's kept bids (winners, then fallbacks), lowest first.
     function leadingBids(uint256 jobId) external view returns (Bid[] memory bids) {
-        bids = new Bid[](_revealedWinners(jobId, _jobs[jobId].openSlots));
-        for (uint256 i; i < bids.length; ++i) bids[i] = _winners[jobId][i];
+        bids = new Bid[](_revealedWinners(jobId, 2 * uint256(_jobs[jobId].openSlots)));
+        for (uint256 i; i < bids.length; ++i) {
+            bids[i] = _winners[jobId][i];
+        }
     }
 
     /// @inheritdoc IJobMarket
@@ -438,11 +504,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IJobMarket
-    function bidCommitmentOf(uint96 price, bytes32 salt, address bidder, uint256 jobId)
-        public
-        pure
-        returns (bytes32)
-    {
+    function bidCommitmentOf(uint96 price, bytes32 salt, address bidder, uint256 jobId) public pure returns (bytes32) {
         return keccak256(abi.encode(price, salt, bidder, jobId));
     }
 
@@ -452,8 +514,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
 
     function _createJob(JobRequest calldata r) internal returns (uint256 jobId) {
         if (
-            r.nodes == 0 || r.nodes > MAX_NODES || r.unitsPerNode == 0 || r.maxPrice == 0
-                || r.checkpointInterval == 0 || r.sampleRateBps > BPS || bytes(r.specCid).length == 0
+            r.nodes == 0 || r.nodes > MAX_NODES || r.unitsPerNode == 0 || r.maxPrice == 0 || r.checkpointInterval == 0
+                || r.unitGpuSeconds == 0 || r.sampleRateBps > BPS || bytes(r.specCid).length == 0
                 || r.tier >= staking.tierCount()
         ) revert InvalidJobRequest();
         uint256 slotBudget = r.budget / r.nodes;
@@ -469,6 +531,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         j.sampleRateBps = r.sampleRateBps;
         j.user = msg.sender;
         j.feeBps = feeBps;
+        j.unitGpuSeconds = r.unitGpuSeconds;
         j.maxPrice = r.maxPrice;
         // Collateral is a share of what one slot can earn, so it divides the per-slot budget.
         // slither-disable-next-line divide-before-multiply
@@ -477,10 +540,21 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         j.status = JobStatus.Open;
         j.openSlots = r.nodes;
         for (uint16 i; i < r.nodes; ++i) {
-            _slots[jobId][i].remaining = uint128(slotBudget);
+            Slot storage s = _slots[jobId][i];
+            s.unitGpuSeconds = r.unitGpuSeconds;
+            s.remaining = uint128(slotBudget);
         }
         emit JobCreated(
-            jobId, msg.sender, r.tier, r.specCid, r.nodes, r.unitsPerNode, r.maxPrice, r.budget, j.collateral
+            jobId,
+            msg.sender,
+            r.tier,
+            r.specCid,
+            r.nodes,
+            r.unitsPerNode,
+            r.maxPrice,
+            r.budget,
+            j.collateral,
+            r.unitGpuSeconds
         );
         _openRound(j, jobId);
         zen.safeTransferFrom(msg.sender, address(this), r.budget);
@@ -491,40 +565,49 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         j.round = round;
         j.bidDeadline = uint40(block.timestamp + bidWindow);
         j.revealDeadline = uint40(block.timestamp + bidWindow + revealWindow);
-        for (uint256 i; i < j.openSlots; ++i) {
+        for (uint256 i; i < 2 * uint256(j.openSlots); ++i) {
             _winners[jobId][i] = Bid(address(0), NO_BID);
         }
         emit AuctionOpened(jobId, round, j.openSlots, j.bidDeadline, j.revealDeadline);
     }
 
-    function _assign(Job storage j, uint256 jobId, uint16 slotId, address provider, uint96 price, uint32 gpus)
-        internal
-    {
+    /// @dev The provider's collateral was locked when it revealed; it now backs the slot.
+    function _assign(uint256 jobId, uint16 slotId, address provider, uint96 price) internal {
         Slot storage s = _slots[jobId][slotId];
         s.provider = provider;
         s.price = price;
         s.lastCheckpointAt = uint40(block.timestamp);
-        // A CPU node meters as one compute unit.
-        s.gpus = gpus == 0 ? 1 : uint16(gpus > type(uint16).max ? type(uint16).max : gpus);
         Participant storage p = _participants[jobId][provider];
         p.startRemaining = s.remaining;
         p.slot = slotId;
         p.state = ParticipantState.Active;
         _participantList[jobId].push(provider);
         emit SlotAssigned(jobId, slotId, provider, price);
-        staking.lock(provider, j.collateral);
+    }
+
+    /// @dev Ends the running round: for one ending before its reveal window did, spares its
+    /// unrevealed commitments the bond. Returns the bids it kept, whose collateral the caller
+    /// releases (`_release`) after its own state changes. Before `openSlots` changes.
+    function _endRound(Job storage j, uint256 jobId) internal returns (Bid[] memory kept) {
+        if (block.timestamp <= j.revealDeadline) _cutShort[jobId][j.round] = true;
+        kept = new Bid[](_revealedWinners(jobId, 2 * uint256(j.openSlots)));
+        for (uint256 i; i < kept.length; ++i) {
+            kept[i] = _winners[jobId][i];
+        }
+    }
+
+    function _release(Bid[] memory bids, uint256 collateral) internal {
+        for (uint256 i; i < bids.length; ++i) {
+            staking.unlock(bids[i].bidder, collateral);
+        }
     }
 
     /// @dev Stores the hash of a unit's record and accrues its pay to the slot's provider.
-    function _recordUnit(
-        uint256 jobId,
-        uint16 slotId,
-        Slot storage s,
-        uint32 gpuSeconds,
-        string calldata cid,
-        bytes32 stateHash
-    ) internal returns (uint32 index) {
-        Unit memory unit = _meter(s, gpuSeconds, cid, stateHash);
+    function _recordUnit(uint256 jobId, uint16 slotId, Slot storage s, string calldata cid, bytes32 stateHash)
+        internal
+        returns (uint32 index)
+    {
+        Unit memory unit = _meter(s, cid, stateHash);
         index = s.unitsDone;
         bytes32 pair = _units[jobId][slotId][index / 2];
         _units[jobId][slotId][index / 2] = index % 2 == 0
@@ -537,20 +620,16 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         s.unitsDone = index + 1;
         s.lastCheckpointAt = uint40(block.timestamp);
         emit CheckpointCommitted(
-            jobId, slotId, index, msg.sender, cid, stateHash, gpuSeconds, unit.amount, unit.remainingBefore
+            jobId, slotId, index, msg.sender, cid, stateHash, s.unitGpuSeconds, unit.amount, unit.remainingBefore
         );
     }
 
-    /// @dev GPU-seconds are bounded by block time since the last checkpoint, pay by the slot's budget.
-    function _meter(Slot storage s, uint32 gpuSeconds, string calldata cid, bytes32 stateHash)
-        internal
-        view
-        returns (Unit memory unit)
-    {
-        uint256 allowed = (block.timestamp - s.lastCheckpointAt) * s.gpus;
-        if (gpuSeconds > allowed) revert MeteringExceedsElapsed(gpuSeconds, allowed);
+    /// @dev A unit pays what the job fixed it is worth at the slot's price, capped by the slot's
+    /// budget: neither the provider's declared hardware nor the time it took enters, so a faster
+    /// provider earns the same per unit, sooner, and no claim raises what a slot is paid.
+    function _meter(Slot storage s, string calldata cid, bytes32 stateHash) internal view returns (Unit memory unit) {
         uint128 remainingBefore = s.remaining;
-        uint256 amount = uint256(gpuSeconds) * s.price / 1 hours;
+        uint256 amount = uint256(s.unitGpuSeconds) * s.price / 1 hours;
         unit = Unit({
             provider: msg.sender,
             committedAt: uint64(block.timestamp),
@@ -595,9 +674,11 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         s.price = 0;
         // A round already running for other slots restarts with one more place: its bids were
         // for fewer slots.
+        Bid[] memory kept = j.openSlots != 0 ? _endRound(j, jobId) : new Bid[](0);
         j.openSlots += 1;
         _openRound(j, jobId);
         emit ProviderRemoved(jobId, slotId, provider, reason);
+        _release(kept, j.collateral);
         _slash(j, jobId, provider, reason, reporter, unlockCollateral);
     }
 
@@ -648,8 +729,8 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         return bytes16(index % 2 == 0 ? pair : pair << 128);
     }
 
-    /// @dev How many of the `places` leading places hold a revealed bid.
-    function _revealedWinners(uint256 jobId, uint16 places) internal view returns (uint16 count) {
+    /// @dev How many of the first `places` places hold a revealed bid.
+    function _revealedWinners(uint256 jobId, uint256 places) internal view returns (uint256 count) {
         while (count < places && _winners[jobId][count].price != NO_BID) ++count;
     }
 

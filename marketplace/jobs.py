@@ -29,7 +29,7 @@ from marketplace.protocol.journey import (
     next_step,
 )
 from marketplace.protocol.spec import JobSpec, parse_spec
-from marketplace.protocol.terms import JobStatus
+from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus
 from marketplace.protocol.units import units_per_node
 from marketplace.results import LastUnit, unit_loss, write_result
 from marketplace.storage import Storage
@@ -40,7 +40,11 @@ REPLICAS = 3
 
 
 class BudgetBelowReserve(JobError, ValueError):
-    """The budget cannot pay every node for one checkpoint interval at the maximum price."""
+    """The budget cannot pay every node for one unit at the maximum price."""
+
+
+class UnitWorthless(JobError, ValueError):
+    """An order whose units are worth no reference GPU-second: no unit could pay anything."""
 
 
 class InsufficientZen(JobError, ValueError):
@@ -57,11 +61,18 @@ class Order:
     nodes: int | None = None  # default: the spec's distributed.nodes
     sample_rate_bps: int = 1_000
     checkpoint_interval: int = 600  # seconds a node may go without a checkpoint
+    # what one unit is worth, in reference GPU-seconds of the tier: a unit pays the clearing price
+    # times this / 3600 whatever hardware runs it, so bidders price their own speed against it
+    unit_gpu_seconds: int = DEFAULT_UNIT_GPU_SECONDS
 
     def reserve(self, nodes: int) -> int:
-        """The least budget worth escrowing: every node paid for one checkpoint interval at the
-        maximum price, so no winner can run out of budget before its first checkpoint."""
-        return math.ceil(self.max_price * nodes * self.checkpoint_interval / 3600)
+        """The least budget worth escrowing: every node paid for one unit at the maximum price,
+        so no winner can run out of budget before its first checkpoint."""
+        return math.ceil(self.max_price * nodes * self.unit_gpu_seconds / 3600)
+
+    def full_cost(self, nodes: int, units: int) -> int:
+        """What the whole job costs at the maximum price: every unit of every node."""
+        return math.ceil(self.max_price * nodes * units * self.unit_gpu_seconds / 3600)
 
 
 def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
@@ -69,11 +80,13 @@ def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
     reserve."""
     spec = parse_spec(spec_text)
     nodes = order.nodes or spec.distributed.nodes
+    if order.unit_gpu_seconds <= 0:
+        raise UnitWorthless("a unit must be worth at least one reference GPU-second")
     reserve = order.reserve(nodes)
     if order.max_budget < reserve:
         raise BudgetBelowReserve(
             f"budget {rounded(order.max_budget)} ZEN is below the reserve {rounded(reserve)} ZEN "
-            f"({nodes} node(s) x {order.checkpoint_interval}s "
+            f"({nodes} node(s) x one unit of {order.unit_gpu_seconds} GPU-seconds "
             f"at {rounded(order.max_price)} ZEN/GPU-hour)"
         )
     return JobRequest(
@@ -85,6 +98,7 @@ def job_request(spec_text: str, spec_cid: str, order: Order) -> JobRequest:
         sample_rate_bps=order.sample_rate_bps,
         max_price=order.max_price,
         budget=order.max_budget,
+        unit_gpu_seconds=order.unit_gpu_seconds,
     )
 
 

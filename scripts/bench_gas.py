@@ -24,11 +24,12 @@ from marketplace.chain.ledger import Ledger
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 
+# Sealed bids lock collateral (a commit pays Staking's lock) and a unit's pay is fixed by the job.
 TARGETS = {
-    "commit_reveal_gas": 100_000,
-    "checkpoint_gas": 60_000,
-    "settle_gas": 120_000,
-    "whole_job_gas": 1_500_000,
+    "commit_reveal_gas": 130_000,
+    "checkpoint_gas": 65_000,
+    "settle_gas": 130_000,
+    "whole_job_gas": 1_600_000,
 }
 SCENARIO = Scenario(units=10, sample_rate_bps=1_000)
 

@@ -5,9 +5,11 @@ import {IStaking} from "./IStaking.sol";
 
 /// @title Job market: escrow, sealed-bid reverse auctions, metering and settlement
 /// @notice A user escrows a budget for a training job of `nodes` slots. Providers of the job's
-/// tier commit sealed bids, reveal them, and the `nodes` lowest bids win at one uniform price (the
-/// highest winning bid). Each slot delivers `unitsPerNode` work units; every checkpoint is metered
-/// in GPU-seconds (bounded by block time and by the slot's share of the budget) and accrues pay.
+/// tier commit sealed bids (locking their collateral), reveal them, and the `nodes` lowest valid
+/// bids win at one uniform price (the highest winning bid). Each slot delivers `unitsPerNode` work
+/// units; the job fixes what one unit is worth (`unitGpuSeconds` reference GPU-seconds of its tier),
+/// so every accepted checkpoint accrues `price * unitGpuSeconds / 3600`, capped by the slot's share
+/// of the budget, whatever hardware the provider declared and however long it took.
 /// Settlement pays providers (pull), the network fee to the treasury and verifiers, and refunds the
 /// rest: escrow = payouts + fees + refund, to the wei.
 interface IJobMarket {
@@ -36,6 +38,7 @@ interface IJobMarket {
         uint16 sampleRateBps; // share of units verifiers re-run
         uint96 maxPrice; // ZEN wei per GPU-hour
         uint128 budget; // ZEN wei escrowed
+        uint32 unitGpuSeconds; // what one unit is worth: reference GPU-seconds of the tier
     }
 
     /// @notice A job as stored. The first slot is what every bid, reveal and checkpoint reads. The
@@ -55,6 +58,7 @@ interface IJobMarket {
         address user;
         uint40 completedAt;
         uint16 feeBps; // fixed when the budget is escrowed
+        uint32 unitGpuSeconds; // reference GPU-seconds one unit is paid for
         uint96 maxPrice;
         uint128 collateral; // per slot
         uint128 budget;
@@ -67,7 +71,7 @@ interface IJobMarket {
         uint96 price; // ZEN wei per GPU-hour for the current provider
         uint40 lastCheckpointAt;
         uint32 unitsDone;
-        uint16 gpus; // metering multiplier: GPUs of the provider, at least 1
+        uint32 unitGpuSeconds; // the job's, beside `remaining` so a checkpoint reads no job word for it
         bool done;
         uint128 remaining; // the slot's share of the budget not yet accrued
     }
@@ -81,7 +85,7 @@ interface IJobMarket {
         uint128 endRemaining; // written only when the tenure ends
     }
 
-    /// @notice A winning (or sentinel) bid.
+    /// @notice A leading (or sentinel) bid; a leading bid's collateral is locked.
     struct Bid {
         address bidder;
         uint96 price;
@@ -102,7 +106,7 @@ interface IJobMarket {
     /// @notice Thrown when a job id has no job.
     error UnknownJob(uint256 jobId);
     /// @notice Thrown when a job request is malformed (zero or too many nodes, zero units, price or
-    /// checkpoint interval, a sample rate above 100%, no spec CID, or an unknown tier).
+    /// checkpoint interval, unit worth, a sample rate above 100%, no spec CID, or an unknown tier).
     error InvalidJobRequest();
     /// @notice Thrown when the budget leaves a slot nothing to pay for (less than one wei per slot).
     error BudgetTooLow(uint256 budget, uint256 minimum);
@@ -120,7 +124,7 @@ interface IJobMarket {
     error NotEligible(address provider, uint8 tier);
     /// @notice Thrown when a bidder's free stake is below the job's collateral.
     error InsufficientCollateral(address provider, uint256 free, uint256 needed);
-    /// @notice Thrown when a provider that holds or held a slot in the job bids again.
+    /// @notice Thrown when a bidder seals a second bid in one round.
     error AlreadyParticipating(address provider);
     /// @notice Thrown when a revealed bid does not match its commitment.
     error CommitmentMismatch();
@@ -130,8 +134,6 @@ interface IJobMarket {
     error NotSlotProvider(uint256 jobId, uint256 slot);
     /// @notice Thrown when a checkpoint is committed to a slot that has delivered all its units.
     error SlotDone(uint256 jobId, uint256 slot);
-    /// @notice Thrown when metered GPU-seconds exceed what block time allows.
-    error MeteringExceedsElapsed(uint256 gpuSeconds, uint256 allowed);
     /// @notice Thrown when downtime is reported before a slot's checkpoint deadline.
     error NotOverdue(uint256 deadline);
     /// @notice Thrown when a slot has no provider.
@@ -150,6 +152,8 @@ interface IJobMarket {
     error NothingOwed();
     /// @notice Thrown when verification fees for a job were already claimed.
     error AlreadyClaimed();
+    /// @notice Thrown when a bidder holds no sealed (unrevealed, unexpired) bid in the round.
+    error NoSealedBid(uint256 jobId, uint16 round, address bidder);
     /// @notice Thrown when a parameter is outside its allowed range.
     error ParameterOutOfRange();
 
@@ -163,7 +167,8 @@ interface IJobMarket {
         uint32 unitsPerNode,
         uint96 maxPrice,
         uint128 budget,
-        uint128 collateral
+        uint128 collateral,
+        uint32 unitGpuSeconds
     );
     /// @notice Emitted when an auction round opens.
     event AuctionOpened(uint256 indexed jobId, uint16 round, uint16 slots, uint40 bidDeadline, uint40 revealDeadline);
@@ -173,11 +178,17 @@ interface IJobMarket {
     event BidRevealed(uint256 indexed jobId, address indexed provider, uint96 price);
     /// @notice Emitted when an auction round fills its slots at a uniform clearing price.
     event AuctionCleared(uint256 indexed jobId, uint16 round, uint96 clearingPrice, uint16 winners);
+    /// @notice Emitted when a sealed bid left unrevealed expires: its collateral is released and
+    /// `bond` slashed (Downtime; what was actually taken is in Staking's `Slashed` event), zero
+    /// when its round ended before its reveal window did.
+    event BidExpired(uint256 indexed jobId, uint16 round, address indexed bidder, uint256 bond);
     /// @notice Emitted when a round ends with too few valid bids; a new round opens.
     event AuctionFailed(uint256 indexed jobId, uint16 round, uint16 validBids);
     /// @notice Emitted when a provider takes a slot.
     event SlotAssigned(uint256 indexed jobId, uint16 indexed slot, address indexed provider, uint96 price);
     /// @notice Emitted for every committed checkpoint (one work unit).
+    /// @param gpuSeconds The reference GPU-seconds the unit is paid for: the job's `unitGpuSeconds`.
+    /// @param amount The unit's pay, `price * gpuSeconds / 3600` capped by the slot's remaining budget.
     event CheckpointCommitted(
         uint256 indexed jobId,
         uint16 indexed slot,
@@ -226,20 +237,34 @@ interface IJobMarket {
         external
         returns (uint256 jobId);
 
-    /// @notice Commits a sealed bid `keccak256(abi.encode(price, salt, msg.sender, jobId))`.
+    /// @notice Commits a sealed bid `keccak256(abi.encode(price, salt, msg.sender, jobId))`, one
+    /// per bidder and round, and locks the job's collateral from the bidder's free stake. The
+    /// bidder must be an active provider of the job's tier. A bid left unrevealed when the reveal
+    /// window ends keeps its collateral locked until it expires with a bond forfeited (`expireBid`).
     function commitBid(uint256 jobId, bytes32 commitment) external;
 
-    /// @notice Reveals a committed bid; the lowest `openSlots` reveals are kept.
+    /// @notice Reveals a committed bid. The `2 * openSlots` lowest reveals are kept, lowest first,
+    /// as winners and their fallbacks, with their collateral still locked; a bid not kept, or
+    /// pushed out of the list by a lower one, is released at once.
     function revealBid(uint256 jobId, uint96 price, bytes32 salt) external;
 
-    /// @notice Ends the round after its reveal window: assigns the winners at the uniform price, or
-    /// opens a new round when too few valid bids were revealed. Anyone may call.
+    /// @notice Ends the round after its reveal window: assigns the lowest kept bids whose bidders
+    /// are still active providers of the tier and never held a slot of the job, at the uniform
+    /// price (their locked collateral becomes the slot's), passing over the others, and releases
+    /// every other kept bid. Opens a new round
+    /// when fewer valid bids than slots were kept. Anyone may call.
     function closeAuction(uint256 jobId) external;
 
-    /// @notice Commits the next work unit of `slot`: its checkpoint CID and state hash, and the
-    /// GPU-seconds it metered. Accrues its pay.
-    function commitCheckpoint(uint256 jobId, uint16 slot, uint32 gpuSeconds, string calldata cid, bytes32 stateHash)
-        external;
+    /// @notice Expires `bidder`'s sealed bid of `round`, left unrevealed when that round's reveal
+    /// window ended: releases its collateral and forfeits its bond (`BID_BOND_BPS` of the
+    /// collateral), which Staking slashes as Downtime with the caller as reporter. A round that
+    /// ended before its reveal window did (the job cancelled, or the round restarted) forfeits no
+    /// bond, and its sealed bids expire at once. Anyone may call, once per sealed bid.
+    function expireBid(uint256 jobId, uint16 round, address bidder) external;
+
+    /// @notice Commits the next work unit of `slot`: its checkpoint CID and state hash. Accrues the
+    /// unit's fixed pay, `price * unitGpuSeconds / 3600`, capped by the slot's remaining budget.
+    function commitCheckpoint(uint256 jobId, uint16 slot, string calldata cid, bytes32 stateHash) external;
 
     /// @notice Reports a slot whose provider missed its checkpoint deadline: slashes it (Downtime,
     /// the caller as reporter) and re-auctions the slot from its last accepted checkpoint.
@@ -289,7 +314,7 @@ interface IJobMarket {
     /// none or voided by a rollback.
     function unitHash(uint256 jobId, uint16 slot, uint32 index) external view returns (bytes16);
 
-    /// @notice The current round's sealed bid of `provider`, zero if none or revealed.
+    /// @notice The current round's sealed bid of `provider`, zero if none, revealed or expired.
     function bidCommitment(uint256 jobId, address provider) external view returns (bytes32);
 
     /// @notice What `account` can withdraw.
@@ -299,8 +324,5 @@ interface IJobMarket {
     function jobCount() external view returns (uint256);
 
     /// @notice The sealed-bid commitment for `price` and `salt` by `bidder` on `jobId`.
-    function bidCommitmentOf(uint96 price, bytes32 salt, address bidder, uint256 jobId)
-        external
-        pure
-        returns (bytes32);
+    function bidCommitmentOf(uint96 price, bytes32 salt, address bidder, uint256 jobId) external pure returns (bytes32);
 }

@@ -17,6 +17,7 @@ from web3.types import BlockIdentifier, EventData, TxReceipt
 from marketplace.chain.deploy import Deployment
 from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call, send
+from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,12 @@ class JobRequest:
     sample_rate_bps: int
     max_price: int  # ZEN wei per GPU-hour
     budget: int  # ZEN wei
+    # what one unit is worth: a unit pays the clearing price x this / 3600, whatever the hardware
+    unit_gpu_seconds: int = DEFAULT_UNIT_GPU_SECONDS
+
+    def unit_pay(self, price: int) -> int:
+        """What one unit pays at `price` ZEN wei per GPU-hour, as the market computes it."""
+        return unit_pay(price, self.unit_gpu_seconds)
 
     def as_struct(self) -> tuple:
         return (
@@ -40,7 +47,14 @@ class JobRequest:
             self.sample_rate_bps,
             self.max_price,
             self.budget,
+            self.unit_gpu_seconds,
         )
+
+
+def unit_pay(price: int, unit_gpu_seconds: int) -> int:
+    """The pay of one unit worth `unit_gpu_seconds` at `price` per GPU-hour, before the budget
+    cap: rounded down, as JobMarket does."""
+    return price * unit_gpu_seconds // 3600
 
 
 @dataclass(frozen=True)
@@ -81,7 +95,7 @@ class CommittedUnit:
     provider: str
     cid: str
     state_hash: bytes
-    gpu_seconds: int
+    gpu_seconds: int  # the reference GPU-seconds it is paid for: the job's unit worth
     amount: int
     remaining_before: int
     committed_at: int
@@ -252,6 +266,11 @@ class Ledger:
     def close_auction_call(self, job_id: int) -> ContractFunction:
         return self.market.functions.closeAuction(job_id)
 
+    def expire_bid_call(self, job_id: int, round_: int, bidder: str) -> ContractFunction:
+        """Release the collateral of `bidder`'s sealed bid left unrevealed in `round_`, forfeiting
+        its bond unless the round ended early (the caller is paid the reporter's share)."""
+        return self.market.functions.expireBid(job_id, round_, bidder)
+
     def participant(self, job_id: int, provider: str) -> dict:
         """The provider's part in the job's auction (its state: none, committed, revealed,
         won...)."""
@@ -280,20 +299,17 @@ class Ledger:
         provider: LocalAccount,
         job_id: int,
         slot: int,
-        gpu_seconds: int,
         cid: str,
         state_hash: bytes,
     ) -> CommittedUnit:
-        receipt = self.send(
-            self.commit_checkpoint_call(job_id, slot, gpu_seconds, cid, state_hash), provider
-        )
+        receipt = self.send(self.commit_checkpoint_call(job_id, slot, cid, state_hash), provider)
         (event,) = self.market.events.CheckpointCommitted().process_receipt(receipt, errors=DISCARD)
         return self.unit_from_event(event)
 
     def commit_checkpoint_call(
-        self, job_id: int, slot: int, gpu_seconds: int, cid: str, state_hash: bytes
+        self, job_id: int, slot: int, cid: str, state_hash: bytes
     ) -> ContractFunction:
-        return self.market.functions.commitCheckpoint(job_id, slot, gpu_seconds, cid, state_hash)
+        return self.market.functions.commitCheckpoint(job_id, slot, cid, state_hash)
 
     def checkpoint_events(self, job_id: int, slot: int | None = None) -> list[EventData]:
         """The job's CheckpointCommitted events (of one slot if given), oldest first."""

@@ -18,7 +18,7 @@ from marketplace.cli.wallet import ZEN_AMOUNT, open_ledger
 from marketplace.config import Settings
 from marketplace.protocol import journey
 from marketplace.protocol.spec import SpecError
-from marketplace.protocol.terms import JobStatus, Tier
+from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Tier
 from marketplace.sdk import Client, Job
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
@@ -77,6 +77,14 @@ def zen(wei: int) -> str:
     help="Seconds a provider may go without a checkpoint before it can be reported.",
 )
 @click.option(
+    "--unit-gpu-seconds",
+    default=DEFAULT_UNIT_GPU_SECONDS,
+    show_default=True,
+    type=click.IntRange(1, 2**32 - 1),
+    help="What one work unit is worth, in GPU-seconds of the tier's reference GPU: each unit pays "
+    "the clearing price x this / 3600, whatever hardware runs it or however long it takes.",
+)
+@click.option(
     "--auction-timeout",
     default=120,
     show_default=True,
@@ -97,6 +105,7 @@ def train(
     nodes: int | None,
     sample_rate: int,
     checkpoint_interval: int,
+    unit_gpu_seconds: int,
     auction_timeout: int,
     output: Path | None,
     no_wait: bool,
@@ -109,6 +118,7 @@ def train(
         nodes=nodes,
         sample_rate_bps=sample_rate,
         checkpoint_interval=checkpoint_interval,
+        unit_gpu_seconds=unit_gpu_seconds,
     )
     try:
         spec_text, spec = jobs.load_spec_text(config_path)

@@ -34,7 +34,8 @@ class Scenario:
     bids: tuple[int, ...] = (60 * ZEN, 70 * ZEN, 80 * ZEN)  # per GPU-hour, one per provider
     nodes: int = 1
     units: int = 10
-    gpu_seconds: int = 599  # metered per unit; not a whole hour share, so rounding shows
+    unit_gpu_seconds: int = 599  # what a unit is worth; not a whole hour share, so rounding shows
+    unit_seconds: int = 600  # what a unit takes the scripted providers
     max_price: int = 100 * ZEN
     budget: int = 5_000 * ZEN
     sample_rate_bps: int = 5_000
@@ -94,6 +95,7 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
         sample_rate_bps=scenario.sample_rate_bps,
         max_price=scenario.max_price,
         budget=scenario.budget,
+        unit_gpu_seconds=scenario.unit_gpu_seconds,
     )
     market = ledger.market.functions
     ledger.approve(cast.user, ledger.market.address, request.budget)
@@ -128,12 +130,12 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
 
     by_address = {p.address: p for p in cast.providers}
     for index in range(scenario.units):
-        advance_time(ledger.w3, scenario.gpu_seconds)
+        advance_time(ledger.w3, scenario.unit_seconds)
         batch = []
         for address, slot in slots.items():
             cid = cid_of_bytes(checkpoint_bytes(job_id, slot, index))
             state_hash = hashlib.sha256(checkpoint_bytes(job_id, slot, index)).digest()
-            fn = market.commitCheckpoint(job_id, slot, scenario.gpu_seconds, cid, state_hash)
+            fn = market.commitCheckpoint(job_id, slot, cid, state_hash)
             receipt = ledger.send(fn, by_address[address])
             outcome.record("commitCheckpoint", receipt)
             event = ledger.market.events.CheckpointCommitted().process_receipt(

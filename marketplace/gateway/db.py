@@ -63,6 +63,7 @@ class Job(EventRow, Base):
     spec_cid: Mapped[str] = mapped_column(String)
     nodes: Mapped[int] = mapped_column(Integer)
     units_per_node: Mapped[int] = mapped_column(Integer)
+    unit_gpu_seconds: Mapped[int] = mapped_column(BigInteger)  # what one unit is worth
     max_price: Mapped[int] = mapped_column(Wei)
     budget: Mapped[int] = mapped_column(Wei)
     collateral: Mapped[int] = mapped_column(Wei)
@@ -109,7 +110,8 @@ class Slot(EventRow, Base):
 
 
 class Unit(EventRow, Base):
-    """A committed work unit: its checkpoint, metered GPU-seconds and the pay it accrued."""
+    """A committed work unit: its checkpoint, the reference GPU-seconds it is paid for and the pay
+    it accrued."""
 
     __tablename__ = "units"
     job_id: Mapped[int] = mapped_column(BigInteger, index=True)

@@ -173,6 +173,7 @@ def _job_created(_, a, where):
             spec_cid=a["specCid"],
             nodes=a["nodes"],
             units_per_node=a["unitsPerNode"],
+            unit_gpu_seconds=a["unitGpuSeconds"],
             max_price=a["maxPrice"],
             budget=a["budget"],
             collateral=a["collateral"],

@@ -104,3 +104,9 @@ class Tier(Term):
     BRONZE = 1
     SILVER = 2
     GOLD = 3
+
+
+# What one work unit is worth when an order does not say: reference GPU-seconds of the job's tier,
+# the pay of a unit being the clearing price (per GPU-hour) times this over 3600. A minute of one
+# reference GPU fits the H steps of a nanoGPT-sized unit; an order for heavier units says more.
+DEFAULT_UNIT_GPU_SECONDS = 60

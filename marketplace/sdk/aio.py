@@ -33,7 +33,7 @@ from marketplace.protocol.journey import (
     default_output,
     next_step,
 )
-from marketplace.protocol.terms import JobStatus, Tier
+from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Tier
 from marketplace.sdk.errors import GatewayError, GatewayUnavailable, TransactionReverted
 from marketplace.storage import Storage
 
@@ -227,11 +227,14 @@ class AsyncClient:
         nodes: int | None = None,
         sample_rate_bps: int = 1_000,
         checkpoint_interval: int = 600,
+        unit_gpu_seconds: int = DEFAULT_UNIT_GPU_SECONDS,
     ) -> AsyncJob:
         """Upload the spec, escrow `max_budget` ZEN with a permit (one transaction), and return the
         job.
 
-        Amounts are in ZEN; `max_price` is per GPU-hour. The gateway refuses a bad spec (naming the
+        Amounts are in ZEN; `max_price` is per GPU-hour; `unit_gpu_seconds` is what one work unit
+        is worth in GPU-seconds of the tier's reference GPU (a unit pays the clearing price times
+        it / 3600, whatever hardware runs it). The gateway refuses a bad spec (naming the
         field), a budget below the reserve and a budget above the wallet's ZEN before anything is
         signed.
         """
@@ -244,6 +247,7 @@ class AsyncClient:
                 nodes=nodes,
                 sample_rate_bps=sample_rate_bps,
                 checkpoint_interval=checkpoint_interval,
+                unit_gpu_seconds=unit_gpu_seconds,
             ),
         )
 
@@ -267,6 +271,7 @@ class AsyncClient:
                 "nodes": order.nodes,
                 "sample_rate_bps": order.sample_rate_bps,
                 "checkpoint_interval": order.checkpoint_interval,
+                "unit_gpu_seconds": order.unit_gpu_seconds,
                 "permit": self._signed_permit(permit),
             },
         )

@@ -1,5 +1,5 @@
 """Sealed bids on time: commit in the bid window, reveal in the reveal window, close if nobody
-did."""
+did, and expire a bid of ours that could not be revealed so its locked collateral comes back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from eth_account.signers.local import LocalAccount
 
 from marketplace.chain.errors import ChainError
-from marketplace.chain.ledger import Ledger
+from marketplace.chain.ledger import Ledger, unit_pay
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import ParticipantState
 from marketplace.runtime.clock import revert_name
@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 
 # Refusals that only mean "too early": the next tick tries again.
 NOT_YET = {"NotInRevealWindow", "RevealWindowOpen"}
+
+
+class UnitPaysNothing(ZooError, ValueError):
+    """A job whose unit would pay nothing at our price (worth too few GPU-seconds)."""
 
 
 class Bidder:
@@ -67,6 +71,7 @@ class Bidder:
     def _advance(self, auction: Auction, now: int) -> None:
         job = self.ledger.job(auction.job_id)
         if job["round"] != auction.round or job["openSlots"] == 0:
+            self._expire(auction)
             self.journal.end_auction(auction.job_id, auction.round, "closed")
             return
         bid = self.journal.bid(auction.job_id, auction.round)
@@ -85,6 +90,7 @@ class Bidder:
         elif now <= auction.reveal_deadline:
             self._reveal(bid)
         else:
+            self._expire(auction)
             self._close(auction)
 
     def _seal(self, auction: Auction, job: dict) -> Bid | None:
@@ -92,10 +98,24 @@ class Bidder:
         try:
             self.check_job(auction.job_id, job)
             price = self.pricing.quote(job["maxPrice"])
+            pay = unit_pay(price, job["unitGpuSeconds"])
+            if pay == 0:
+                raise UnitPaysNothing(
+                    f"a unit worth {job['unitGpuSeconds']} GPU-seconds pays nothing at {price} "
+                    "wei/GPU-hour"
+                )
         except ZooError as exc:
             log.info("job=%d: not bidding: %s", auction.job_id, exc)
             self.journal.end_auction(auction.job_id, auction.round, "skipped")
             return None
+        log.info(
+            "job=%d round=%d: bidding %d wei/GPU-hour; a unit (%d GPU-seconds) pays %d wei",
+            auction.job_id,
+            auction.round,
+            price,
+            job["unitGpuSeconds"],
+            pay,
+        )
         salt = secrets.token_bytes(32)
         commitment = self.ledger.bid_commitment_of(
             price, salt, self.account.address, auction.job_id
@@ -134,6 +154,30 @@ class Bidder:
             return
         self.outbox.send(key, self.ledger.reveal_bid_call(bid.job_id, bid.price, bid.salt))
         log.info("job=%d round=%d: revealed bid price=%d", bid.job_id, bid.round, bid.price)
+
+    def _expire(self, auction: Auction) -> None:
+        """A sealed bid of ours still unrevealed once its round's reveal window is over (or the
+        round ended early) holds its collateral locked: expire it to take the collateral back,
+        forfeiting the bond if the round ran its course. The market tells whether one is sealed."""
+        bid = self.journal.bid(auction.job_id, auction.round)
+        if bid is None:
+            return
+        reveal = self.journal.outgoing(_key("reveal", bid))
+        if reveal is not None and reveal.done:
+            return
+        fn = self.ledger.expire_bid_call(auction.job_id, auction.round, self.account.address)
+        try:
+            self.outbox.send(_key("expire", bid), fn)
+        except ChainError as exc:
+            if revert_name(exc) in NOT_YET:
+                raise
+            log.info("job=%d round=%d: no sealed bid to expire (%s)", bid.job_id, bid.round, exc)
+            return
+        log.warning(
+            "job=%d round=%d: our bid was never revealed; expired it to release its collateral",
+            bid.job_id,
+            bid.round,
+        )
 
     def _close(self, auction: Auction) -> None:
         """Anyone may close an auction after its reveal window; a bidder has most reason to."""

@@ -16,7 +16,9 @@ class PriceBelowFloor(ZooError, ValueError):
 
 @dataclass(frozen=True)
 class Pricing:
-    """Prices are ZEN wei per GPU-hour, the unit the market meters in (a CPU node is 1 GPU)."""
+    """Prices are ZEN wei per reference GPU-hour of the job's tier: a unit pays the price times
+    the GPU-seconds the job says it is worth / 3600, so the floor is what this node spends on the
+    work one reference GPU does in an hour (less if it is faster, more if slower)."""
 
     floor: int  # the cost of one GPU-hour here: electricity, hardware, bandwidth
     margin_bps: int = 2_000  # asked on top of the floor when the job's cap leaves room

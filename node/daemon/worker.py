@@ -4,7 +4,6 @@ deadline."""
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,10 +25,6 @@ from node.engine import JobSpec, SpecError, parse_spec, run_unit, unit_shard
 from .journal import Journal, Unit
 
 log = logging.getLogger(__name__)
-
-UINT32_MAX = 2**32 - 1
-DEADLINE_MARGIN = 3  # seconds before a checkpoint deadline a commit stops waiting to meter
-CLOCK_POLL = 0.2  # seconds between reads of the chain's clock
 
 
 class UnitLog(Protocol):
@@ -132,11 +127,7 @@ class Worker:
         slot, job = held
         index = slot["unitsDone"]
         unit = self.journal.unit(job_id, slot_id, index) or self._train(job_id, slot_id, index)
-        overlapping = threading.Event()
-        overlapping.set()
-        committing = self._committer.submit(
-            self.commit, unit, slot, job["checkpointInterval"], overlapping
-        )
+        committing = self._committer.submit(self.commit, unit, slot, job["checkpointInterval"])
         try:
             following = index + 1
             if (
@@ -147,7 +138,6 @@ class Worker:
             ):
                 self._train(job_id, slot_id, following)
         finally:
-            overlapping.clear()
             committing.result()
         return True
 
@@ -226,68 +216,44 @@ class Worker:
             )
         return unit.cid
 
-    def commit(
-        self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None = None
-    ) -> None:
-        """Pin the unit's checkpoint on the replicas, then commit it, metering the wall time it
-        trained on the slot's GPU count (a CPU node is 1). `overlapping` is set while the next
-        unit trains."""
+    def commit(self, unit: Unit, slot: dict, interval: int) -> None:
+        """Pin the unit's checkpoint on the replicas, then commit it. Nothing is metered: the
+        market pays a unit what the job fixed it is worth, however long it took here, so a commit
+        goes out as soon as its checkpoint is pinned."""
         began = time.monotonic()
         self.storage.pin(unit.cid, replicas=self.replicas)
         pinned = time.monotonic()
-        elapsed = self._await_metered(unit, slot, interval, overlapping)
-        gpu_seconds = min(UINT32_MAX, min(math.ceil(unit.seconds), max(elapsed, 0)) * slot["gpus"])
-        fn = self.ledger.commit_checkpoint_call(
-            unit.job_id, unit.slot, gpu_seconds, unit.cid, bytes.fromhex(unit.state_hash)
-        )
-        sending = time.monotonic()
-        receipt = self.outbox.send(f"unit:{unit.job_id}:{unit.slot}:{unit.index}", fn)
-        log.info(
-            "job=%d slot=%d unit=%d: committed gpu_seconds=%d (pinned in %.3fs, metered after "
-            "%.3fs, mined in %.3fs) cid=%s",
-            unit.job_id,
-            unit.slot,
-            unit.index,
-            gpu_seconds,
-            pinned - began,
-            sending - pinned,
-            time.monotonic() - sending,
-            unit.cid,
-        )
-        metrics = self._metrics.pop((unit.job_id, unit.slot, unit.index), None)
-        if self.job_log is not None:
-            self.job_log.post(
-                unit.job_id, committed_line(unit, metrics, gpu_seconds, receipt["blockNumber"])
-            )
-
-    def _await_metered(
-        self, unit: Unit, slot: dict, interval: int, overlapping: threading.Event | None
-    ) -> int:
-        """Seconds on the chain's clock since the slot's last checkpoint, waiting, while the next
-        unit trains, for them to cover the unit's whole seconds: the market caps metering by that
-        clock, and a unit trained while its predecessor's commit was in flight started before
-        that commit's block. Once nothing overlaps the wait, or the deadline is near, it meters
-        what the clock allows rather than hold up the job, but never less than one second: a
-        sub-second unit committed in the block after its predecessor's waits for the next block
-        (the gas estimate runs at the latest block's time, so only a mined second counts)."""
-        since = slot["lastCheckpointAt"]
-        due = min(since + math.ceil(unit.seconds), since + interval - DEADLINE_MARGIN)
-        now = chain_time(self.ledger.w3)
-        while now <= since or (now < due and overlapping is not None and overlapping.is_set()):
-            time.sleep(CLOCK_POLL)
-            now = chain_time(self.ledger.w3)
-        if now - since > interval:
+        late = chain_time(self.ledger.w3) - slot["lastCheckpointAt"] - interval
+        if late > 0:
             log.warning(
                 "job=%d slot=%d unit=%d: past the checkpoint deadline by %ds",
                 unit.job_id,
                 unit.slot,
                 unit.index,
-                now - since - interval,
+                late,
             )
-        return now - since
+        fn = self.ledger.commit_checkpoint_call(
+            unit.job_id, unit.slot, unit.cid, bytes.fromhex(unit.state_hash)
+        )
+        receipt = self.outbox.send(f"unit:{unit.job_id}:{unit.slot}:{unit.index}", fn)
+        log.info(
+            "job=%d slot=%d unit=%d: committed (pinned in %.3fs, mined in %.3fs) cid=%s",
+            unit.job_id,
+            unit.slot,
+            unit.index,
+            pinned - began,
+            time.monotonic() - pinned,
+            unit.cid,
+        )
+        metrics = self._metrics.pop((unit.job_id, unit.slot, unit.index), None)
+        if self.job_log is not None:
+            self.job_log.post(
+                unit.job_id,
+                committed_line(unit, metrics, slot["unitGpuSeconds"], receipt["blockNumber"]),
+            )
 
 
-def committed_line(unit: Unit, metrics: dict | None, gpu_seconds: int, block: int) -> str:
+def committed_line(unit: Unit, metrics: dict | None, unit_gpu_seconds: int, block: int) -> str:
     """A unit's line in its job's log: what the chain took, and the training figures of a unit
     trained in this process (a unit committed from the journal after a restart has none at hand)."""
     trained = ""
@@ -297,5 +263,5 @@ def committed_line(unit: Unit, metrics: dict | None, gpu_seconds: int, block: in
         )
     return (
         f"slot {unit.slot} unit {unit.index}: {trained}checkpoint {unit.cid} "
-        f"({gpu_seconds} GPU-seconds) committed in block {block}"
+        f"(worth {unit_gpu_seconds} GPU-seconds) committed in block {block}"
     )

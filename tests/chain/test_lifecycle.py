@@ -26,8 +26,9 @@ def test_job_settles_every_balance_to_the_wei(ledger, cast, nodes):
     assert sorted(outcome.winners) == sorted(p.address for _, p in ranked[:nodes])
     assert outcome.clearing_price == ranked[nodes - 1][0]
 
-    # Every unit is paid gpuSeconds x price / 3600, rounded down, nothing else.
-    per_unit = scenario.gpu_seconds * outcome.clearing_price // 3600
+    # Every unit is paid what the job says it is worth: unitGpuSeconds x price / 3600, rounded
+    # down, nothing else.
+    per_unit = scenario.unit_gpu_seconds * outcome.clearing_price // 3600
     assert [u.amount for u in outcome.units] == [per_unit] * (nodes * scenario.units)
     earned = per_unit * scenario.units  # per winner
     fee_each = earned * FEE_BPS // 10_000

@@ -311,13 +311,7 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
             payload = update_path(tmp_path, 0, 0).read_bytes()
             cid = storage.add_bytes(rank_bundle(RankUnit.load(unit_path(tmp_path, 0, 0)), payload))
             storage.pin(cid, replicas=3)
-            gpu_seconds = (
-                ledger.w3.eth.get_block("latest")["timestamp"]
-                - ledger.slot(job_id, 0)["lastCheckpointAt"]
-            )
-            ledger.commit_checkpoint(
-                cheater, job_id, 0, gpu_seconds, cid, bytes.fromhex(update_sha256(payload))
-            )
+            ledger.commit_checkpoint(cheater, job_id, 0, cid, bytes.fromhex(update_sha256(payload)))
             wait_for(
                 lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address),
                 180,

@@ -198,11 +198,7 @@ def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):
         fake, fake_hash, _ = run_unit(spec, None, unit_shard(spec, 0), 1)
         cid = storage.add_bytes(fake.to_bytes())
         storage.pin(cid, replicas=3)
-        gpu_seconds = (
-            ledger.w3.eth.get_block("latest")["timestamp"]
-            - ledger.slot(job_id, 0)["lastCheckpointAt"]
-        )
-        ledger.commit_checkpoint(cheater, job_id, 0, gpu_seconds, cid, bytes.fromhex(fake_hash))
+        ledger.commit_checkpoint(cheater, job_id, 0, cid, bytes.fromhex(fake_hash))
 
         wait_for(
             lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address),

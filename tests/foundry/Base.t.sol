@@ -39,7 +39,7 @@ abstract contract BaseTest is Test {
     uint96 internal constant MAX_PRICE = 100e18;
     uint96 internal constant PRICE = 40e18;
     uint32 internal constant UNITS = 10;
-    uint32 internal constant UNIT_SECONDS = 600;
+    uint32 internal constant UNIT_SECONDS = 600; // what a unit takes, and is worth in GPU-seconds
     uint32 internal constant INTERVAL = 1 hours;
     string internal constant SPEC_CID = "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi";
 
@@ -155,7 +155,8 @@ abstract contract BaseTest is Test {
             checkpointInterval: INTERVAL,
             sampleRateBps: uint16(BPS),
             maxPrice: MAX_PRICE,
-            budget: budget
+            budget: budget,
+            unitGpuSeconds: UNIT_SECONDS
         });
     }
 
@@ -232,26 +233,23 @@ abstract contract BaseTest is Test {
         return string.concat("bafyckpt-", vm.toString(slotId), "-", vm.toString(index));
     }
 
-    /// @dev Lets `seconds_` pass in a new block, then the slot's provider commits its next unit
-    /// metering `gpuSeconds`. Returns the unit record rebuilt from the `CheckpointCommitted` event
-    /// and its block, as a verifier does.
-    function _checkpoint(uint256 jobId, uint16 slotId, uint32 seconds_, uint32 gpuSeconds)
-        internal
-        returns (IJobMarket.Unit memory unit)
-    {
+    /// @dev Lets `seconds_` pass in a new block, then the slot's provider commits its next unit.
+    /// Returns the unit record rebuilt from the `CheckpointCommitted` event and its block, as a
+    /// verifier does.
+    function _checkpoint(uint256 jobId, uint16 slotId, uint32 seconds_) internal returns (IJobMarket.Unit memory unit) {
         IJobMarket.Slot memory s = market.slot(jobId, slotId);
         skip(seconds_);
         vm.roll(block.number + 1);
         vm.recordLogs();
         string memory cid = _cid(slotId, s.unitsDone);
         vm.prank(s.provider);
-        market.commitCheckpoint(jobId, slotId, gpuSeconds, cid, keccak256(bytes(cid)));
+        market.commitCheckpoint(jobId, slotId, cid, keccak256(bytes(cid)));
         unit = LedgerRecords.unitFromLogs(vm.getRecordedLogs());
     }
 
-    /// @dev A unit of UNIT_SECONDS on a one-GPU node.
+    /// @dev A unit that took UNIT_SECONDS.
     function _checkpoint(uint256 jobId, uint16 slotId) internal returns (IJobMarket.Unit memory) {
-        return _checkpoint(jobId, slotId, UNIT_SECONDS, UNIT_SECONDS);
+        return _checkpoint(jobId, slotId, UNIT_SECONDS);
     }
 
     /// @dev Commits every remaining unit of the slot.

@@ -49,7 +49,9 @@ contract JobMarketTest is BaseTest {
         vm.startPrank(user);
         zen.approve(address(market), BUDGET);
         vm.expectEmit(address(market));
-        emit IJobMarket.JobCreated(1, user, COMMUNITY, SPEC_CID, 1, UNITS, MAX_PRICE, BUDGET, uint128(COLLATERAL));
+        emit IJobMarket.JobCreated(
+            1, user, COMMUNITY, SPEC_CID, 1, UNITS, MAX_PRICE, BUDGET, uint128(COLLATERAL), UNIT_SECONDS
+        );
         vm.expectEmit(address(market));
         emit IJobMarket.AuctionOpened(
             1, 1, 1, uint40(block.timestamp + 10 minutes), uint40(block.timestamp + 20 minutes)
@@ -103,6 +105,9 @@ contract JobMarketTest is BaseTest {
         _expectInvalid(r);
         r = _request(1, BUDGET);
         r.checkpointInterval = 0;
+        _expectInvalid(r);
+        r = _request(1, BUDGET);
+        r.unitGpuSeconds = 0;
         _expectInvalid(r);
         r = _request(1, BUDGET);
         r.sampleRateBps = uint16(BPS + 1);
@@ -181,12 +186,17 @@ contract JobMarketTest is BaseTest {
         market.commitBid(jobId, bytes32(uint256(1)));
     }
 
-    function test_RevertWhen_removedProviderBidsAgain() public {
+    function test_closeAuction_passesOverRemovedProviderBiddingAgain() public {
         uint256 jobId = _startJob();
         _workThenGoDown(jobId, 1);
-        vm.expectRevert(abi.encodeWithSelector(IJobMarket.AlreadyParticipating.selector, provider1));
-        vm.prank(provider1);
-        market.commitBid(jobId, bytes32(uint256(1)));
+        address[] memory bidders = new address[](2);
+        uint96[] memory prices = new uint96[](2);
+        (bidders[0], bidders[1]) = (provider1, provider2);
+        (prices[0], prices[1]) = (1e18, PRICE);
+        _auction(jobId, bidders, prices);
+        assertEq(market.slot(jobId, 0).provider, provider2);
+        assertEq(uint8(market.participant(jobId, provider1).state), uint8(IJobMarket.ParticipantState.Removed));
+        assertEq(staking.account(provider1).locked, 0, "its bid is released");
     }
 
     function test_revealBid_keepsLowestBidsSorted() public {
@@ -201,13 +211,16 @@ contract JobMarketTest is BaseTest {
         _revealBid(jobId, provider2, 30e18);
         _revealBid(jobId, provider3, 40e18);
 
+        // Two slots keep four places: two winners and two fallbacks.
         IJobMarket.Bid[] memory bids = market.leadingBids(jobId);
-        assertEq(bids.length, 2);
+        assertEq(bids.length, 3);
         assertEq(bids[0].bidder, provider2);
         assertEq(bids[0].price, 30e18);
         assertEq(bids[1].bidder, provider3);
         assertEq(bids[1].price, 40e18);
+        assertEq(bids[2].bidder, provider1);
         assertEq(market.bidCommitment(jobId, provider1), 0, "a revealed bid is spent");
+        assertEq(staking.account(provider1).locked, BUDGET / 2 / 2, "a kept bid's collateral is locked");
     }
 
     function test_RevertWhen_revealOutsideWindow() public {
@@ -270,7 +283,6 @@ contract JobMarketTest is BaseTest {
         assertEq(s1.provider, provider3);
         assertEq(s0.price, 40e18);
         assertEq(s1.price, 40e18);
-        assertEq(s0.gpus, 1);
         assertEq(market.participants(jobId).length, 2);
         assertEq(uint8(market.participant(jobId, provider3).state), uint8(IJobMarket.ParticipantState.Active));
         assertEq(staking.account(provider2).locked, 0, "the loser locks nothing");
@@ -309,21 +321,208 @@ contract JobMarketTest is BaseTest {
         IJobMarket.Job memory j = market.job(jobId);
         assertEq(j.round, 2);
         assertEq(market.leadingBids(jobId).length, 0);
+        assertEq(staking.account(provider1).locked, 0, "a failed round releases its bids");
         assertEq(j.bidDeadline, block.timestamp + 10 minutes);
         assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Open));
     }
 
-    function test_closeAuction_failsWhenWinnerCanNoLongerPostCollateral() public {
+    function test_commitBid_locksCollateral() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, PRICE);
+        assertEq(staking.account(provider1).locked, COLLATERAL);
+        vm.expectRevert(
+            abi.encodeWithSelector(
+                IStaking.InsufficientFreeStake.selector, provider1, PROVIDER_STAKE - COLLATERAL, PROVIDER_STAKE
+            )
+        );
+        vm.prank(provider1);
+        staking.requestUnstake(PROVIDER_STAKE);
+    }
+
+    function test_RevertWhen_secondSealedBidInRound() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, PRICE);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.AlreadyParticipating.selector, provider1));
+        vm.prank(provider1);
+        market.commitBid(jobId, bytes32(uint256(2)));
+        vm.expectRevert(IJobMarket.CommitmentMismatch.selector);
+        vm.prank(provider2);
+        market.commitBid(jobId, 0);
+    }
+
+    function test_revealBid_pushedOutOrNotKeptBidIsReleased() public {
+        uint256 pushed = _createJob();
+        uint256 notKept = _createJob();
+        for (uint256 k; k < 2; ++k) {
+            uint256 jobId = k == 0 ? pushed : notKept;
+            _commitBid(jobId, provider1, 50e18);
+            _commitBid(jobId, provider2, 40e18);
+            _commitBid(jobId, provider3, 30e18);
+        }
+        _toRevealWindow(pushed);
+        _revealBid(notKept, provider2, 40e18);
+        _revealBid(notKept, provider3, 30e18);
+        _revealBid(notKept, provider1, 50e18);
+        assertEq(staking.account(provider1).locked, COLLATERAL, "not kept in one job: released there");
+
+        _revealBid(pushed, provider1, 50e18);
+        _revealBid(pushed, provider2, 40e18);
+        _revealBid(pushed, provider3, 30e18);
+        assertEq(staking.account(provider1).locked, 0, "pushed out of the two kept places");
+        assertEq(staking.account(provider2).locked, 2 * COLLATERAL, "fallbacks stay locked");
+
+        _toAuctionEnd(pushed);
+        market.closeAuction(pushed);
+        assertEq(market.slot(pushed, 0).provider, provider3);
+        assertEq(staking.account(provider2).locked, COLLATERAL, "an unneeded fallback is released at close");
+        assertEq(staking.account(provider3).locked, 2 * COLLATERAL, "the bid's lock now backs the slot");
+    }
+
+    function test_closeAuction_fallsBackPastWinnerNoLongerActive() public {
+        uint256 jobId = _createJob();
+        address[] memory bidders = new address[](2);
+        uint96[] memory prices = new uint96[](2);
+        (bidders[0], bidders[1]) = (provider1, provider2);
+        (prices[0], prices[1]) = (30e18, 45e18);
+        _commitAndReveal(jobId, bidders, prices);
+        // Slashed elsewhere below the tier's minimum stake after it revealed the lowest bid.
+        vm.prank(address(market));
+        staking.slash(provider1, PROVIDER_STAKE - 500 * ZEN, IStaking.SlashReason.Downtime, address(0));
+        _toAuctionEnd(jobId);
+        vm.expectEmit(address(market));
+        emit IJobMarket.AuctionCleared(jobId, 1, 45e18, 1);
+        market.closeAuction(jobId);
+
+        assertEq(market.slot(jobId, 0).provider, provider2);
+        assertEq(market.slot(jobId, 0).price, 45e18);
+        assertEq(staking.account(provider1).locked, 0, "the passed-over bid is released");
+        assertEq(uint8(market.participant(jobId, provider1).state), uint8(IJobMarket.ParticipantState.None));
+    }
+
+    function test_closeAuction_failsOnlyWithTooFewValidBids() public {
         uint256 jobId = _createJob();
         _commitBid(jobId, provider1, PRICE);
         _toRevealWindow(jobId);
         _revealBid(jobId, provider1, PRICE);
-        vm.prank(provider1);
-        staking.requestUnstake(PROVIDER_STAKE - 1_000 * ZEN);
+        vm.prank(address(market));
+        staking.slash(provider1, PROVIDER_STAKE - 500 * ZEN, IStaking.SlashReason.Downtime, address(0));
         _toAuctionEnd(jobId);
+        vm.expectEmit(address(market));
+        emit IJobMarket.AuctionFailed(jobId, 1, 0);
         market.closeAuction(jobId);
         assertEq(market.job(jobId).round, 2);
         assertEq(market.slot(jobId, 0).provider, address(0));
+        assertEq(staking.account(provider1).locked, 0);
+    }
+
+    /// @dev The griefing attack of issue 18: one provider bids lowest on many concurrent auctions
+    /// with stake for one. Each sealed bid locks its collateral, so its bids past the first are
+    /// refused up front, and every round fills from the other bids instead of failing.
+    function test_attack_lowestBidderOnManyAuctionsCannotFailThem() public {
+        vm.prank(provider1);
+        staking.requestUnstake(PROVIDER_STAKE - COLLATERAL);
+        uint256[] memory ids = new uint256[](3);
+        for (uint256 k; k < 3; ++k) {
+            ids[k] = _createJob();
+            if (k == 0) {
+                _commitBid(ids[k], provider1, 1e18);
+            } else {
+                vm.expectRevert(
+                    abi.encodeWithSelector(IJobMarket.InsufficientCollateral.selector, provider1, 0, COLLATERAL)
+                );
+                _commitBid(ids[k], provider1, 1e18);
+            }
+            _commitBid(ids[k], provider2, PRICE);
+            _commitBid(ids[k], provider3, PRICE + 1);
+        }
+        _toRevealWindow(ids[0]);
+        for (uint256 k; k < 3; ++k) {
+            if (k == 0) _revealBid(ids[k], provider1, 1e18);
+            _revealBid(ids[k], provider2, PRICE);
+            _revealBid(ids[k], provider3, PRICE + 1);
+        }
+        _toAuctionEnd(ids[0]);
+        for (uint256 k; k < 3; ++k) {
+            market.closeAuction(ids[k]);
+            assertEq(uint8(market.status(ids[k])), uint8(IJobMarket.JobStatus.Running), "every round fills");
+        }
+        assertEq(market.slot(ids[0], 0).provider, provider1);
+        assertEq(market.slot(ids[1], 0).provider, provider2);
+        assertEq(market.slot(ids[2], 0).provider, provider2);
+    }
+
+    /// @dev The same bidder with stake enough to seal every bid, revealing only where it suits it:
+    /// the other rounds still fill, and its sealed bids hold its stake until they expire with their
+    /// bonds forfeited to the treasury.
+    function test_attack_selectiveRevealForfeitsBonds() public {
+        uint256[] memory ids = new uint256[](3);
+        for (uint256 k; k < 3; ++k) {
+            ids[k] = _createJob();
+            _commitBid(ids[k], provider1, 1e18);
+            _commitBid(ids[k], provider2, PRICE);
+        }
+        assertEq(staking.account(provider1).locked, 3 * COLLATERAL);
+        _toRevealWindow(ids[0]);
+        _revealBid(ids[0], provider1, 1e18);
+        for (uint256 k; k < 3; ++k) {
+            _revealBid(ids[k], provider2, PRICE);
+        }
+        _toAuctionEnd(ids[0]);
+        for (uint256 k; k < 3; ++k) {
+            market.closeAuction(ids[k]);
+        }
+        assertEq(market.slot(ids[1], 0).provider, provider2, "falls back past the sealed bid");
+        assertEq(staking.account(provider1).locked, 3 * COLLATERAL, "abandoned bids still hold stake");
+
+        uint256 treasuryBefore = zen.balanceOf(address(treasury));
+        uint256 bond = COLLATERAL * market.BID_BOND_BPS() / BPS;
+        for (uint256 k = 1; k < 3; ++k) {
+            vm.expectEmit(address(market));
+            emit IJobMarket.BidExpired(ids[k], 1, provider1, bond);
+            vm.prank(provider3);
+            market.expireBid(ids[k], 1, provider1);
+        }
+        uint256 reporterShare = bond * REPORTER_BPS / BPS;
+        assertEq(zen.balanceOf(address(treasury)) - treasuryBefore, 2 * (bond - reporterShare));
+        assertEq(zen.balanceOf(provider3), 2 * reporterShare);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE - 2 * bond);
+        assertEq(staking.account(provider1).locked, COLLATERAL, "only the slot's collateral");
+
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NoSealedBid.selector, ids[1], 1, provider1));
+        market.expireBid(ids[1], 1, provider1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NoSealedBid.selector, ids[0], 1, provider1));
+        market.expireBid(ids[0], 1, provider1);
+    }
+
+    function test_RevertWhen_expireBeforeRevealWindowEnds() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, PRICE);
+        _toRevealWindow(jobId);
+        uint40 closesAt = market.job(jobId).revealDeadline;
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.RevealWindowOpen.selector, closesAt));
+        market.expireBid(jobId, 1, provider1);
+    }
+
+    function test_expireBid_roundCutShortForfeitsNothing() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, PRICE);
+        vm.prank(user);
+        market.cancelJob(jobId);
+        vm.expectEmit(address(market));
+        emit IJobMarket.BidExpired(jobId, 1, provider1, 0);
+        market.expireBid(jobId, 1, provider1);
+        assertEq(staking.account(provider1).locked, 0);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE);
+    }
+
+    function test_cancelJob_releasesKeptBids() public {
+        uint256 jobId = _createJob();
+        _commitBid(jobId, provider1, PRICE);
+        _toRevealWindow(jobId);
+        _revealBid(jobId, provider1, PRICE);
+        vm.prank(user);
+        market.cancelJob(jobId);
+        assertEq(staking.account(provider1).locked, 0);
     }
 
     function test_RevertWhen_closeDuringRevealWindow() public {
@@ -358,19 +557,60 @@ contract JobMarketTest is BaseTest {
         assertEq(market.earned(jobId, provider1), UNIT_PAY);
     }
 
-    function testFuzz_commitCheckpoint_meteringBoundedByTimeAndBudget(uint32 elapsed, uint32 gpuSeconds, uint128 budget)
-        public
-    {
+    function testFuzz_commitCheckpoint_unitPaysItsWorthBoundedByBudget(
+        uint32 elapsed,
+        uint32 unitGpuSeconds,
+        uint128 budget
+    ) public {
         elapsed = uint32(bound(elapsed, 1, 30 days));
-        gpuSeconds = uint32(bound(gpuSeconds, 0, elapsed));
+        unitGpuSeconds = uint32(bound(unitGpuSeconds, 1, type(uint32).max));
         budget = uint128(bound(budget, 1, BUDGET));
-        uint256 jobId = _createJob(_request(1, budget));
+        IJobMarket.JobRequest memory r = _request(1, budget);
+        r.unitGpuSeconds = unitGpuSeconds;
+        uint256 jobId = _createJob(r);
         _auction(jobId, provider1, PRICE);
-        IJobMarket.Unit memory unit = _checkpoint(jobId, 0, elapsed, gpuSeconds);
-        uint256 pay = _pay(gpuSeconds, PRICE);
-        assertEq(unit.amount, pay < budget ? pay : budget);
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0, elapsed);
+        uint256 pay = _pay(unitGpuSeconds, PRICE);
+        assertEq(unit.amount, pay < budget ? pay : budget, "the unit's worth, whatever the time it took");
         assertEq(market.slot(jobId, 0).remaining, budget - unit.amount);
         assertEq(market.slot(jobId, 0).done, unit.amount == budget);
+    }
+
+    /// @dev The billing attack of issue 18: a provider declares 65,535 GPUs, wins the slot and
+    /// commits a checkpoint a minute later. It is paid one unit's worth, like anyone else.
+    function test_attack_declaredGpuCountDoesNotRaisePay() public {
+        address whale = makeAddr("whale");
+        IStaking.Hardware memory hw = _communityHardware();
+        hw.gpus = type(uint16).max;
+        vm.prank(whale);
+        staking.registerProvider(COMMUNITY, hw);
+        _stake(whale, PROVIDER_STAKE);
+        vm.prank(verifier1);
+        staking.attestBenchmark(whale, keccak256("whale benchmark"), 80_000);
+
+        uint256 jobId = _createJob();
+        _auction(jobId, whale, PRICE);
+        IJobMarket.Unit memory unit = _checkpoint(jobId, 0, 1 minutes);
+        assertEq(unit.amount, UNIT_PAY);
+        assertEq(market.earned(jobId, whale), UNIT_PAY);
+        assertLt(market.earned(jobId, whale), BUDGET / UNITS + 1);
+    }
+
+    /// @dev Pay is per unit: a provider ten times faster earns the same for the slot, ten times
+    /// sooner.
+    function test_commitCheckpoint_fasterProviderEarnsSamePerUnitSooner() public {
+        uint256 jobId = _startTwoSlotJob();
+        uint256 start = block.timestamp;
+        for (uint32 i; i < UNITS; ++i) {
+            _checkpoint(jobId, 0, UNIT_SECONDS / 10);
+        }
+        uint256 fastDone = block.timestamp - start;
+        for (uint32 i; i < UNITS; ++i) {
+            _checkpoint(jobId, 1, UNIT_SECONDS);
+        }
+        assertEq(market.earned(jobId, provider1), UNITS * UNIT_PAY);
+        assertEq(market.earned(jobId, provider2), UNITS * UNIT_PAY);
+        assertEq(fastDone, UNITS * (UNIT_SECONDS / 10));
     }
 
     function test_commitCheckpoint_lastUnitCompletesJob() public {
@@ -384,7 +624,7 @@ contract JobMarketTest is BaseTest {
         vm.expectEmit(address(market));
         emit IJobMarket.JobCompleted(jobId);
         vm.prank(provider1);
-        market.commitCheckpoint(jobId, 0, UNIT_SECONDS, "bafylast", bytes32(0));
+        market.commitCheckpoint(jobId, 0, "bafylast", bytes32(0));
 
         IJobMarket.Job memory j = market.job(jobId);
         assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Completed));
@@ -393,19 +633,11 @@ contract JobMarketTest is BaseTest {
         assertEq(market.earned(jobId, provider1), UNITS * UNIT_PAY);
     }
 
-    function test_RevertWhen_meteringExceedsElapsed() public {
-        uint256 jobId = _startJob();
-        skip(100);
-        vm.expectRevert(abi.encodeWithSelector(IJobMarket.MeteringExceedsElapsed.selector, 101, 100));
-        vm.prank(provider1);
-        market.commitCheckpoint(jobId, 0, 101, "bafy", bytes32(0));
-    }
-
     function test_RevertWhen_checkpointByOtherThanSlotProvider() public {
         uint256 jobId = _startJob();
         vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotSlotProvider.selector, jobId, 0));
         vm.prank(provider2);
-        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
+        market.commitCheckpoint(jobId, 0, "bafy", bytes32(0));
     }
 
     function test_RevertWhen_checkpointOnDoneSlot() public {
@@ -413,14 +645,14 @@ contract JobMarketTest is BaseTest {
         _completeSlot(jobId, 0);
         vm.expectRevert(abi.encodeWithSelector(IJobMarket.SlotDone.selector, jobId, 0));
         vm.prank(provider1);
-        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
+        market.commitCheckpoint(jobId, 0, "bafy", bytes32(0));
     }
 
     function test_RevertWhen_checkpointBeforeAuctionCleared() public {
         uint256 jobId = _createJob();
         vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Open));
         vm.prank(provider1);
-        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
+        market.commitCheckpoint(jobId, 0, "bafy", bytes32(0));
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -547,12 +779,14 @@ contract JobMarketTest is BaseTest {
         assertEq(zen.balanceOf(address(market)), payment - fee);
     }
 
-    function testFuzz_settle_conservesZen(uint96 price, uint128 budget, uint32 gpuSeconds, uint8 verified) public {
+    function testFuzz_settle_conservesZen(uint96 price, uint128 budget, uint32 unitGpuSeconds, uint8 verified) public {
         price = uint96(bound(price, 1, MAX_PRICE));
         budget = uint128(bound(budget, 2, BUDGET));
-        gpuSeconds = uint32(bound(gpuSeconds, 0, 1 days));
+        unitGpuSeconds = uint32(bound(unitGpuSeconds, 1, 1 days));
         verified = uint8(bound(verified, 0, 3));
-        uint256 jobId = _createJob(_request(2, budget));
+        IJobMarket.JobRequest memory r = _request(2, budget);
+        r.unitGpuSeconds = unitGpuSeconds;
+        uint256 jobId = _createJob(r);
         address[] memory bidders = new address[](2);
         uint96[] memory prices = new uint96[](2);
         (bidders[0], bidders[1]) = (provider1, provider2);
@@ -560,7 +794,7 @@ contract JobMarketTest is BaseTest {
         _auction(jobId, bidders, prices);
         for (uint16 slotId; slotId < 2; ++slotId) {
             for (uint32 i; !market.slot(jobId, slotId).done; ++i) {
-                IJobMarket.Unit memory unit = _checkpoint(jobId, slotId, gpuSeconds, gpuSeconds);
+                IJobMarket.Unit memory unit = _checkpoint(jobId, slotId, UNIT_SECONDS);
                 if (slotId == 0 && i < verified) {
                     _rollToSample();
                     _postResult(verifier1, jobId, slotId, i, unit, true);

@@ -40,7 +40,13 @@ SPEC = Path(__file__).parents[2] / "node/specs/tiny.yaml"
 UNITS = 6  # the tiny spec's units per node
 GPU_SECONDS = 599
 T = TypeVar("T")
-ORDER = {"max_budget": 500, "max_price": 100, "sample_rate_bps": 0, "checkpoint_interval": 3600}
+ORDER = {
+    "max_budget": 500,
+    "max_price": 100,
+    "sample_rate_bps": 0,
+    "checkpoint_interval": 3600,
+    "unit_gpu_seconds": GPU_SECONDS,
+}
 
 
 def checkpoint(index: int) -> Checkpoint:
@@ -78,9 +84,7 @@ def provide(ledger: Ledger, cast: Cast, storage: Storage, job_id: int) -> None:
         advance_time(ledger.w3, GPU_SECONDS)
         unit = checkpoint(index)
         cid = storage.add_bytes(unit.to_bytes())
-        ledger.commit_checkpoint(
-            winner, job_id, 0, GPU_SECONDS, cid, bytes.fromhex(unit.state_hash())
-        )
+        ledger.commit_checkpoint(winner, job_id, 0, cid, bytes.fromhex(unit.state_hash()))
     advance_time(ledger.w3, ledger.verification.functions.verificationWindow().call() + 1)
 
 

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.anvil]
 
 LINE = re.compile(
     r"slot 0 unit (\d): steps (\d+) to (\d+), loss \d+\.\d{4}, checkpoint (\w+) "
-    r"\(\d+ GPU-seconds\) committed in block (\d+)"
+    r"\(worth \d+ GPU-seconds\) committed in block (\d+)"
 )
 
 

@@ -232,7 +232,6 @@ class ScriptedProvider:
             self.account,
             self.job_id,
             self.slot,
-            GPU_SECONDS,
             cid,
             bytes.fromhex(state_hash or checkpoint.state_hash()),
         )

@@ -125,6 +125,7 @@ class JobPublic(Row):
     spec_cid: str
     nodes: int
     units_per_node: int
+    unit_gpu_seconds: int  # what one unit is worth: it pays the clearing price x this / 3600
     max_price: Wei  # per GPU-hour
     budget: Wei
     collateral: Wei
@@ -151,7 +152,7 @@ class UnitPublic(Row):
     provider: str
     cid: str  # the checkpoint
     state_hash: str
-    gpu_seconds: int
+    gpu_seconds: int  # the reference GPU-seconds it is paid for: the job's unit worth
     amount: Wei
     remaining_before: Wei
     results: list[ResultPublic]
@@ -363,6 +364,8 @@ class JobOrderRequest(Request):
     nodes: int | None = Field(None, ge=1, le=64)  # default: the spec's
     sample_rate_bps: int = Field(1_000, ge=0, le=10_000)
     checkpoint_interval: int = Field(600, ge=1, le=2**32 - 1)
+    # what one unit is worth, in reference GPU-seconds of the tier: it pays price x this / 3600
+    unit_gpu_seconds: int = Field(terms.DEFAULT_UNIT_GPU_SECONDS, ge=1, le=2**32 - 1)
     permit: PermitSignature | None = (
         None  # with it, createJobWithPermit; without, createJob (approve first)
     )

@@ -123,7 +123,8 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
             checkpointInterval: CHECKPOINT_INTERVAL,
             sampleRateBps: 5_000,
             maxPrice: uint96(bound(priceSeed, 1, 1_000e18)),
-            budget: budget
+            budget: budget,
+            unitGpuSeconds: UNIT_SECONDS
         });
         uint256 jobId;
         if (withPermit) {
@@ -197,7 +198,7 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
                                  WORK
     //////////////////////////////////////////////////////////////*/
 
-    function commitCheckpoint(uint256 jobSeed, uint256 slotSeed, uint256 elapsedSeed, uint256 gpuSecondsSeed) external {
+    function commitCheckpoint(uint256 jobSeed, uint256 slotSeed, uint256 elapsedSeed) external {
         (uint256 jobId, IJobMarket.Job memory j) = _jobIn(jobSeed, IJobMarket.JobStatus.Running);
         if (jobId == 0) return;
         uint16 slotId = uint16(bound(slotSeed, 0, j.nodes - 1));
@@ -206,12 +207,10 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
 
         vm.warp(block.timestamp + bound(elapsedSeed, 1, UNIT_SECONDS));
         vm.roll(block.number + 1);
-        uint256 allowed = (block.timestamp - s.lastCheckpointAt) * s.gpus;
-        uint32 gpuSeconds = uint32(bound(gpuSecondsSeed, 0, allowed < type(uint32).max ? allowed : type(uint32).max));
         string memory cid = string.concat("bafyckpt-", vm.toString(_records.length));
         vm.recordLogs();
         vm.prank(s.provider);
-        market.commitCheckpoint(jobId, slotId, gpuSeconds, cid, keccak256(bytes(cid)));
+        market.commitCheckpoint(jobId, slotId, cid, keccak256(bytes(cid)));
         IJobMarket.Unit memory unit = LedgerRecords.unitFromLogs(vm.getRecordedLogs());
 
         _records.push(Record(jobId, slotId, s.unitsDone, false, unit));

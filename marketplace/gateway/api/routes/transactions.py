@@ -72,6 +72,7 @@ def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
         nodes=body.nodes,
         sample_rate_bps=body.sample_rate_bps,
         checkpoint_interval=body.checkpoint_interval,
+        unit_gpu_seconds=body.unit_gpu_seconds,
     )
     request = jobs.job_request(
         storage.cat(body.spec_cid).decode(errors="replace"), body.spec_cid, order

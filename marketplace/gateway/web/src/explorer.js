@@ -132,6 +132,7 @@ function renderJob({ job, units }) {
       figure("Spec", h("span", { class: "mono" }, job.spec_cid)),
       figure("Tier", tierName(job.tier)),
       figure("Nodes × units", `${job.nodes} × ${job.units_per_node}`),
+      figure("A unit is worth", `${job.unit_gpu_seconds} reference GPU-seconds`),
       figure("Max price per GPU-hour", amount(job.max_price)),
       figure("Clearing price per GPU-hour", job.clearing_price === null ? "not cleared" : amount(job.clearing_price)),
       figure("Collateral per slot", amount(job.collateral)),
