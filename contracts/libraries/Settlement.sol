@@ -24,6 +24,9 @@ library Settlement {
         if (verifications == 0) return (0, 0);
         each = fee / verifications;
         if (each > capEach) each = capEach;
+        // Each verification is paid the same whole share: the pool is that share times their
+        // number, and the remainder of the division stays with the treasury.
+        // slither-disable-next-line divide-before-multiply
         pool = each * verifications;
     }
 }
