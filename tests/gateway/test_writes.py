@@ -3,6 +3,7 @@ the user signs."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -55,7 +56,12 @@ def signed_and_sent(client, account, unsigned: dict) -> str:
     raw = account.sign_transaction(unsigned).raw_transaction.to_0x_hex()
     response = client.post("/transactions", json={"raw": raw})
     assert response.status_code == 200, response.text
-    status = client.get(f"/transactions/status/{response.json()['tx_hash']}").json()
+    deadline = time.monotonic() + 30
+    while True:  # mined at once on Anvil, though its receipt may trail the broadcast's answer
+        status = client.get(f"/transactions/status/{response.json()['tx_hash']}").json()
+        if status["status"] != "pending" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert status["status"] == "succeeded", status
     return status
 
