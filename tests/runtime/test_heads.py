@@ -121,7 +121,11 @@ def test_a_pushed_head_on_another_branch_is_a_reorg(anvil, w3, ledger):
         read = cursor.last
         assert read is not None and read.number == start + 2
 
-        w3.provider.make_request("anvil_reorg", [2, []])
+        # A transfer in the new branch makes its blocks differ from the old ones, whatever the
+        # chain's clock says (an empty branch mined within the same second can repeat them).
+        someone = w3.eth.accounts[0]
+        transfer = {"from": someone, "to": someone, "value": "0x1"}
+        w3.provider.make_request("anvil_reorg", [2, [[transfer, 0]]])
         mine(w3)
         await_head(feed, start + 3)
         with pytest.raises(ChainReorganized) as reorg:
