@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-# Every test client shares one address: limits that would refuse a test's own traffic are off,
+# Every test client shares one address, as the devnet's processes do: the devnet's lifted limits,
 # except in the test of the limits.
-UNLIMITED = "1000000/minute"
+from marketplace.devnet.network import UNLIMITED_RATE as UNLIMITED
 
 
 def gateway_env(ledger, root: Path, ipfs_api: str | None = None) -> dict[str, str]:
