@@ -22,6 +22,7 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -53,7 +54,7 @@ class PlainLoop:
             device.type, dtype=torch.bfloat16, enabled=spec.training.precision == "bf16"
         )
 
-    def train(self, steps: list[list[Batch]], eval_batches: list[Batch]) -> float:
+    def train(self, steps: Iterable[list[Batch]], eval_batches: Iterable[Batch]) -> float:
         accum = self.spec.training.grad_accum_steps
         for micro_batches in steps:
             for x, y in micro_batches:
@@ -69,17 +70,18 @@ class PlainLoop:
             self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
         with torch.no_grad(), self.autocast:
-            eval_loss = sum(
+            losses = [
                 float(self.model(x.to(self.device), y.to(self.device))[1]) for x, y in eval_batches
-            )
+            ]
         self.model.train()
-        return eval_loss / max(1, len(eval_batches))
+        return sum(losses) / max(1, len(losses))
 
 
 def plan_batches(
     spec: JobSpec, shard: Shard, first_step: int, steps: int
-) -> tuple[list[list[Batch]], list[Batch]]:
-    """The exact batches the engine draws for those steps (no spikes expected), and its eval set."""
+) -> tuple[Iterator[list[Batch]], Iterator[Batch]]:
+    """The exact batches the engine draws for those steps (no spikes expected), and its eval set,
+    drawn as the loop reaches them, as a data loader hands a plain loop its batches."""
     sampler = Sampler(
         load_corpora(spec.data),
         spec.data.seq_len,
@@ -87,11 +89,12 @@ def plan_batches(
         spec.reproducibility.seed,
     )
     accum = spec.training.grad_accum_steps
-    train = [
+    train = (
         [sampler.batch(shard.index, s, m) for m in range(accum)]
         for s in range(first_step, first_step + steps)
-    ]
-    return train, sampler.eval_batches(spec.training.eval_batches)
+    )
+    evals = (sampler.eval_batch(i) for i in range(spec.training.eval_batches))
+    return train, evals
 
 
 def configure(spec: JobSpec) -> None:

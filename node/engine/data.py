@@ -195,7 +195,10 @@ class Sampler:
 
     def eval_batches(self, count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """A fixed set of held-out batches: the same for every shard and unit of the job."""
-        return [self._draw(("eval", i), [c.eval for c in self.corpora]) for i in range(count)]
+        return [self.eval_batch(i) for i in range(count)]
+
+    def eval_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._draw(("eval", index), [c.eval for c in self.corpora])
 
     def _draw(
         self, key: tuple[Any, ...], parts: list[torch.Tensor]

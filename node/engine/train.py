@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 from collections.abc import Callable
@@ -154,8 +153,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.model.load_state_dict(state["model"])
         # both keep references into what they load (Adam moments are then updated in place)
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
-        self.scheduler.load_state_dict(copy.deepcopy(state["scheduler"]))
+        self.optimizer.load_state_dict(_to_cpu(state["optimizer"]))
+        self.scheduler.load_state_dict(_to_cpu(state["scheduler"]))
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
