@@ -30,9 +30,10 @@ from marketplace.runtime.heads import HeadFeed
 from marketplace.runtime.loop import run_ticks
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage, StorageError
+from node.benchmark import BenchmarkRejected
 from node.engine import DataError, JobSpec, SpecError, parse_spec
 from verifier import journal as j
-from verifier.admission import admit
+from verifier.admission import review
 from verifier.journal import Journal, Work
 from verifier.recompute import PeerUnit, UnitInputs
 from verifier.tasks import verify_unit
@@ -58,6 +59,11 @@ NOTHING_OWED = {"AlreadyClaimed", "NothingOwed"}
 # Reverts of recordSeed: another verifier recorded it first, or it is lost (and the unit with it
 # counts as not sampled, which the post of its result then reports).
 SEED_SETTLED = {"SeedAlreadyRecorded", "SeedLost"}
+# A benchmark report that cannot be fetched is tried this many times, 15 s apart at first and
+# twice as long after each failure (about 8 minutes in all), then rejected.
+ADMISSION_FETCHES = 6
+NOT_ADMISSIBLE = {"NotAProvider", "SelfAttestation"}
+ADMISSION_BACKOFF = 15.0
 
 
 class VerifierDaemon:
@@ -134,6 +140,7 @@ class VerifierDaemon:
         self.collect()
         self.post()
         self.collect_fees()
+        self.admit_providers()
         if time.monotonic() - self._last_downtime_check >= self.downtime_every:
             self.report_downtime()
             self._last_downtime_check = time.monotonic()
@@ -200,7 +207,7 @@ class VerifierDaemon:
     def _on_registration(self, event: EventData) -> None:
         args = event["args"]
         if args["provider"] != self.address:
-            admit(self.ledger, self.account, self.storage, args["provider"], args["attestation"])
+            self.journal.add_admission(args["provider"], bytes(args["attestation"]))
 
     def _on_slot_assigned(self, event: EventData) -> None:
         args = event["args"]
@@ -414,6 +421,44 @@ class VerifierDaemon:
         u = work.unit
         result = self.ledger.verification_result(u.job_id, u.slot, u.index)
         return self.address == result["first" if work.kind == j.RESULT else "second"]
+
+    # --- admissions ----------------------------------------------------------------------
+
+    def admit_providers(self) -> None:
+        """Judge each registration's benchmark report that is due, and attest the ones that
+        check out. A report that does not check out is rejected for good, with a log line; one
+        that cannot be fetched is tried again later, backing off, and rejected after
+        ADMISSION_FETCHES tries: an attestation naming content nobody serves costs a few
+        bounded fetches, never a stuck daemon."""
+        for provider, attestation in self.journal.admissions(j.PENDING, due_by=time.time()):
+            if self.ledger.staking_account(provider)["admitted"]:
+                self.journal.judge_admission(provider, attestation, j.ATTESTED, "admitted before")
+                continue
+            try:
+                report = review(self.storage, attestation)
+            except BenchmarkRejected as exc:
+                self._reject(provider, attestation, str(exc))
+                continue
+            except StorageError as exc:
+                fetches = self.journal.failed_fetch(
+                    provider, attestation, time.time(), ADMISSION_BACKOFF
+                )
+                if fetches >= ADMISSION_FETCHES:
+                    self._reject(provider, attestation, f"{fetches} fetches failed, last: {exc}")
+                continue
+            attest = self.ledger.attest_benchmark_call(provider, attestation, int(report.gflops))
+            refused = self._send(f"attest:{provider}:{attestation.hex()}", attest, NOT_ADMISSIBLE)
+            if refused is not None:
+                self._reject(provider, attestation, f"the ledger refused it: {refused}")
+                continue
+            self.journal.judge_admission(provider, attestation, j.ATTESTED, report.device)
+            log.info(
+                "provider %s admitted: %s GFLOP/s on %s", provider, report.gflops, report.device
+            )
+
+    def _reject(self, provider: str, attestation: bytes, reason: str) -> None:
+        self.journal.judge_admission(provider, attestation, j.REJECTED, reason)
+        log.warning("provider %s not admitted: %s", provider, reason)
 
     # --- fees ----------------------------------------------------------------------------
 

@@ -30,6 +30,11 @@ CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, spec_cid TEXT NOT N
 CREATE TABLE IF NOT EXISTS slots (
     job_id INTEGER, slot INTEGER, provider TEXT, PRIMARY KEY (job_id, slot)
 );
+-- a registration's benchmark report, from the event to the attestation (or its rejection)
+CREATE TABLE IF NOT EXISTS admissions (
+    provider TEXT, attestation BLOB, state TEXT NOT NULL, fetches INTEGER NOT NULL DEFAULT 0,
+    next_try REAL NOT NULL DEFAULT 0, note TEXT, PRIMARY KEY (provider, attestation)
+);
 """
 
 # Work kinds: a sampled unit's first result, or the second opinion on someone else's failure.
@@ -38,6 +43,8 @@ RESULT, DISPUTE = "result", "dispute"
 # READY (verdict in hand: posted through the outbox under `Work.key`), then one of the final states.
 NEW, QUEUED, READY = "new", "queued", "ready"
 POSTED, SKIPPED, DROPPED = "posted", "skipped", "dropped"
+# Admission states: PENDING until the report is judged, then ATTESTED or REJECTED.
+PENDING, ATTESTED, REJECTED = "pending", "attested", "rejected"
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,53 @@ class Journal(JournalDB):
             "SELECT kind, job_id, slot, idx, state FROM work ORDER BY block, log_index"
         )
         return {tuple(r[:4]): r[4] for r in rows}
+
+    # --- benchmark admissions -------------------------------------------------------------
+
+    def add_admission(self, provider: str, attestation: bytes) -> None:
+        self._run(
+            "INSERT OR IGNORE INTO admissions (provider, attestation, state) VALUES (?, ?, ?)",
+            provider,
+            attestation,
+            PENDING,
+        )
+
+    def admissions(self, state: str, due_by: float = float("inf")) -> list[tuple[str, bytes]]:
+        """Admissions in `state` (pending ones only once their next try is due by `due_by`)."""
+        rows = self._run(
+            "SELECT provider, attestation FROM admissions WHERE state = ? AND next_try <= ? "
+            "ORDER BY rowid",
+            state,
+            due_by,
+        )
+        return [(provider, bytes(attestation)) for provider, attestation in rows]
+
+    def judge_admission(self, provider: str, attestation: bytes, state: str, note: str) -> None:
+        self._run(
+            "UPDATE admissions SET state = ?, note = ? WHERE provider = ? AND attestation = ?",
+            state,
+            note,
+            provider,
+            attestation,
+        )
+
+    def failed_fetch(self, provider: str, attestation: bytes, now: float, backoff: float) -> int:
+        """Count a fetch of the report that did not come back; the next try is `backoff`
+        seconds after `now`, doubling with each failure. Returns the fetches failed so far."""
+        self._run(
+            "UPDATE admissions SET fetches = fetches + 1, next_try = ? + ? * (1 << fetches) "
+            "WHERE provider = ? AND attestation = ?",
+            now,
+            backoff,
+            provider,
+            attestation,
+        )
+        [(fetches,)] = self._run(
+            "SELECT fetches FROM admissions WHERE provider = ? AND attestation = ?",
+            provider,
+            attestation,
+        )
+        return int(fetches)
 
     # --- slots held, for downtime reports ------------------------------------------------
 

@@ -185,12 +185,15 @@ class Ledger:
     def withdraw_stake_call(self) -> ContractFunction:
         return self.staking.functions.withdraw()
 
+    def attest_benchmark_call(
+        self, provider: str, result_hash: bytes, score: int
+    ) -> ContractFunction:
+        return self.staking.functions.attestBenchmark(provider, result_hash, score)
+
     def attest_benchmark(
         self, verifier: LocalAccount, provider: str, result_hash: bytes, score: int
     ):
-        return self.send(
-            self.staking.functions.attestBenchmark(provider, result_hash, score), verifier
-        )
+        return self.send(self.attest_benchmark_call(provider, result_hash, score), verifier)
 
     def staking_account(self, address: str, block: BlockIdentifier | None = None) -> dict:
         return self.struct(self.staking, "account", address, block=block)

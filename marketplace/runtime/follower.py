@@ -13,8 +13,12 @@ from marketplace.chain.events import ChainReorganized, EventCursor
 
 from .heads import HeadFeed
 from .journal import JournalDB
+from .loop import TRANSIENT
 
 log = logging.getLogger(__name__)
+
+# Failures in a row of one event's handling that the network might mend, before it is quarantined.
+ATTEMPTS = 5
 
 
 class EventFollower:
@@ -23,6 +27,13 @@ class EventFollower:
     and the same events come again. Handlers record what events mean; a transaction that must
     land once is sent later, by the tick, through the outbox: an outbox record made inside a
     transaction that rolls back would not outlive its broadcast.
+
+    Events are written by whoever sends transactions, so one may make a handler fail. A failure
+    the network may mend (TRANSIENT: our IPFS node or RPC node down) fails the poll, and the
+    same events come again; anything else, or a transient failure that comes back ATTEMPTS
+    times for the same event, puts that event in quarantine: its records are undone, it is
+    logged with the error and kept in the journal's quarantine table, and the events after it
+    are handled. One bad event costs its sender a transaction, never the daemon its progress.
 
     When the chain drops a block already read, reading resumes after the newest read block the
     chain still has; what the role recorded from the dropped blocks stays, so it is logged as an
@@ -45,6 +56,7 @@ class EventFollower:
         self.start_block = start_block
         next_block, last = journal.cursor(start_block)
         self.cursor = EventCursor(w3, contracts, next_block, confirmations, last=last, heads=heads)
+        self._failures: dict[tuple[int, int, str], int] = {}  # event -> transient failures
 
     def follow(self) -> int:
         """Handle what is new since the last call; returns how many events were handled."""
@@ -55,7 +67,7 @@ class EventFollower:
                 return 0  # the chain stood still: nothing to record
             with self.journal.transaction():
                 for event in events:
-                    self.handle(event)
+                    self._handle(event)
                 self.journal.set_cursor(*self.cursor.position)
         except ChainReorganized as reorg:
             self._reorganized(reorg)
@@ -64,6 +76,31 @@ class EventFollower:
             self.cursor.seek(*position)
             raise
         return len(events)
+
+    def _handle(self, event: EventData) -> None:
+        identity = (event["blockNumber"], event["logIndex"], event["transactionHash"].hex())
+        try:
+            with self.journal.savepoint():
+                self.handle(event)
+        except TRANSIENT as exc:
+            failures = self._failures[identity] = self._failures.get(identity, 0) + 1
+            if failures < ATTEMPTS:
+                raise
+            self._quarantine(identity, event, exc)
+        except Exception as exc:  # noqa: BLE001 - whatever an event makes a handler raise
+            self._quarantine(identity, event, exc)
+        self._failures.pop(identity, None)
+
+    def _quarantine(self, identity: tuple[int, int, str], event: EventData, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"[:2000]
+        self.journal.quarantine(*identity, event["event"], error)
+        log.error(
+            "%s in block %d (log %d, transaction %s) quarantined, handling it failed: %s",
+            event["event"],
+            *identity,
+            error,
+            exc_info=not isinstance(exc, TRANSIENT),
+        )
 
     def _reorganized(self, reorg: ChainReorganized) -> None:
         fork = self.cursor.fork(self.journal.read_blocks())

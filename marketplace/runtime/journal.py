@@ -22,6 +22,11 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 -- state: settled | withdrawn
 CREATE TABLE IF NOT EXISTS payouts (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
+-- events whose handling failed for good, kept for the operator instead of stopping the daemon
+CREATE TABLE IF NOT EXISTS quarantine (
+    block INTEGER, log_index INTEGER, tx_hash TEXT, event TEXT, error TEXT,
+    PRIMARY KEY (block, log_index, tx_hash)
+);
 """
 # How far back the cursor's read blocks are kept: a reorg deeper than this reads again from the
 # start.
@@ -52,7 +57,7 @@ class JournalDB:
     """
 
     ROLE_SCHEMA = ""
-    LAYOUT = 2
+    LAYOUT = 3
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,6 +109,34 @@ class JournalDB:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction: what is recorded in the block is undone if it raises, and the
+        transaction goes on."""
+        with self._lock:
+            self._db.execute("SAVEPOINT handling")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK TO handling")
+                self._db.execute("RELEASE handling")
+                raise
+            self._db.execute("RELEASE handling")
+
+    def quarantine(self, block: int, log_index: int, tx_hash: str, event: str, error: str) -> None:
+        self._run(
+            "INSERT OR REPLACE INTO quarantine VALUES (?, ?, ?, ?, ?)",
+            block,
+            log_index,
+            tx_hash,
+            event,
+            error,
+        )
+
+    def quarantined(self) -> list[tuple[int, int, str, str, str]]:
+        """(block, log index, transaction, event name, error) of each quarantined event."""
+        return self._run("SELECT * FROM quarantine ORDER BY block, log_index")
 
     # --- the event cursor ------------------------------------------------------------------
 

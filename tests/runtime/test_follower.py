@@ -10,7 +10,7 @@ import pytest
 
 from marketplace.chain.events import ChainReorganized, EventCursor
 from marketplace.devnet.accounts import devnet_account
-from marketplace.runtime.follower import EventFollower
+from marketplace.runtime.follower import ATTEMPTS, EventFollower
 from marketplace.runtime.journal import JournalDB
 
 pytestmark = pytest.mark.anvil
@@ -73,6 +73,58 @@ def test_a_failed_handler_journals_nothing_and_the_events_come_again(w3, ledger,
     assert restarted.cursor.position == follower.cursor.position
     assert restarted.follow() == 1
     assert journal.amounts() == [1, 2, 3, 4]
+
+
+def test_an_event_that_breaks_its_handler_is_quarantined_and_the_rest_handled(
+    w3, ledger, tmp_path, caplog
+):
+    start = w3.eth.block_number + 1
+    for amount in (1, 2, 3):
+        ledger.transfer(GOVERNOR, USER.address, amount)
+    journal = Seen(tmp_path / "journal.sqlite3")
+
+    def chokes_on_the_second(event):
+        journal.see(event)  # undone with the event: the quarantined event leaves no record
+        if event["args"]["value"] == 2:
+            raise TypeError("'<' not supported between instances of 'str' and 'int'")
+
+    follower = EventFollower(w3, [ledger.zen], journal, chokes_on_the_second, start_block=start)
+    with caplog.at_level(logging.ERROR):
+        assert follower.follow() == 3
+    assert journal.amounts() == [1, 3]
+    [(block, _, _, name, error)] = journal.quarantined()
+    assert name == "Transfer" and error.startswith("TypeError")
+    assert "Transfer in block %d" % block in caplog.text and "quarantined" in caplog.text
+
+    restarted = EventFollower(w3, [ledger.zen], journal, chokes_on_the_second, start_block=start)
+    assert restarted.follow() == 0  # the cursor is past it: it is not handled again
+    assert len(journal.quarantined()) == 1
+
+
+def test_a_transient_failure_is_retried_and_quarantined_only_when_it_keeps_coming(
+    w3, ledger, tmp_path
+):
+    start = w3.eth.block_number + 1
+    for amount in (1, 2):
+        ledger.transfer(GOVERNOR, USER.address, amount)
+    journal = Seen(tmp_path / "journal.sqlite3")
+    calls = []
+
+    def node_down_for_two(event):
+        calls.append(event["args"]["value"])
+        if event["args"]["value"] == 2:
+            raise ConnectionError("IPFS node down")
+        journal.see(event)
+
+    follower = EventFollower(w3, [ledger.zen], journal, node_down_for_two, start_block=start)
+    for _ in range(ATTEMPTS - 1):
+        with pytest.raises(ConnectionError):
+            follower.follow()
+        assert journal.amounts() == [] and journal.quarantined() == []
+    assert follower.follow() == 2  # the last attempt: the event goes to quarantine
+    assert journal.amounts() == [1]
+    assert calls.count(2) == ATTEMPTS
+    assert journal.quarantined()[0][4] == "ConnectionError: IPFS node down"
 
 
 def test_the_cursor_reports_a_block_the_chain_replaced_or_dropped(w3, ledger):

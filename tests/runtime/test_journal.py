@@ -34,7 +34,7 @@ def test_an_earlier_layout_is_refused_with_a_remedy(tmp_path):
     path = tmp_path / "journal.sqlite3"
     with sqlite3.connect(path) as db:
         db.executescript(EARLIER_VERIFIER_JOURNAL)
-    with pytest.raises(JournalError, match=r"layout 1, this version reads 2\): move it away"):
+    with pytest.raises(JournalError, match=r"layout 1, this version reads 3\): move it away"):
         VerifierJournal(path)
     with sqlite3.connect(path) as db:  # left as it was
         assert db.execute("SELECT value FROM meta WHERE key = 'next_block'").fetchone() == ("42",)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -13,6 +12,7 @@ from marketplace.devnet.accounts import devnet_account
 from marketplace.ipfs.cid import CID
 from marketplace.protocol.terms import SlashReason, Tier, Verdict
 from node.benchmark import run_benchmark
+from verifier import daemon as daemon_module
 from verifier import journal as j
 
 pytestmark = [pytest.mark.anvil, pytest.mark.slow, pytest.mark.usefixtures("worker")]
@@ -115,20 +115,30 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
     assert rounds[-1]["args"]["round"] > rounds[0]["args"]["round"]
 
 
-def test_benchmark_admission_attests_only_a_valid_report(ledger, cast, storage, make_daemon):
-    report = run_benchmark("cpu")
-    forged = replace(report, checksum="00" * 32)
-    honest, forger = devnet_account(7), devnet_account(8)
-    for account, document in ((honest, report), (forger, forged)):
-        ledger.transfer(cast.governor, account.address, 5_000 * 10**18)
-        digest = CID.parse(storage.add_bytes(document.to_bytes())).multihash[2:]
-        ledger.register_provider(
-            account, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "http://127.0.0.1/p", digest)
-        )
+def register(ledger, cast, storage, account, document: bytes) -> None:
+    """Register `account` as a provider whose attestation names `document`, pinned here."""
+    ledger.w3.provider.make_request("anvil_setBalance", [account.address, hex(10**18)])
+    ledger.transfer(cast.governor, account.address, 5_000 * 10**18)
+    digest = CID.parse(storage.add_bytes(document)).multihash[2:]
+    ledger.register_provider(
+        account, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "http://127.0.0.1/p", digest)
+    )
+
+
+def staked_verifier(ledger, cast, make_daemon):
     ledger.transfer(cast.governor, cast.verifiers[0].address, 5_000 * 10**18)
     ledger.register_verifier(cast.verifiers[0], "http://127.0.0.1/v")
     ledger.stake(cast.verifiers[0], 2_000 * 10**18)
-    daemon = make_daemon(cast.verifiers[0])
+    return make_daemon(cast.verifiers[0])
+
+
+def test_benchmark_admission_attests_only_a_valid_report(ledger, cast, storage, make_daemon):
+    report = run_benchmark("cpu")
+    forged = report.model_copy(update={"checksum": "00" * 32})
+    honest, forger = devnet_account(7), devnet_account(8)
+    register(ledger, cast, storage, honest, report.to_bytes())
+    register(ledger, cast, storage, forger, forged.to_bytes())
+    daemon = staked_verifier(ledger, cast, make_daemon)
 
     daemon.tick()
 
@@ -137,6 +147,65 @@ def test_benchmark_admission_attests_only_a_valid_report(ledger, cast, storage, 
     (attested,) = ledger.staking.events.BenchmarkAttested().get_logs(from_block=0)
     assert attested["args"]["provider"] == honest.address
     assert attested["args"]["score"] == int(report.gflops)
+    assert daemon.journal.admissions(j.REJECTED) == [
+        (forger.address, CID.parse(storage.add_bytes(forged.to_bytes())).multihash[2:])
+    ]
+
+
+def test_malformed_benchmark_reports_are_rejected_and_the_daemon_goes_on(
+    ledger, cast, storage, make_daemon, caplog
+):
+    """Registrations are free to send: reports of the wrong types, an overflowing score, a
+    huge document, not JSON at all. Each is rejected with a log line; an honest provider who
+    registers after them is admitted by the same daemon, in the same tick."""
+    good = json.loads(run_benchmark("cpu").to_bytes())
+    attacks = [
+        json.dumps(good | {"gflops": "x"}).encode(),
+        json.dumps(good).replace(str(good["gflops"]), "1e400").encode(),
+        json.dumps(good | {"gflops": 1e300}).encode(),
+        json.dumps(good | {"size": [512]}).encode(),
+        json.dumps(good | {"device": "x" * 100_000}).encode(),
+        b"\xff\xfe not json",
+        b"[]",
+    ]
+    for i, document in enumerate(attacks):
+        register(ledger, cast, storage, devnet_account(10 + i), document)
+    honest = devnet_account(9)
+    register(ledger, cast, storage, honest, run_benchmark("cpu").to_bytes())
+    daemon = staked_verifier(ledger, cast, make_daemon)
+
+    daemon.tick()
+
+    assert ledger.staking_account(honest.address)["admitted"] is True
+    rejected = {provider for provider, _ in daemon.journal.admissions(j.REJECTED)}
+    assert rejected == {devnet_account(10 + i).address for i in range(len(attacks))}
+    assert not any(
+        ledger.staking_account(devnet_account(10 + i).address)["admitted"]
+        for i in range(len(attacks))
+    )
+    assert daemon.journal.quarantined() == []  # rejected as reports, not as broken events
+    assert caplog.text.count("not admitted: not a benchmark report") == len(attacks)
+
+
+def test_a_report_nobody_serves_is_tried_a_bounded_number_of_times(
+    ledger, cast, storage, make_daemon, monkeypatch
+):
+    absent = devnet_account(7)
+    ledger.transfer(cast.governor, absent.address, 5_000 * 10**18)
+    ledger.register_provider(
+        absent, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "http://127.0.0.1/p", bytes(range(32)))
+    )
+    daemon = staked_verifier(ledger, cast, make_daemon)
+    monkeypatch.setattr(daemon_module, "ADMISSION_BACKOFF", 0.0)  # every try is due at once
+
+    ticks = 0
+    while daemon.journal.admissions(j.PENDING) or not ticks:
+        daemon.tick()
+        ticks += 1
+        assert ticks <= daemon_module.ADMISSION_FETCHES
+    [(provider, _)] = daemon.journal.admissions(j.REJECTED)
+    assert provider == absent.address
+    assert ledger.staking_account(absent.address)["admitted"] is False
 
 
 def test_overdue_slot_is_reported(job, make_daemon, cast):
