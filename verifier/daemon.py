@@ -23,13 +23,14 @@ from web3.types import EventData
 from marketplace.chain.errors import ChainError
 from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import CommittedUnit, Ledger
+from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.terms import JobStatus
 from marketplace.runtime.clock import revert_name
 from marketplace.runtime.follower import EventFollower
 from marketplace.runtime.heads import HeadFeed
 from marketplace.runtime.loop import run_ticks
 from marketplace.runtime.outbox import Outbox
-from marketplace.storage import Storage, StorageError
+from marketplace.storage import ContentTooLarge, Storage, StorageError
 from node.benchmark import BenchmarkRejected
 from node.engine import DataError, JobSpec, SpecError, parse_spec
 from verifier import journal as j
@@ -283,7 +284,9 @@ class VerifierDaemon:
         if job_id not in self._specs:
             spec_cid = self.journal.spec_cid(job_id)
             try:
-                data = self.storage.cat(spec_cid) if spec_cid else None
+                data = self.storage.cat(spec_cid, max_bytes=MAX_SPEC_BYTES) if spec_cid else None
+            except ContentTooLarge:
+                data = None
             except StorageError as exc:  # read again for the job's later units
                 log.warning("job %d's spec %s: %s", job_id, spec_cid, exc)
                 return 0

@@ -198,6 +198,10 @@ class Ledger:
     def staking_account(self, address: str, block: BlockIdentifier | None = None) -> dict:
         return self.struct(self.staking, "account", address, block=block)
 
+    def free_stake(self, address: str) -> int:
+        """Stake `address` could lock as new collateral now."""
+        return self.staking.functions.freeStake(address).call()
+
     def hardware(self, provider: str) -> dict:
         """The hardware a provider registered, its endpoint included."""
         return self.struct(self.staking, "hardware", provider)

@@ -149,6 +149,13 @@ def stake_command(wei: int) -> None:
     type=click.IntRange(0),
     help="Asked above the cost floor, in basis points, as far as a job's max price allows.",
 )
+@click.option(
+    "--min-checkpoint-interval",
+    default=30,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Seconds: jobs asking a checkpoint more often than this are not bid on.",
+)
 @replicas_option
 @device_option
 @click.option(
@@ -159,7 +166,12 @@ def stake_command(wei: int) -> None:
     help="How much the daemon logs.",
 )
 def start_command(
-    cost_floor: int, margin_bps: int, replicas: int, device: str | None, log_level: str
+    cost_floor: int,
+    margin_bps: int,
+    min_checkpoint_interval: int,
+    replicas: int,
+    device: str | None,
+    log_level: str,
 ) -> None:
     """Run the provider daemon in the foreground until SIGTERM or Ctrl-C.
 
@@ -187,6 +199,7 @@ def start_command(
         device=device,
         poll_interval=settings.poll_interval,
         confirmations=settings.confirmations,
+        min_checkpoint_interval=min_checkpoint_interval,
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

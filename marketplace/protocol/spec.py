@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# A spec is a page of YAML; one that is longer is not read, wherever it comes from.
+MAX_SPEC_BYTES = 100_000
 VOCAB_SIZE = 256  # every data source is a byte stream, so every model predicts one of 256 bytes
 
 

@@ -29,6 +29,16 @@ class UnitPaysNothing(ZooError, ValueError):
     """A job whose unit would pay nothing at our price (worth too few GPU-seconds)."""
 
 
+class JobTooTight(ZooError, ValueError):
+    """A job this node could not serve without being slashed: a checkpoint deadline shorter than
+    it can keep, or collateral it does not have free."""
+
+
+# The shortest checkpoint interval a provider bids on by default: a unit has to be trained,
+# pinned on the replicas and committed within it, with room for a slow block.
+MIN_CHECKPOINT_INTERVAL = 30
+
+
 class Bidder:
     """Drives every auction this provider takes part in from the journal, so a restart resumes
     each one where it was: a journaled bid is never replaced by a second one, and a committed
@@ -42,6 +52,7 @@ class Bidder:
         outbox: Outbox,
         pricing: Pricing,
         check_job: Callable[[int, dict], None],
+        min_checkpoint_interval: int = MIN_CHECKPOINT_INTERVAL,
     ):
         self.ledger = ledger
         self.account = account
@@ -49,6 +60,8 @@ class Bidder:
         self.outbox = outbox
         self.pricing = pricing
         self.check_job = check_job  # raises a ZooError for a job this node should not take
+        self.min_checkpoint_interval = min_checkpoint_interval
+        self._waiting: set[tuple[int, int]] = set()  # auctions put off while this node is busy
 
     def on_auction_opened(self, args: dict, tier: int) -> None:
         """Track an auction of this provider's tier that it has not already taken part in."""
@@ -93,9 +106,45 @@ class Bidder:
             self._expire(auction)
             self._close(auction)
 
+    def _busy(self, auction: Auction) -> bool:
+        """Whether this node holds a slot or has a bid out in another auction. It trains one slot
+        at a time, so a second slot would miss its checkpoint deadlines and be slashed: it bids
+        for one only when the first is over, while this auction's bid window is still open."""
+        others = [
+            other
+            for other in self.journal.open_auctions()
+            if (other.job_id, other.round) != (auction.job_id, auction.round)
+            and self.journal.bid(other.job_id, other.round) is not None
+        ]
+        busy = bool(self.journal.held_slots() or others)
+        if busy and (auction.job_id, auction.round) not in self._waiting:
+            log.info(
+                "job=%d round=%d: busy with another slot or bid; bidding if it ends in time",
+                auction.job_id,
+                auction.round,
+            )
+        (self._waiting.add if busy else self._waiting.discard)((auction.job_id, auction.round))
+        return busy
+
+    def _check_terms(self, job: dict) -> None:
+        """Refuse a job whose terms would get this node slashed however honestly it works."""
+        if job["checkpointInterval"] < self.min_checkpoint_interval:
+            raise JobTooTight(
+                f"a checkpoint every {job['checkpointInterval']} s is tighter than the "
+                f"{self.min_checkpoint_interval} s this node can keep"
+            )
+        free = self.ledger.free_stake(self.account.address)
+        if free < job["collateral"]:
+            raise JobTooTight(
+                f"its collateral {job['collateral']} wei exceeds our free stake {free}"
+            )
+
     def _seal(self, auction: Auction, job: dict) -> Bid | None:
         """Price the job and journal the sealed bid, salt included, before any transaction."""
+        if self._busy(auction):
+            return None
         try:
+            self._check_terms(job)
             self.check_job(auction.job_id, job)
             price = self.pricing.quote(job["maxPrice"])
             pay = unit_pay(price, job["unitGpuSeconds"])

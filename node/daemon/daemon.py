@@ -21,7 +21,7 @@ from marketplace.runtime.loop import TRANSIENT, run_ticks
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage, StorageError
 
-from .bidding import Bidder
+from .bidding import MIN_CHECKPOINT_INTERVAL, Bidder
 from .group_worker import GroupWorker
 from .journal import Journal
 from .pricing import Pricing
@@ -46,6 +46,7 @@ class NodeConfig:
     poll_interval: float = 1.0  # seconds between ticks
     confirmations: int = 0
     stop_grace: float = 30.0  # seconds a stop waits for a unit in training before leaving it
+    min_checkpoint_interval: int = MIN_CHECKPOINT_INTERVAL  # seconds; tighter jobs are not bid on
 
 
 class ProviderDaemon:
@@ -91,7 +92,13 @@ class ProviderDaemon:
         self.group_worker = GroupWorker(self.worker, config.journal_path.parent / "groups")
         self._deliver = {CHECKPOINTS: self.worker.run, RANK_BUNDLES: self.group_worker.run}
         self.bidder = Bidder(
-            ledger, account, self.journal, self.outbox, config.pricing, self.group_worker.check_job
+            ledger,
+            account,
+            self.journal,
+            self.outbox,
+            config.pricing,
+            self.group_worker.check_job,
+            config.min_checkpoint_interval,
         )
         self.settler = Settler(ledger, account, self.journal, self.outbox)
         self._training: threading.Thread | None = None
@@ -179,30 +186,31 @@ class ProviderDaemon:
             self.journal.end_slot(args["jobId"], args["slot"], "lost")
 
     def _start_training(self, stop: threading.Event) -> None:
-        """A slot's units in their own thread, back to back, so bids and reveals stay on time
-        meanwhile; the thread ends when the slot has nothing to deliver and a later tick looks
-        again."""
+        """The held slots' units in their own thread, so bids and reveals stay on time meanwhile:
+        each slot in turn, its units back to back until it has nothing to deliver for now. The
+        bidder holds the node to one slot at a time, but a journal may hold more (an earlier
+        version's), and none of them is left untrained. The thread ends when no slot has work,
+        and a later tick looks again."""
         if self._training is not None and self._training.is_alive():
             return
         held = self.journal.held_slots()
         if not held or stop.is_set():
             return
-        job_id, slot_id = held[0]
         self._training = threading.Thread(
-            target=self._work,
-            args=(job_id, slot_id, stop),
-            name=f"slot-{job_id}-{slot_id}",
-            daemon=True,
+            target=self._work, args=(held, stop), name="training", daemon=True
         )
         self._training.start()
 
-    def _work(self, job_id: int, slot_id: int, stop: threading.Event) -> None:
-        try:
-            self._deliver[unit_format(self.worker.specs.of_job(job_id))](job_id, slot_id, stop)
-        except TRANSIENT as exc:
-            log.warning("job=%d slot=%d: unit failed, retrying: %s", job_id, slot_id, exc)
-        except Exception:
-            log.exception("job=%d slot=%d: unit failed, retrying", job_id, slot_id)
+    def _work(self, held: list[tuple[int, int]], stop: threading.Event) -> None:
+        for job_id, slot_id in held:
+            if stop.is_set():
+                return
+            try:
+                self._deliver[unit_format(self.worker.specs.of_job(job_id))](job_id, slot_id, stop)
+            except TRANSIENT as exc:
+                log.warning("job=%d slot=%d: unit failed, retrying: %s", job_id, slot_id, exc)
+            except Exception:
+                log.exception("job=%d slot=%d: unit failed, retrying", job_id, slot_id)
 
     def _shutdown(self) -> None:
         if self._training is not None and self._training.is_alive():

@@ -15,11 +15,12 @@ from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.checkpoint import Checkpoint
+from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.terms import JobStatus
 from marketplace.protocol.units import unit_steps, units_per_node
 from marketplace.runtime.clock import chain_time
 from marketplace.runtime.outbox import Outbox
-from marketplace.storage import Storage
+from marketplace.storage import ContentTooLarge, Storage
 from node.engine import JobSpec, SpecError, parse_spec, run_unit, unit_shard
 
 from .journal import Journal, Unit
@@ -55,8 +56,9 @@ class Specs:
             if job_id not in self._parsed:
                 cid = self._ledger.spec_cid(job_id)
                 try:
-                    self._parsed[job_id] = parse_spec(self._storage.cat(cid).decode())
-                except (SpecError, UnicodeDecodeError) as exc:
+                    text = self._storage.cat(cid, max_bytes=MAX_SPEC_BYTES).decode()
+                    self._parsed[job_id] = parse_spec(text)
+                except (SpecError, UnicodeDecodeError, ContentTooLarge) as exc:
                     raise JobUnfit(f"spec {cid} is not a job spec: {exc}") from None
             return self._parsed[job_id]
 

@@ -16,11 +16,21 @@ ADDRESS = "0x" + "ab" * 20
 class FakeLedger:
     """The ledger reads and calls the bidder makes, answered from a dict."""
 
-    def __init__(self, job: dict):
+    def __init__(self, job: dict, free_stake: int = 10_000 * ZEN):
         self._job = job
+        self._free_stake = free_stake
 
     def job(self, job_id: int) -> dict:
         return self._job
+
+    def free_stake(self, address: str) -> int:
+        return self._free_stake
+
+    def bid_commitment_of(self, price: int, salt: bytes, bidder: str, job_id: int) -> bytes:
+        return b"c" * 32
+
+    def commit_bid_call(self, job_id: int, commitment: bytes) -> tuple:
+        return ("commitBid", job_id)
 
     def expire_bid_call(self, job_id: int, round_: int, bidder: str) -> tuple:
         return ("expireBid", job_id, round_, bidder)
@@ -63,6 +73,7 @@ def job(**fields) -> dict:
         "maxPrice": 100 * ZEN,
         "unitGpuSeconds": 60,
         "collateral": 500 * ZEN,
+        "checkpointInterval": 300,
     } | fields
 
 
@@ -103,3 +114,43 @@ def test_a_revealed_bid_is_left_alone(tmp_path):
     journal.finish_outgoing("reveal:1:1")
     b.tick(300)
     assert outbox.sent_calls == []
+
+
+def test_a_job_with_a_deadline_tighter_than_the_node_keeps_is_skipped(tmp_path):
+    """checkpointInterval = 1: any provider that wins it is reported for downtime at once."""
+    b, journal, outbox = bidder(tmp_path, job(checkpointInterval=1))
+    journal.add_auction(Auction(1, 1, 100, 200))
+    b.tick(50)
+    assert journal.open_auctions() == [] and outbox.sent_calls == []
+
+
+def test_a_job_whose_collateral_exceeds_the_free_stake_is_skipped(tmp_path):
+    b, journal, outbox = bidder(tmp_path, job(collateral=600 * ZEN))
+    b.ledger = FakeLedger(b.ledger.job(1), free_stake=500 * ZEN)
+    journal.add_auction(Auction(1, 1, 100, 200))
+    b.tick(50)
+    assert journal.open_auctions() == [] and outbox.sent_calls == []
+
+
+def test_a_busy_node_bids_only_once_its_slot_is_over(tmp_path):
+    """It trains one slot at a time: while it holds one (or has a bid out elsewhere) it does not
+    bid, and the auction waits for the slot to end while its bid window is open."""
+    b, journal, outbox = bidder(tmp_path, job())
+    journal.hold_slot(7, 0)
+    journal.add_auction(Auction(1, 1, 100, 200))
+    b.tick(50)
+    assert outbox.sent_calls == [] and journal.bid(1, 1) is None
+    assert journal.open_auctions() == [Auction(1, 1, 100, 200)]
+
+    journal.end_slot(7, 0, "done")
+    b.tick(60)
+    assert [key for key, _ in outbox.sent_calls] == ["bid:1:1"]
+
+
+def test_a_bid_out_in_one_auction_holds_off_a_second(tmp_path):
+    b, journal, outbox = bidder(tmp_path, job())
+    journal.add_auction(Auction(1, 1, 100, 200))
+    journal.add_auction(Auction(2, 1, 100, 200))
+    b.tick(50)
+    assert [key for key, _ in outbox.sent_calls] == ["bid:1:1"]
+    assert journal.bid(2, 1) is None

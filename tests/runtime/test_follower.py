@@ -94,7 +94,7 @@ def test_an_event_that_breaks_its_handler_is_quarantined_and_the_rest_handled(
     assert journal.amounts() == [1, 3]
     [(block, _, _, name, error)] = journal.quarantined()
     assert name == "Transfer" and error.startswith("TypeError")
-    assert "Transfer in block %d" % block in caplog.text and "quarantined" in caplog.text
+    assert f"Transfer in block {block}" in caplog.text and "quarantined" in caplog.text
 
     restarted = EventFollower(w3, [ledger.zen], journal, chokes_on_the_second, start_block=start)
     assert restarted.follow() == 0  # the cursor is past it: it is not handled again

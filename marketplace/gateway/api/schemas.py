@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
 from marketplace.protocol import terms
+from marketplace.protocol.spec import MAX_SPEC_BYTES
 
 Wei = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
 # The API names the ledger's job statuses and roles by their labels, not by the ids the chain
@@ -316,7 +317,7 @@ class SessionOut(BaseModel):
 
 
 class SpecUpload(Request):
-    spec: str = Field(max_length=100_000)  # the job spec's YAML text, pinned as is
+    spec: str = Field(max_length=MAX_SPEC_BYTES)  # the job spec's YAML text, pinned as is
 
 
 class SpecUploaded(BaseModel):

@@ -37,6 +37,7 @@ from marketplace.gateway.api.schemas import (
 )
 from marketplace.gateway.api.service import UnknownTransaction
 from marketplace.gateway.transactions import broadcast, unsigned
+from marketplace.protocol.spec import MAX_SPEC_BYTES
 
 router = APIRouter(prefix="/transactions", tags=["transactions"])
 TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A transaction hash.")]
@@ -75,7 +76,9 @@ def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
         unit_gpu_seconds=body.unit_gpu_seconds,
     )
     request = jobs.job_request(
-        storage.cat(body.spec_cid).decode(errors="replace"), body.spec_cid, order
+        storage.cat(body.spec_cid, max_bytes=MAX_SPEC_BYTES).decode(errors="replace"),
+        body.spec_cid,
+        order,
     )
     jobs.check_funds(ledger, sender, order.max_budget)
     permit = None if body.permit is None else _permit_args(body.permit)
