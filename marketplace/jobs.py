@@ -27,6 +27,7 @@ from marketplace.protocol.journey import (
     Step,
     default_output,
     next_step,
+    waiting_for,
 )
 from marketplace.protocol.spec import JobSpec, parse_spec
 from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus
@@ -163,17 +164,22 @@ class ChainJob:
         *,
         until: JobStatus = JobStatus.SETTLED,
         auction_timeout: float | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> None:
         """Take the job to `until` (see `next_step`): close auction rounds nobody closed, cancel for
-        a full refund past `auction_timeout` seconds (NoBids), settle once verification is over.
-        `on_progress` gets the progress whenever it changes."""
-        started, last = time.monotonic(), None
+        a full refund past `auction_timeout` seconds (NoBids), expire disputes nobody answered in
+        time, settle once verification is over. `on_progress` gets the progress whenever it
+        changes, `on_wait` what the journey waits for (see `waiting_for`) whenever that does."""
+        started, last, said = time.monotonic(), None, None
         while True:
             if on_progress is not None and (now := self.progress()) != last:
                 on_progress(now)
                 last = now
             job, waited = self.snapshot(), time.monotonic() - started
             step = next_step(job, until=until, waited=waited, auction_timeout=auction_timeout)
+            if on_wait is not None and (saying := waiting_for(job)) != said:
+                on_wait(saying)
+                said = saying
             if step is Step.ARRIVED:
                 return
             if step is Step.CANCEL:
@@ -181,6 +187,8 @@ class ChainJob:
                 raise NoBids(self.id, waited, job.budget, self.user.address)
             if step is Step.CLOSE_AUCTION:
                 self._close_auction()
+            elif step is Step.EXPIRE_DISPUTES:
+                self._expire_disputes(job.now)
             elif step is Step.SETTLE:
                 self._try_settle()
             time.sleep(self.poll)
@@ -189,14 +197,18 @@ class ChainJob:
         job = self.ledger.job(self.id)
         status = JobStatus(job["status"])
         completed = status is JobStatus.COMPLETED
+        now = self.ledger.w3.eth.get_block("latest")["timestamp"]
+        disputes = self.ledger.pending_disputes(self.id) if completed else []
         return Snapshot(
             job_id=self.id,
             status=status,
             budget=job["budget"],
-            now=self.ledger.w3.eth.get_block("latest")["timestamp"],
+            now=now,
             reveal_deadline=job["revealDeadline"],
             window_ends=job["completedAt"] + self._verification_window if completed else None,
-            open_disputes=self.ledger.open_disputes(self.id) if completed else None,
+            open_disputes=len(disputes) if completed else None,
+            expirable_disputes=sum(now > d.ends_at for d in disputes) if completed else None,
+            disputes_end=max((d.ends_at for d in disputes), default=None),
         )
 
     @cached_property
@@ -236,6 +248,17 @@ class ChainJob:
     def cancel(self) -> None:
         """Cancel while no auction has cleared: the whole budget comes back."""
         self.ledger.send(self.ledger.cancel_job_call(self.id), self.user)
+
+    def _expire_disputes(self, now: int | None) -> None:
+        """Close the disputes whose windows ended unanswered: they count as passed, and settlement
+        waits on them. Someone expiring one first is no failure."""
+        for dispute in self.ledger.pending_disputes(self.id):
+            if now is not None and now > dispute.ends_at:
+                try:
+                    self.ledger.send(dispute.expire, self.user)
+                    log.info("expired the %s", dispute.what)
+                except (ContractRevert, TransactionReverted) as exc:
+                    log.info("expire %s: %s", dispute.what, exc)
 
     def _try_settle(self) -> None:
         """Settle if the ledger lets us; someone else settling first, even in the same block, is no

@@ -17,7 +17,7 @@ from web3.types import BlockIdentifier, EventData, TxReceipt
 from marketplace.chain.deploy import Deployment
 from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call, send
-from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS
+from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, Verdict
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,17 @@ def unit_pay(price: int, unit_gpu_seconds: int) -> int:
     """The pay of one unit worth `unit_gpu_seconds` at `price` per GPU-hour, before the budget
     cap: rounded down, as JobMarket does."""
     return price * unit_gpu_seconds // 3600
+
+
+@dataclass(frozen=True)
+class PendingDispute:
+    """An open dispute or bandwidth complaint of a job: what it is, when its window ends (chain
+    time), and the call that expires it after that."""
+
+    key: str  # names it among the job's: "unit:<slot>:<index>" or "bandwidth:<provider>"
+    what: str
+    ends_at: int
+    expire: ContractFunction
 
 
 @dataclass(frozen=True)
@@ -413,6 +424,35 @@ class Ledger:
 
     def open_disputes(self, job_id: int) -> int:
         return call(self.verification.functions.openDisputes(job_id))
+
+    def pending_disputes(self, job_id: int) -> list[PendingDispute]:
+        """The job's disputes and bandwidth complaints still open, each with the time its window
+        ends and the call that closes it after that. Settlement waits on every one; anyone may
+        expire one whose window is over, so whoever wants the job settled can end the wait."""
+        window = self.dispute_window()
+        since = {"from_block": self.deployment.deploy_block, "argument_filters": {"jobId": job_id}}
+        pending: dict[tuple, PendingDispute] = {}
+        for event in self.verification.events.DisputeOpened().get_logs(**since):
+            slot, index = event["args"]["slot"], event["args"]["index"]
+            result = self.struct(self.verification, "result", job_id, slot, index)
+            if result["verdict"] == Verdict.DISPUTED:
+                pending[("unit", slot, index)] = PendingDispute(
+                    f"unit:{slot}:{index}",
+                    f"dispute on slot {slot} unit {index}",
+                    result["disputedAt"] + window,
+                    self.verification.functions.expireDispute(job_id, slot, index),
+                )
+        for event in self.verification.events.BandwidthComplaint().get_logs(**since):
+            provider = event["args"]["provider"]
+            complaint = self.struct(self.verification, "complaint", job_id, provider)
+            if int(complaint["challenger"], 16):  # the zero address while none is open
+                pending[("bandwidth", provider)] = PendingDispute(
+                    f"bandwidth:{provider}",
+                    f"bandwidth complaint against {provider}",
+                    complaint["openedAt"] + window,
+                    self.verification.functions.expireBandwidthComplaint(job_id, provider),
+                )
+        return sorted(pending.values(), key=lambda d: d.ends_at)
 
     def verifications_by(self, job_id: int, verifier: str) -> int:
         """How many of the job's units `verifier` judged: its share of the verification fees."""

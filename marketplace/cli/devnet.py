@@ -39,10 +39,10 @@ def devnet() -> None:
 )
 @click.option(
     "--verifiers",
-    default=1,
+    default=2,
     show_default=True,
     type=click.IntRange(1, 4),
-    help="Verifier daemons to start.",
+    help="Verifier daemons to start (a failed unit needs a second one to confirm it).",
 )
 @click.option(
     "--workers",

@@ -207,6 +207,6 @@ def follow_to_settlement(
             )
 
         job.wait(show, until=JobStatus.COMPLETED)
-    with console.status("waiting for verification and settling"):
-        job.wait()
+    with console.status("verification") as status:
+        job.wait(on_wait=status.update)
     return job.settlement()

@@ -138,7 +138,7 @@ class Devnet:
     """Starts and stops the whole local network."""
 
     def __init__(
-        self, root: Path = STATE_DIR, providers: int = 3, verifiers: int = 1, workers: int = 1
+        self, root: Path = STATE_DIR, providers: int = 3, verifiers: int = 2, workers: int = 1
     ):
         self.root = root
         self.providers = providers

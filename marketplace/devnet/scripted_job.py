@@ -39,6 +39,7 @@ class Scenario:
     max_price: int = 100 * ZEN
     budget: int = 5_000 * ZEN
     sample_rate_bps: int = 5_000
+    verdict: bool = True  # what the verifiers post on each sampled unit (False opens a dispute)
     checkpoint_interval: int = 3_600
     provider_stake: int = 10_000 * ZEN
     verifier_stake: int = 5_000 * ZEN
@@ -84,8 +85,11 @@ def onboard(ledger: Ledger, cast: Cast, scenario: Scenario) -> None:
         ledger.attest_benchmark(cast.verifiers[0], provider.address, benchmark, 100)
 
 
-def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Outcome:
-    """Create a job, auction it, commit every unit, verify the sampled ones, settle, withdraw."""
+def run_job(
+    ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str, *, settle: bool = True
+) -> Outcome:
+    """Create a job, auction it, commit every unit, verify the sampled ones, then (unless told
+    not to) settle and withdraw."""
     request = JobRequest(
         spec_cid=spec_cid,
         tier=Tier.COMMUNITY,
@@ -143,7 +147,9 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
             )[0]
             batch.append(ledger.unit_from_event(event))
         outcome.units += batch
-        verify_sampled(ledger, cast, batch, outcome)
+        verify_sampled(ledger, cast, batch, outcome, scenario.verdict)
+    if not settle:
+        return outcome
 
     advance_time(ledger.w3, ledger.verification.functions.verificationWindow().call() + 1)
     receipt = ledger.send(market.settle(job_id), cast.governor)
@@ -164,15 +170,18 @@ def run_job(ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str) -> Ou
 
 
 def verify_sampled(
-    ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome
+    ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome, verdict: bool = True
 ) -> None:
-    """Verifiers post a passing result for each sampled unit, as soon as its sample is drawn."""
+    """Verifiers post `verdict` on each sampled unit, as soon as its sample is drawn."""
     mine(ledger.w3, 2)  # a unit is sampled by the next block's hash, readable once one more exists
     for unit in units:
         if ledger.is_sampled(unit):
             verifier = cast.verifiers[len(outcome.verified) % len(cast.verifiers)]
             outcome.record(
-                "postResult", ledger.post_result(verifier, unit, True, cid_of_bytes(b"pass"))
+                "postResult",
+                ledger.post_result(
+                    verifier, unit, verdict, cid_of_bytes(b"pass" if verdict else b"fail")
+                ),
             )
             outcome.verified.append((unit.slot, unit.index, verifier.address))
 

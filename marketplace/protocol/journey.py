@@ -8,6 +8,7 @@ over. They differ only in how they look and act; the words they report in are de
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -47,6 +48,7 @@ class Step(Enum):
     WAIT = "wait"  # for bids, training, verification or the index to catch up
     CLOSE_AUCTION = "close auction"  # a round is past its reveal window and nobody closed it
     CANCEL = "cancel"  # the auction took longer than the user waits: take the whole budget back
+    EXPIRE_DISPUTES = "expire disputes"  # verification is over, disputes nobody answered in time
     SETTLE = "settle"  # verification is over: pay the providers, refund the rest
     ARRIVED = "arrived"  # the job is where the journey was asked to take it
 
@@ -64,6 +66,8 @@ class Snapshot:
     reveal_deadline: int | None = None  # the open auction round's
     window_ends: int | None = None  # when a completed job's verification window is over
     open_disputes: int | None = None  # disputes of a completed job still to be resolved
+    expirable_disputes: int | None = None  # of those, the ones past their window: anyone may end
+    disputes_end: int | None = None  # when the last open dispute's window ends
 
 
 @dataclass(frozen=True)
@@ -133,8 +137,38 @@ def next_step(
         if round_unclosed(job):
             return Step.CLOSE_AUCTION
     if job.status is JobStatus.COMPLETED and verification_over(job):
-        return Step.SETTLE
+        return Step.EXPIRE_DISPUTES if job.expirable_disputes else Step.SETTLE
     return Step.WAIT
+
+
+def waiting_for(job: Snapshot) -> str:
+    """What a journey that waits is waiting for, in words a user can act on; times are the
+    chain's."""
+    if job.status is JobStatus.NONE:
+        return "waiting for the job to appear in the gateway's index"
+    if job.status is JobStatus.OPEN:
+        if job.reveal_deadline is not None:
+            return f"auction: bids are revealed until {_when(job.reveal_deadline)}"
+        return "auction: waiting for providers to bid"
+    if job.status is JobStatus.RUNNING:
+        return "training"
+    if job.status is JobStatus.COMPLETED:
+        if job.window_ends is not None and (job.now is None or job.now < job.window_ends):
+            return f"verification: sampled units may be re-run until {_when(job.window_ends)}"
+        if job.open_disputes:
+            ends = ""
+            if job.disputes_end is not None:
+                ends = f"; the last one's window ends {_when(job.disputes_end)}"
+            return (
+                f"{job.open_disputes} dispute(s) open: settlement waits until a second verifier "
+                f"answers each or its window ends{ends}"
+            )
+        return "settling"
+    return job.status.label
+
+
+def _when(timestamp: int) -> str:
+    return time.strftime("%H:%M:%S UTC", time.gmtime(timestamp))
 
 
 def round_unclosed(job: Snapshot) -> bool:
@@ -147,8 +181,9 @@ def round_unclosed(job: Snapshot) -> bool:
 
 
 def verification_over(job: Snapshot) -> bool:
-    """The completed job's verification window is over with no dispute open. A transport that cannot
-    tell tries anyway: the ledger refuses a settle that comes too early, and the try is repeated."""
-    if job.open_disputes:
+    """The completed job's verification window is over and every dispute closed or past its
+    window. A transport that cannot tell tries anyway: the ledger refuses a settle that comes too
+    early, and the try is repeated."""
+    if job.open_disputes and not job.expirable_disputes:
         return False
     return job.window_ends is None or job.now is None or job.now >= job.window_ends

@@ -32,6 +32,7 @@ from marketplace.protocol.journey import (
     Step,
     default_output,
     next_step,
+    waiting_for,
 )
 from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Tier
 from marketplace.sdk.errors import GatewayError, GatewayUnavailable, TransactionReverted
@@ -367,15 +368,17 @@ class AsyncJob:
         *,
         until: JobStatus = JobStatus.SETTLED,
         auction_timeout: float | None = None,
+        on_wait: Callable[[str], None] | None = None,
     ) -> dict:
         """Take the job to `until` (default: settled, settling it once its verification window is
         over) and return it as indexed.
 
         With `auction_timeout` (seconds), a job still unassigned by then is cancelled for a full
-        refund and NoBids is raised. `on_progress` gets the progress whenever it changes. The
-        gateway shows no round deadlines, so a round nobody closed waits for its bidders here.
+        refund and NoBids is raised. `on_progress` gets the progress whenever it changes, `on_wait`
+        what the journey waits for whenever that does. The gateway shows no round deadlines, so a
+        round nobody closed waits for its bidders here.
         """
-        started, last = time.monotonic(), None
+        started, last, said = time.monotonic(), None, None
         while True:
             job = await self._indexed()
             if (
@@ -386,9 +389,11 @@ class AsyncJob:
                 on_progress(now)
                 last = now
             waited = time.monotonic() - started
-            step = next_step(
-                snapshot(self.id, job), until=until, waited=waited, auction_timeout=auction_timeout
-            )
+            seen = snapshot(self.id, job)
+            step = next_step(seen, until=until, waited=waited, auction_timeout=auction_timeout)
+            if on_wait is not None and (saying := waiting_for(seen)) != said:
+                on_wait(saying)
+                said = saying
             if job is not None and step is Step.ARRIVED:  # an unindexed job only ever waits
                 return job
             if job is not None and step is Step.CANCEL:

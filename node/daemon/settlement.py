@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 # Refusals that mean "not yet": the window is open or a dispute is pending.
 NOT_YET = {"VerificationWindowOpen", "DisputesOpen"}
+# Refusals of an expiry that mean someone closed the dispute meanwhile, or its window is not over.
+CLOSED = {"NoOpenDispute", "DisputeWindow"}
 
 
 class Settler:
@@ -49,6 +51,7 @@ class Settler:
             job["status"] == JobStatus.COMPLETED
             and now >= job["completedAt"] + self.verification_window
         ):
+            self._expire_disputes(job_id, now)
             try:
                 settled = self.outbox.send(f"settle:{job_id}", self.ledger.settle_call(job_id))
                 log.info("job=%d: settled in block %d", job_id, settled["blockNumber"])
@@ -60,6 +63,21 @@ class Settler:
             self._withdraw(job_id)
         elif job["status"] == JobStatus.CANCELLED:
             self.journal.set_payout(job_id, "withdrawn")
+
+    def _expire_disputes(self, job_id: int, now: int) -> None:
+        """Settlement waits on every open dispute, and one nobody answered in time stays open
+        until someone expires it (its unit then counts as passed): the provider, who is owed pay,
+        does."""
+        if not self.ledger.open_disputes(job_id):
+            return
+        for dispute in self.ledger.pending_disputes(job_id):
+            if now > dispute.ends_at:
+                try:
+                    self.outbox.send(f"expire:{job_id}:{dispute.key}", dispute.expire)
+                    log.info("job=%d: expired the %s", job_id, dispute.what)
+                except ChainError as exc:
+                    if revert_name(exc) not in CLOSED:
+                        raise
 
     def _withdraw(self, job_id: int) -> None:
         owed = self.ledger.owed(self.account.address)

@@ -145,7 +145,7 @@ class Worker:
 
     def deliverable(self, job_id: int, slot_id: int) -> tuple[dict, dict] | None:
         """The slot and its job while this node still owes the slot units; None (the journal told
-        why) once the slot is lost or finished, or while the job is not running."""
+        why) once the slot is lost or finished or the job over, or while it is not running."""
         slot = self.ledger.slot(job_id, slot_id)
         if slot["provider"] != self.account.address:
             log.warning("job=%d slot=%d: no longer ours", job_id, slot_id)
@@ -156,6 +156,10 @@ class Worker:
             self.journal.end_slot(job_id, slot_id, "finished")
             return None
         job = self.ledger.job(job_id)
+        if job["status"] in (JobStatus.COMPLETED, JobStatus.SETTLED, JobStatus.CANCELLED):
+            log.info("job=%d slot=%d: the job is over", job_id, slot_id)
+            self.journal.end_slot(job_id, slot_id, "finished")  # so the node bids again
+            return None
         if job["status"] != JobStatus.RUNNING:
             return None
         return slot, job

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from marketplace.chain.anvil import advance_time
 from marketplace.devnet.scripted_job import Scenario, cid_of_bytes, onboard, run_job
+from marketplace.jobs import ChainJob
 from marketplace.protocol.terms import JobStatus
 
 FEE_BPS = 500
@@ -71,3 +73,35 @@ def test_job_settles_every_balance_to_the_wei(ledger, cast, nodes):
         len(cast.providers) * scenario.provider_stake + scenario.verifier_stake
     )
     assert ledger.job(outcome.job_id)["status"] == JobStatus.SETTLED
+
+
+@pytest.mark.anvil
+def test_a_dispute_nobody_answers_is_expired_and_the_job_settles(ledger, cast, caplog):
+    """One verifier posts a failure and no second verifier answers: the user's journey expires
+    the dispute once its window is over (the unit counts as passed, nobody is slashed) and
+    settles, saying meanwhile what it waits for."""
+    scenario = Scenario(units=1, sample_rate_bps=10_000, verdict=False)
+    onboard(ledger, cast, scenario)
+    outcome = run_job(ledger, cast, scenario, cid_of_bytes(b"job spec"), settle=False)
+    job_id = outcome.job_id
+    assert ledger.open_disputes(job_id) == 1
+    [pending] = ledger.pending_disputes(job_id)
+    assert pending.key == "unit:0:0"
+    staked = ledger.staking_account(outcome.winners[0])["staked"]
+
+    said: list[str] = []
+    job = ChainJob(ledger, cast.user, job_id, poll=0.05)
+    assert job.snapshot().expirable_disputes == 0
+    job.wait(until=JobStatus.COMPLETED)  # completed already: nothing is expired on the way
+    assert ledger.open_disputes(job_id) == 1
+
+    advance_time(ledger.w3, max(ledger.verification_window(), ledger.dispute_window()) + 1)
+    job.wait(on_wait=said.append)
+
+    assert ledger.job(job_id)["status"] == JobStatus.SETTLED
+    assert ledger.pending_disputes(job_id) == []
+    [expired] = ledger.verification.events.DisputeExpired().get_logs(from_block=0)
+    assert (expired["args"]["slot"], expired["args"]["index"]) == (0, 0)
+    assert ledger.staking_account(outcome.winners[0])["staked"] == staked  # nobody slashed
+    assert job.settlement().payment == outcome.units[0].amount  # the unit is paid
+    assert said[0].startswith("1 dispute(s) open")

@@ -13,6 +13,7 @@ from marketplace.protocol.journey import (
     Snapshot,
     Step,
     next_step,
+    waiting_for,
 )
 from marketplace.protocol.terms import JobStatus
 
@@ -20,7 +21,9 @@ REVEAL_DEADLINE = 1_000
 WINDOW_ENDS = 5_000
 
 
-def on_chain(status: JobStatus, now: int, *, open_disputes: int = 0) -> Snapshot:
+def on_chain(
+    status: JobStatus, now: int, *, open_disputes: int = 0, expirable: int = 0
+) -> Snapshot:
     """The job as the chain path sees it at chain time `now`."""
     completed = status is JobStatus.COMPLETED
     return Snapshot(
@@ -31,6 +34,8 @@ def on_chain(status: JobStatus, now: int, *, open_disputes: int = 0) -> Snapshot
         reveal_deadline=REVEAL_DEADLINE,
         window_ends=WINDOW_ENDS if completed else None,
         open_disputes=open_disputes if completed else None,
+        expirable_disputes=expirable if completed else None,
+        disputes_end=WINDOW_ENDS + 600 if open_disputes else None,
     )
 
 
@@ -80,6 +85,25 @@ def test_a_completed_job_settles_once_its_window_is_over():
 
 def test_an_open_dispute_holds_the_settlement():
     assert next_step(on_chain(JobStatus.COMPLETED, WINDOW_ENDS + 100, open_disputes=1)) is Step.WAIT
+
+
+def test_a_dispute_nobody_answered_in_time_is_expired_so_the_job_settles():
+    late = on_chain(JobStatus.COMPLETED, WINDOW_ENDS + 700, open_disputes=2, expirable=1)
+    assert next_step(late) is Step.EXPIRE_DISPUTES
+    # inside the verification window nothing is expired, even a dispute past its own window
+    early = on_chain(JobStatus.COMPLETED, WINDOW_ENDS - 1, open_disputes=1, expirable=1)
+    assert next_step(early) is Step.WAIT
+
+
+def test_a_waiting_journey_says_what_it_waits_for():
+    assert waiting_for(on_chain(JobStatus.OPEN, 0)).startswith("auction: bids are revealed until")
+    assert waiting_for(on_chain(JobStatus.COMPLETED, WINDOW_ENDS - 1)).startswith(
+        "verification: sampled units may be re-run until"
+    )
+    disputed = waiting_for(on_chain(JobStatus.COMPLETED, WINDOW_ENDS + 1, open_disputes=2))
+    assert disputed.startswith("2 dispute(s) open: settlement waits until a second verifier")
+    assert disputed.endswith("the last one's window ends 01:33:20 UTC")  # WINDOW_ENDS + 600
+    assert waiting_for(through_a_gateway(JobStatus.NONE)).startswith("waiting for the job")
 
 
 def test_a_gateway_that_shows_no_window_tries_to_settle():
