@@ -3,7 +3,12 @@ blocking forms."""
 
 from marketplace.protocol.journey import JobCancelled, NoBids, Progress, Result, Settlement
 from marketplace.sdk.aio import AsyncClient, AsyncJob
-from marketplace.sdk.errors import GatewayError, GatewayUnavailable, TransactionReverted
+from marketplace.sdk.errors import (
+    GatewayError,
+    GatewayUnavailable,
+    RefusedToSign,
+    TransactionReverted,
+)
 from marketplace.sdk.sync import Client, Job
 
 __all__ = [
@@ -16,6 +21,7 @@ __all__ = [
     "JobCancelled",
     "NoBids",
     "Progress",
+    "RefusedToSign",
     "Result",
     "Settlement",
     "TransactionReverted",

@@ -15,10 +15,13 @@ from urllib.parse import urlsplit
 import httpx
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
+from web3.contract.contract import ContractFunction
 
 from marketplace import jobs, results
-from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import Hardware
+from marketplace.chain.deploy import ZEN, Deployment, manifest_path
+from marketplace.chain.errors import ChainError
+from marketplace.chain.ledger import Hardware, Ledger, Permit
+from marketplace.chain.permit import split_signature
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
 from marketplace.jobs import Order
@@ -35,7 +38,13 @@ from marketplace.protocol.journey import (
     waiting_for,
 )
 from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Tier
-from marketplace.sdk.errors import GatewayError, GatewayUnavailable, TransactionReverted
+from marketplace.sdk.errors import (
+    GatewayError,
+    GatewayUnavailable,
+    RefusedToSign,
+    TransactionReverted,
+)
+from marketplace.sdk.guard import MAX_FEE_PER_GAS, Guard
 from marketplace.storage import Storage
 
 SESSION_MINUTES = 60  # how long a sign-in asks to last
@@ -52,7 +61,11 @@ class AsyncClient:
     `job = await client.train(config="job.yaml", max_budget=5000)`.
 
     `wallet` signs sign-in messages, permits and transactions here; it is needed only for writes.
-    Weights come from IPFS (`ipfs_api`, default ZOO_IPFS_API) and are checked by CID and state hash.
+    Before it signs a transaction or permit the gateway built, the SDK checks it against the call
+    it asked for, built here from a deployment manifest it trusts (see marketplace/sdk/guard.py):
+    `deployment`, else ZOO_MANIFEST, else deployments/<chain id>.json on this machine; a gateway
+    that hands over anything else gets nothing signed. Weights come from IPFS (`ipfs_api`, default
+    ZOO_IPFS_API) and are checked by CID and state hash.
     """
 
     def __init__(
@@ -65,8 +78,14 @@ class AsyncClient:
         poll_interval: float = 1.0,
         timeout: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        deployment: Deployment | None = None,
+        max_fee_per_gas: int = MAX_FEE_PER_GAS,
     ):
         settings = Settings()
+        self._deployment = deployment
+        self._manifest = settings.manifest
+        self._max_fee_per_gas = max_fee_per_gas
+        self._guard: Guard | None = None
         self.url = gateway_url.rstrip("/")
         self.wallet = wallet
         self.poll_interval = poll_interval
@@ -193,11 +212,32 @@ class AsyncClient:
 
     # --- transactions ---------------------------------------------------------------------
 
-    async def transact(self, path: str, body: dict) -> dict:
-        """Ask the gateway for the unsigned transaction, sign it here, send it, wait until it is
-        mined."""
+    async def guard(self) -> Guard:
+        """The checks on what the gateway hands over to sign, with the ledger it expects."""
+        if self._guard is None:
+            deployment = self._deployment
+            if deployment is None:
+                chain_id = (await self.request("GET", "/chain/config"))["chain_id"]
+                path = self._manifest or manifest_path(int(chain_id))
+                try:
+                    deployment = Deployment.load(path)
+                except (ChainError, OSError, ValueError, KeyError) as exc:
+                    raise RefusedToSign(
+                        f"cannot check the gateway's transactions before signing: {exc}; pass "
+                        "deployment= or set ZOO_MANIFEST to the ledger's manifest"
+                    ) from None
+            self._guard = Guard(deployment, self._max_fee_per_gas)
+        return self._guard
+
+    async def transact(
+        self, path: str, body: dict, expected: Callable[[Ledger], ContractFunction]
+    ) -> dict:
+        """Ask the gateway for the unsigned transaction, check it is `expected` (the call built
+        here), sign it here, send it, wait until it is mined."""
         account = self._account()
+        guard = await self.guard()
         unsigned = await self.request("POST", path, json={"sender": account.address} | body)
+        guard.check_transaction(unsigned, expected(guard.ledger), account.address)
         raw = account.sign_transaction(unsigned).raw_transaction.to_0x_hex()
         sent = await self.request("POST", "/transactions", json={"raw": raw})
         while True:
@@ -210,13 +250,22 @@ class AsyncClient:
                 )
             await asyncio.sleep(min(self.poll_interval, 0.5))
 
-    def _signed_permit(self, permit: dict) -> dict:
-        """The gateway's permit (POST /transactions/permit), signed here: what a *WithPermit call
-        takes."""
-        signature = (
-            self._account().sign_typed_data(full_message=permit["typed_data"]).signature.to_0x_hex()
+    async def _signed_permit(self, spender: str, value: int) -> tuple[dict, Permit]:
+        """A permit for the `spender` contract to take `value` ZEN of the wallet's, as the gateway
+        builds it (POST /transactions/permit), checked and signed here: what a *WithPermit call
+        takes, as the gateway's body and as the call's arguments."""
+        account = self._account()
+        guard = await self.guard()
+        permit = await self.request(
+            "POST",
+            "/transactions/permit",
+            json={"owner": account.address, "spender": spender, "value": str(value)},
         )
-        return {"deadline": permit["deadline"], "signature": signature}
+        typed = guard.check_permit(permit.get("typed_data"), account.address, spender, value)
+        signature = account.sign_typed_data(full_message=typed).signature
+        deadline = typed["message"]["deadline"]
+        body = {"deadline": deadline, "signature": signature.to_0x_hex()}
+        return body, (int(deadline), *split_signature(bytes(signature)))
 
     async def train(
         self,
@@ -255,13 +304,8 @@ class AsyncClient:
     async def submit(self, spec_text: str, order: Order) -> AsyncJob:
         """`train` with the spec's text and an order in wei: what the CLI sends whichever way it
         reaches the chain."""
-        account = self._account()
         spec = await self.upload_spec(spec_text)
-        permit = await self.request(
-            "POST",
-            "/transactions/permit",
-            json={"owner": account.address, "spender": "JobMarket", "value": str(order.max_budget)},
-        )
+        permit, permit_args = await self._signed_permit("JobMarket", order.max_budget)
         created = await self.transact(
             "/transactions/jobs",
             {
@@ -273,14 +317,17 @@ class AsyncClient:
                 "sample_rate_bps": order.sample_rate_bps,
                 "checkpoint_interval": order.checkpoint_interval,
                 "unit_gpu_seconds": order.unit_gpu_seconds,
-                "permit": self._signed_permit(permit),
+                "permit": permit,
             },
+            lambda ledger: ledger.create_job_call(
+                jobs.job_request(spec_text, spec["cid"], order), permit_args
+            ),
         )
         return AsyncJob(self, created["job_id"])
 
     async def withdraw(self) -> dict:
         """Take what the market owes this wallet (a provider's or verifier's pay)."""
-        return await self.transact("/transactions/withdraw", {})
+        return await self.transact("/transactions/withdraw", {}, Ledger.withdraw_call)
 
     # --- providers and verifiers ----------------------------------------------------------
 
@@ -299,32 +346,40 @@ class AsyncClient:
                 "endpoint": hardware.endpoint,
                 "attestation": "0x" + hardware.attestation.hex(),
             },
+            lambda ledger: ledger.register_provider_call(Tier.named(tier), hardware),
         )
 
     async def register_verifier(self, endpoint: str) -> dict:
         """Register the wallet as a verifier reached at `endpoint`."""
-        return await self.transact("/transactions/verifiers", {"endpoint": endpoint})
+        return await self.transact(
+            "/transactions/verifiers",
+            {"endpoint": endpoint},
+            lambda ledger: ledger.register_verifier_call(endpoint),
+        )
 
     async def stake(self, amount: float | str | Decimal) -> dict:
         """Stake `amount` ZEN in one transaction: a permit for the staking contract, signed here."""
         value = wei(amount)
-        permit = await self.request(
-            "POST",
-            "/transactions/permit",
-            json={"owner": self._account().address, "spender": "Staking", "value": str(value)},
-        )
+        permit, permit_args = await self._signed_permit("Staking", value)
         return await self.transact(
-            "/transactions/stake", {"amount": str(value), "permit": self._signed_permit(permit)}
+            "/transactions/stake",
+            {"amount": str(value), "permit": permit},
+            lambda ledger: ledger.stake_call(value, permit_args),
         )
 
     async def unstake(self, amount: float | str | Decimal) -> dict:
         """Move `amount` ZEN of free stake into unbonding (withdraw_stake once the delay is
         over)."""
-        return await self.transact("/transactions/unstake", {"amount": str(wei(amount))})
+        value = wei(amount)
+        return await self.transact(
+            "/transactions/unstake",
+            {"amount": str(value)},
+            lambda ledger: ledger.request_unstake_call(value),
+        )
 
     async def withdraw_stake(self) -> dict:
         """Take back unbonded stake whose unbonding delay is over."""
-        return await self.transact("/transactions/stake/withdraw", {})
+        return await self.transact("/transactions/stake/withdraw", {}, Ledger.withdraw_stake_call)
 
 
 class AsyncJob:
@@ -407,7 +462,8 @@ class AsyncJob:
         """Settle if the ledger lets us; someone else settling first, even in the same block, is no
         failure: the next look at the job finds it settled."""
         try:
-            await self.client.transact(f"/transactions/jobs/{self.id}/settle", {})
+            settle = f"/transactions/jobs/{self.id}/settle"
+            await self.client.transact(settle, {}, lambda ledger: ledger.settle_call(self.id))
         except TransactionReverted:
             pass  # mined behind another settle (or a dispute opened in the same block)
         except GatewayError as exc:
@@ -416,7 +472,8 @@ class AsyncJob:
 
     async def cancel(self) -> dict:
         """Cancel while no auction has cleared: the whole budget comes back."""
-        return await self.client.transact(f"/transactions/jobs/{self.id}/cancel", {})
+        path = f"/transactions/jobs/{self.id}/cancel"
+        return await self.client.transact(path, {}, lambda ledger: ledger.cancel_job_call(self.id))
 
     async def clearing_price(self) -> int:
         """ZEN wei per GPU-hour the auction cleared at."""

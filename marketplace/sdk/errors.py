@@ -29,3 +29,7 @@ class TransactionReverted(GatewayError):
         said = f": {reason}" if reason else ""
         super().__init__(0, f"transaction {tx_hash} reverted in block {block}{said}")
         self.tx_hash, self.block = tx_hash, block
+
+
+class RefusedToSign(ZooError):
+    """What a gateway handed over to sign is not what was asked for; nothing was signed."""

@@ -38,6 +38,16 @@ def ledger(w3, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def trusted_manifest(ledger, tmp_path_factory) -> Iterator[None]:
+    """The SDK in this process knows the module's ledger from its own copy of the manifest, as a
+    user's machine does: it checks what the gateway hands over to sign against it."""
+    manifest = ledger.deployment.write(tmp_path_factory.mktemp("trusted") / "manifest.json")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ZOO_MANIFEST", str(manifest))
+        yield
+
+
+@pytest.fixture(scope="module")
 def cast() -> Cast:
     accounts = [devnet_account(i) for i in range(1, 7)]
     return Cast(

@@ -35,7 +35,7 @@ from marketplace.sdk import GatewayError, Progress, Settlement
 from marketplace.storage import Storage
 from marketplace.wallet import import_key
 
-pytestmark = pytest.mark.anvil
+pytestmark = [pytest.mark.anvil, pytest.mark.usefixtures("trusted_manifest")]
 SPEC = Path(__file__).parents[2] / "node/specs/tiny.yaml"
 UNITS = 6  # the tiny spec's units per node
 GPU_SECONDS = 599
