@@ -371,30 +371,51 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         if (_liveUnit(jobId, slotId, index) != unitCommitment(unit)) revert UnitMismatch();
         Job storage j = _jobs[jobId];
         Slot storage s = _slots[jobId][slotId];
-        Participant storage p = _participants[jobId][unit.provider];
+        address holder = s.provider;
+        bool cheaterHolds = holder == unit.provider;
 
-        if (s.provider == unit.provider) {
-            // Everything the provider did from the failed unit on built on a wrong state: roll the
-            // slot back to the last good checkpoint and let another provider redo it.
-            emit UnitRejected(jobId, slotId, index, unit.remainingBefore - s.remaining);
-            bool wasDone = s.done;
-            if (wasDone) {
-                s.done = false;
-                --j.doneSlots;
-                if (j.status == JobStatus.Completed) j.status = JobStatus.Running;
-            }
+        // Every unit from the failed one on, by whoever, built on a wrong state: the slot resumes
+        // from the last good checkpoint. The cheater's pay from the failed unit on goes back into
+        // the slot's budget; a later provider's pay for what it built on the bad state in good
+        // faith stands, so the slot's remaining budget and its holder's start move up together.
+        uint128 clawedBack;
+        if (cheaterHolds) {
+            clawedBack = unit.remainingBefore - s.remaining;
             s.remaining = unit.remainingBefore;
-            s.unitsDone = index;
-            _removeProvider(j, jobId, slotId, s, IStaking.SlashReason.IncorrectComputation, reporter, !wasDone);
         } else {
-            // The provider already lost the slot; its pay from the failed unit on is taken back.
-            // An earlier rejection may already have taken back more.
-            if (unit.remainingBefore > p.endRemaining) {
-                emit UnitRejected(jobId, slotId, index, unit.remainingBefore - p.endRemaining);
-                p.endRemaining = unit.remainingBefore;
-            }
-            _slash(j, jobId, unit.provider, IStaking.SlashReason.IncorrectComputation, reporter, false);
+            // A live unit of a past tenure is never below where that tenure's pay ended.
+            Participant storage p = _participants[jobId][unit.provider];
+            clawedBack = unit.remainingBefore - p.endRemaining;
+            p.endRemaining = unit.remainingBefore;
+            s.remaining += clawedBack;
+            if (holder != address(0)) _participants[jobId][holder].startRemaining += clawedBack;
         }
+        s.unitsDone = index;
+        emit UnitRejected(jobId, slotId, index, clawedBack);
+
+        // A finished slot has work again; its holder's collateral was released when it finished.
+        bool wasDone = s.done && holder != address(0);
+        if (wasDone) {
+            s.done = false;
+            --j.doneSlots;
+            if (j.status == JobStatus.Completed) j.status = JobStatus.Running;
+        }
+        if (cheaterHolds) {
+            _removeProvider(j, jobId, slotId, s, IStaking.SlashReason.IncorrectComputation, reporter, !wasDone);
+            return;
+        }
+        if (wasDone) {
+            // An honest successor that had finished has no collateral left behind the slot: it
+            // leaves with its pay, unslashed, and the slot is re-auctioned.
+            Bid[] memory kept = _vacate(j, jobId, s);
+            emit SlotReleased(jobId, slotId, holder);
+            _release(kept, j.collateral);
+        } else if (holder != address(0)) {
+            // An honest successor still at work keeps the slot and redoes the voided units, with a
+            // full checkpoint interval for the first.
+            s.lastCheckpointAt = uint40(block.timestamp);
+        }
+        _slash(j, jobId, unit.provider, IStaking.SlashReason.IncorrectComputation, reporter, false);
     }
 
     /// @inheritdoc IJobMarket
@@ -667,19 +688,25 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         bool unlockCollateral
     ) internal {
         address provider = s.provider;
-        Participant storage p = _participants[jobId][provider];
+        Bid[] memory kept = _vacate(j, jobId, s);
+        emit ProviderRemoved(jobId, slotId, provider, reason);
+        _release(kept, j.collateral);
+        _slash(j, jobId, provider, reason, reporter, unlockCollateral);
+    }
+
+    /// @dev Ends `s.provider`'s tenure, its pay fixed where the slot's budget stands, and puts the
+    /// slot up for auction again. A round already running for other slots restarts with one more
+    /// place (its bids were for fewer slots): returns that round's kept bids, whose collateral the
+    /// caller releases (`_release`) after its own state changes.
+    function _vacate(Job storage j, uint256 jobId, Slot storage s) internal returns (Bid[] memory kept) {
+        Participant storage p = _participants[jobId][s.provider];
         p.endRemaining = s.remaining;
         p.state = ParticipantState.Removed;
         s.provider = address(0);
         s.price = 0;
-        // A round already running for other slots restarts with one more place: its bids were
-        // for fewer slots.
-        Bid[] memory kept = j.openSlots != 0 ? _endRound(j, jobId) : new Bid[](0);
+        kept = j.openSlots != 0 ? _endRound(j, jobId) : new Bid[](0);
         j.openSlots += 1;
         _openRound(j, jobId);
-        emit ProviderRemoved(jobId, slotId, provider, reason);
-        _release(kept, j.collateral);
-        _slash(j, jobId, provider, reason, reporter, unlockCollateral);
     }
 
     /// @dev Slashes `provider` its share for `reason` of the job's collateral, and never more in all

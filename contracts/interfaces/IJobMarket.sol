@@ -206,8 +206,13 @@ interface IJobMarket {
     event ProviderRemoved(
         uint256 indexed jobId, uint16 indexed slot, address indexed provider, IStaking.SlashReason reason
     );
-    /// @notice Emitted when a failed unit's pay, and its provider's later pay in the job, is taken back.
+    /// @notice Emitted when a failed unit is rejected: the slot rolls back to unit `index` (the units
+    /// from it on are void) and `clawedBack`, its provider's pay from that unit on, returns to the
+    /// slot's budget.
     event UnitRejected(uint256 indexed jobId, uint16 indexed slot, uint32 indexed index, uint128 clawedBack);
+    /// @notice Emitted when a provider that had finished a slot built on a unit rejected since leaves
+    /// it, unslashed and with its pay, so the slot is re-auctioned to redo the voided units.
+    event SlotReleased(uint256 indexed jobId, uint16 indexed slot, address indexed provider);
     /// @notice Emitted when a job has nothing left to run.
     event JobCompleted(uint256 indexed jobId);
     /// @notice Emitted when a job is cancelled before any work, refunding the whole budget.
@@ -283,9 +288,13 @@ interface IJobMarket {
     /// @notice Pays out what the caller is owed.
     function withdraw() external;
 
-    /// @notice Rejects a unit whose failure a second verifier confirmed: takes back its provider's
-    /// pay from that unit on, slashes it (IncorrectComputation) and, if it still holds the slot,
-    /// rolls the slot back to that unit and re-auctions it. Verification contract only.
+    /// @notice Rejects a unit whose failure a second verifier confirmed: rolls the slot back to that
+    /// unit, so its units from it on (whoever committed them) are void and redone, takes back its
+    /// provider's pay from that unit on and slashes it (IncorrectComputation). If it still holds the
+    /// slot, it is removed and the slot re-auctioned. Otherwise the slot's later providers keep their
+    /// pay for the voided units, done in good faith: one still at work keeps the slot and redoes them
+    /// (its checkpoint deadline restarts), one that had finished leaves it (`SlotReleased`) and the
+    /// slot is re-auctioned. Verification contract only.
     function rejectUnit(uint256 jobId, uint16 slot, uint32 index, Unit calldata unit, address reporter) external;
 
     /// @notice Slashes a provider of a job for a confirmed violation other than wrong computation.

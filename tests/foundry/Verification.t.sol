@@ -306,7 +306,8 @@ contract VerificationTest is BaseTest {
         // The downtime slash took a fifth of the collateral; this one takes the rest, no more.
         assertEq(staking.account(provider1).staked, stakedAfterDowntime - COLLATERAL * 8_000 / BPS);
         assertEq(market.slashedIn(jobId, provider1), COLLATERAL);
-        assertEq(market.slot(jobId, 0).unitsDone, 3, "the slot is not rolled back under another provider");
+        assertEq(market.slot(jobId, 0).unitsDone, 1, "the vacant slot resumes from the last good checkpoint");
+        assertEq(market.slot(jobId, 0).remaining, units[1].remainingBefore);
     }
 
     function test_resolveDispute_refuteSlashesChallenger() public {

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.28;
+
+import {IJobMarket} from "../../contracts/interfaces/IJobMarket.sol";
+import {IVerification} from "../../contracts/interfaces/IVerification.sol";
+import {unitCommitment} from "../../contracts/libraries/UnitCommitment.sol";
+import {BaseTest} from "./Base.t.sol";
+
+/// @notice A unit confirmed wrong after its provider was replaced: the slot resumes from the last
+/// good checkpoint whoever built on the bad unit, the cheater loses its pay from that unit on and is
+/// slashed, and the honest successor keeps what it was paid.
+contract RollbackTest is BaseTest {
+    uint96 internal constant SUCCESSOR_PRICE = 35e18;
+    uint256 internal constant CHEATER_UNIT_PAY = uint256(UNIT_SECONDS) * PRICE / 1 hours;
+    /// @dev 583...33.3 ZEN wei: rounded down, so the pay is checked to the wei.
+    uint256 internal constant SUCCESSOR_UNIT_PAY = uint256(UNIT_SECONDS) * SUCCESSOR_PRICE / 1 hours;
+    uint256 internal constant COLLATERAL = BUDGET / 2;
+
+    address internal cheater = provider1;
+    address internal successor = provider2;
+    address internal watcher = makeAddr("watcher");
+
+    /// @dev provider1 (the cheater) commits units 0..2, unit 1 faked, and a verifier fails unit 1
+    /// late in its window; provider1 goes down, provider2 (the successor) wins the slot and commits
+    /// units 3..4 in good faith on top, while the dispute is still open. Returns unit 1's record.
+    function _cheatThenGetReplaced(uint32 unitsPerNode) internal returns (uint256 jobId, IJobMarket.Unit memory bad) {
+        IJobMarket.JobRequest memory r = _request(1, BUDGET);
+        r.unitsPerNode = unitsPerNode;
+        jobId = _createJob(r);
+        _auction(jobId, cheater, PRICE);
+        _checkpoint(jobId, 0);
+        bad = _checkpoint(jobId, 0);
+        IJobMarket.Unit memory last = _checkpoint(jobId, 0);
+        _rollToSample();
+
+        vm.warp(bad.committedAt + VERIFICATION_WINDOW - 1);
+        _postResult(verifier1, jobId, 0, 1, bad, false);
+        vm.warp(last.committedAt + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+
+        _auction(jobId, successor, SUCCESSOR_PRICE);
+        _checkpoint(jobId, 0);
+        _checkpoint(jobId, 0);
+        assertEq(market.slot(jobId, 0).unitsDone, 5);
+        assertLe(block.timestamp, verification.result(jobId, 0, 1).disputedAt + DISPUTE_WINDOW, "dispute still open");
+    }
+
+    function _confirm(uint256 jobId, IJobMarket.Unit memory bad) internal {
+        vm.expectEmit(address(market));
+        emit IJobMarket.UnitRejected(jobId, 0, 1, uint128(2 * CHEATER_UNIT_PAY));
+        _resolveDispute(verifier2, jobId, 0, 1, bad, false);
+    }
+
+    /// @dev Whatever the slot holds, its budget share is its providers' pay plus what remains.
+    function _assertRolledBack(uint256 jobId, IJobMarket.Unit memory bad) internal view {
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.unitsDone, 1, "resumes from the last good checkpoint");
+        assertTrue(market.unitHash(jobId, 0, 0) != bytes16(0), "unit 0 stands");
+        for (uint32 i = 1; i <= 4; ++i) {
+            assertEq(market.unitHash(jobId, 0, i), bytes16(0), "units from the failed one on are void");
+        }
+        assertEq(market.earned(jobId, cheater), CHEATER_UNIT_PAY, "the cheater keeps unit 0 only");
+        assertEq(market.participant(jobId, cheater).endRemaining, bad.remainingBefore);
+        assertEq(market.earned(jobId, successor), 2 * SUCCESSOR_UNIT_PAY, "the successor keeps its pay");
+        assertEq(s.remaining, BUDGET - CHEATER_UNIT_PAY - 2 * SUCCESSOR_UNIT_PAY, "budget share = pay + remaining");
+        assertEq(market.slashedIn(jobId, cheater), COLLATERAL, "downtime, then the rest for the fake");
+        assertEq(staking.account(cheater).staked, PROVIDER_STAKE - COLLATERAL);
+        assertEq(staking.account(cheater).locked, 0);
+        assertEq(market.slashedIn(jobId, successor), 0);
+        assertEq(staking.account(successor).staked, PROVIDER_STAKE, "the successor is not slashed");
+        assertEq(uint8(verification.result(jobId, 0, 1).verdict), uint8(IVerification.Verdict.Rejected));
+
+        IJobMarket.Job memory j = market.job(jobId);
+        assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Running), "the job cannot complete as it was");
+        assertEq(j.doneSlots, 0);
+    }
+
+    /// @dev Settles after the verification window and checks the settlement to the wei: the
+    /// budget is pay plus refund, and the market keeps exactly what it owes.
+    function _settleAndCheck(uint256 jobId, address[] memory providers, uint256[] memory pays) internal {
+        uint256 payment;
+        uint256 fee;
+        for (uint256 i; i < providers.length; ++i) {
+            assertEq(market.earned(jobId, providers[i]), pays[i]);
+            payment += pays[i];
+            fee += _fee(pays[i]);
+        }
+        uint256 each = fee / verification.verificationCount(jobId);
+        if (each > 1e18) each = 1e18;
+        uint256 pool = each * verification.verificationCount(jobId);
+        uint256 userBefore = zen.balanceOf(user);
+        uint256 treasuryBefore = zen.balanceOf(address(treasury));
+
+        vm.warp(market.job(jobId).completedAt + VERIFICATION_WINDOW);
+        vm.expectEmit(address(market));
+        emit IJobMarket.JobSettled(jobId, payment, fee, BUDGET - payment, pool);
+        market.settle(jobId);
+
+        assertEq(zen.balanceOf(user) - userBefore, BUDGET - payment, "refund");
+        assertEq(zen.balanceOf(address(treasury)) - treasuryBefore, fee - pool, "treasury's fee");
+        uint256 owedTotal;
+        for (uint256 i; i < providers.length; ++i) {
+            assertEq(market.owed(providers[i]), pays[i] - _fee(pays[i]));
+            owedTotal += market.owed(providers[i]);
+        }
+        assertEq(zen.balanceOf(address(market)), owedTotal + pool, "the market holds exactly what it owes");
+        assertEq(payment + (BUDGET - payment), BUDGET);
+    }
+
+    /// Finding 5 of issue 18: the successor is at work when the fake is confirmed. It keeps the
+    /// slot and its pay, redoes units 1..9 from unit 0, and only that work completes the job.
+    function test_attack_workBuiltOnRejectedUnitIsRedone() public {
+        (uint256 jobId, IJobMarket.Unit memory bad) = _cheatThenGetReplaced(UNITS);
+        _confirm(jobId, bad);
+        _assertRolledBack(jobId, bad);
+
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.provider, successor, "the successor keeps the slot");
+        assertEq(s.lastCheckpointAt, block.timestamp, "with a full interval to redo unit 1");
+        assertEq(staking.account(successor).locked, COLLATERAL, "its collateral still backs it");
+        assertEq(market.job(jobId).openSlots, 0);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running));
+        market.settle(jobId);
+
+        IJobMarket.Unit memory redone = _checkpoint(jobId, 0);
+        assertEq(market.unitHash(jobId, 0, 1), unitCommitment(redone), "unit 1 is redone next");
+        assertEq(redone.remainingBefore, s.remaining);
+        _completeSlot(jobId, 0);
+        assertEq(market.slot(jobId, 0).unitsDone, UNITS);
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Completed));
+
+        address[] memory providers = new address[](2);
+        uint256[] memory pays = new uint256[](2);
+        (providers[0], pays[0]) = (cheater, CHEATER_UNIT_PAY);
+        (providers[1], pays[1]) = (successor, (2 + UNITS - 1) * SUCCESSOR_UNIT_PAY);
+        _settleAndCheck(jobId, providers, pays);
+        assertEq(staking.account(successor).locked, 0);
+        assertEq(staking.account(successor).staked, PROVIDER_STAKE);
+    }
+
+    /// The successor had finished the slot, and the job had completed, when the fake is confirmed.
+    /// Its collateral was released at the finish, so it leaves the slot unslashed with its pay, the
+    /// job runs again and a new provider redoes units 1..4.
+    function test_attack_finishedWorkBuiltOnRejectedUnitIsRedone() public {
+        (uint256 jobId, IJobMarket.Unit memory bad) = _cheatThenGetReplaced(5);
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Completed));
+        assertEq(staking.account(successor).locked, 0);
+
+        vm.expectEmit(address(market));
+        emit IJobMarket.UnitRejected(jobId, 0, 1, uint128(2 * CHEATER_UNIT_PAY));
+        vm.expectEmit(address(market));
+        emit IJobMarket.SlotReleased(jobId, 0, successor);
+        _resolveDispute(verifier2, jobId, 0, 1, bad, false);
+        _assertRolledBack(jobId, bad);
+
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.provider, address(0), "re-auctioned");
+        assertFalse(s.done);
+        assertEq(market.job(jobId).openSlots, 1);
+        assertEq(uint8(market.participant(jobId, successor).state), uint8(IJobMarket.ParticipantState.Removed));
+        assertEq(staking.account(successor).locked, 0);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Running));
+        market.settle(jobId);
+
+        _auction(jobId, provider3, PRICE);
+        assertEq(market.participant(jobId, provider3).startRemaining, s.remaining);
+        IJobMarket.Unit memory redone = _checkpoint(jobId, 0);
+        assertEq(market.unitHash(jobId, 0, 1), unitCommitment(redone), "unit 1 is redone next");
+        _completeSlot(jobId, 0);
+        assertEq(market.slot(jobId, 0).unitsDone, 5);
+
+        address[] memory providers = new address[](3);
+        uint256[] memory pays = new uint256[](3);
+        (providers[0], pays[0]) = (cheater, CHEATER_UNIT_PAY);
+        (providers[1], pays[1]) = (successor, 2 * SUCCESSOR_UNIT_PAY);
+        (providers[2], pays[2]) = (provider3, 4 * CHEATER_UNIT_PAY);
+        _settleAndCheck(jobId, providers, pays);
+    }
+
+    /// The fake is confirmed while the slot waits for its re-auction: the next provider starts at
+    /// unit 1, with the cheater's pay for units 1..2 back in the slot's budget.
+    function test_rejectUnit_vacantSlotResumesFromLastGoodCheckpoint() public {
+        uint256 jobId = _startJob();
+        _checkpoint(jobId, 0);
+        IJobMarket.Unit memory bad = _checkpoint(jobId, 0);
+        IJobMarket.Unit memory last = _checkpoint(jobId, 0);
+        _rollToSample();
+        vm.warp(bad.committedAt + VERIFICATION_WINDOW - 1);
+        _postResult(verifier1, jobId, 0, 1, bad, false);
+        vm.warp(last.committedAt + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        _confirm(jobId, bad);
+
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.unitsDone, 1);
+        assertEq(s.remaining, bad.remainingBefore);
+        _auction(jobId, successor, SUCCESSOR_PRICE);
+        IJobMarket.Unit memory redone = _checkpoint(jobId, 0);
+        assertEq(market.unitHash(jobId, 0, 1), unitCommitment(redone));
+        assertEq(market.unitHash(jobId, 0, 2), bytes16(0));
+        assertEq(market.earned(jobId, successor), SUCCESSOR_UNIT_PAY);
+    }
+}
