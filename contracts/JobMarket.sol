@@ -340,13 +340,18 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     //////////////////////////////////////////////////////////////*/
 
     /// @inheritdoc IJobMarket
-    function commitCheckpoint(uint256 jobId, uint16 slotId, string calldata cid, bytes32 stateHash) external {
+    function commitCheckpoint(uint256 jobId, uint16 slotId, uint32 index, string calldata cid, bytes32 stateHash)
+        external
+    {
         Job storage j = _jobs[jobId];
         if (j.status != JobStatus.Running) revert WrongJobStatus(jobId, j.status);
         Slot storage s = _slots[jobId][slotId];
         if (s.provider != msg.sender) revert NotSlotProvider(jobId, slotId);
         if (s.done) revert SlotDone(jobId, slotId);
-        uint32 index = _recordUnit(jobId, slotId, s, cid, stateHash);
+        // A rollback between the provider's read of the slot and this commit would otherwise file
+        // the checkpoint of a later unit as the first voided one.
+        if (index != s.unitsDone) revert NotNextUnit(index, s.unitsDone);
+        _recordUnit(jobId, slotId, s, index, cid, stateHash);
         if (index + 1 == j.unitsPerNode || s.remaining == 0) _finishSlot(j, jobId, slotId, s);
     }
 
@@ -623,13 +628,17 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         }
     }
 
-    /// @dev Stores the hash of a unit's record and accrues its pay to the slot's provider.
-    function _recordUnit(uint256 jobId, uint16 slotId, Slot storage s, string calldata cid, bytes32 stateHash)
-        internal
-        returns (uint32 index)
-    {
+    /// @dev Stores the hash of unit `index`'s record (the slot's next) and accrues its pay to the
+    /// slot's provider.
+    function _recordUnit(
+        uint256 jobId,
+        uint16 slotId,
+        Slot storage s,
+        uint32 index,
+        string calldata cid,
+        bytes32 stateHash
+    ) internal {
         Unit memory unit = _meter(s, cid, stateHash);
-        index = s.unitsDone;
         bytes32 pair = _units[jobId][slotId][index / 2];
         _units[jobId][slotId][index / 2] = index % 2 == 0
             ? bytes32(unitCommitment(unit)) | (pair & bytes32(uint256(type(uint128).max)))

@@ -132,6 +132,9 @@ interface IJobMarket {
     error PriceAboveMax(uint256 price, uint256 maxPrice);
     /// @notice Thrown when someone other than the slot's provider commits a checkpoint.
     error NotSlotProvider(uint256 jobId, uint256 slot);
+    /// @notice Thrown when a checkpoint is committed as another unit than the slot's next, `next`:
+    /// the slot was rolled back since its provider read it.
+    error NotNextUnit(uint32 index, uint32 next);
     /// @notice Thrown when a checkpoint is committed to a slot that has delivered all its units.
     error SlotDone(uint256 jobId, uint256 slot);
     /// @notice Thrown when downtime is reported before a slot's checkpoint deadline.
@@ -267,9 +270,11 @@ interface IJobMarket {
     /// bond, and its sealed bids expire at once. Anyone may call, once per sealed bid.
     function expireBid(uint256 jobId, uint16 round, address bidder) external;
 
-    /// @notice Commits the next work unit of `slot`: its checkpoint CID and state hash. Accrues the
-    /// unit's fixed pay, `price * unitGpuSeconds / 3600`, capped by the slot's remaining budget.
-    function commitCheckpoint(uint256 jobId, uint16 slot, string calldata cid, bytes32 stateHash) external;
+    /// @notice Commits unit `index` of `slot`, which must be its next (`unitsDone`): its checkpoint
+    /// CID and state hash. Accrues the unit's fixed pay, `price * unitGpuSeconds / 3600`, capped by
+    /// the slot's remaining budget.
+    function commitCheckpoint(uint256 jobId, uint16 slot, uint32 index, string calldata cid, bytes32 stateHash)
+        external;
 
     /// @notice Reports a slot whose provider missed its checkpoint deadline: slashes it (Downtime,
     /// the caller as reporter) and re-auctions the slot from its last accepted checkpoint.

@@ -320,14 +320,20 @@ class Ledger:
         cid: str,
         state_hash: bytes,
     ) -> CommittedUnit:
-        receipt = self.send(self.commit_checkpoint_call(job_id, slot, cid, state_hash), provider)
+        """Commit the slot's next unit, whichever it is now."""
+        index = self.slot(job_id, slot)["unitsDone"]
+        receipt = self.send(
+            self.commit_checkpoint_call(job_id, slot, index, cid, state_hash), provider
+        )
         (event,) = self.market.events.CheckpointCommitted().process_receipt(receipt, errors=DISCARD)
         return self.unit_from_event(event)
 
     def commit_checkpoint_call(
-        self, job_id: int, slot: int, cid: str, state_hash: bytes
+        self, job_id: int, slot: int, index: int, cid: str, state_hash: bytes
     ) -> ContractFunction:
-        return self.market.functions.commitCheckpoint(job_id, slot, cid, state_hash)
+        """Commit unit `index` of the slot: refused unless it is the slot's next, so a commit
+        racing a rollback of the slot cannot land as an earlier unit."""
+        return self.market.functions.commitCheckpoint(job_id, slot, index, cid, state_hash)
 
     def checkpoint_events(self, job_id: int, slot: int | None = None) -> list[EventData]:
         """The job's CheckpointCommitted events (of one slot if given), oldest first."""

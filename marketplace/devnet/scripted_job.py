@@ -139,7 +139,7 @@ def run_job(
         for address, slot in slots.items():
             cid = cid_of_bytes(checkpoint_bytes(job_id, slot, index))
             state_hash = hashlib.sha256(checkpoint_bytes(job_id, slot, index)).digest()
-            fn = market.commitCheckpoint(job_id, slot, cid, state_hash)
+            fn = market.commitCheckpoint(job_id, slot, index, cid, state_hash)
             receipt = ledger.send(fn, by_address[address])
             outcome.record("commitCheckpoint", receipt)
             event = ledger.market.events.CheckpointCommitted().process_receipt(

@@ -141,6 +141,23 @@ class Journal(JournalDB):
             unit.seconds,
         )
 
+    def units_from(self, job_id: int, slot: int, index: int) -> list[Unit]:
+        """The slot's journaled units from `index` on, in order."""
+        rows = self._run(
+            "SELECT job_id, slot, idx, cid, state_hash, seconds FROM units "
+            "WHERE job_id = ? AND slot = ? AND idx >= ? ORDER BY idx",
+            job_id,
+            slot,
+            index,
+        )
+        return [Unit(*row) for row in rows]
+
+    def drop_units(self, job_id: int, slot: int, index: int) -> None:
+        """Forget the slot's units from `index` on: they are to be trained again."""
+        self._run(
+            "DELETE FROM units WHERE job_id = ? AND slot = ? AND idx >= ?", job_id, slot, index
+        )
+
     def unit(self, job_id: int, slot: int, index: int) -> Unit | None:
         rows = self._run(
             "SELECT job_id, slot, idx, cid, state_hash, seconds FROM units "

@@ -72,6 +72,11 @@ class Specs:
             )
 
 
+def unit_key(job_id: int, slot_id: int, index: int) -> str:
+    """The outbox key of a unit's commit."""
+    return f"unit:{job_id}:{slot_id}:{index}"
+
+
 class Worker:
     """Delivers a slot's units as a pipeline: while unit k is pinned and committed in the
     background, unit k+1 trains from k's state still in memory (the bits its checkpoint holds:
@@ -81,7 +86,11 @@ class Worker:
     Crash safety rests on the order of records. A unit is journaled once its checkpoint is on
     this node's IPFS node, pinned on the replicas before its commit, and the index to commit
     always comes from the chain's `unitsDone`: a restart commits the journaled units in order,
-    none is skipped or committed twice, and no unit whose record survived is trained again."""
+    none is skipped or committed twice, and no unit whose record survived is trained again.
+
+    The chain's `unitsDone` can also go back: a unit confirmed wrong voids every unit of the slot
+    built on it, including this node's if it took the slot over after the cheater. The node then
+    trains again from the last good checkpoint (`forget_voided`)."""
 
     def __init__(
         self,
@@ -108,6 +117,8 @@ class Worker:
         self._last: tuple[tuple[int, int, int], Checkpoint] | None = None
         # the training figures of units trained here, until committed
         self._metrics: dict[tuple[int, int, int], dict] = {}
+        # the highest `unitsDone` read of each slot: one below it means the slot was rolled back
+        self._reached: dict[tuple[int, int], int] = {}
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
 
     def close(self) -> None:
@@ -128,6 +139,7 @@ class Worker:
             return False
         slot, job = held
         index = slot["unitsDone"]
+        self.forget_voided(job_id, slot_id, index)
         unit = self.journal.unit(job_id, slot_id, index) or self._train(job_id, slot_id, index)
         committing = self._committer.submit(self.commit, unit, slot, job["checkpointInterval"])
         try:
@@ -163,6 +175,37 @@ class Worker:
         if job["status"] != JobStatus.RUNNING:
             return None
         return slot, job
+
+    def forget_voided(self, job_id: int, slot_id: int, done: int) -> None:
+        """Forget this node's units of the slot from `done` on if the chain rolled the slot back:
+        they built on a voided state, so they are trained again from unit `done - 1` and committed
+        under fresh outbox records. The slot was rolled back if `unitsDone` went below a value
+        read here before, or (after a restart) below a unit committed here. A unit journaled but
+        not committed past `done` alone is no rollback: a crash came between its training and its
+        commit, and it is committed as it is."""
+        rolled_back = self._reached.get((job_id, slot_id), 0) > done
+        self._reached[(job_id, slot_id)] = done
+        voided = self.journal.units_from(job_id, slot_id, done)
+        if not rolled_back and not any(self._committed(job_id, slot_id, u.index) for u in voided):
+            return
+        log.warning(
+            "job=%d slot=%d: rolled back to unit %d: training again from the last good checkpoint",
+            job_id,
+            slot_id,
+            done,
+        )
+        with self.journal.transaction():
+            self.journal.drop_units(job_id, slot_id, done)
+            for unit in voided:
+                self.journal.forget_outgoing(unit_key(job_id, slot_id, unit.index))
+        for unit in voided:
+            self._metrics.pop((job_id, slot_id, unit.index), None)
+        if self._last is not None and self._last[0][:2] == (job_id, slot_id):
+            self._last = None  # a voided state, or one also on chain
+
+    def _committed(self, job_id: int, slot_id: int, index: int) -> bool:
+        outgoing = self.journal.outgoing(unit_key(job_id, slot_id, index))
+        return outgoing is not None and outgoing.done
 
     def _in_memory(self, job_id: int, slot_id: int, index: int) -> bool:
         return self._last is not None and self._last[0] == (job_id, slot_id, index)
@@ -239,9 +282,9 @@ class Worker:
                 late,
             )
         fn = self.ledger.commit_checkpoint_call(
-            unit.job_id, unit.slot, unit.cid, bytes.fromhex(unit.state_hash)
+            unit.job_id, unit.slot, unit.index, unit.cid, bytes.fromhex(unit.state_hash)
         )
-        receipt = self.outbox.send(f"unit:{unit.job_id}:{unit.slot}:{unit.index}", fn)
+        receipt = self.outbox.send(unit_key(unit.job_id, unit.slot, unit.index), fn)
         log.info(
             "job=%d slot=%d unit=%d: committed (pinned in %.3fs, mined in %.3fs) cid=%s",
             unit.job_id,

@@ -243,7 +243,7 @@ abstract contract BaseTest is Test {
         vm.recordLogs();
         string memory cid = _cid(slotId, s.unitsDone);
         vm.prank(s.provider);
-        market.commitCheckpoint(jobId, slotId, cid, keccak256(bytes(cid)));
+        market.commitCheckpoint(jobId, slotId, s.unitsDone, cid, keccak256(bytes(cid)));
         unit = LedgerRecords.unitFromLogs(vm.getRecordedLogs());
     }
 

@@ -86,7 +86,7 @@ contract GasCommitCheckpointTest is BaseTest {
     function test_gas_commitCheckpoint() public {
         vm.prank(provider1);
         market.commitCheckpoint(
-            jobId, 0, "bafybeigckptckptckptckptckptckptckptckptckptckptckptckptc", bytes32(uint256(1))
+            jobId, 0, 1, "bafybeigckptckptckptckptckptckptckptckptckptckptckptckptc", bytes32(uint256(1))
         );
     }
 }

@@ -624,7 +624,7 @@ contract JobMarketTest is BaseTest {
         vm.expectEmit(address(market));
         emit IJobMarket.JobCompleted(jobId);
         vm.prank(provider1);
-        market.commitCheckpoint(jobId, 0, "bafylast", bytes32(0));
+        market.commitCheckpoint(jobId, 0, UNITS - 1, "bafylast", bytes32(0));
 
         IJobMarket.Job memory j = market.job(jobId);
         assertEq(uint8(j.status), uint8(IJobMarket.JobStatus.Completed));
@@ -637,7 +637,7 @@ contract JobMarketTest is BaseTest {
         uint256 jobId = _startJob();
         vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotSlotProvider.selector, jobId, 0));
         vm.prank(provider2);
-        market.commitCheckpoint(jobId, 0, "bafy", bytes32(0));
+        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
     }
 
     function test_RevertWhen_checkpointOnDoneSlot() public {
@@ -645,14 +645,27 @@ contract JobMarketTest is BaseTest {
         _completeSlot(jobId, 0);
         vm.expectRevert(abi.encodeWithSelector(IJobMarket.SlotDone.selector, jobId, 0));
         vm.prank(provider1);
-        market.commitCheckpoint(jobId, 0, "bafy", bytes32(0));
+        market.commitCheckpoint(jobId, 0, UNITS, "bafy", bytes32(0));
     }
 
     function test_RevertWhen_checkpointBeforeAuctionCleared() public {
         uint256 jobId = _createJob();
         vm.expectRevert(abi.encodeWithSelector(IJobMarket.WrongJobStatus.selector, jobId, IJobMarket.JobStatus.Open));
         vm.prank(provider1);
-        market.commitCheckpoint(jobId, 0, "bafy", bytes32(0));
+        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
+    }
+
+    /// A provider whose slot was rolled back since it read it cannot file a later unit's checkpoint
+    /// as the slot's next.
+    function test_RevertWhen_checkpointIsNotTheNextUnit() public {
+        uint256 jobId = _startJob();
+        _checkpoint(jobId, 0);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotNextUnit.selector, 2, 1));
+        vm.prank(provider1);
+        market.commitCheckpoint(jobId, 0, 2, "bafy", bytes32(0));
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotNextUnit.selector, 0, 1));
+        vm.prank(provider1);
+        market.commitCheckpoint(jobId, 0, 0, "bafy", bytes32(0));
     }
 
     /*//////////////////////////////////////////////////////////////

@@ -202,4 +202,62 @@ contract RollbackTest is BaseTest {
         assertEq(market.unitHash(jobId, 0, 2), bytes16(0));
         assertEq(market.earned(jobId, successor), SUCCESSOR_UNIT_PAY);
     }
+
+    /// Whatever unit of a replaced provider fails, after however much work by a successor at any
+    /// price, and with budgets small enough to cap pay: the slot resumes from the failed unit,
+    /// its budget share is always its providers' pay plus what remains, and the job settles to
+    /// the wei.
+    function testFuzz_rejectUnit_pastReplacedProviderConserves(
+        uint32 cheaterUnits,
+        uint32 failed,
+        uint32 successorUnits,
+        uint96 successorPrice,
+        uint128 budget
+    ) public {
+        cheaterUnits = uint32(bound(cheaterUnits, 1, UNITS - 1));
+        failed = uint32(bound(failed, 0, cheaterUnits - 1));
+        successorUnits = uint32(bound(successorUnits, 0, UNITS - cheaterUnits));
+        successorPrice = uint96(bound(successorPrice, 1, MAX_PRICE));
+        budget = uint128(bound(budget, 1e18, BUDGET));
+        uint256 jobId = _createJob(_request(1, budget));
+        _auction(jobId, cheater, PRICE);
+        IJobMarket.Unit memory bad;
+        for (uint32 i; i < cheaterUnits && !market.slot(jobId, 0).done; ++i) {
+            IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
+            if (i == failed) bad = unit;
+        }
+        if (market.slot(jobId, 0).done || bad.provider == address(0)) return;
+        skip(INTERVAL + 1);
+        market.reportDowntime(jobId, 0);
+        _auction(jobId, successor, successorPrice);
+        for (uint32 i; i < successorUnits && !market.slot(jobId, 0).done; ++i) {
+            _checkpoint(jobId, 0);
+        }
+        uint256 successorPay = market.earned(jobId, successor);
+
+        vm.prank(address(verification));
+        market.rejectUnit(jobId, 0, failed, bad, verifier1);
+
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.unitsDone, failed);
+        assertEq(market.unitHash(jobId, 0, failed), bytes16(0));
+        assertEq(market.earned(jobId, cheater), budget - bad.remainingBefore);
+        assertEq(market.earned(jobId, successor), successorPay);
+        assertEq(market.earned(jobId, cheater) + successorPay + s.remaining, budget);
+        assertEq(market.slashedIn(jobId, successor), 0);
+
+        if (s.provider == address(0)) _auction(jobId, provider3, PRICE);
+        _completeSlot(jobId, 0);
+        uint256 payment = market.earned(jobId, cheater) + market.earned(jobId, successor)
+            + market.earned(jobId, provider3);
+        assertLe(payment, budget, "no slot is paid more than its share");
+        uint256 userBefore = zen.balanceOf(user);
+        _settle(jobId);
+        assertEq(zen.balanceOf(user) - userBefore, budget - payment);
+        assertEq(
+            zen.balanceOf(address(market)),
+            market.owed(cheater) + market.owed(successor) + market.owed(provider3),
+            "no verifications: the market holds exactly what providers are owed"
+        );
+    }
 }

@@ -29,6 +29,8 @@ contract LedgerInvariantTest is BaseTest {
         // Weights favour the steps of a job's life, so runs reach settlement and withdrawal.
         _target(LedgerHandler.createJob.selector, 2);
         _target(LedgerHandler.runAuction.selector, 3);
+        _target(LedgerHandler.sealBid.selector, 1);
+        _target(LedgerHandler.expireBid.selector, 1);
         _target(LedgerHandler.commitCheckpoint.selector, 6);
         _target(LedgerHandler.postResult.selector, 3);
         _target(LedgerHandler.resolveDispute.selector, 2);
@@ -128,6 +130,28 @@ contract LedgerInvariantTest is BaseTest {
         }
     }
 
+    /// No slot is ever paid more than its share of the budget: what its providers earned plus what it
+    /// has left is exactly that share, to the wei, through every rollback and re-auction.
+    function invariant_slotPayIsItsBudgetShare() public view {
+        for (uint256 i; i < handler.jobCount(); ++i) {
+            uint256 jobId = handler.jobIds(i);
+            IJobMarket.Job memory j = market.job(jobId);
+            uint256[] memory paid = new uint256[](j.nodes);
+            address[] memory list = market.participants(jobId);
+            for (uint256 k; k < list.length; ++k) {
+                paid[market.participant(jobId, list[k]).slot] += market.earned(jobId, list[k]);
+            }
+            for (uint16 s; s < j.nodes; ++s) {
+                assertEq(paid[s] + market.slot(jobId, s).remaining, j.budget / j.nodes);
+            }
+        }
+    }
+
+    /// A confirmed failure always rolls its slot back to the failed unit, whoever holds the slot.
+    function invariant_rejectedUnitRollsItsSlotBack() public view {
+        assertEq(handler.ghost_rollbackMisses(), 0);
+    }
+
     /// No withdrawal pays more than is owed: the market pays out at most what it credited, staking
     /// at most what was requested out.
     function invariant_noWithdrawalAboveOwed() public view {
@@ -149,5 +173,7 @@ contract LedgerInvariantTest is BaseTest {
         console.log("disputes expired", handler.calls("expireDispute"), "cancels", handler.calls("cancelJob"));
         console.log("settled", handler.calls("settle"), "settled earnings", handler.ghost_settledEarnings());
         console.log("bids", handler.calls("bids"), "rounds", handler.calls("runAuction"));
+        console.log("sealed bids", handler.calls("sealBid"), "expired", handler.calls("expireBid"));
+        console.log("rollbacks past a replaced provider", handler.calls("rollbackPastReplacedProvider"));
     }
 }

@@ -59,8 +59,16 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
     address[] internal _providers;
     address[] internal _verifiers;
 
+    /// @dev A bid sealed and left unrevealed, until someone expires it.
+    struct Sealed {
+        uint256 jobId;
+        uint16 round;
+        address bidder;
+    }
+
     uint256[] public jobIds;
     Record[] internal _records;
+    Sealed[] internal _sealed;
     uint256[] internal _disputed; // indices into _records whose unit got a failed result
     mapping(uint256 jobId => mapping(address verifier => bool)) internal _claimed;
 
@@ -88,6 +96,8 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
     uint256 public ghost_protocolSlashCalls;
     uint256 public ghost_unauthorizedSlashAttempts;
     uint256 public ghost_unauthorizedSlashSuccesses;
+    // Rollbacks: confirmed failures after which the slot did not resume from the failed unit.
+    uint256 public ghost_rollbackMisses;
 
     /// @dev Actions that took effect (calls whose preconditions did not hold return early).
     mapping(bytes32 action => uint256) public calls;
@@ -194,6 +204,34 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
         ++calls["runAuction"];
     }
 
+    /// @dev A provider seals a bid it will never reveal: its collateral stays locked until the bid
+    /// expires.
+    function sealBid(uint256 jobSeed, uint256 bidderSeed) external {
+        (uint256 jobId, IJobMarket.Job memory j) = _jobWithAuction(jobSeed);
+        if (jobId == 0 || block.timestamp > j.bidDeadline) return;
+        address[] memory bidders = _bidders(jobId, j, _providers.length);
+        if (bidders.length == 0) return;
+        address bidder = bidders[bidderSeed % bidders.length];
+        vm.prank(bidder);
+        market.commitBid(jobId, keccak256(abi.encode("never revealed", jobId, j.round, bidder)));
+        _sealed.push(Sealed(jobId, j.round, bidder));
+        ++calls["sealBid"];
+    }
+
+    /// @dev Anyone expires a sealed bid once its round's reveal window is over (at once if the
+    /// round was cut short): the collateral is released and the bond slashed.
+    function expireBid(uint256 sealedSeed, uint256 callerSeed) external {
+        if (_sealed.length == 0) return;
+        uint256 i = sealedSeed % _sealed.length;
+        Sealed memory b = _sealed[i];
+        _sealed[i] = _sealed[_sealed.length - 1];
+        _sealed.pop();
+        IJobMarket.Job memory j = market.job(b.jobId);
+        if (b.round == j.round && block.timestamp <= j.revealDeadline) vm.warp(j.revealDeadline + 1);
+        _protocolSlash(abi.encodeCall(market.expireBid, (b.jobId, b.round, b.bidder)), _actor(callerSeed), address(market));
+        ++calls["expireBid"];
+    }
+
     /*//////////////////////////////////////////////////////////////
                                  WORK
     //////////////////////////////////////////////////////////////*/
@@ -207,11 +245,7 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
 
         vm.warp(block.timestamp + bound(elapsedSeed, 1, UNIT_SECONDS));
         vm.roll(block.number + 1);
-        string memory cid = string.concat("bafyckpt-", vm.toString(_records.length));
-        vm.recordLogs();
-        vm.prank(s.provider);
-        market.commitCheckpoint(jobId, slotId, cid, keccak256(bytes(cid)));
-        IJobMarket.Unit memory unit = LedgerRecords.unitFromLogs(vm.getRecordedLogs());
+        IJobMarket.Unit memory unit = _commit(jobId, slotId, s);
 
         _records.push(Record(jobId, slotId, s.unitsDone, false, unit));
         ghost_earned[jobId][s.provider] += unit.amount;
@@ -262,6 +296,7 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
         if (block.timestamp > r.disputedAt + verification.disputeWindow() || !_live(rec)) return;
         address resolver = _verifiers[0] == r.first ? _verifiers[1] : _verifiers[0];
         if (!staking.isActiveVerifier(resolver)) return;
+        bool replaced = market.slot(rec.jobId, rec.slot).provider != rec.unit.provider;
 
         _protocolSlash(
             abi.encodeCall(
@@ -270,7 +305,11 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
             resolver,
             address(verification)
         );
-        if (confirm) _voidFrom(rec);
+        if (confirm) {
+            _voidFrom(rec);
+            if (market.slot(rec.jobId, rec.slot).unitsDone != rec.index) ++ghost_rollbackMisses;
+            if (replaced) ++calls["rollbackPastReplacedProvider"];
+        }
         ++calls["resolveDispute"];
     }
 
@@ -430,6 +469,18 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
                                 INTERNAL
     //////////////////////////////////////////////////////////////*/
 
+    /// @dev The slot's provider commits its next unit; returns the unit as a verifier rebuilds it.
+    function _commit(uint256 jobId, uint16 slotId, IJobMarket.Slot memory s)
+        internal
+        returns (IJobMarket.Unit memory)
+    {
+        string memory cid = string.concat("bafyckpt-", vm.toString(_records.length));
+        vm.recordLogs();
+        vm.prank(s.provider);
+        market.commitCheckpoint(jobId, slotId, s.unitsDone, cid, keccak256(bytes(cid)));
+        return LedgerRecords.unitFromLogs(vm.getRecordedLogs());
+    }
+
     /// @dev Runs a call that may slash and books the ZEN it took out of staking.
     function _protocolSlash(bytes memory call, address caller, address target) internal {
         uint256 before = zen.balanceOf(address(staking));
@@ -444,7 +495,8 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
         ++ghost_protocolSlashCalls;
     }
 
-    /// @dev A confirmed failure takes back the pay of the failed unit's provider from that unit on.
+    /// @dev A confirmed failure takes back the pay of the failed unit's provider from that unit on;
+    /// later providers of the slot keep theirs.
     function _voidFrom(Record memory failed) internal {
         for (uint256 k; k < _records.length; ++k) {
             Record storage rec = _records[k];
@@ -513,6 +565,7 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
             if (
                 staking.isActiveProvider(provider, j.tier) && staking.freeStake(provider) >= j.collateral
                     && market.participant(jobId, provider).state == IJobMarket.ParticipantState.None
+                    && market.bidCommitment(jobId, provider) == 0
             ) bidders[n++] = provider;
         }
         assembly {
