@@ -21,7 +21,18 @@ from marketplace.protocol.units import unit_steps, units_per_node
 from marketplace.runtime.clock import chain_time
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import ContentTooLarge, Storage
-from node.engine import JobSpec, SpecError, parse_spec, run_unit, unit_shard
+from node.engine import (
+    JobSpec,
+    LocalData,
+    SpecError,
+    SpecOverLimits,
+    UnitLimits,
+    parse_spec,
+    run_unit,
+    unit_shard,
+)
+from node.engine.data import NO_LOCAL_DATA
+from node.engine.limits import DEFAULT_LIMITS
 
 from .journal import Journal, Unit
 
@@ -37,7 +48,8 @@ class UnitLog(Protocol):
 
 
 class JobUnfit(ZooError, ValueError):
-    """A job this node cannot deliver: its spec does not parse or has fewer units than asked."""
+    """A job this node cannot deliver: its spec does not parse, has fewer units than asked or
+    asks more of this machine than its limits allow."""
 
 
 class Specs:
@@ -45,9 +57,10 @@ class Specs:
     training read them from different threads, and a Storage serves one thread, so reads go through
     a lock."""
 
-    def __init__(self, ledger: Ledger, storage: Storage):
+    def __init__(self, ledger: Ledger, storage: Storage, limits: UnitLimits = DEFAULT_LIMITS):
         self._ledger = ledger
         self._storage = storage
+        self.limits = limits
         self._parsed: dict[int, JobSpec] = {}
         self._lock = threading.Lock()
 
@@ -65,6 +78,10 @@ class Specs:
     def check_job(self, job_id: int, job: dict) -> None:
         """Refuse, before bidding, a job whose units this node could not compute."""
         spec = self.of_job(job_id)
+        try:
+            self.limits.check(spec)
+        except SpecOverLimits as exc:
+            raise JobUnfit(str(exc)) from None
         if job["unitsPerNode"] > units_per_node(spec):
             raise JobUnfit(
                 f"the job asks {job['unitsPerNode']} units per node; its spec has "
@@ -94,6 +111,7 @@ class Worker:
         replicas: int,
         device: str | None = None,
         job_log: UnitLog | None = None,
+        local_data: LocalData = NO_LOCAL_DATA,
     ):
         self.ledger = ledger
         self.account = account
@@ -104,6 +122,7 @@ class Worker:
         self.replicas = replicas
         self.device = device
         self.job_log = job_log  # where a line for each committed unit goes, if anywhere
+        self.local_data = local_data  # the directories `file` data sources may read
         # the latest unit trained here
         self._last: tuple[tuple[int, int, int], Checkpoint] | None = None
         # the training figures of units trained here, until committed
@@ -179,6 +198,8 @@ class Worker:
             unit_shard(spec, slot_id),
             unit_steps(spec, index),
             storage=self.storage,
+            local_data=self.local_data,
+            limits=self.specs.limits,
             device=self.device,
         )
         trained = time.monotonic()
