@@ -386,7 +386,7 @@ class JobSpec(_Section):
         if not isinstance(value, Mapping):
             return handler(value)
         arch = value.get("architecture")
-        if arch not in ARCHITECTURES:
+        if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise PydanticCustomError(
                 "unknown_architecture",
                 "unknown architecture {arch}; allowed: {allowed}",
