@@ -98,6 +98,7 @@ class VerifierDaemon:
             self._handle,
             start_block=ledger.deployment.deploy_block,
             confirmations=confirmations,
+            on_reorg=self.outbox.resend_after,
         )
         self._handlers = {
             "JobCreated": self._on_job_created,

@@ -123,6 +123,7 @@ class ProviderDaemon:
                     start_block=self.ledger.deployment.deploy_block,
                     confirmations=self.config.confirmations,
                     heads=heads,
+                    on_reorg=self.outbox.resend_after,
                 )
                 message = (
                     f"provider {self.account.address} ready: tier {tier}, watching JobMarket "
