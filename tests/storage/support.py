@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -23,6 +24,9 @@ from marketplace.processes import terminate
 CHUNK = 256 * 1024
 MAX_LINKS = 174
 IPFS_CID = shutil.which("ipfs_cid")
+# The RPC token every node a test starts and every client shares (set in tests/conftest.py).
+TOKEN = os.environ["ZOO_IPFS_API_TOKEN"]
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 EMPTY_RAW_CID = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"  # sha2-256 of b""
 
 needs_ipfs_cid = pytest.mark.skipif(
@@ -76,7 +80,7 @@ class Node:
         return f"http://{parts[2]}:{parts[4]}"
 
     def client(self) -> ipfshttpclient.Client:
-        return ipfshttpclient.Client(self.multiaddr)
+        return ipfshttpclient.Client(self.multiaddr, headers=AUTH)
 
     def stop(self) -> None:
         terminate(self.process)
