@@ -17,8 +17,8 @@ from pathlib import Path
 import ipfshttpclient
 import pytest
 
-from marketplace.ipfs import varint
-from marketplace.ipfs.cid import CID
+from marketplace.ipfs import dagpb, unixfs, varint
+from marketplace.ipfs.cid import CID, DAG_PB, RAW
 from marketplace.processes import terminate
 
 CHUNK = 256 * 1024
@@ -86,8 +86,9 @@ class Node:
         terminate(self.process)
 
 
-def launch_node(repo: Path) -> subprocess.Popen:
-    """Start `python -m marketplace.ipfs` on port 0, logging beside the repo."""
+def launch_node(repo: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `python -m marketplace.ipfs` on port 0, logging beside the repo; `env` is added
+    to this process's environment (the node's ZOO_IPFS_* settings)."""
     repo.mkdir(parents=True, exist_ok=True)
     (repo / "api").unlink(missing_ok=True)
     with open(repo.with_suffix(".log"), "ab") as log:
@@ -105,6 +106,7 @@ def launch_node(repo: Path) -> subprocess.Popen:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=None if env is None else os.environ | env,
         )
 
 
@@ -120,9 +122,9 @@ def wait_ready(repo: Path, process: subprocess.Popen, timeout: float = 30) -> No
     return Node(repo, process, (repo / "api").read_text().strip() + "/http")
 
 
-def start_nodes(repos: list[Path]) -> list[Node]:
+def start_nodes(repos: list[Path], env: dict[str, str] | None = None) -> list[Node]:
     """Launch all, then wait for each, so several nodes start in the time of one."""
-    processes = [launch_node(repo) for repo in repos]
+    processes = [launch_node(repo, env) for repo in repos]
     return [wait_ready(repo, process) for repo, process in zip(repos, processes, strict=True)]
 
 
@@ -162,3 +164,29 @@ def lying_node() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def file_node(children: list[tuple[CID, int, int]]) -> bytes:
+    """A UnixFS file node linking (CID, file bytes, cumulative block bytes) children, whose
+    sizes it declares as given: honest or not."""
+    links = [dagpb.Link(cid, "", tsize) for cid, _, tsize in children]
+    sizes = [size for _, size, _ in children]
+    meta = unixfs.encode_parts(unixfs.FILE, [], sum(sizes), sizes)
+    return b"".join(bytes(part) for part in dagpb.encode(links, meta))
+
+
+def dag_bomb(
+    levels: int = 5, leaf: bytes = bytes(1024), leaf_size: int | None = None
+) -> tuple[CID, dict[CID, bytes]]:
+    """A file DAG of `levels` nodes above one raw leaf, each linking 174 times to the level
+    below: a few KB of blocks describing 174**levels leaves. `leaf_size`, when given, is what
+    every link says the leaf holds (a lie unless it is len(leaf))."""
+    cid = CID.of(leaf, RAW)
+    size, tsize = len(leaf) if leaf_size is None else leaf_size, len(leaf)
+    blocks = {cid: leaf}
+    for _ in range(levels):
+        block = file_node([(cid, size, tsize)] * MAX_LINKS)
+        cid = CID.of(block, DAG_PB)
+        size, tsize = size * MAX_LINKS, tsize * MAX_LINKS + len(block)
+        blocks[cid] = block
+    return cid, blocks
