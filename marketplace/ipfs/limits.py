@@ -12,7 +12,7 @@ class WalkLimits:
     174 times to the same child, a few levels deep, declare petabytes; a walk that stops at
     these bounds (and checks every declared size on the way) refuses them at once."""
 
-    max_blocks: int = 1 << 24  # blocks one walk visits: 4 TiB in 256 KiB chunks
+    max_blocks: int = 1 << 22  # blocks one walk visits: 1 TiB in 256 KiB chunks
     max_bytes: int = 1024 * GIB  # file bytes a DAG may declare
     max_depth: int = 32  # levels under the root; a balanced DAG of a PiB is 5 deep
 

@@ -106,28 +106,40 @@ def iter_file(
     yield from walk.bytes(walk.node(cid, get_block(cid), None, 0), 0, offset, end)
 
 
+# What one read keeps decoded: the nodes seen last (a path down a DAG of any sane depth, and
+# its siblings' small leaves), at most about 10 MiB of them.
+_KEPT_NODES = 256
+_KEPT_LEAF = 16 * 1024
+
+
 class _FileWalk:
-    """One read of a file. Internal nodes are parsed once per walk however often the DAG links
-    them (a file of repeated content links one subtree many times; a bomb, thousands of
-    times); leaves are read where they occur, each holding at least one byte of the output
-    (no link may declare an empty subtree), so the work is bounded by the bytes delivered,
-    which the root declared, and by the limits' count of visits."""
+    """One read of a file. Every visit counts against the limits, and each holds at least one
+    byte of the output (no link may declare an empty subtree), so the work is bounded by the
+    bytes the root declared and by the count of visits. A DAG may link one subtree many times
+    (honest repeated content, or a bomb doing it thousands of times over): the internal nodes
+    and small leaves seen last are kept decoded, so a repeated one is neither fetched again
+    (over the network, for a remote reader) nor parsed again."""
 
     def __init__(self, fetch_many: FetchMany, limits: WalkLimits) -> None:
         self._fetch_many = fetch_many
         self._limits = limits
-        self._parsed: dict[CID, FileNode] = {}  # nodes with children
+        self._recent: dict[CID, FileNode] = {}  # oldest first
         self._visits = 0
 
-    def node(self, cid: CID, block: bytes | None, expected: int | None, depth: int) -> FileNode:
-        """The decoded node, checked against the size its parent declared for it; `block` is
-        None for a node parsed earlier in this walk."""
+    def node(self, cid: CID, block: bytes, expected: int | None, depth: int) -> FileNode:
+        """Decode a fetched block and visit it."""
+        node = decode_file_node(cid, block)
+        if node.children or len(node.data) <= _KEPT_LEAF:
+            self._recent[cid] = node
+            if len(self._recent) > _KEPT_NODES:
+                del self._recent[next(iter(self._recent))]
+        return self.visit(cid, node, expected, depth)
+
+    def visit(self, cid: CID, node: FileNode, expected: int | None, depth: int) -> FileNode:
+        """Count the visit and check the node against the size its parent declared for it."""
         self._visits += 1
         if self._visits > self._limits.max_blocks:
             raise DagTooLarge(f"reading it visits more than {self._limits.max_blocks} blocks")
-        node = self._parsed[cid] if block is None else decode_file_node(cid, block)
-        if node.children:
-            self._parsed[cid] = node
         _check_declared(cid, node, expected, depth, self._limits)
         return node
 
@@ -143,10 +155,13 @@ class _FileWalk:
             if pos + size > start:
                 wanted.append((child, size, pos))
             pos += size
-        parsed = [child in self._parsed for child, _, _ in wanted]
-        fetched = iter(self._fetch_many([c for (c, _, _), p in zip(wanted, parsed) if not p]))
-        for (child, size, child_pos), known in zip(wanted, parsed, strict=True):
-            child_node = self.node(child, None if known else next(fetched), size, depth + 1)
+        kept = [self._recent.get(child) for child, _, _ in wanted]
+        fetched = iter(self._fetch_many([c for (c, _, _), k in zip(wanted, kept) if k is None]))
+        for (child, size, child_pos), known in zip(wanted, kept, strict=True):
+            if known is None:
+                child_node = self.node(child, next(fetched), size, depth + 1)
+            else:
+                child_node = self.visit(child, known, size, depth + 1)
             yield from self.bytes(
                 child_node,
                 depth + 1,
