@@ -136,11 +136,12 @@ def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
         proto = "ip6" if sock.family == socket.AF_INET6 else "ip4"
         repo.write_api_file(f"/{proto}/{host}/tcp/{bound_port}")
         log.info(
-            "IPFS RPC API listening on http://%s:%d%s (repo %s)",
+            "IPFS RPC API listening on http://%s:%d%s (repo %s, bearer token %s)",
             host,
             bound_port,
             API_PREFIX,
             repo.path,
+            "from ZOO_IPFS_API_TOKEN" if token else f"in {repo.path / 'api-token'}",
         )
         # uvicorn's signature asks for an asyncio.Protocol; a BufferedProtocol serves the same.
         config = uvicorn.Config(
