@@ -3,10 +3,12 @@ or a web page the node's owner opens (a cross-site `fetch` carries the page's Or
 may pin, unpin, add or collect garbage; the read-only gateway stays open to all."""
 
 import stat
+from pathlib import Path
 
 import pytest
 import requests
 
+from marketplace.devnet.network import Devnet, State
 from marketplace.storage import Storage, StorageError
 
 from .support import AUTH, TOKEN, Node, random_bytes
@@ -113,3 +115,16 @@ def test_storage_sends_the_configured_token_and_no_token_when_none_is_set(node: 
         pytest.raises(StorageError, match="Bearer"),
     ):
         storage.add_bytes(b"anonymous")
+
+
+def test_the_devnet_gives_its_nodes_and_every_process_one_token(tmp_path: Path):
+    devnet = Devnet(tmp_path)
+    nodes = {"user": "/ip4/127.0.0.1/tcp/9/http", "provider-0": "/ip4/127.0.0.1/tcp/10/http"}
+    state = State(root=tmp_path, redis_url="redis://127.0.0.1:9/0", ipfs=nodes)
+    for name in ("user", "provider-0", "verifier-0"):
+        token = devnet._settings(state, name).ipfs_api_token
+        assert token is not None and token.get_secret_value() == state.ipfs_token
+        assert devnet._variables(state, name)["ZOO_IPFS_API_TOKEN"] == state.ipfs_token
+    state.save()
+    assert State.load(tmp_path).ipfs_token == state.ipfs_token
+    assert State(root=tmp_path).ipfs_token != state.ipfs_token  # each devnet makes its own
