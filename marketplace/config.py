@@ -9,7 +9,6 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from marketplace.chain.toolchain import PROJECT_ROOT
-from marketplace.ipfs.limits import DEFAULT_QUOTAS, DEFAULT_WALK_LIMITS
 
 DEVNET_DIR = (
     PROJECT_ROOT / ".devnet"
@@ -31,17 +30,9 @@ class Settings(BaseSettings):
     manifest: Path | None = None  # deployment manifest; default deployments/<chain id>.json
     ipfs_api: str = "/ip4/127.0.0.1/tcp/5001/http"  # this process's IPFS node (Kubo RPC API)
     ipfs_replicas: list[str] = Field(default_factory=list)  # other nodes to pin replicas on
-    # Bearer token of the IPFS RPC API (Kubo's API.Authorizations): sent to every node above,
-    # and the embedded node's own (without one it makes <repo>/api-token). None sends none.
+    # Bearer token of the IPFS RPC API (Kubo's API.Authorizations), sent to every node above;
+    # an embedded node reads it too (marketplace.ipfs.settings). None sends none.
     ipfs_api_token: SecretStr | None = None
-    # Browser origins the embedded node takes RPC calls from ("*": any); others get a 403.
-    ipfs_allowed_origins: list[str] = Field(default_factory=list)
-    # Quotas (bytes one add or block/put brings, bytes of blocks the repo holds) and bounds on
-    # one walk of a DAG (blocks visited, file bytes declared) of the embedded node.
-    ipfs_max_add_bytes: int = Field(DEFAULT_QUOTAS.max_add_bytes, gt=0)
-    ipfs_max_repo_bytes: int = Field(DEFAULT_QUOTAS.max_repo_bytes, gt=0)
-    ipfs_max_dag_blocks: int = Field(DEFAULT_WALK_LIMITS.max_blocks, gt=0)
-    ipfs_max_dag_bytes: int = Field(DEFAULT_WALK_LIMITS.max_bytes, gt=0)
     redis_url: str = "redis://127.0.0.1:6379/0"  # Celery broker and result backend
     database_url: str | None = (
         None  # the gateway's index (any SQLAlchemy URL); default SQLite in home

@@ -14,16 +14,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
-from marketplace.config import Settings
 from marketplace.ipfs import allocator
 from marketplace.ipfs.api import blocks, files, gateway, node, pins
 from marketplace.ipfs.api.access import RpcAccess, require_rpc_access
 from marketplace.ipfs.blockstore import CorruptBlock
 from marketplace.ipfs.errors import AddTooLarge, BlockNotFound, IpfsError, RepoFull
 from marketplace.ipfs.http_protocol import NodeHttpProtocol
-from marketplace.ipfs.limits import Quotas, WalkLimits
 from marketplace.ipfs.pinstore import NotPinned
 from marketplace.ipfs.repo import Repo
+from marketplace.ipfs.settings import NodeSettings
 from marketplace.serving import QuietServer
 
 log = logging.getLogger(__name__)
@@ -119,17 +118,13 @@ def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _exit_on_signal)
     allocator.reuse_freed_buffers(_LARGEST_REUSED, _KEPT_FREE)
-    settings = Settings()
-    repo = Repo(
-        repo_path,
-        Quotas(settings.ipfs_max_add_bytes, settings.ipfs_max_repo_bytes),
-        WalkLimits(settings.ipfs_max_dag_blocks, settings.ipfs_max_dag_bytes),
-    )
+    settings = NodeSettings()
+    repo = Repo(repo_path, settings.quotas(), settings.walk_limits())
     try:
-        token = settings.ipfs_api_token
+        token = settings.api_token
         access = RpcAccess(
             repo.api_token(token.get_secret_value() if token else None),
-            frozenset(settings.ipfs_allowed_origins),
+            frozenset(settings.allowed_origins),
         )
         sock = _listen(host, port)
         bound_port = sock.getsockname()[1]
