@@ -208,7 +208,6 @@ def iter_blocks(
         if current.codec != DAG_PB:
             raise Unsupported(f"{current}: only dag-pb and raw DAGs can be walked")
         block = get_block(current)
-        yield current, block
         node = dagpb.decode(block)
         sizes: list[int | None] = [None] * len(node.links)
         if limits is not None and (expected is not None or _is_file(node)):
@@ -216,6 +215,7 @@ def iter_blocks(
             _check_declared(current, file, expected, depth, limits)
             declared[current] = file.filesize
             sizes = list(file.child_sizes)
+        yield current, block
         stack.extend(
             (link.cid, size, depth + 1)
             for link, size in reversed(list(zip(node.links, sizes, strict=True)))
