@@ -361,11 +361,13 @@ class Ledger:
 
     def flag_unit(self, provider: LocalAccount, unit: CommittedUnit):
         """Have verifiers re-run `unit` whatever its sample: a rank the group's aggregation
-        excluded."""
-        fn = self.verification.functions.flagUnit(
+        excluded, or a unit whose checkpoint a successor found bad."""
+        return self.send(self.flag_unit_call(unit), provider)
+
+    def flag_unit_call(self, unit: CommittedUnit) -> ContractFunction:
+        return self.verification.functions.flagUnit(
             unit.job_id, unit.slot, unit.index, unit.as_struct()
         )
-        return self.send(fn, provider)
 
     def is_sampled(self, unit: CommittedUnit) -> bool:
         fn = self.verification.functions.isSampled(

@@ -85,11 +85,11 @@ def onboard(ledger: Ledger, cast: Cast, scenario: Scenario) -> None:
         ledger.attest_benchmark(cast.verifiers[0], provider.address, benchmark, 100)
 
 
-def run_job(
-    ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str, *, settle: bool = True
-) -> Outcome:
-    """Create a job, auction it, commit every unit, verify the sampled ones, then (unless told
-    not to) settle and withdraw."""
+def auction(
+    ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str
+) -> tuple[Outcome, dict[str, int]]:
+    """Create a job and auction it: every provider bids its scenario price; the outcome so far
+    and each winner's slot by address."""
     request = JobRequest(
         spec_cid=spec_cid,
         tier=Tier.COMMUNITY,
@@ -131,7 +131,16 @@ def run_job(
     assigned = ledger.market.events.SlotAssigned().process_receipt(receipt, errors=DISCARD)
     slots = {e["args"]["provider"]: e["args"]["slot"] for e in assigned}
     outcome.winners = list(slots)
+    return outcome, slots
 
+
+def run_job(
+    ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str, *, settle: bool = True
+) -> Outcome:
+    """Create a job, auction it, commit every unit, verify the sampled ones, then (unless told
+    not to) settle and withdraw."""
+    outcome, slots = auction(ledger, cast, scenario, spec_cid)
+    job_id, market = outcome.job_id, ledger.market.functions
     by_address = {p.address: p for p in cast.providers}
     for index in range(scenario.units):
         advance_time(ledger.w3, scenario.unit_seconds)

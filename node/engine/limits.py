@@ -62,6 +62,13 @@ class UnitLimits:
 DEFAULT_LIMITS = UnitLimits()
 
 
+def checkpoint_bytes(spec: JobSpec) -> int:
+    """The most bytes an honest checkpoint of `spec`'s job can take: every parameter with its
+    gradient-free AdamW moments (three fp32 tensors, 12 bytes) plus room for the rest (RNG
+    states, metadata, the container). Reading one stops past this, whoever committed it."""
+    return parameter_count(spec) * 12 + (64 << 20)
+
+
 def parameter_count(spec: JobSpec) -> int:
     """The parameters of the model `spec` builds (shared tensors once), without allocating it."""
     with torch.device("meta"):
