@@ -91,6 +91,26 @@ contract GasCommitCheckpointTest is BaseTest {
     }
 }
 
+contract GasPostResultTest is BaseTest {
+    uint256 internal jobId;
+    IJobMarket.Unit internal unit;
+    address internal drawn;
+
+    function setUp() public override {
+        super.setUp();
+        jobId = _startJob();
+        unit = _checkpoint(jobId, 0);
+        _rollToSample();
+        drawn = _drawn(jobId, 0, 0, unit, address(0));
+    }
+
+    /// @dev The drawn verifier passes a sampled unit: the draw reads the two verifier seats.
+    function test_gas_postResult() public {
+        vm.prank(drawn);
+        verification.postResult(jobId, 0, 0, unit, true, "bafybeievidenceevidenceevidenceevidenceevidenceevidencee");
+    }
+}
+
 contract GasSettleTest is BaseTest {
     uint256 internal jobId;
 
