@@ -6,6 +6,11 @@ the EVM would forget after 256 blocks), collects finished re-runs and posts them
 fees of settled jobs, and reports providers that missed a checkpoint deadline. Every transaction
 goes through the outbox under a key of what it answers. Re-runs happen in Celery workers, so a
 slow unit never delays a post that is due.
+
+The ledger draws who judges each sampled unit and each dispute, by stake, turn by turn, and takes
+an answer only from the verifier drawn for the turn running. The draws of every turn are known
+once the unit's seed is, so the daemon re-runs only the units and disputes it is drawn for in a
+turn still to come, at once, and posts each verdict in its own turn.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from web3.types import EventData
 
 from marketplace.chain.errors import ChainError
 from marketplace.chain.events import EventCursor
-from marketplace.chain.ledger import CommittedUnit, Ledger
+from marketplace.chain.ledger import ZERO_ADDRESS, CommittedUnit, Ledger
 from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.terms import JobStatus
 from marketplace.runtime.clock import revert_name
@@ -41,10 +46,10 @@ from verifier.tasks import verify_unit
 
 log = logging.getLogger(__name__)
 
-ZERO_ADDRESS = "0x" + "00" * 20
 # Reverts that mean the work is moot (someone was first, the window closed, a rollback voided the
-# unit): the work is dropped, not retried.
+# unit, the turn ended before the answer was mined): the work is dropped, not retried.
 MOOT = {
+    "NotDrawn",
     "AlreadyVerified",
     "VerificationWindowClosed",
     "UnitMismatch",
@@ -248,6 +253,9 @@ class VerifierDaemon:
                 self._record_seed(unit)
                 if self._awaits_peers(unit, latest["timestamp"]):
                     continue
+            if not self._turns(work, latest["timestamp"]):
+                self.journal.update(work, j.SKIPPED, note="not drawn")
+                continue
             inputs = self._inputs(unit)
             if inputs is None:
                 log.warning(
@@ -389,10 +397,27 @@ class VerifierDaemon:
         disputed_at = self.ledger.verification_result(u.job_id, u.slot, u.index)["disputedAt"]
         return now > disputed_at + self.ledger.dispute_window()
 
+    def _turns(self, work: Work, now: int) -> list[int]:
+        """When each turn starts, from the one running at chain time `now` on, in which this
+        verifier is drawn to answer `work`."""
+        turns = self.ledger.result_turns if work.kind == j.RESULT else self.ledger.dispute_turns
+        return turns(work.unit, self.address, now)
+
     def post(self) -> None:
-        """Send each verdict in hand under its work's outbox key: a send a crash interrupted is
-        found under that key after a restart and waited for, never signed twice."""
-        for work in self.journal.work(j.READY):
+        """Send each verdict in hand whose turn is running under its work's outbox key: a send a
+        crash interrupted is found under that key after a restart and waited for, never signed
+        twice. A verdict whose turns are all over is dropped."""
+        ready = self.journal.work(j.READY)
+        if not ready:
+            return
+        now = self.ledger.w3.eth.get_block("latest")["timestamp"]
+        for work in ready:
+            turns = self._turns(work, now)
+            if not turns:
+                self._drop(work, "its turns are over")
+                continue
+            if turns[0] > now:
+                continue  # drawn for a later turn: posted then
             answer = (
                 self.ledger.post_result_call
                 if work.kind == j.RESULT

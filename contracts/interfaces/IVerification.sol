@@ -34,13 +34,14 @@ import {IJobMarket} from "./IJobMarket.sol";
 /// does not answer in its turn loses it, and the fee with it (fees pay posted answers only).
 ///
 /// Collusion bound. Let f be the attackers' share of the eligible verifier stake at the unit's
-/// block. Each turn's draw is theirs with probability f, so an attacker who wants a unit decided
-/// its way decides it alone (as the only verifier) with probability f, and settles a given dispute
-/// with probability at most f (its share of the stake without the challenger's). Confirming a
-/// false failure, and so slashing an honest provider, takes both draws: probability at most f^2
-/// per unit. Deciding every unit takes all of the eligible stake; deciding a majority of disputes,
-/// more than half. Silence does not help an attacker: an honest verifier drawn in the first turn
-/// answers in it, and later turns are only drawn when the earlier drawn verifier stayed silent.
+/// block. Each turn's draw is theirs with probability f: they post a given unit's result with
+/// probability f. A dispute draws among the stake less the challenger's (share c): the attackers
+/// settle one an honest verifier opened with probability f / (1 - c), and confirming a false
+/// failure (slashing an honest provider) takes both draws, probability at most f^2 per unit, as
+/// their own challenger's stake leaves the pool. Deciding every unit takes all of the eligible
+/// stake; deciding most disputes, more than half of the stake besides the challenger's. Silence
+/// does not help: an honest verifier drawn for a turn answers in it, and a later turn is drawn only
+/// when the earlier drawn verifier stayed silent.
 interface IVerification {
     enum Verdict {
         None,

@@ -172,11 +172,13 @@ def run_job(
 def verify_sampled(
     ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome, verdict: bool = True
 ) -> None:
-    """Verifiers post `verdict` on each sampled unit, as soon as its sample is drawn."""
+    """The verifier drawn for each sampled unit's first turn posts `verdict` on it, as soon as
+    its sample is drawn."""
     mine(ledger.w3, 2)  # a unit is sampled by the next block's hash, readable once one more exists
+    by_address = {v.address: v for v in cast.verifiers}
     for unit in units:
         if ledger.is_sampled(unit):
-            verifier = cast.verifiers[len(outcome.verified) % len(cast.verifiers)]
+            verifier = by_address[ledger.drawn_verifier(unit, 0)]
             outcome.record(
                 "postResult",
                 ledger.post_result(
