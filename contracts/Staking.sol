@@ -172,6 +172,8 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         uint64 ends = uint64(block.timestamp) + unbondingDelay;
         a.unbondingEnds = ends;
         emit UnstakeRequested(msg.sender, amount, ends);
+        // A role, not an amount anyone could round past.
+        // slither-disable-next-line incorrect-equality
         if (a.role == Role.Verifier) _reweigh(msg.sender, a.staked);
     }
 
@@ -331,11 +333,13 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         returns (address drawn)
     {
         uint256 seats = _seats.length;
-        uint256 total;
+        uint256 total = 0;
         for (uint256 i; i < seats; ++i) {
             (, uint256 weight) = _eligible(i, atBlock, excluded, alsoExcluded);
             total += weight;
         }
+        // Nobody eligible: no draw.
+        // slither-disable-next-line incorrect-equality
         if (total == 0) return drawn;
         // slither-disable-next-line weak-prng
         uint256 point = entropy % total;
@@ -385,7 +389,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     function _pastSeat(uint256 seat, uint64 atBlock) internal view returns (address verifier, uint256 weight) {
         uint256[] storage past = _seatHistory[seat];
         // The first entry that took effect after `atBlock`; the one before it held the seat then.
-        uint256 low;
+        uint256 low = 0;
         uint256 high = past.length;
         while (low < high) {
             uint256 mid = (low + high) / 2;
@@ -408,7 +412,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         if (staked < minVerifierStake) return;
 
         uint256 seat = _seats.length;
-        address evicted;
+        address evicted = address(0);
         if (seat < MAX_VERIFIERS) {
             _seats.push();
         } else {

@@ -121,7 +121,7 @@ def test_a_verifier_judges_only_the_units_it_is_drawn_for(job, make_daemon, cast
     judge in a turn of their window, skips the others, and posts each verdict within a turn it is
     drawn for, waiting for that turn when it comes later."""
     provider = job(ALWAYS)
-    units = [provider.honest(i) for i in range(4)]
+    units = [provider.honest(i) for i in range(3)]
     daemon = make_daemon(cast.verifiers[0])
     ledger, me = daemon.ledger, cast.verifiers[0].address
     mine(ledger.w3, 2)
