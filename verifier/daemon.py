@@ -8,9 +8,11 @@ goes through the outbox under a key of what it answers. Re-runs happen in Celery
 slow unit never delays a post that is due.
 
 The ledger draws who judges each sampled unit and each dispute, by stake, turn by turn, and takes
-an answer only from the verifier drawn for the turn running. The draws of every turn are known
-once the unit's seed is, so the daemon re-runs only the units and disputes it is drawn for in a
-turn still to come, at once, and posts each verdict in its own turn.
+an answer only from the verifier drawn for the turn running; a later turn matters only when the
+verifier drawn before stayed silent. The draws of every turn are known once the unit's seed is, so
+the daemon re-runs a unit or a dispute only when it is drawn for the turn running or the next one
+(so that the verdict is in hand when its turn comes) and nobody answered yet, and posts each
+verdict in its own turn.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from marketplace.chain.errors import ChainError
 from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import ZERO_ADDRESS, CommittedUnit, Ledger
 from marketplace.protocol.spec import MAX_SPEC_BYTES
-from marketplace.protocol.terms import JobStatus
+from marketplace.protocol.terms import JobStatus, Verdict
 from marketplace.runtime.clock import revert_name
 from marketplace.runtime.follower import EventFollower
 from marketplace.runtime.heads import HeadFeed
@@ -253,9 +255,12 @@ class VerifierDaemon:
                 self._record_seed(unit)
                 if self._awaits_peers(unit, latest["timestamp"]):
                     continue
-            if not self._turns(work, latest["timestamp"]):
-                self.journal.update(work, j.SKIPPED, note="not drawn")
+            turns = self._turns(work, latest["timestamp"])
+            if not turns or self._answered(work):
+                self.journal.update(work, j.SKIPPED, note="answered" if turns else "not drawn")
                 continue
+            if turns[0] > latest["timestamp"] + self.ledger.turn_length(work.kind == j.DISPUTE):
+                continue  # drawn for a later turn only: the verifiers drawn before may answer
             inputs = self._inputs(unit)
             if inputs is None:
                 log.warning(
@@ -396,6 +401,15 @@ class VerifierDaemon:
             return now >= u.committed_at + self.ledger.verification_window()
         disputed_at = self.ledger.verification_result(u.job_id, u.slot, u.index)["disputedAt"]
         return now > disputed_at + self.ledger.dispute_window()
+
+    def _answered(self, work: Work) -> bool:
+        """Whether the ledger holds an answer to `work` already: a result of this very
+        commitment, or the dispute's settlement."""
+        u = work.unit
+        result = self.ledger.verification_result(u.job_id, u.slot, u.index)
+        if work.kind == j.RESULT:
+            return result["verdict"] != Verdict.NONE and result["unitBlock"] == u.block_number
+        return result["verdict"] != Verdict.DISPUTED
 
     def _turns(self, work: Work, now: int) -> list[int]:
         """When each turn starts, from the one running at chain time `now` on, in which this

@@ -414,13 +414,17 @@ class Ledger:
         """The starts of the turns of a window opened at `opened_at`, whose answers are taken up
         to `last_second` after it, from the one running at `now` on, for which `verifier` is
         drawn."""
-        length = call(self.verification.functions.turnLength(challenger != ZERO_ADDRESS))
+        length = self.turn_length(dispute=challenger != ZERO_ADDRESS)
         first, last = max(now - opened_at, 0) // length, last_second // length
         return [
             opened_at + turn * length
             for turn in range(first, last + 1)
             if self.drawn_verifier(unit, turn, challenger) == verifier
         ]
+
+    def turn_length(self, dispute: bool) -> int:
+        """Seconds in one turn of a unit's verification window, or of a dispute's window."""
+        return call(self.verification.functions.turnLength(dispute))
 
     def drawn_verifier(self, unit: CommittedUnit, turn: int, challenger: str = ZERO_ADDRESS) -> str:
         """Who the ledger draws, by stake, to judge `unit` in `turn`: its result, or the dispute

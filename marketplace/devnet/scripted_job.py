@@ -176,7 +176,7 @@ def verify_sampled(
     its sample is drawn."""
     mine(ledger.w3, 2)  # a unit is sampled by the next block's hash, readable once one more exists
     by_address = {v.address: v for v in cast.verifiers}
-    turn_length = ledger.verification.functions.turnLength(False).call()
+    turn_length = ledger.turn_length(dispute=False)
     now = ledger.w3.eth.get_block("latest")["timestamp"]
     for unit in units:
         if ledger.is_sampled(unit):

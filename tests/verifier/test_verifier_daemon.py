@@ -118,8 +118,8 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
 
 def test_a_verifier_judges_only_the_units_it_is_drawn_for(job, make_daemon, cast):
     """Two verifiers are staked and one daemon runs: it re-runs only the units it is drawn to
-    judge in a turn of their window, skips the others, and posts each verdict within a turn it is
-    drawn for, waiting for that turn when it comes later."""
+    judge in a turn of their window (once that turn is running or next), skips the others, and
+    posts each verdict within a turn it is drawn for."""
     provider = job(ALWAYS)
     units = [provider.honest(i) for i in range(3)]
     daemon = make_daemon(cast.verifiers[0])
