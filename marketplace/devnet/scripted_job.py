@@ -181,11 +181,16 @@ def run_job(
 def verify_sampled(
     ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome, verdict: bool = True
 ) -> None:
-    """Verifiers post `verdict` on each sampled unit, as soon as its sample is drawn."""
+    """The verifier drawn for the turn running posts `verdict` on each sampled unit, as soon as
+    its sample is drawn."""
     mine(ledger.w3, 2)  # a unit is sampled by the next block's hash, readable once one more exists
+    by_address = {v.address: v for v in cast.verifiers}
+    turn_length = ledger.turn_length(dispute=False)
+    now = ledger.w3.eth.get_block("latest")["timestamp"]
     for unit in units:
         if ledger.is_sampled(unit):
-            verifier = cast.verifiers[len(outcome.verified) % len(cast.verifiers)]
+            turn = (now - unit.committed_at) // turn_length
+            verifier = by_address[ledger.drawn_verifier(unit, turn)]
             outcome.record(
                 "postResult",
                 ledger.post_result(
