@@ -20,6 +20,14 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     using SafeERC20 for IERC20;
     using SafeCast for uint256;
 
+    /// @dev One seat of the verifier draw: its holder and weight (whole ZEN staked) since block
+    /// `since`. One slot, so a draw reads one word per seat.
+    struct Seat {
+        address verifier;
+        uint48 since;
+        uint48 weight;
+    }
+
     /*//////////////////////////////////////////////////////////////
                                CONSTANTS
     //////////////////////////////////////////////////////////////*/
@@ -33,6 +41,11 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     uint64 public constant MAX_UNBONDING_DELAY = 30 days;
     /// @notice The highest minimum stake a tier or a verifier can be asked for: 10 million ZEN.
     uint256 public constant MAX_MIN_STAKE = 10_000_000e18;
+    /// @notice Seats in the verifier draw. A draw reads each seat once (one storage word, plus a
+    /// history lookup for a seat that changed since the drawn block): this bounds its gas, so that
+    /// a result costs about 265k gas to post with every seat taken (146k with two).
+    uint256 public constant MAX_VERIFIERS = 32;
+    uint256 internal constant WEIGHT_UNIT = 1e18;
 
     IERC20 public immutable zen;
     address public immutable treasury;
@@ -49,6 +62,13 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
     uint64 public unbondingDelay;
     uint16 public reporterBps;
     uint256 public minVerifierStake;
+
+    Seat[] private _seats;
+    /// @dev Each seat's earlier values in block order, packed as `since << 208 | verifier << 48 |
+    /// weight`: what a draw for a past block reads, by binary search.
+    mapping(uint256 seat => uint256[]) private _seatHistory;
+    /// @dev A seated verifier's seat + 1; zero when it holds none.
+    mapping(address verifier => uint256) private _seatOf;
 
     /// @notice The job market: locks, unlocks and slashes. Set once by `bind`.
     address public market;
@@ -153,6 +173,9 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         uint64 ends = uint64(block.timestamp) + unbondingDelay;
         a.unbondingEnds = ends;
         emit UnstakeRequested(msg.sender, amount, ends);
+        // A role, not an amount anyone could round past.
+        // slither-disable-next-line incorrect-equality
+        if (a.role == Role.Verifier) _reweigh(msg.sender, a.staked);
     }
 
     /// @inheritdoc IStaking
@@ -221,6 +244,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         a.unbonding -= uint128(fromUnbonding);
         slashed = fromFree + fromUnbonding + fromLocked;
         if (slashed == 0) return 0;
+        if (a.role == Role.Verifier) _reweigh(who, a.staked);
 
         uint256 reporterShare = reporter == address(0) ? 0 : slashed * reporterBps / BPS;
         emit Slashed(who, reason, slashed, reporter, reporterShare);
@@ -303,9 +327,119 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         return a.role == Role.Verifier && a.staked >= minVerifierStake;
     }
 
+    /// @inheritdoc IStaking
+    function drawVerifier(uint64 atBlock, uint256 entropy, address excluded, address alsoExcluded)
+        external
+        view
+        returns (address drawn)
+    {
+        uint256 seats = _seats.length;
+        uint256 total = 0;
+        for (uint256 i; i < seats; ++i) {
+            (, uint256 weight) = _eligible(i, atBlock, excluded, alsoExcluded);
+            total += weight;
+        }
+        // Nobody eligible: no draw.
+        // slither-disable-next-line incorrect-equality
+        if (total == 0) return drawn;
+        // slither-disable-next-line weak-prng
+        uint256 point = entropy % total;
+        // Ends within the seats: their weights sum to `total`, which exceeds `point`.
+        for (uint256 i;; ++i) {
+            (address verifier, uint256 weight) = _eligible(i, atBlock, excluded, alsoExcluded);
+            if (point < weight) return verifier;
+            point -= weight;
+        }
+    }
+
+    /// @inheritdoc IStaking
+    function verifierSeat(uint256 seat) external view returns (address verifier, uint48 since, uint48 weight) {
+        Seat storage s = _seats[seat];
+        return (s.verifier, s.since, s.weight);
+    }
+
+    /// @inheritdoc IStaking
+    function seatCount() external view returns (uint256) {
+        return _seats.length;
+    }
+
     /*//////////////////////////////////////////////////////////////
                                 INTERNAL
     //////////////////////////////////////////////////////////////*/
+
+    /// @dev Seat `seat`'s holder at the end of block `atBlock` and its weight in the draw: zero
+    /// when it was below the verifier minimum or is excluded.
+    function _eligible(uint256 seat, uint64 atBlock, address excluded, address alsoExcluded)
+        internal
+        view
+        returns (address verifier, uint256 weight)
+    {
+        Seat memory s = _seats[seat];
+        if (s.since <= atBlock) {
+            (verifier, weight) = (s.verifier, s.weight);
+        } else {
+            (verifier, weight) = _pastSeat(seat, atBlock);
+        }
+        if (weight * WEIGHT_UNIT < minVerifierStake || verifier == excluded || verifier == alsoExcluded) {
+            return (verifier, 0);
+        }
+    }
+
+    /// @dev Seat `seat`'s holder and weight at the end of block `atBlock`, from its history: zero
+    /// before its first holder. O(log n) reads however often the seat changed.
+    function _pastSeat(uint256 seat, uint64 atBlock) internal view returns (address verifier, uint256 weight) {
+        uint256[] storage past = _seatHistory[seat];
+        // The first entry that took effect after `atBlock`; the one before it held the seat then.
+        uint256 low = 0;
+        uint256 high = past.length;
+        while (low < high) {
+            uint256 mid = (low + high) / 2;
+            if (past[mid] >> 208 > atBlock) high = mid;
+            else low = mid + 1;
+        }
+        if (low == 0) return (address(0), 0);
+        uint256 entry = past[low - 1];
+        return (address(uint160(entry >> 48)), uint48(entry));
+    }
+
+    /// @dev Keeps a verifier's seat at its stake `staked`, and seats an active verifier without
+    /// one: in a free seat, else in the lightest seat if it outweighs its holder. Called after
+    /// every change of a verifier's stake.
+    function _reweigh(address verifier, uint256 staked) internal {
+        uint256 w = staked / WEIGHT_UNIT;
+        uint48 weight = w > type(uint48).max ? type(uint48).max : uint48(w);
+        uint256 held = _seatOf[verifier];
+        if (held != 0) return _sit(held - 1, verifier, weight);
+        if (staked < minVerifierStake) return;
+
+        uint256 seat = _seats.length;
+        address evicted = address(0);
+        if (seat < MAX_VERIFIERS) {
+            _seats.push();
+        } else {
+            uint48 lightest = type(uint48).max;
+            for (uint256 i; i < MAX_VERIFIERS; ++i) {
+                if (_seats[i].weight < lightest) (seat, lightest) = (i, _seats[i].weight);
+            }
+            if (weight <= lightest) return;
+            evicted = _seats[seat].verifier;
+            delete _seatOf[evicted];
+        }
+        _seatOf[verifier] = seat + 1;
+        _sit(seat, verifier, weight);
+        emit VerifierSeated(verifier, seat, evicted);
+    }
+
+    /// @dev Puts `verifier` with `weight` in `seat` from this block on, keeping the value it
+    /// replaces in the seat's history unless that took effect in this same block.
+    function _sit(uint256 seat, address verifier, uint48 weight) internal {
+        Seat storage s = _seats[seat];
+        uint48 current = uint48(block.number);
+        if (s.verifier != address(0) && s.since < current) {
+            _seatHistory[seat].push(uint256(s.since) << 208 | uint256(uint160(s.verifier)) << 48 | s.weight);
+        }
+        (s.verifier, s.since, s.weight) = (verifier, current, weight);
+    }
 
     function _stake(address who, uint256 amount) internal {
         if (amount == 0) revert ZeroAmount();
@@ -313,6 +447,7 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         if (a.role == Role.None) revert NotRegistered(who);
         a.staked += amount.toUint128();
         emit Staked(who, amount);
+        if (a.role == Role.Verifier) _reweigh(who, a.staked);
         zen.safeTransferFrom(who, address(this), amount);
     }
 

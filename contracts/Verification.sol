@@ -32,6 +32,9 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     /// @notice Time after a complaint closes before the next one against the same provider in the
     /// same job may open.
     uint40 public constant COMPLAINT_COOLDOWN = 1 hours;
+    /// @notice Turns in a verification or dispute window; each turn draws one verifier, so a unit
+    /// waits for at most this many silent verifiers before it counts as accepted.
+    uint256 public constant TURNS = 4;
 
     IJobMarket public immutable market;
     IStaking public immutable staking;
@@ -99,6 +102,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         uint256 closesAt = uint256(unit.committedAt) + verificationWindow;
         if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
         if (!_toVerify(jobId, slot, index, unit.blockNumber)) revert NotSampled(jobId, slot, index);
+        _checkDrawn(jobId, slot, index, unit.blockNumber, address(0), unit.committedAt, verificationWindow);
         Result storage r = _results[jobId][slot][index];
         if (r.verdict != Verdict.None) {
             // A result about a unit voided by a rollback gives way to the unit that replaced it (a
@@ -153,6 +157,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         _checkUnit(jobId, slot, index, unit);
         uint256 endsAt = uint256(r.disputedAt) + disputeWindow;
         if (block.timestamp > endsAt) revert DisputeWindow(endsAt);
+        _checkDrawn(jobId, slot, index, r.unitBlock, r.first, r.disputedAt, disputeWindow);
 
         r.second = msg.sender;
         --openDisputes[jobId];
@@ -276,6 +281,23 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IVerification
+    function drawnVerifier(
+        uint256 jobId,
+        uint16 slot,
+        uint32 index,
+        uint64 blockNumber,
+        address challenger,
+        uint256 turn
+    ) external view returns (address) {
+        return _draw(jobId, slot, index, blockNumber, challenger, turn);
+    }
+
+    /// @inheritdoc IVerification
+    function turnLength(bool dispute) external view returns (uint256) {
+        return _turnLength(dispute ? disputeWindow : verificationWindow);
+    }
+
+    /// @inheritdoc IVerification
     function complaint(uint256 jobId, address provider) external view returns (Complaint memory) {
         return _complaints[jobId][provider];
     }
@@ -315,6 +337,40 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         uint256 seedBlock = uint256(blockNumber) + 1;
         if (block.number <= seedBlock) revert SampleNotReady(seedBlock + 1);
         return blockhash(seedBlock);
+    }
+
+    /// @dev Reverts unless the caller is the verifier drawn for the turn running now of the
+    /// window that opened at `openedAt`: the unit's verification (`challenger` zero) or the dispute
+    /// `challenger` opened.
+    function _checkDrawn(
+        uint256 jobId,
+        uint16 slot,
+        uint32 index,
+        uint64 blockNumber,
+        address challenger,
+        uint256 openedAt,
+        uint40 window
+    ) internal view {
+        uint256 turn = (block.timestamp - openedAt) / _turnLength(window);
+        address drawn = _draw(jobId, slot, index, blockNumber, challenger, turn);
+        if (msg.sender != drawn) revert NotDrawn(msg.sender, drawn, turn);
+    }
+
+    /// @dev Draws from the unit's seed, which nobody knew when the unit was committed, among the
+    /// stake of the unit's block, which nobody can change after it; the job's user and the
+    /// challenger never judge.
+    function _draw(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber, address challenger, uint256 turn)
+        internal
+        view
+        returns (address)
+    {
+        uint256 entropy = uint256(keccak256(abi.encode(_seed(blockNumber), jobId, slot, index, challenger, turn)));
+        return staking.drawVerifier(blockNumber, entropy, market.job(jobId).user, challenger);
+    }
+
+    /// @dev The window over TURNS, rounded up so that no turn is empty (a window is at least 1 s).
+    function _turnLength(uint40 window) internal pure returns (uint256) {
+        return (uint256(window) + TURNS - 1) / TURNS;
     }
 
     function _checkVerifier(address provider) internal view {

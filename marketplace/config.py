@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     manifest: Path | None = None  # deployment manifest; default deployments/<chain id>.json
     ipfs_api: str = "/ip4/127.0.0.1/tcp/5001/http"  # this process's IPFS node (Kubo RPC API)
     ipfs_replicas: list[str] = Field(default_factory=list)  # other nodes to pin replicas on
+    # Bearer token of the IPFS RPC API (Kubo's API.Authorizations), sent to every node above;
+    # an embedded node reads it too (marketplace.ipfs.settings). None sends none.
+    ipfs_api_token: SecretStr | None = None
     redis_url: str = "redis://127.0.0.1:6379/0"  # Celery broker and result backend
     database_url: str | None = (
         None  # the gateway's index (any SQLAlchemy URL); default SQLite in home

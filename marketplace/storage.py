@@ -11,6 +11,7 @@ import warnings
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Self
@@ -23,6 +24,7 @@ from marketplace.errors import ZooError
 from marketplace.ipfs import errors as ipfs_errors
 from marketplace.ipfs import multihash, reader
 from marketplace.ipfs.cid import CID, CODEC_NAMES
+from marketplace.ipfs.limits import DEFAULT_WALK_LIMITS, WalkLimits
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ class NodeUnavailable(StorageError, ConnectionError):
 
 
 class ContentTooLarge(StorageError, ValueError):
-    """Content larger than the reader's bound."""
+    """Content larger than the reader's bound, or a DAG past the bounds of one walk."""
 
 
 class ReplicationError(StorageError):
@@ -88,10 +90,14 @@ def api_multiaddr(addr: str) -> str:
     return f"/{proto}/{host}/tcp/{url.port}/{url.scheme}"
 
 
-def _client(node: str) -> ipfshttpclient.Client:
-    """A client keeping its connection open: a read is one block/get per 256 KiB."""
+def _client(node: str, token: str) -> ipfshttpclient.Client:
+    """A client keeping its connection open: a read is one block/get per 256 KiB. With a
+    token, every request carries it as Kubo's API.Authorizations expects."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        return ipfshttpclient.Client(api_multiaddr(node), chunk_size=_UPLOAD_CHUNK, session=True)
+        return ipfshttpclient.Client(
+            api_multiaddr(node), chunk_size=_UPLOAD_CHUNK, session=True, headers=headers
+        )
     except rpc_errors.AddressError as exc:
         raise StorageError(f"IPFS API address {node!r} is not usable: {exc}") from None
 
@@ -163,13 +169,25 @@ class Storage:
     """A primary node (where adds go) and replica nodes (where pins are copied and reads fall
     back). Reads fetch blocks with block/get and check each against its CID, so a wrong byte
     from any node, ours or a real Kubo, is caught; nothing is trusted on the node's word.
-    Reads keep a few blocks in flight on worker threads, each with its own connections."""
+    Reads keep a few blocks in flight on worker threads, each with its own connections.
 
-    def __init__(self, api_addr: str | None = None, replicas: list[str] | None = None) -> None:
-        if api_addr is None or replicas is None:
+    What is not given comes from the settings; `api_token` is sent to every node, and an
+    empty one sends none (a Kubo without API.Authorizations)."""
+
+    def __init__(
+        self,
+        api_addr: str | None = None,
+        replicas: list[str] | None = None,
+        api_token: str | None = None,
+    ) -> None:
+        if api_addr is None or replicas is None or api_token is None:
             settings = Settings()
             api_addr = api_addr or settings.ipfs_api
             replicas = settings.ipfs_replicas if replicas is None else replicas
+            if api_token is None:
+                secret = settings.ipfs_api_token
+                api_token = secret.get_secret_value() if secret else ""
+        self._token = api_token
         primary = api_addr
         self.nodes = list(dict.fromkeys([primary, *replicas]))
         self._lock = threading.Lock()  # guards the two below
@@ -187,7 +205,9 @@ class Storage:
         """This thread's clients: requests sessions are not meant to be shared by threads."""
         clients = getattr(self._local, "clients", None)
         if clients is None:
-            clients = self._local.clients = {node: _client(node) for node in self.nodes}
+            clients = self._local.clients = {
+                node: _client(node, self._token) for node in self.nodes
+            }
             with self._lock:
                 self._all_clients += clients.values()
         return clients
@@ -232,13 +252,14 @@ class Storage:
     def cat(self, cid: str, max_bytes: int | None = None) -> bytes:
         """The whole content, verified block by block; for large content use read_to. Built in
         a BytesIO, whose getvalue() hands over its buffer: the content is held once, not as
-        a list of blocks and their join. Content past `max_bytes` is refused as soon as a block
-        crosses it, so a huge CID costs one bound's worth of reading."""
+        a list of blocks and their join. Content past `max_bytes` is refused by the size its
+        root declares, before the rest is read (the read checks every level against it)."""
+        limits = DEFAULT_WALK_LIMITS
+        if max_bytes is not None:
+            limits = replace(limits, max_bytes=min(max_bytes, limits.max_bytes))
         out = io.BytesIO()
-        for chunk in self._verified_bytes(_parse(cid)):
+        for chunk in self._verified_bytes(_parse(cid), limits):
             out.write(chunk)
-            if max_bytes is not None and out.tell() > max_bytes:
-                raise ContentTooLarge(f"{cid} holds more than {max_bytes} bytes")
         return out.getvalue()
 
     def read_to(self, cid: str, path: str | os.PathLike) -> None:
@@ -249,16 +270,22 @@ class Storage:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as out:
-                for chunk in self._verified_bytes(root):
+                for chunk in self._verified_bytes(root, DEFAULT_WALK_LIMITS):
                     out.write(chunk)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
             raise
 
-    def _verified_bytes(self, root: CID) -> Iterator[bytes]:
+    def _verified_bytes(self, root: CID, limits: WalkLimits) -> Iterator[bytes]:
+        """The content's bytes, read within `limits`: the CID may be anyone's, and a few KB
+        of blocks can describe petabytes."""
         try:
-            yield from reader.iter_file(root, self.get_block, fetch_many=self._fetch_ahead)
+            yield from reader.iter_file(
+                root, self.get_block, fetch_many=self._fetch_ahead, limits=limits
+            )
+        except ipfs_errors.DagTooLarge as exc:
+            raise ContentTooLarge(f"{root}: {exc}") from exc
         except ipfs_errors.IpfsError as exc:  # a block that verified but is not a file
             raise StorageError(f"{root}: {exc}") from exc
 

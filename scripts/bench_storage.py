@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import random
+import secrets
 import shutil
 import subprocess
 import sys
@@ -75,11 +76,13 @@ def reset_peak_rss(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
-def start_node(repo: Path) -> tuple[subprocess.Popen, str]:
+def start_node(repo: Path, token: str) -> tuple[subprocess.Popen, str]:
+    """The node, with `token` as its RPC API's bearer token; its API multiaddr."""
     process = subprocess.Popen(
         [sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo), "--port", "0"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env=os.environ | {"ZOO_IPFS_API_TOKEN": token},
     )
     deadline = time.monotonic() + 60
     while not (repo / "api").exists():
@@ -111,9 +114,13 @@ def measure(data: Path, repo: Path, runs: int, bench: Bench) -> tuple[int, set[s
     """Records each run's add and plain hashing, taking turns, so both see the machine in the
     same state; the node's idle RSS and the CIDs it returned."""
     gb = data.stat().st_size / 1e9
-    process, api = start_node(repo)
+    token = secrets.token_urlsafe(32)
+    process, api = start_node(repo, token)
     try:
-        with Storage(api, replicas=[]) as storage, ipfshttpclient.Client(api) as admin:
+        with (
+            Storage(api, replicas=[], api_token=token) as storage,
+            ipfshttpclient.Client(api, headers={"Authorization": f"Bearer {token}"}) as admin,
+        ):
             storage.add_bytes(b"warm-up")  # load every code path before measuring idle
             idle_kib = rss_kib(process.pid, "VmRSS")
             cids: set[str] = set()

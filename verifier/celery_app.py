@@ -8,6 +8,10 @@ from marketplace.config import Settings
 
 QUEUE = "verification"
 IDLE_WAIT = 10  # seconds
+# A re-run is one work unit (a job's checkpoint deadline is minutes): one still running after
+# this long is stopped (soft limit: the task ends with no verdict), and its process killed a
+# minute later if it does not stop (hard limit).
+RERUN_SECONDS = 30 * 60
 
 app = Celery("zoo-verifier", include=["verifier.tasks"])
 
@@ -17,7 +21,9 @@ def configure(redis_url: str) -> Celery:
 
     A re-run takes seconds to minutes, so a worker takes one task at a time (prefetch 1) and
     acknowledges it only when done (acks_late): a worker that dies mid-run hands the unit back
-    to the queue instead of losing it. JSON only: a worker never unpickles what the broker holds.
+    to the queue instead of losing it; a unit that keeps killing its worker (out of memory, say)
+    is dead-lettered by the task after a few deliveries instead of coming back forever. A re-run
+    has a time limit. JSON only: a worker never unpickles what the broker holds.
     """
     app.conf.update(
         broker_url=redis_url,
@@ -28,6 +34,8 @@ def configure(redis_url: str) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        task_soft_time_limit=RERUN_SECONDS,
+        task_time_limit=RERUN_SECONDS + 60,
         task_default_queue=QUEUE,
         result_expires=7 * 24 * 3600,
         broker_connection_retry_on_startup=True,

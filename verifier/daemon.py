@@ -6,6 +6,13 @@ the EVM would forget after 256 blocks), collects finished re-runs and posts them
 fees of settled jobs, and reports providers that missed a checkpoint deadline. Every transaction
 goes through the outbox under a key of what it answers. Re-runs happen in Celery workers, so a
 slow unit never delays a post that is due.
+
+The ledger draws who judges each sampled unit and each dispute, by stake, turn by turn, and takes
+an answer only from the verifier drawn for the turn running; a later turn matters only when the
+verifier drawn before stayed silent. The draws of every turn are known once the unit's seed is, so
+the daemon re-runs a unit or a dispute only when it is drawn for the turn running or the next one
+(so that the verdict is in hand when its turn comes) and nobody answered yet, and posts each
+verdict in its own turn.
 """
 
 from __future__ import annotations
@@ -22,9 +29,9 @@ from web3.types import EventData
 
 from marketplace.chain.errors import ChainError
 from marketplace.chain.events import EventCursor
-from marketplace.chain.ledger import CommittedUnit, Ledger
+from marketplace.chain.ledger import ZERO_ADDRESS, CommittedUnit, Ledger
 from marketplace.protocol.spec import MAX_SPEC_BYTES
-from marketplace.protocol.terms import JobStatus
+from marketplace.protocol.terms import JobStatus, Verdict
 from marketplace.runtime.clock import revert_name
 from marketplace.runtime.follower import EventFollower
 from marketplace.runtime.heads import HeadFeed
@@ -41,10 +48,10 @@ from verifier.tasks import verify_unit
 
 log = logging.getLogger(__name__)
 
-ZERO_ADDRESS = "0x" + "00" * 20
 # Reverts that mean the work is moot (someone was first, the window closed, a rollback voided the
-# unit): the work is dropped, not retried.
+# unit, the turn ended before the answer was mined): the work is dropped, not retried.
 MOOT = {
+    "NotDrawn",
     "AlreadyVerified",
     "VerificationWindowClosed",
     "UnitMismatch",
@@ -98,6 +105,7 @@ class VerifierDaemon:
             self._handle,
             start_block=ledger.deployment.deploy_block,
             confirmations=confirmations,
+            on_reorg=self.outbox.resend_after,
         )
         self._handlers = {
             "JobCreated": self._on_job_created,
@@ -248,6 +256,12 @@ class VerifierDaemon:
                 self._record_seed(unit)
                 if self._awaits_peers(unit, latest["timestamp"]):
                     continue
+            turns = self._turns(work, latest["timestamp"])
+            if not turns or self._answered(work):
+                self.journal.update(work, j.SKIPPED, note="answered" if turns else "not drawn")
+                continue
+            if turns[0] > latest["timestamp"] + self.ledger.turn_length(work.kind == j.DISPUTE):
+                continue  # drawn for a later turn only: the verifiers drawn before may answer
             inputs = self._inputs(unit)
             if inputs is None:
                 log.warning(
@@ -389,10 +403,36 @@ class VerifierDaemon:
         disputed_at = self.ledger.verification_result(u.job_id, u.slot, u.index)["disputedAt"]
         return now > disputed_at + self.ledger.dispute_window()
 
+    def _answered(self, work: Work) -> bool:
+        """Whether the ledger holds an answer to `work` already: a result of this very
+        commitment, or the dispute's settlement."""
+        u = work.unit
+        result = self.ledger.verification_result(u.job_id, u.slot, u.index)
+        if work.kind == j.RESULT:
+            return result["verdict"] != Verdict.NONE and result["unitBlock"] == u.block_number
+        return result["verdict"] != Verdict.DISPUTED
+
+    def _turns(self, work: Work, now: int) -> list[int]:
+        """When each turn starts, from the one running at chain time `now` on, in which this
+        verifier is drawn to answer `work`."""
+        turns = self.ledger.result_turns if work.kind == j.RESULT else self.ledger.dispute_turns
+        return turns(work.unit, self.address, now)
+
     def post(self) -> None:
-        """Send each verdict in hand under its work's outbox key: a send a crash interrupted is
-        found under that key after a restart and waited for, never signed twice."""
-        for work in self.journal.work(j.READY):
+        """Send each verdict in hand whose turn is running under its work's outbox key: a send a
+        crash interrupted is found under that key after a restart and waited for, never signed
+        twice. A verdict whose turns are all over is dropped."""
+        ready = self.journal.work(j.READY)
+        if not ready:
+            return
+        now = self.ledger.w3.eth.get_block("latest")["timestamp"]
+        for work in ready:
+            turns = self._turns(work, now)
+            if not turns:
+                self._drop(work, "its turns are over")
+                continue
+            if turns[0] > now:
+                continue  # drawn for a later turn: posted then
             answer = (
                 self.ledger.post_result_call
                 if work.kind == j.RESULT

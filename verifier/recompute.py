@@ -7,8 +7,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
+from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.units import CHECKPOINTS, RANK_BUNDLES, unit_format
-from marketplace.storage import CidMismatch, ContentNotFound, NodeUnavailable, Storage
+from marketplace.storage import (
+    CidMismatch,
+    ContentNotFound,
+    ContentTooLarge,
+    NodeUnavailable,
+    Storage,
+)
 from node.engine import (
     DataError,
     JobSpec,
@@ -18,6 +25,7 @@ from node.engine import (
     run_unit,
     unit_shard,
 )
+from node.engine.limits import checkpoint_bytes
 from verifier.errors import InputsUnavailable
 from verifier.rank_recompute import judge_rank
 
@@ -97,9 +105,11 @@ class Verdict:
         }
 
 
-def _fetch(storage: Storage, cid: str, what: str) -> bytes:
+def _fetch(storage: Storage, cid: str, what: str, max_bytes: int) -> bytes:
+    """The content within `max_bytes` (ContentTooLarge past it: the reader judges what that
+    means); InputsUnavailable when it cannot be fetched now."""
     try:
-        return storage.cat(cid)
+        return storage.cat(cid, max_bytes=max_bytes)
     except TRANSIENT as exc:
         raise InputsUnavailable(f"{what} {cid}: {exc}") from exc
 
@@ -111,13 +121,15 @@ def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) 
     except (DataError, ValueError) as exc:
         return Verdict(None, f"the job spec cannot be run: {exc}")
 
+    bound = checkpoint_bytes(spec)
     previous = None
     if inputs.index > 0:
         if inputs.previous_cid is None:
             return Verdict(None, "no committed checkpoint for the previous unit")
         try:
-            previous = Checkpoint.load(_fetch(storage, inputs.previous_cid, "previous checkpoint"))
-        except CheckpointError as exc:
+            data = _fetch(storage, inputs.previous_cid, "previous checkpoint", bound)
+            previous = Checkpoint.load(data)
+        except (CheckpointError, ContentTooLarge) as exc:
             return Verdict(None, f"previous checkpoint unreadable: {exc}")
         if previous.state_hash() != inputs.previous_state_hash:
             return Verdict(None, "previous checkpoint does not hold its committed state")
@@ -139,8 +151,8 @@ def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) 
         return Verdict(False, "recomputed state hash differs from the committed one", **judged)
 
     try:
-        committed = Checkpoint.load(_fetch(storage, inputs.cid, "committed checkpoint"))
-    except CheckpointError as exc:
+        committed = Checkpoint.load(_fetch(storage, inputs.cid, "committed checkpoint", bound))
+    except (CheckpointError, ContentTooLarge) as exc:
         return Verdict(False, f"committed checkpoint unreadable: {exc}", **judged)
     if committed.state_hash() != inputs.state_hash:
         return Verdict(False, "committed checkpoint does not hold the committed state", **judged)
@@ -150,12 +162,19 @@ def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) 
 def _judge_rank_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
     """A group job's unit, in ddp with the bundles around it: the other slots' of the same
     unit, and the slot's previous one, where this unit must start."""
-    bundle = _fetch(storage, inputs.cid, "rank bundle")
+    bound = 2 * checkpoint_bytes(spec)  # a bundle holds the weights and the rank's update
+    try:
+        bundle = _fetch(storage, inputs.cid, "rank bundle", bound)
+    except ContentTooLarge as exc:
+        return Verdict(False, f"the rank bundle is larger than its model allows: {exc}")
     peers, previous = {}, None
     if spec.distributed.strategy == "ddp":
-        peers = _peer_bundles(inputs.peers, storage)
+        peers = _peer_bundles(inputs.peers, storage, bound)
         if inputs.previous_cid is not None and inputs.previous_state_hash is not None:
-            data = _fetch(storage, inputs.previous_cid, "previous rank bundle")
+            try:
+                data = _fetch(storage, inputs.previous_cid, "previous rank bundle", bound)
+            except ContentTooLarge as exc:
+                return Verdict(None, f"previous rank bundle unreadable: {exc}")
             previous = (inputs.previous_state_hash, data)
     judgement = judge_rank(
         spec, inputs.slot, inputs.index, inputs.state_hash, bundle, peers, previous
@@ -163,14 +182,16 @@ def _judge_rank_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Ver
     return Verdict(*judgement)
 
 
-def _peer_bundles(peers: tuple[PeerUnit, ...], storage: Storage) -> dict[int, tuple[str, bytes]]:
+def _peer_bundles(
+    peers: tuple[PeerUnit, ...], storage: Storage, max_bytes: int
+) -> dict[int, tuple[str, bytes]]:
     """slot -> (commitment, bundle) of each peer whose bundle can be fetched now; one that
     cannot just has no say, rather than holding this unit's verdict back."""
     bundles = {}
     for peer in peers:
         try:
-            bundles[peer.slot] = (peer.state_hash, storage.cat(peer.cid))
-        except TRANSIENT as exc:
+            bundles[peer.slot] = (peer.state_hash, storage.cat(peer.cid, max_bytes=max_bytes))
+        except (*TRANSIENT, ContentTooLarge) as exc:
             log.warning("slot %d's bundle %s: %s; judging without it", peer.slot, peer.cid, exc)
     return bundles
 
@@ -189,7 +210,7 @@ def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
     previous unit not matching its own commitment) give an inconclusive verdict.
     """
     try:
-        spec = parse_spec(_fetch(storage, inputs.spec_cid, "job spec").decode())
-    except (SpecError, DataError, ValueError) as exc:
+        spec = parse_spec(_fetch(storage, inputs.spec_cid, "job spec", MAX_SPEC_BYTES).decode())
+    except (SpecError, DataError, ValueError) as exc:  # ContentTooLarge is a ValueError too
         return Verdict(None, f"the job spec cannot be run: {exc}")
     return _JUDGES[unit_format(spec)](spec, inputs, storage)

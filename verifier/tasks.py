@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
 
 from marketplace.config import Settings
 from marketplace.storage import ReplicationError, Storage
@@ -16,6 +20,11 @@ log = logging.getLogger(__name__)
 EVIDENCE_REPLICAS = 3  # like checkpoints: kept on up to three nodes
 FETCH_RETRIES = 5  # then the unit is left unjudged: a missing input is never grounds to fail it
 RETRY_DELAY_S = 2
+# Deliveries of one attempt of a task: more means its worker died running it each time (acks_late
+# hands it back), and it goes to the dead-letter list instead of killing the next worker.
+MAX_DELIVERIES = 3
+DEAD_LETTER = "zoo:verifier:dead-letter"  # a Redis list, newest first, kept to DEAD_LETTER_KEEP
+DEAD_LETTER_KEEP = 1_000
 
 
 @app.task(bind=True, name="verifier.verify_unit", max_retries=FETCH_RETRIES)
@@ -27,21 +36,27 @@ def verify_unit(self, inputs: dict) -> dict:
     """
     unit = UnitInputs.from_json(inputs)
     settings = Settings()
+    broker = self.backend.client  # the Redis the tasks come through
+    deliveries = _delivered(broker, self.request.id, self.request.retries)
+    if deliveries > MAX_DELIVERIES:
+        reason = f"dead-lettered: its worker died each of {deliveries - 1} times it ran"
+        _dead_letter(broker, self.request.id, inputs, reason)
+        log.error("job %d slot %d unit %d %s", unit.job_id, unit.slot, unit.index, reason)
+        return _no_verdict(reason)
     with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
         try:
             verdict = recompute(unit, storage)
+        except SoftTimeLimitExceeded:
+            reason = f"the re-run took longer than {self.soft_time_limit or 'its limit'} s"
+            log.warning("job %d slot %d unit %d: %s", unit.job_id, unit.slot, unit.index, reason)
+            return _no_verdict(reason)
         except InputsUnavailable as exc:
             if self.request.retries < self.max_retries:
                 log.warning(
                     "job %d slot %d unit %d: %s; retrying", unit.job_id, unit.slot, unit.index, exc
                 )
                 raise self.retry(countdown=RETRY_DELAY_S) from exc
-            return {
-                "pass": None,
-                "evidence_cid": None,
-                "reason": str(exc),
-                "recomputed_state_hash": None,
-            }
+            return _no_verdict(str(exc))
         evidence_cid = None
         if verdict.passed is not None:
             evidence_cid = pin_evidence(
@@ -61,6 +76,25 @@ def verify_unit(self, inputs: dict) -> dict:
         "reason": verdict.reason,
         "recomputed_state_hash": verdict.recomputed_state_hash,
     }
+
+
+def _no_verdict(reason: str) -> dict:
+    return {"pass": None, "evidence_cid": None, "reason": reason, "recomputed_state_hash": None}
+
+
+def _delivered(client: redis.Redis, task_id: str, attempt: int) -> int:
+    """Count this delivery of the task's `attempt`; how many there have been. A retry is a new
+    attempt; the same attempt delivered again means the worker that ran it died."""
+    key = f"zoo:verifier:delivered:{task_id}:{attempt}"
+    count = int(client.incr(key))
+    client.expire(key, 7 * 24 * 3600)
+    return count
+
+
+def _dead_letter(client: redis.Redis, task_id: str, inputs: dict, reason: str) -> None:
+    entry = {"task_id": task_id, "inputs": inputs, "reason": reason, "at": time.time()}
+    client.lpush(DEAD_LETTER, json.dumps(entry))
+    client.ltrim(DEAD_LETTER, 0, DEAD_LETTER_KEEP - 1)
 
 
 def pin_evidence(storage: Storage, document: bytes) -> str:

@@ -5,6 +5,14 @@ pragma solidity 0.8.28;
 /// @notice Providers stake ZEN in a tier to sell compute; verifiers stake ZEN to check it.
 /// Stake committed to a running job is locked as its collateral. Withdrawals wait out an
 /// unbonding delay, and slashing reaches unbonding stake, so nobody dodges a slash by unstaking.
+///
+/// Verifiers are drawn, not self-chosen: an active verifier takes one of `MAX_VERIFIERS` seats,
+/// and `drawVerifier` picks a seat's holder with probability proportional to its stake as it
+/// stood at a given block. Seats and weights are history, not present state: stake added, moved or
+/// withdrawn after block b, and accounts seated after it, cannot change a draw made for block b,
+/// so nobody can re-roll a draw once its seed is known. A draw reads every seat: its cost is
+/// bounded by `MAX_VERIFIERS`. When the seats are full, a verifier staking more than the lightest
+/// holder takes that seat; keeping honest verifiers out therefore costs more stake than theirs.
 interface IStaking {
     /// @notice What an account registered as.
     enum Role {
@@ -145,6 +153,11 @@ interface IStaking {
     /// @param market The only contract that locks and unlocks collateral, and may slash.
     /// @param verification The only other contract that may slash.
     event ProtocolBound(address market, address verification);
+    /// @notice Emitted when an active verifier takes a seat in the draw.
+    /// @param verifier The seated verifier.
+    /// @param seat Its seat.
+    /// @param evicted The lighter verifier it replaced, or zero for a free seat.
+    event VerifierSeated(address indexed verifier, uint256 indexed seat, address evicted);
     /// @notice Emitted when governance changes the staking parameters.
     event ParametersSet(uint64 unbondingDelay, uint16 reporterBps, uint256 minVerifierStake);
 
@@ -225,4 +238,22 @@ interface IStaking {
 
     /// @notice Whether `verifier` is registered and staked at least the verifier minimum.
     function isActiveVerifier(address verifier) external view returns (bool);
+
+    /// @notice Draws a verifier by stake as the seats stood at the end of block `atBlock`: each
+    /// seated verifier whose whole-ZEN stake then reached the current verifier minimum is drawn
+    /// with probability its stake over theirs together, `excluded` and `alsoExcluded` never.
+    /// Zero when nobody is eligible.
+    /// @param entropy The randomness of the draw: a value nobody could know at `atBlock`.
+    function drawVerifier(uint64 atBlock, uint256 entropy, address excluded, address alsoExcluded)
+        external
+        view
+        returns (address);
+
+    /// @notice Seat `seat`'s verifier now, the block it has held it since, and its weight (whole
+    /// ZEN staked).
+    function verifierSeat(uint256 seat) external view returns (address verifier, uint48 since, uint48 weight);
+
+    /// @notice How many seats are taken (at most `MAX_VERIFIERS`); seats are never given up, only
+    /// taken over.
+    function seatCount() external view returns (uint256);
 }

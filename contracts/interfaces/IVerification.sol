@@ -23,6 +23,25 @@ import {IJobMarket} from "./IJobMarket.sol";
 /// verifier settles: a confirmed failure slashes the provider, a refuted one slashes the first
 /// verifier. A sampled unit nobody verifies within the window counts as accepted, so no job is
 /// ever stuck.
+///
+/// Who judges is drawn, not first come. The verification window and the dispute window are each
+/// cut into `TURNS` turns; in turn t the only verifier who may post a unit's result is the one
+/// `IStaking.drawVerifier` picks by stake with entropy keccak256(seed, job, slot, unit, 0, t), and
+/// the only one who may settle its dispute is drawn likewise with the challenger in place of 0.
+/// The job's user is never drawn, nor the challenger for its own dispute; providers never are, as
+/// an account is a provider or a verifier, not both. Stake counts as it stood in the unit's block,
+/// before its seed existed: stake or Sybils added after it change nothing. A drawn verifier that
+/// does not answer in its turn loses it, and the fee with it (fees pay posted answers only).
+///
+/// Collusion bound. Let f be the attackers' share of the eligible verifier stake at the unit's
+/// block. Each turn's draw is theirs with probability f: they post a given unit's result with
+/// probability f. A dispute draws among the stake less the challenger's (share c): the attackers
+/// settle one an honest verifier opened with probability f / (1 - c), and confirming a false
+/// failure (slashing an honest provider) takes both draws, probability at most f^2 per unit, as
+/// their own challenger's stake leaves the pool. Deciding every unit takes all of the eligible
+/// stake; deciding most disputes, more than half of the stake besides the challenger's. Silence
+/// does not help: an honest verifier drawn for a turn answers in it, and a later turn is drawn only
+/// when the earlier drawn verifier stayed silent.
 interface IVerification {
     enum Verdict {
         None,
@@ -89,6 +108,9 @@ interface IVerification {
     error ParameterOutOfRange();
     /// @notice Thrown when a unit is flagged by an account that holds no slot of its job now.
     error NotInTheJob(address caller);
+    /// @notice Thrown when a verifier posts a result or settles a dispute in a turn it was not
+    /// drawn for: `drawn` may, in turn `turn` (zero when nobody is eligible).
+    error NotDrawn(address caller, address drawn, uint256 turn);
     /// @notice Thrown when a unit is flagged again.
     error AlreadyFlagged(uint256 jobId, uint16 slot, uint32 index);
 
@@ -182,6 +204,23 @@ interface IVerification {
     /// @notice Whether unit `index` of `slot`, committed in block `blockNumber`, is to be verified:
     /// sampled, or flagged by a provider of the job. A unit whose seed was lost is not sampled.
     function isSampled(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) external view returns (bool);
+
+    /// @notice The verifier drawn for turn `turn` of unit `index` of `slot`, committed in block
+    /// `blockNumber`: of its result when `challenger` is zero, else of the dispute `challenger`
+    /// opened on it. Zero when nobody is eligible. Reverts with SampleNotReady before the seed exists.
+    function drawnVerifier(
+        uint256 jobId,
+        uint16 slot,
+        uint32 index,
+        uint64 blockNumber,
+        address challenger,
+        uint256 turn
+    ) external view returns (address);
+
+    /// @notice Seconds in one turn of the verification window (`dispute` false) or of the dispute
+    /// window: the window over `TURNS`, rounded up. Turn t of a unit starts t turns after its
+    /// commitment; turn t of a dispute, t turns after it opened.
+    function turnLength(bool dispute) external view returns (uint256);
 
     /// @notice The bandwidth complaints against `provider` in job `jobId`: the open one, the count
     /// and the last close.

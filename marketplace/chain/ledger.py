@@ -19,6 +19,8 @@ from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call, send
 from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, Verdict
 
+ZERO_ADDRESS = "0x" + "00" * 20
+
 
 @dataclass(frozen=True)
 class JobRequest:
@@ -367,11 +369,13 @@ class Ledger:
 
     def flag_unit(self, provider: LocalAccount, unit: CommittedUnit):
         """Have verifiers re-run `unit` whatever its sample: a rank the group's aggregation
-        excluded."""
-        fn = self.verification.functions.flagUnit(
+        excluded, or a unit whose checkpoint a successor found bad."""
+        return self.send(self.flag_unit_call(unit), provider)
+
+    def flag_unit_call(self, unit: CommittedUnit) -> ContractFunction:
+        return self.verification.functions.flagUnit(
             unit.job_id, unit.slot, unit.index, unit.as_struct()
         )
-        return self.send(fn, provider)
 
     def is_sampled(self, unit: CommittedUnit) -> bool:
         fn = self.verification.functions.isSampled(
@@ -388,6 +392,55 @@ class Ledger:
         """Keep the sample of block `block_number`'s units past the EVM's 256-block memory: a
         seed nobody records in time is lost, and its units count as not sampled."""
         return self.verification.functions.recordSeed(block_number)
+
+    def result_turns(self, unit: CommittedUnit, verifier: str, now: int) -> list[int]:
+        """When (chain time) each turn of `unit`'s verification window starts for which
+        `verifier` is drawn to post its result, from the turn running at `now` on: the ledger
+        takes its result in these turns only."""
+        window = self.verification_window()
+        # A result is taken strictly before the window ends.
+        return self._drawn_turns(unit, verifier, now, unit.committed_at, window - 1, ZERO_ADDRESS)
+
+    def dispute_turns(self, unit: CommittedUnit, verifier: str, now: int) -> list[int]:
+        """When (chain time) each turn of the open dispute on `unit` starts for which `verifier`
+        is drawn to settle it, from the turn running at `now` on: the ledger takes its answer in
+        these turns only."""
+        result = self.verification_result(unit.job_id, unit.slot, unit.index)
+        # A dispute is answered until its window's last second included.
+        ends = self.dispute_window()
+        return self._drawn_turns(unit, verifier, now, result["disputedAt"], ends, result["first"])
+
+    def _drawn_turns(
+        self,
+        unit: CommittedUnit,
+        verifier: str,
+        now: int,
+        opened_at: int,
+        last_second: int,
+        challenger: str,
+    ) -> list[int]:
+        """The starts of the turns of a window opened at `opened_at`, whose answers are taken up
+        to `last_second` after it, from the one running at `now` on, for which `verifier` is
+        drawn."""
+        length = self.turn_length(dispute=challenger != ZERO_ADDRESS)
+        first, last = max(now - opened_at, 0) // length, last_second // length
+        return [
+            opened_at + turn * length
+            for turn in range(first, last + 1)
+            if self.drawn_verifier(unit, turn, challenger) == verifier
+        ]
+
+    def turn_length(self, dispute: bool) -> int:
+        """Seconds in one turn of a unit's verification window, or of a dispute's window."""
+        return call(self.verification.functions.turnLength(dispute))
+
+    def drawn_verifier(self, unit: CommittedUnit, turn: int, challenger: str = ZERO_ADDRESS) -> str:
+        """Who the ledger draws, by stake, to judge `unit` in `turn`: its result, or the dispute
+        `challenger` opened on it. The zero address when no verifier is eligible."""
+        fn = self.verification.functions.drawnVerifier(
+            unit.job_id, unit.slot, unit.index, unit.block_number, challenger, turn
+        )
+        return call(fn)
 
     def post_result(
         self, verifier: LocalAccount, unit: CommittedUnit, passed: bool, evidence_cid: str

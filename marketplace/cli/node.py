@@ -150,6 +150,27 @@ def stake_command(wei: int) -> None:
     help="Asked above the cost floor, in basis points, as far as a job's max price allows.",
 )
 @click.option(
+    "--data-dir",
+    "data_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A directory jobs' `file` data sources may read (repeatable); by default none.",
+)
+@click.option(
+    "--max-parameters",
+    default=1_000_000_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Jobs whose model has more parameters are not bid on.",
+)
+@click.option(
+    "--max-source-mb",
+    default=4096,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest data source (downloaded or generated) one job may use, in MB.",
+)
+@click.option(
     "--min-checkpoint-interval",
     default=30,
     show_default=True,
@@ -168,6 +189,9 @@ def stake_command(wei: int) -> None:
 def start_command(
     cost_floor: int,
     margin_bps: int,
+    data_dirs: tuple[Path, ...],
+    max_parameters: int,
+    max_source_mb: int,
     min_checkpoint_interval: int,
     replicas: int,
     device: str | None,
@@ -183,6 +207,7 @@ def start_command(
     """
     from marketplace.sdk.joblog import JobLog
     from node.daemon import NodeConfig, Pricing, ProviderDaemon
+    from node.engine import LocalData, UnitLimits
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -200,6 +225,8 @@ def start_command(
         poll_interval=settings.poll_interval,
         confirmations=settings.confirmations,
         min_checkpoint_interval=min_checkpoint_interval,
+        limits=UnitLimits(max_parameters=max_parameters, max_source_bytes=max_source_mb << 20),
+        local_data=LocalData(data_dirs, max_bytes=max_source_mb << 20),
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import sys
 import time
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from pydantic import SecretStr
 from web3 import Web3
 
 from marketplace import wallet
@@ -79,6 +81,9 @@ class State:
     redis_url: str = ""
     gateway_url: str = ""  # the gateway's HTTP API
     ipfs: dict[str, str] = field(default_factory=dict)  # node name -> API multiaddr
+    # The bearer token of every IPFS node's RPC API: one for the devnet, since each process
+    # pins replicas on all the other nodes.
+    ipfs_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     accounts: dict[str, str] = field(default_factory=dict)  # actor name -> address
     services: list[Service] = field(default_factory=list)
 
@@ -115,6 +120,15 @@ class State:
 def cli(*args: str) -> list[str]:
     """The argv of a `zoo-compute` command run by this interpreter."""
     return [sys.executable, "-m", "marketplace.cli", *args]
+
+
+def _variable(value: object) -> str:
+    """A setting as a ZOO_* variable's value: lists as JSON, secrets revealed."""
+    if isinstance(value, list):
+        return json.dumps(value)
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    return str(value)
 
 
 def write_env_file(path: Path, variables: dict[str, str]) -> None:
@@ -281,7 +295,9 @@ class Devnet:
         from node.daemon import onboarding
 
         account = devnet_account(actor.index)
-        with Storage(state.ipfs[actor.name], self._replicas(state, actor.name)) as storage:
+        with Storage(
+            state.ipfs[actor.name], self._replicas(state, actor.name), state.ipfs_token
+        ) as storage:
             _, report_cid = onboarding.publish_benchmark(
                 storage, replicas=self._replica_count(state)
             )
@@ -374,6 +390,7 @@ class Devnet:
             manifest=Path(state.manifest),
             ipfs_api=state.ipfs.get(name, state.ipfs["user"]),
             ipfs_replicas=self._replicas(state, name),
+            ipfs_api_token=SecretStr(state.ipfs_token),
             redis_url=state.redis_url or Settings().redis_url,
             home=self.root / name,
             wallet_password_file=self.root / "password",
@@ -392,10 +409,7 @@ class Devnet:
     def _variables(self, state: State, name: str) -> dict[str, str]:
         """A devnet process's settings as ZOO_* variables."""
         values = self._settings(state, name).model_dump(exclude_none=True)
-        return {
-            f"ZOO_{k.upper()}": json.dumps(v) if isinstance(v, list) else str(v)
-            for k, v in values.items()
-        }
+        return {f"ZOO_{k.upper()}": _variable(v) for k, v in values.items()}
 
     def _env(self, state: State, name: str) -> dict[str, str]:
         """The environment of a devnet process: this one's, with the process's settings as the only
@@ -411,7 +425,7 @@ class Devnet:
             state,
             f"ipfs-{name}",
             cli("ipfs", "serve", "--repo", str(repo), "--host", "127.0.0.1", "--port", "0"),
-            os.environ.copy(),
+            os.environ.copy() | {"ZOO_IPFS_API_TOKEN": state.ipfs_token},
         )
 
     def _ipfs_address(self, state: State, name: str, service: Service) -> str:

@@ -85,11 +85,11 @@ def onboard(ledger: Ledger, cast: Cast, scenario: Scenario) -> None:
         ledger.attest_benchmark(cast.verifiers[0], provider.address, benchmark, 100)
 
 
-def run_job(
-    ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str, *, settle: bool = True
-) -> Outcome:
-    """Create a job, auction it, commit every unit, verify the sampled ones, then (unless told
-    not to) settle and withdraw."""
+def auction(
+    ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str
+) -> tuple[Outcome, dict[str, int]]:
+    """Create a job and auction it: every provider bids its scenario price; the outcome so far
+    and each winner's slot by address."""
     request = JobRequest(
         spec_cid=spec_cid,
         tier=Tier.COMMUNITY,
@@ -131,7 +131,16 @@ def run_job(
     assigned = ledger.market.events.SlotAssigned().process_receipt(receipt, errors=DISCARD)
     slots = {e["args"]["provider"]: e["args"]["slot"] for e in assigned}
     outcome.winners = list(slots)
+    return outcome, slots
 
+
+def run_job(
+    ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str, *, settle: bool = True
+) -> Outcome:
+    """Create a job, auction it, commit every unit, verify the sampled ones, then (unless told
+    not to) settle and withdraw."""
+    outcome, slots = auction(ledger, cast, scenario, spec_cid)
+    job_id, market = outcome.job_id, ledger.market.functions
     by_address = {p.address: p for p in cast.providers}
     for index in range(scenario.units):
         advance_time(ledger.w3, scenario.unit_seconds)
@@ -172,11 +181,16 @@ def run_job(
 def verify_sampled(
     ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome, verdict: bool = True
 ) -> None:
-    """Verifiers post `verdict` on each sampled unit, as soon as its sample is drawn."""
+    """The verifier drawn for the turn running posts `verdict` on each sampled unit, as soon as
+    its sample is drawn."""
     mine(ledger.w3, 2)  # a unit is sampled by the next block's hash, readable once one more exists
+    by_address = {v.address: v for v in cast.verifiers}
+    turn_length = ledger.turn_length(dispute=False)
+    now = ledger.w3.eth.get_block("latest")["timestamp"]
     for unit in units:
         if ledger.is_sampled(unit):
-            verifier = cast.verifiers[len(outcome.verified) % len(cast.verifiers)]
+            turn = (now - unit.committed_at) // turn_length
+            verifier = by_address[ledger.drawn_verifier(unit, turn)]
             outcome.record(
                 "postResult",
                 ledger.post_result(

@@ -6,6 +6,7 @@ import logging
 import threading
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from web3 import Web3
 from web3.types import EventData
@@ -18,7 +19,7 @@ from marketplace.errors import ZooError
 from marketplace.gateway import db
 from marketplace.protocol.terms import JobStatus, SlashReason
 from marketplace.runtime.heads import HeadFeed
-from marketplace.runtime.loop import run_ticks
+from marketplace.runtime.loop import TRANSIENT, run_ticks
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,8 @@ class Indexer:
             if last is None or self.cursor.next_block == state.next_block:
                 self._stored = self.cursor.position
                 return 0
-            session.add_all([row for e in events for row in self._rows(e)])
+            for event in events:
+                self._store(session, event)
             state.next_block, state.last_block_hash = self.cursor.next_block, last.hash
             session.merge(db.IndexedBlock(number=last.number, hash=last.hash))
             session.execute(
@@ -142,6 +144,25 @@ class Indexer:
         self.cursor.seek(resume, kept)
 
     # --- events to rows ------------------------------------------------------------------
+
+    def _store(self, session: Session, event: EventData) -> None:
+        """Add the rows of `event`, flushed under a savepoint of their own. A failure the network
+        or the database may mend aborts the step, and the next one reads the same events; any
+        other is logged with the event and the event passed over: one event the index cannot
+        hold never stops the index."""
+        try:
+            with session.begin_nested():
+                session.add_all(self._rows(event))
+                session.flush()
+        except (*TRANSIENT, OperationalError):
+            raise
+        except Exception:
+            log.exception(
+                "%s in block %d (log %d) not indexed",
+                event["event"],
+                event["blockNumber"],
+                event["logIndex"],
+            )
 
     def _rows(self, event: EventData) -> list[db.EventRow]:
         handler = _HANDLERS.get((self._names[event["address"]], event["event"]))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from marketplace.ipfs import multihash
 from marketplace.ipfs.cid import CID, RAW
-from marketplace.ipfs.errors import BlockNotFound, HashMismatch, InvalidCid
+from marketplace.ipfs.errors import BlockNotFound, HashMismatch, InvalidCid, RepoFull
 from marketplace.ipfs.multihash import Buffer
 
 log = logging.getLogger(__name__)
@@ -45,10 +45,33 @@ class Blockstore:
     per-thread temporary file renamed into place, so concurrent writers of the same block (two
     adds sharing a chunk) each rename a complete file and a reader never sees a partial one."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_bytes: int | None = None) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self._made_dirs: set[str] = set()
+        self._max_bytes = max_bytes
+        self._used_lock = threading.Lock()
+        # Counted once here, then kept by writes and deletes; two writers racing to store the
+        # same block may both count it, which errs on the side of refusing.
+        self._used = sum(self.size(cid) for cid in self.cids())
+
+    @property
+    def used(self) -> int:
+        """Bytes of blocks held."""
+        return self._used
+
+    def _reserve(self, size: int) -> None:
+        with self._used_lock:
+            if self._max_bytes is not None and self._used + size > self._max_bytes:
+                raise RepoFull(
+                    f"the repo holds {self._used} bytes and may hold {self._max_bytes}: "
+                    f"no room for a block of {size}; unpin and collect garbage (repo/gc)"
+                )
+            self._used += size
+
+    def _release(self, size: int) -> None:
+        with self._used_lock:
+            self._used -= size
 
     def path(self, cid: CID) -> Path:
         """Where the block lives: blocks/<next-to-last two key characters>/<key>.data."""
@@ -86,13 +109,19 @@ class Blockstore:
         if shard not in self._made_dirs:
             os.makedirs(f"{self.root}/{shard}", exist_ok=True)
             self._made_dirs.add(shard)
+        size = sum(memoryview(part).nbytes for part in parts)
+        self._reserve(size)
         tmp = f"{self.root}/{shard}/.{key}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, parts)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, parts)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            self._release(size)
+            raise
 
     def get(self, cid: CID) -> bytes:
         """The block's bytes, verified against the CID."""
@@ -133,7 +162,12 @@ class Blockstore:
                     yield CID(1, RAW, mh)
 
     def delete(self, cid: CID) -> None:
-        self.path(cid).unlink(missing_ok=True)
+        try:
+            size = self.size(cid)
+            self.path(cid).unlink()
+        except (BlockNotFound, FileNotFoundError):
+            return
+        self._release(size)
 
     def remove_temporaries(self) -> None:
         """Delete temporary files left by writes that never finished (a crash mid-add). Only

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from marketplace.ipfs import reader, varint
 from marketplace.ipfs.cid import CID
+from marketplace.ipfs.limits import DEFAULT_WALK_LIMITS, WalkLimits
 
 MEDIA_TYPE = "application/vnd.ipld.car"
 # What stream() sends, named as the trustless gateway spec names it.
@@ -44,15 +45,13 @@ def section_head(cid: CID, block: bytes) -> bytes:
     return varint.encode(len(raw) + len(block)) + raw
 
 
-def stream(root: CID, get_block: reader.GetBlock) -> Iterator[bytes]:
+def stream(
+    root: CID, get_block: reader.GetBlock, limits: WalkLimits = DEFAULT_WALK_LIMITS
+) -> Iterator[bytes]:
     """The DAG under `root`: the header, then every block once, depth-first from the root (the
     order Kubo's gateway sends); `get_block` verifies each against its CID."""
     yield header([root])
-    sent: set[CID] = set()
-    for cid, block in reader.iter_blocks(root, get_block):
-        if cid in sent:
-            continue
-        sent.add(cid)
+    for cid, block in reader.iter_blocks(root, get_block, limits):
         if block is None:  # a raw leaf: the walk does not read what has no links
             block = get_block(cid)
         yield section_head(cid, block)

@@ -11,6 +11,8 @@ DAG_PB = 0x70
 RAW = 0x55
 CODEC_NAMES = {DAG_PB: "dag-pb", RAW: "raw"}
 CODECS = {name: code for code, name in CODEC_NAMES.items()}
+# A CID of a 64-byte digest is about 110 characters in any base this node reads; "/ipfs/" aside.
+MAX_CID_CHARS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ class CID:
 
     @classmethod
     def _parse(cls, text: str) -> "CID":
+        if len(text) > MAX_CID_CHARS:  # base58 decodes in quadratic time: bound it first
+            raise InvalidCid(f"longer than {MAX_CID_CHARS} characters")
         if text.startswith("/ipfs/"):
             text = text[len("/ipfs/") :].rstrip("/")
         if "/" in text:

@@ -33,3 +33,20 @@ class NotAFile(IpfsError, ValueError):
 
 class Unsupported(IpfsError, ValueError):
     """A valid request for a feature this node does not implement."""
+
+
+class DagTooLarge(IpfsError, ValueError):
+    """A DAG whose walk would pass a bound: too many blocks, too deep, or more bytes declared
+    than allowed."""
+
+
+class QuotaExceeded(IpfsError):
+    """A write the node's quotas do not leave room for."""
+
+
+class AddTooLarge(QuotaExceeded, ValueError):
+    """One request bringing more bytes than a single add may store."""
+
+
+class RepoFull(QuotaExceeded):
+    """A block that would take the repo past its size bound."""

@@ -1,7 +1,6 @@
 """The multibase encodings CIDs are written in: base58btc (`z`, CIDv0), base32 (`b`), base16."""
 
 import base64
-import binascii
 
 from marketplace.ipfs.errors import InvalidCid
 
@@ -41,7 +40,7 @@ def b32decode(text: str) -> bytes:
     padded = text.upper() + "=" * (-len(text) % 8)
     try:
         return base64.b32decode(padded)
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a character outside ASCII
         raise InvalidCid(f"invalid base32: {exc}") from None
 
 

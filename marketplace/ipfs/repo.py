@@ -4,6 +4,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 from pathlib import Path
 
 from marketplace.ipfs import dagpb, multibase, reader
@@ -11,6 +12,7 @@ from marketplace.ipfs.blockstore import Blockstore
 from marketplace.ipfs.cid import CID, DAG_PB
 from marketplace.ipfs.errors import BlockNotFound, IpfsError
 from marketplace.ipfs.gclock import GcLock
+from marketplace.ipfs.limits import DEFAULT_QUOTAS, DEFAULT_WALK_LIMITS, Quotas, WalkLimits
 from marketplace.ipfs.pinstore import DIRECT, RECURSIVE, PinStore
 
 log = logging.getLogger(__name__)
@@ -28,10 +30,18 @@ class Repo:
     config       the node's identity
     repo.lock    held (flock) while a node serves this repo
     api          the RPC address while serving, as Kubo writes it
+    api-token    the RPC API's bearer token, readable by the owner only
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        quotas: Quotas = DEFAULT_QUOTAS,
+        walk_limits: WalkLimits = DEFAULT_WALK_LIMITS,
+    ) -> None:
         self.path = Path(path)
+        self.quotas = quotas
+        self.walk_limits = walk_limits
         self.path.mkdir(parents=True, exist_ok=True)
         # Held open for the node's life: the flock lasts as long as the open file.
         self._lock_file = open(self.path / "repo.lock", "w")  # noqa: SIM115
@@ -42,7 +52,7 @@ class Repo:
             raise RepoLocked(f"{self.path} is in use by another node") from None
         # Holding the lock, any api file is a dead node's: readers must not find its port.
         (self.path / "api").unlink(missing_ok=True)
-        self.blocks = Blockstore(self.path / "blocks")
+        self.blocks = Blockstore(self.path / "blocks", quotas.max_repo_bytes)
         self.pins = PinStore(self.path / "pins.json")
         self.gc_lock = GcLock()
         self.peer_id = self._identity()
@@ -57,6 +67,19 @@ class Repo:
         tmp = self.path / "api.tmp"
         tmp.write_text(multiaddr)
         os.replace(tmp, self.path / "api")
+
+    def api_token(self, configured: str | None = None) -> str:
+        """The RPC API's bearer token: the configured one, else the one in `api-token`, made
+        on first start. Local tools find it there as they find the api file; only the repo's
+        owner can read it."""
+        path = self.path / "api-token"
+        if configured:
+            return configured
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(32))
+        return path.read_text().strip()
 
     def _identity(self) -> str:
         """A stable node ID, kept in `config`. This node speaks no libp2p, so the ID is a random
@@ -92,7 +115,7 @@ class Repo:
         content, and this node cannot fetch missing blocks from a network. Caller holds the
         shared GC lock."""
         if recursive:
-            for child, block in reader.iter_blocks(cid, self.blocks.get):
+            for child, block in reader.iter_blocks(cid, self.blocks.get, self.walk_limits):
                 if block is None and not self.blocks.has(child):
                     raise BlockNotFound(child)
         elif not self.blocks.has(cid):
@@ -104,10 +127,11 @@ class Repo:
         when asked) the blocks kept only through one, as `indirect`."""
         result: dict[CID, str] = {}
         indirect: dict[CID, str] = {}
+        seen: reader.Seen = set()
         for cid, kind in self.pins.items():
             result[cid] = kind
             if kind == RECURSIVE and with_indirect:
-                for child, _ in reader.iter_blocks(cid, self.blocks.get):
+                for child, _ in reader.iter_blocks(cid, self.blocks.get, None, seen):
                     if child != cid:
                         indirect.setdefault(child, "indirect")
         return indirect | result
@@ -115,14 +139,18 @@ class Repo:
     def gc(self) -> list[CID]:
         """Delete every block no pin keeps; return what was removed. The live set is complete
         before anything is deleted, so a pinned DAG that cannot be walked (a missing or
-        corrupt block) stops GC with that error rather than costing the rest of the DAG."""
+        corrupt block) stops GC with that error rather than costing the rest of the DAG.
+        The mark visits each block once over all pins, so however a pinned DAG links its
+        blocks, the exclusive lock is held for at most one look at each block stored."""
         with self.gc_lock.exclusive():
             live: set[bytes] = set()
+            seen: reader.Seen = set()
             for cid, kind in self.pins.items():
                 if kind == DIRECT:
                     live.add(cid.multihash)
                 else:
-                    live.update(c.multihash for c, _ in reader.iter_blocks(cid, self.blocks.get))
+                    walk = reader.iter_blocks(cid, self.blocks.get, None, seen)
+                    live.update(c.multihash for c, _ in walk)
             removed = [cid for cid in self.blocks.cids() if cid.multihash not in live]
             for cid in removed:
                 self.blocks.delete(cid)

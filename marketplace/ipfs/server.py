@@ -5,22 +5,24 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
 from marketplace.ipfs import allocator
 from marketplace.ipfs.api import blocks, files, gateway, node, pins
+from marketplace.ipfs.api.access import RpcAccess, require_rpc_access
 from marketplace.ipfs.blockstore import CorruptBlock
-from marketplace.ipfs.errors import BlockNotFound, IpfsError
+from marketplace.ipfs.errors import AddTooLarge, BlockNotFound, IpfsError, RepoFull
 from marketplace.ipfs.http_protocol import NodeHttpProtocol
 from marketplace.ipfs.pinstore import NotPinned
 from marketplace.ipfs.repo import Repo
+from marketplace.ipfs.settings import NodeSettings
 from marketplace.serving import QuietServer
 
 log = logging.getLogger(__name__)
@@ -28,22 +30,31 @@ log = logging.getLogger(__name__)
 API_PREFIX = "/api/v0"
 # A corrupt local block is reported like a missing one: this node cannot serve valid bytes
 # for the CID, and a client should try another replica.
-_NOT_FOUND = (BlockNotFound, NotPinned, CorruptBlock)
+_STATUS: dict[type[IpfsError], int] = {
+    BlockNotFound: 404,
+    NotPinned: 404,
+    CorruptBlock: 404,
+    AddTooLarge: 413,
+    RepoFull: 507,  # Insufficient Storage
+}
 # Body buffers the allocator reuses rather than returns to the kernel: above one network read
 # (up to 2 MiB of a body), and room for what an add holds in flight at once.
 _LARGEST_REUSED = 4 * 1024 * 1024
 _KEPT_FREE = 32 * 1024 * 1024
 
 
-def _error(request: Request, status: int, message: str) -> Response:
+def _error(
+    request: Request, status: int, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
     """Kubo's RPC error shape; the gateway answers in plain text, as gateways do."""
     if request.url.path.startswith("/ipfs/"):
-        return PlainTextResponse(message, status)
-    return JSONResponse({"Message": message, "Code": 0, "Type": "error"}, status)
+        return PlainTextResponse(message, status, headers)
+    return JSONResponse({"Message": message, "Code": 0, "Type": "error"}, status, headers)
 
 
 async def _ipfs_error(request: Request, exc: IpfsError) -> Response:
-    return _error(request, 404 if isinstance(exc, _NOT_FOUND) else 400, str(exc))
+    status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
+    return _error(request, status, str(exc))
 
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -54,7 +65,7 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> Re
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
-    return _error(request, exc.status_code, str(exc.detail))
+    return _error(request, exc.status_code, str(exc.detail), exc.headers)
 
 
 # Starlette calls each handler with the exceptions of the class it is registered for; its
@@ -66,14 +77,17 @@ _HANDLERS: dict[type[Exception], Callable[[Request, Any], Awaitable[Response]]] 
 }
 
 
-def create_app(repo: Repo) -> FastAPI:
+def create_app(repo: Repo, access: RpcAccess) -> FastAPI:
     app = FastAPI(
         title="Zoo Compute IPFS node",
         description="The Kubo RPC subset the project uses, and a trustless gateway.",
     )
     app.state.repo = repo
+    app.state.access = access
     for module in (files, blocks, pins, node):
-        app.include_router(module.router, prefix=API_PREFIX)
+        app.include_router(
+            module.router, prefix=API_PREFIX, dependencies=[Depends(require_rpc_access)]
+        )
     app.include_router(gateway.router)
     for exc_class, handler in _HANDLERS.items():
         app.add_exception_handler(exc_class, handler)
@@ -98,27 +112,35 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 
 def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
     """Run the node until SIGINT/SIGTERM. Once `<repo>/api` exists the port accepts requests
-    (the socket is listening before the file is written), which is the readiness signal."""
+    (the socket is listening before the file is written), which is the readiness signal.
+    Its token, origins, quotas and walk bounds come from the ZOO_IPFS_* settings."""
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _exit_on_signal)
     allocator.reuse_freed_buffers(_LARGEST_REUSED, _KEPT_FREE)
-    repo = Repo(repo_path)
+    settings = NodeSettings()
+    repo = Repo(repo_path, settings.quotas(), settings.walk_limits())
     try:
+        token = settings.api_token
+        access = RpcAccess(
+            repo.api_token(token.get_secret_value() if token else None),
+            frozenset(settings.allowed_origins),
+        )
         sock = _listen(host, port)
         bound_port = sock.getsockname()[1]
         proto = "ip6" if sock.family == socket.AF_INET6 else "ip4"
         repo.write_api_file(f"/{proto}/{host}/tcp/{bound_port}")
         log.info(
-            "IPFS RPC API listening on http://%s:%d%s (repo %s)",
+            "IPFS RPC API listening on http://%s:%d%s (repo %s, bearer token %s)",
             host,
             bound_port,
             API_PREFIX,
             repo.path,
+            "from ZOO_IPFS_API_TOKEN" if token else f"in {repo.path / 'api-token'}",
         )
         # uvicorn's signature asks for an asyncio.Protocol; a BufferedProtocol serves the same.
         config = uvicorn.Config(
-            create_app(repo),
+            create_app(repo, access),
             http=NodeHttpProtocol,  # type: ignore[arg-type]
             ws="none",
             log_level="warning",

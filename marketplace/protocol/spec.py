@@ -112,9 +112,9 @@ def builds(name: str):
 class GPTSpec(ModelSpec):
     """A decoder-only transformer in the shape of nanoGPT."""
 
-    n_layer: int = Field(4, ge=1)  # transformer blocks
-    n_embd: int = Field(128, ge=1)  # residual stream width
-    n_head: int = Field(4, ge=1)  # attention heads; must divide n_embd
+    n_layer: int = Field(4, ge=1, le=1024)  # transformer blocks
+    n_embd: int = Field(128, ge=1, le=1 << 16)  # residual stream width
+    n_head: int = Field(4, ge=1, le=1024)  # attention heads; must divide n_embd
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on attention, MLP and embeddings
     bias: bool = True  # biases in Linear and LayerNorm layers
 
@@ -132,10 +132,10 @@ class MLPSpec(ModelSpec):
     """A Bengio-style MLP language model: each byte is predicted from the `context` bytes before
     it."""
 
-    context: int = Field(8, ge=1)  # how many previous bytes each prediction sees
-    n_embd: int = Field(32, ge=1)  # embedding width per byte
-    hidden: int = Field(256, ge=1)  # width of each hidden layer
-    n_layer: int = Field(2, ge=1)  # hidden layers
+    context: int = Field(8, ge=1, le=4096)  # how many previous bytes each prediction sees
+    n_embd: int = Field(32, ge=1, le=1 << 16)  # embedding width per byte
+    hidden: int = Field(256, ge=1, le=1 << 20)  # width of each hidden layer
+    n_layer: int = Field(2, ge=1, le=1024)  # hidden layers
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout after each hidden layer
 
 
@@ -196,7 +196,7 @@ Source = Annotated[
 
 class DataSpec(_Section):
     sources: list[Source] = Field(min_length=1)  # byte sources, mixed by their weights
-    seq_len: int = Field(ge=2)  # bytes per training sequence (the model's context length)
+    seq_len: int = Field(ge=2, le=1 << 20)  # bytes per training sequence (the context length)
     eval_fraction: float = Field(0.05, gt=0.0, lt=0.5)  # tail of every source held out for eval
 
 
@@ -214,13 +214,13 @@ class TrainingSpec(_Section):
     min_lr_ratio: float = Field(0.1, ge=0.0, le=1.0)  # cosine decays to lr x min_lr_ratio
     betas: tuple[float, float] = (0.9, 0.95)  # AdamW betas
     weight_decay: float = Field(0.1, ge=0.0)  # AdamW decay on matrices (not biases or norms)
-    batch_size: int = Field(ge=1)  # sequences per micro-batch
-    grad_accum_steps: int = Field(1, ge=1)  # micro-batches per optimizer step
+    batch_size: int = Field(ge=1, le=1 << 20)  # sequences per micro-batch
+    grad_accum_steps: int = Field(1, ge=1, le=1 << 16)  # micro-batches per optimizer step
     max_steps: int = Field(ge=1)  # length of the learning-rate schedule, in optimizer steps
     warmup_steps: int = Field(0, ge=0)  # linear warmup from 0 to lr
     grad_clip: float = Field(1.0, ge=0.0)  # max global grad norm; 0 turns clipping off
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16 runs forward/backward under autocast
-    eval_batches: int = Field(4, ge=0)  # held-out batches scored at the end of each unit
+    eval_batches: int = Field(4, ge=0, le=10_000)  # held-out batches scored at the end of each unit
     loss_spike: LossSpikeSpec = LossSpikeSpec()  # spike detection and rollback
 
     @field_validator("betas")
@@ -365,7 +365,7 @@ class DistributedSpec(_Section):
 class ReproducibilitySpec(_Section):
     seed: int = Field(1337, ge=0)  # seeds model init, dropout and the data sampler
     deterministic: bool = True  # torch.use_deterministic_algorithms for bit-identical reruns
-    num_threads: int = Field(1, ge=1)  # CPU threads; results are bit-identical only at equal counts
+    num_threads: int = Field(1, ge=1, le=1024)  # CPU threads; bit-identical only at equal counts
 
 
 class JobSpec(_Section):
@@ -386,7 +386,7 @@ class JobSpec(_Section):
         if not isinstance(value, Mapping):
             return handler(value)
         arch = value.get("architecture")
-        if arch not in ARCHITECTURES:
+        if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise PydanticCustomError(
                 "unknown_architecture",
                 "unknown architecture {arch}; allowed: {allowed}",

@@ -36,7 +36,8 @@ class EventFollower:
     are handled. One bad event costs its sender a transaction, never the daemon its progress.
 
     When the chain drops a block already read, reading resumes after the newest read block the
-    chain still has; what the role recorded from the dropped blocks stays, so it is logged as an
+    chain still has, and `on_reorg` hears of it (the daemons send again what the dropped blocks
+    held of theirs); what the role recorded from the dropped blocks stays, so it is logged as an
     error.
     """
 
@@ -50,9 +51,11 @@ class EventFollower:
         start_block: int,
         confirmations: int = 0,
         heads: HeadFeed | None = None,
+        on_reorg: Callable[[int], None] = lambda fork: None,
     ):
         self.journal = journal
         self.handle = handle
+        self.on_reorg = on_reorg  # told the newest block the chain kept (e.g. Outbox.resend_after)
         self.start_block = start_block
         next_block, last = journal.cursor(start_block)
         self.cursor = EventCursor(w3, contracts, next_block, confirmations, last=last, heads=heads)
@@ -108,8 +111,9 @@ class EventFollower:
         self.journal.set_cursor(next_block, fork)
         self.cursor.seek(next_block, fork)
         log.error(
-            "%s; reading events again from block %d. What this daemon recorded or sent on the "
-            "dropped blocks is not undone",
+            "%s; reading events again from block %d and sending again what the dropped blocks "
+            "held of ours",
             reorg,
             next_block,
         )
+        self.on_reorg(next_block - 1)

@@ -17,8 +17,10 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- the last block of each poll
 CREATE TABLE IF NOT EXISTS blocks (number INTEGER PRIMARY KEY, hash TEXT NOT NULL);
+-- block: where a done transaction was mined, so a reorg that drops that block finds it
 CREATE TABLE IF NOT EXISTS outbox (
-    key TEXT PRIMARY KEY, tx_hash TEXT NOT NULL, raw BLOB NOT NULL, done INTEGER NOT NULL DEFAULT 0
+    key TEXT PRIMARY KEY, tx_hash TEXT NOT NULL, raw BLOB NOT NULL, done INTEGER NOT NULL DEFAULT 0,
+    block INTEGER
 );
 -- state: settled | withdrawn
 CREATE TABLE IF NOT EXISTS payouts (job_id INTEGER PRIMARY KEY, state TEXT NOT NULL);
@@ -179,8 +181,19 @@ class JournalDB:
             "INSERT OR REPLACE INTO outbox (key, tx_hash, raw) VALUES (?, ?, ?)", key, tx_hash, raw
         )
 
-    def finish_outgoing(self, key: str) -> None:
-        self._run("UPDATE outbox SET done = 1 WHERE key = ?", key)
+    def finish_outgoing(self, key: str, block: int | None = None) -> None:
+        self._run("UPDATE outbox SET done = 1, block = ? WHERE key = ?", block, key)
+
+    def reopen_outgoing(self, after_block: int) -> list[Outgoing]:
+        """Mark the transactions mined after `after_block` (dropped by a reorg) as not done, and
+        return them in the order they were signed (their nonces' order)."""
+        with self.transaction():
+            rows = self._run(
+                "SELECT key, tx_hash, raw FROM outbox WHERE done = 1 AND block > ? ORDER BY rowid",
+                after_block,
+            )
+            self._run("UPDATE outbox SET done = 0 WHERE done = 1 AND block > ?", after_block)
+        return [Outgoing(key, tx_hash, bytes(raw), False) for key, tx_hash, raw in rows]
 
     def forget_outgoing(self, key: str) -> None:
         self._run("DELETE FROM outbox WHERE key = ?", key)

@@ -62,8 +62,35 @@ class Outbox:
                 self.journal.forget_outgoing(key)
                 reason = revert_reason(self.w3, HexBytes(outgoing.tx_hash))
                 raise TransactionReverted(outgoing.tx_hash, receipt["blockNumber"], reason)
-            self.journal.finish_outgoing(key)
+            self.journal.finish_outgoing(key, receipt["blockNumber"])
         return receipt
+
+    def resend_after(self, fork: int) -> None:
+        """A reorg dropped the blocks after `fork`: every transaction of ours mined in them is
+        sent again, the very same bytes in the order they were signed, so each lands once on the
+        branch the chain kept (or, if that branch already holds it, is found there). One that now
+        fails frees its key, as any mined failure does; the role's next tick decides anew."""
+        with self._lock:
+            dropped = self.journal.reopen_outgoing(fork)
+            for outgoing in dropped:
+                if not self._known(outgoing):
+                    log.warning("a reorg dropped %s; sending it again", outgoing.key)
+                    try:
+                        self._broadcast(outgoing)
+                    except Web3RPCError as exc:  # its nonce went to another transaction
+                        log.warning("%s cannot be sent again: %s", outgoing.key, exc)
+                        self.journal.forget_outgoing(outgoing.key)
+            for outgoing in dropped:
+                if self.journal.outgoing(outgoing.key) is None:
+                    continue
+                receipt = self.w3.eth.wait_for_transaction_receipt(
+                    HexStr(outgoing.tx_hash), timeout=self.receipt_timeout
+                )
+                if receipt["status"] == 1:
+                    self.journal.finish_outgoing(outgoing.key, receipt["blockNumber"])
+                else:
+                    log.warning("%s failed once sent again after the reorg", outgoing.key)
+                    self.journal.forget_outgoing(outgoing.key)
 
     def _sign(self, key: str, fn: ContractFunction) -> Outgoing:
         # eth-account types a transaction as a plain dict of the same fields (web3 casts alike).

@@ -20,6 +20,9 @@ from marketplace.runtime.heads import HeadFeed
 from marketplace.runtime.loop import TRANSIENT, run_ticks
 from marketplace.runtime.outbox import Outbox
 from marketplace.storage import Storage, StorageError
+from node.engine import LocalData, UnitLimits
+from node.engine.data import NO_LOCAL_DATA
+from node.engine.limits import DEFAULT_LIMITS
 
 from .bidding import MIN_CHECKPOINT_INTERVAL, Bidder
 from .group_worker import GroupWorker
@@ -47,6 +50,8 @@ class NodeConfig:
     confirmations: int = 0
     stop_grace: float = 30.0  # seconds a stop waits for a unit in training before leaving it
     min_checkpoint_interval: int = MIN_CHECKPOINT_INTERVAL  # seconds; tighter jobs are not bid on
+    limits: UnitLimits = DEFAULT_LIMITS  # what one unit of a job may use of this machine
+    local_data: LocalData = NO_LOCAL_DATA  # directories `file` data sources may read; none
 
 
 class ProviderDaemon:
@@ -77,7 +82,7 @@ class ProviderDaemon:
                 f"{len(self._main_storage.nodes)} are known: name the others in "
                 "ZOO_IPFS_REPLICAS"
             )
-        specs = Specs(ledger, self._main_storage)
+        specs = Specs(ledger, self._main_storage, config.limits)
         self.worker = Worker(
             ledger,
             account,
@@ -88,6 +93,7 @@ class ProviderDaemon:
             config.replicas,
             config.device,
             job_log,
+            config.local_data,
         )
         self.group_worker = GroupWorker(self.worker, config.journal_path.parent / "groups")
         self._deliver = {CHECKPOINTS: self.worker.run, RANK_BUNDLES: self.group_worker.run}
@@ -117,6 +123,7 @@ class ProviderDaemon:
                     start_block=self.ledger.deployment.deploy_block,
                     confirmations=self.config.confirmations,
                     heads=heads,
+                    on_reorg=self.outbox.resend_after,
                 )
                 message = (
                     f"provider {self.account.address} ready: tier {tier}, watching JobMarket "

@@ -7,21 +7,32 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 from eth_account.signers.local import LocalAccount
 
 from marketplace.chain.errors import ChainError
-from marketplace.chain.ledger import Ledger
+from marketplace.chain.ledger import CommittedUnit, Ledger
 from marketplace.errors import ZooError
-from marketplace.protocol.checkpoint import Checkpoint
+from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.terms import JobStatus
 from marketplace.protocol.units import unit_steps, units_per_node
 from marketplace.runtime.clock import chain_time
 from marketplace.runtime.outbox import Outbox
-from marketplace.storage import ContentTooLarge, Storage
-from node.engine import JobSpec, SpecError, parse_spec, run_unit, unit_shard
+from marketplace.storage import ContentNotFound, ContentTooLarge, Storage
+from node.engine import (
+    JobSpec,
+    LocalData,
+    SpecError,
+    SpecOverLimits,
+    UnitLimits,
+    parse_spec,
+    run_unit,
+    unit_shard,
+)
+from node.engine.data import NO_LOCAL_DATA
+from node.engine.limits import DEFAULT_LIMITS, checkpoint_bytes
 
 from .journal import Journal, Unit
 
@@ -36,8 +47,14 @@ class UnitLog(Protocol):
     def post(self, job_id: int, line: str) -> None: ...
 
 
+class BadInput(ZooError):
+    """The unit this node was to resume from does not hold what was committed: nothing is
+    trained on it."""
+
+
 class JobUnfit(ZooError, ValueError):
-    """A job this node cannot deliver: its spec does not parse or has fewer units than asked."""
+    """A job this node cannot deliver: its spec does not parse, has fewer units than asked or
+    asks more of this machine than its limits allow."""
 
 
 class Specs:
@@ -45,9 +62,10 @@ class Specs:
     training read them from different threads, and a Storage serves one thread, so reads go through
     a lock."""
 
-    def __init__(self, ledger: Ledger, storage: Storage):
+    def __init__(self, ledger: Ledger, storage: Storage, limits: UnitLimits = DEFAULT_LIMITS):
         self._ledger = ledger
         self._storage = storage
+        self.limits = limits
         self._parsed: dict[int, JobSpec] = {}
         self._lock = threading.Lock()
 
@@ -65,6 +83,10 @@ class Specs:
     def check_job(self, job_id: int, job: dict) -> None:
         """Refuse, before bidding, a job whose units this node could not compute."""
         spec = self.of_job(job_id)
+        try:
+            self.limits.check(spec)
+        except SpecOverLimits as exc:
+            raise JobUnfit(str(exc)) from None
         if job["unitsPerNode"] > units_per_node(spec):
             raise JobUnfit(
                 f"the job asks {job['unitsPerNode']} units per node; its spec has "
@@ -103,6 +125,7 @@ class Worker:
         replicas: int,
         device: str | None = None,
         job_log: UnitLog | None = None,
+        local_data: LocalData = NO_LOCAL_DATA,
     ):
         self.ledger = ledger
         self.account = account
@@ -113,6 +136,7 @@ class Worker:
         self.replicas = replicas
         self.device = device
         self.job_log = job_log  # where a line for each committed unit goes, if anywhere
+        self.local_data = local_data  # the directories `file` data sources may read
         # the latest unit trained here
         self._last: tuple[tuple[int, int, int], Checkpoint] | None = None
         # the training figures of units trained here, until committed
@@ -222,6 +246,8 @@ class Worker:
             unit_shard(spec, slot_id),
             unit_steps(spec, index),
             storage=self.storage,
+            local_data=self.local_data,
+            limits=self.specs.limits,
             device=self.device,
         )
         trained = time.monotonic()
@@ -252,18 +278,49 @@ class Worker:
         work)."""
         if self._last is not None and self._last[0] == (job_id, slot_id, index):
             return self._last[1]
-        cid = self.committed_cid(job_id, slot_id, index)
-        log.info("job=%d slot=%d: resuming from unit %d (%s)", job_id, slot_id, index, cid)
-        return Checkpoint.load(self.storage.cat(cid))
+        unit = self.committed(job_id, slot_id, index)
+        log.info("job=%d slot=%d: resuming from unit %d (%s)", job_id, slot_id, index, unit.cid)
+        try:
+            bound = checkpoint_bytes(self.specs.of_job(job_id))
+            checkpoint = Checkpoint.load(self.storage.cat(unit.cid, max_bytes=bound))
+        except (CheckpointError, ContentTooLarge, ContentNotFound) as exc:
+            # not found on any node: withheld, or not there yet; verifiers re-running a flagged
+            # unit judge which (an honest unit passes), and the next tick looks again
+            self._reject_input(unit, f"its checkpoint cannot be read: {exc}")
+        if checkpoint.state_hash() != unit.state_hash.hex():
+            self._reject_input(unit, "its checkpoint does not hold the state it committed")
+        return checkpoint
 
-    def committed_cid(self, job_id: int, slot_id: int, index: int) -> str:
-        """The CID of the slot's live unit `index`."""
+    def _reject_input(self, unit: CommittedUnit, reason: str) -> NoReturn:
+        """Work built on a bad unit would be bad work: flag the unit, so that verifiers re-run
+        it whether or not it was sampled (a confirmed failure rolls the slot back past it), and
+        train nothing on it."""
+        log.error(
+            "job=%d slot=%d: not resuming from unit %d, %s",
+            unit.job_id,
+            unit.slot,
+            unit.index,
+            reason,
+        )
+        flag = self.ledger.flag_unit_call(unit)
+        try:
+            self.outbox.send(f"flag:{unit.job_id}:{unit.slot}:{unit.index}", flag)
+        except ChainError as exc:
+            log.info("unit %d not flagged: %s", unit.index, exc)
+        raise BadInput(f"job {unit.job_id} slot {unit.slot} unit {unit.index}: {reason}")
+
+    def committed(self, job_id: int, slot_id: int, index: int) -> CommittedUnit:
+        """The slot's live commitment of unit `index`."""
         unit = self.ledger.committed_unit(job_id, slot_id, index)
         if unit is None:
             raise ChainError(
                 f"job {job_id} slot {slot_id}: no checkpoint committed as unit {index}"
             )
-        return unit.cid
+        return unit
+
+    def committed_cid(self, job_id: int, slot_id: int, index: int) -> str:
+        """The CID of the slot's live unit `index`."""
+        return self.committed(job_id, slot_id, index).cid
 
     def commit(self, unit: Unit, slot: dict, interval: int) -> None:
         """Pin the unit's checkpoint on the replicas, then commit it. Nothing is metered: the

@@ -11,13 +11,14 @@ hash the provider commits on-chain and a verifier recomputes by running the same
     blob = ckpt.to_bytes(); same = Checkpoint.load(blob); same.state_hash() == state_hash
 
 `run_unit(spec, checkpoint, shard, steps, *, storage=None, local_data=LocalData(),
-device=None) -> UnitResult`
+limits=UnitLimits(), device=None) -> UnitResult`
 returns `(checkpoint, state_hash, metrics)`. A checkpoint's metadata records the unit that
 made it (shard, start step, steps; `Shard.from_dict(ckpt.metadata["unit"]["shard"])`), so a
 verifier can rerun that unit from the previous checkpoint and compare hashes.
 
 Errors: `SpecError` (bad spec; names the field), `DataError` (unreadable source, or a shard
-that does not fit), `CheckpointError` (unreadable checkpoint, or one from another job),
+that does not fit; `SpecOverLimits` for a spec that would use more of the machine than `limits`
+allow), `CheckpointError` (unreadable checkpoint, or one from another job),
 `TrainingDiverged` (loss spikes beyond the rollbacks allowed). A spec's `file` sources are read
 only under the directories `LocalData` names: by default none. New architectures plug in
 with `@register("name")` on a `ModelSpec` subclass.
@@ -34,6 +35,7 @@ from marketplace.protocol.spec import (
 )
 
 from .data import ContentStore, DataError, LocalData, Shard
+from .limits import SpecOverLimits, UnitLimits
 from .unit import TrainingDiverged, UnitResult, run_unit, unit_shard
 
 __all__ = [
@@ -45,7 +47,9 @@ __all__ = [
     "ModelSpec",
     "Shard",
     "SpecError",
+    "SpecOverLimits",
     "TrainingDiverged",
+    "UnitLimits",
     "UnitResult",
     "load_spec",
     "parse_spec",

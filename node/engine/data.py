@@ -64,9 +64,10 @@ NO_LOCAL_DATA = LocalData()
 
 
 class ContentStore(Protocol):
-    """What the engine needs from IPFS storage (marketplace.storage.Storage provides it)."""
+    """What the engine needs from IPFS storage (marketplace.storage.Storage provides it): the
+    content, refused with a ValueError once it runs past `max_bytes`."""
 
-    def cat(self, cid: str) -> bytes: ...
+    def cat(self, cid: str, max_bytes: int | None = None) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -125,17 +126,30 @@ class Corpus:
 
 
 def load_corpora(
-    data: DataSpec, storage: ContentStore | None = None, local: LocalData = NO_LOCAL_DATA
+    data: DataSpec,
+    storage: ContentStore | None = None,
+    local: LocalData = NO_LOCAL_DATA,
+    max_ipfs_bytes: int = 4 << 30,
 ) -> list[Corpus]:
-    """Read every source of `data` and split each into train and eval bytes.
+    """Read every source of `data` and split each into train and eval bytes; an IPFS source is
+    refused once it runs past `max_ipfs_bytes`.
 
     Recent corpora are kept in memory, so the units of one job read and digest their data
     once; a file is read again when its size or modification time changes.
     """
     corpora = []
     for i, source in enumerate(data.sources):
-        key = (source, data.seq_len, data.eval_fraction, _file_version(source), local)
-        corpus = _CACHE.pop(key, None) or _split(source, data, storage, local, f"data.sources[{i}]")
+        key = (
+            source,
+            data.seq_len,
+            data.eval_fraction,
+            _file_version(source),
+            local,
+            max_ipfs_bytes,
+        )
+        corpus = _CACHE.pop(key, None) or _split(
+            source, data, storage, local, max_ipfs_bytes, f"data.sources[{i}]"
+        )
         _CACHE[key] = corpus
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
@@ -158,9 +172,14 @@ def _file_version(source: Source) -> tuple[int, int] | None:
 
 
 def _split(
-    source: Source, data: DataSpec, storage: ContentStore | None, local: LocalData, field: str
+    source: Source,
+    data: DataSpec,
+    storage: ContentStore | None,
+    local: LocalData,
+    max_ipfs_bytes: int,
+    field: str,
 ) -> Corpus:
-    raw = _read(source, storage, local, field)
+    raw = _read(source, storage, local, max_ipfs_bytes, field)
     n_eval = max(data.seq_len + 1, int(len(raw) * data.eval_fraction))
     if len(raw) - n_eval < data.seq_len + 1:
         raise DataError(
@@ -224,7 +243,9 @@ def _derive_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def _read(source: Source, storage: ContentStore | None, local: LocalData, field: str) -> bytes:
+def _read(
+    source: Source, storage: ContentStore | None, local: LocalData, max_ipfs_bytes: int, field: str
+) -> bytes:
     if isinstance(source, StdlibSource):
         raw = _stdlib_bytes()
         return raw[: source.max_bytes] if source.max_bytes else raw
@@ -233,7 +254,7 @@ def _read(source: Source, storage: ContentStore | None, local: LocalData, field:
     if isinstance(source, FileSource):
         return local.read(source.path, field)
     if isinstance(source, IpfsSource):
-        return _ipfs_bytes(source.cid, storage)
+        return _ipfs_bytes(source.cid, storage, max_ipfs_bytes, field)
     raise DataError(f"{field}: unsupported source kind {source.kind!r}")
 
 
@@ -274,7 +295,7 @@ def _synthetic_bytes(generator: str, num_bytes: int, seed: int) -> bytes:
     return "".join(lines).encode()[:num_bytes]
 
 
-def _ipfs_bytes(cid: str, storage: ContentStore | None) -> bytes:
+def _ipfs_bytes(cid: str, storage: ContentStore | None, max_bytes: int, field: str) -> bytes:
     """Fetch through the given storage, else through the marketplace's configured default."""
     if storage is None:
         try:
@@ -282,4 +303,7 @@ def _ipfs_bytes(cid: str, storage: ContentStore | None) -> bytes:
         except ImportError as exc:
             raise DataError(f"an ipfs source needs marketplace.storage: {exc}") from None
         storage = Storage()
-    return storage.cat(cid)
+    try:
+        return storage.cat(cid, max_bytes=max_bytes)
+    except ValueError as exc:  # ContentTooLarge, or a CID that does not parse
+        raise DataError(f"{field}: ipfs source {cid}: {exc}") from None

@@ -24,6 +24,7 @@ from .data import (
     Shard,
     load_corpora,
 )
+from .limits import DEFAULT_LIMITS, UnitLimits
 from .train import Trainer, is_spike
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def run_unit(
     *,
     storage: ContentStore | None = None,
     local_data: LocalData = NO_LOCAL_DATA,
+    limits: UnitLimits = DEFAULT_LIMITS,
     device: str | torch.device | None = None,
 ) -> UnitResult:
     """Train `steps` optimizer steps from `checkpoint` (None: a fresh model from the spec's seed).
@@ -66,17 +68,19 @@ def run_unit(
     stay bit-identical to an uninterrupted run even when spikes occur.
 
     `storage` serves ipfs data sources (default: marketplace.storage.Storage()); `local_data` says
-    which local files `file` sources may read (default: none); `device` defaults to CUDA when
+    which local files `file` sources may read (default: none); `limits` bound what the spec may
+    use of this machine (SpecOverLimits before anything is built); `device` defaults to CUDA when
     available, else the CPU.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}")
     if shard.sources != tuple(s.name for s in spec.data.sources):
         raise DataError(f"shard sources {list(shard.sources)} are not the job's data sources")
+    limits.check(spec)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     repro = spec.reproducibility
     with _reproducible(repro):
-        corpora = load_corpora(spec.data, storage, local_data)
+        corpora = load_corpora(spec.data, storage, local_data, limits.max_source_bytes)
         sampler = Sampler(corpora, spec.data.seq_len, spec.training.batch_size, repro.seed)
         trainer = Trainer(spec, sampler, device)
         if checkpoint is None:

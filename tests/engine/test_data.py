@@ -85,8 +85,11 @@ class FakeStore:
         self.blobs = blobs
         self.asked = []
 
-    def cat(self, cid):
-        self.asked.append(cid)
+    def cat(self, cid, max_bytes=None):
+        """As Storage.cat: refused with a ValueError (ContentTooLarge) past `max_bytes`."""
+        self.asked.append((cid, max_bytes))
+        if max_bytes is not None and len(self.blobs[cid]) > max_bytes:
+            raise ValueError(f"{cid} holds more than {max_bytes} bytes")
         return self.blobs[cid]
 
 
@@ -95,7 +98,7 @@ def test_ipfs_source_reads_through_the_given_storage(small_spec):
     store = FakeStore({cid: b"0123456789" * 1000})
     spec = small_spec(data={"sources": [{"kind": "ipfs", "cid": cid}]})
     (corpus,) = load_corpora(spec.data, storage=store)
-    assert store.asked == [cid]
+    assert [asked for asked, _ in store.asked] == [cid]
     assert corpus.name == f"ipfs:{cid}"
     assert bytes(corpus.train[:10].tolist()) == b"0123456789"
 
@@ -139,7 +142,7 @@ def test_ipfs_source_without_storage_uses_the_marketplace_default(small_spec, mo
     monkeypatch.setitem(sys.modules, "marketplace.storage", module)
     spec = small_spec(data={"sources": [{"kind": "ipfs", "cid": cid}]})
     (corpus,) = load_corpora(spec.data)
-    assert store.asked == [cid]
+    assert [asked for asked, _ in store.asked] == [cid]
     assert bytes(corpus.train[:10].tolist()) == b"abcdefghij"
 
 

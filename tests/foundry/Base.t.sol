@@ -264,7 +264,60 @@ abstract contract BaseTest is Test {
         vm.roll(block.number + 2);
     }
 
+    /// @dev The verifier drawn for the turn running now: of the unit's result, or of the dispute
+    /// `challenger` opened on it.
+    function _drawn(uint256 jobId, uint16 slotId, uint32 index, IJobMarket.Unit memory unit, address challenger)
+        internal
+        view
+        returns (address)
+    {
+        uint256 openedAt = challenger == address(0)
+            ? uint256(unit.committedAt)
+            : uint256(verification.result(jobId, slotId, index).disputedAt);
+        uint256 turn = (block.timestamp - openedAt) / verification.turnLength(challenger != address(0));
+        return verification.drawnVerifier(jobId, slotId, index, unit.blockNumber, challenger, turn);
+    }
+
+    /// @dev Rewrites the unit's seed (the hash of the block after it) until `verifier` is the one
+    /// drawn for the turn running now, keeping whether the unit is sampled: tests of what follows
+    /// a result name who posts it. A seed not yet readable, recorded or lost is left alone, and so
+    /// is an account that cannot be drawn. The draw itself is tested in Verification.t.sol.
+    function _arrangeDraw(
+        address verifier,
+        uint256 jobId,
+        uint16 slotId,
+        uint32 index,
+        IJobMarket.Unit memory unit,
+        address challenger
+    ) internal {
+        uint256 seedBlock = uint256(unit.blockNumber) + 1;
+        if (block.number <= seedBlock || blockhash(seedBlock) == 0) return;
+        if (verification.recordedSeed(unit.blockNumber) != 0 || !staking.isActiveVerifier(verifier)) return;
+        bool sampled = verification.isSampled(jobId, slotId, index, unit.blockNumber);
+        for (uint256 i; i < 256; ++i) {
+            if (
+                _drawn(jobId, slotId, index, unit, challenger) == verifier
+                    && verification.isSampled(jobId, slotId, index, unit.blockNumber) == sampled
+            ) return;
+            vm.setBlockhash(seedBlock, keccak256(abi.encode("seed", seedBlock, i)));
+        }
+    }
+
+    /// @dev `verifier` posts, drawn for it (see `_arrangeDraw`).
     function _postResult(
+        address verifier,
+        uint256 jobId,
+        uint16 slotId,
+        uint32 index,
+        IJobMarket.Unit memory unit,
+        bool pass
+    ) internal {
+        _arrangeDraw(verifier, jobId, slotId, index, unit, address(0));
+        _sendResult(verifier, jobId, slotId, index, unit, pass);
+    }
+
+    /// @dev `verifier` posts, drawn or not.
+    function _sendResult(
         address verifier,
         uint256 jobId,
         uint16 slotId,
@@ -276,7 +329,22 @@ abstract contract BaseTest is Test {
         verification.postResult(jobId, slotId, index, unit, pass, "bafyevidence");
     }
 
+    /// @dev `verifier` settles the open dispute, drawn for it (see `_arrangeDraw`).
     function _resolveDispute(
+        address verifier,
+        uint256 jobId,
+        uint16 slotId,
+        uint32 index,
+        IJobMarket.Unit memory unit,
+        bool pass
+    ) internal {
+        address challenger = verification.result(jobId, slotId, index).first;
+        if (challenger != address(0)) _arrangeDraw(verifier, jobId, slotId, index, unit, challenger);
+        _sendResolution(verifier, jobId, slotId, index, unit, pass);
+    }
+
+    /// @dev `verifier` settles the open dispute, drawn or not.
+    function _sendResolution(
         address verifier,
         uint256 jobId,
         uint16 slotId,

@@ -91,6 +91,49 @@ contract GasCommitCheckpointTest is BaseTest {
     }
 }
 
+contract GasPostResultTest is BaseTest {
+    uint256 internal jobId;
+    IJobMarket.Unit internal unit;
+    address internal drawn;
+
+    function setUp() public override {
+        super.setUp();
+        jobId = _startJob();
+        unit = _checkpoint(jobId, 0);
+        _rollToSample();
+        drawn = _drawn(jobId, 0, 0, unit, address(0));
+    }
+
+    /// @dev The drawn verifier passes a sampled unit: the draw reads the two verifier seats.
+    function test_gas_postResult() public {
+        vm.prank(drawn);
+        verification.postResult(jobId, 0, 0, unit, true, "bafybeievidenceevidenceevidenceevidenceevidenceevidencee");
+    }
+}
+
+contract GasPostResultFullSeatsTest is BaseTest {
+    uint256 internal jobId;
+    IJobMarket.Unit internal unit;
+    address internal drawn;
+
+    function setUp() public override {
+        super.setUp();
+        for (uint256 i = staking.seatCount(); i < staking.MAX_VERIFIERS(); ++i) {
+            _registerVerifier(makeAddr(string.concat("verifier", vm.toString(i + 1))));
+        }
+        jobId = _startJob();
+        unit = _checkpoint(jobId, 0);
+        _rollToSample();
+        drawn = _drawn(jobId, 0, 0, unit, address(0));
+    }
+
+    /// @dev The bound: every one of the MAX_VERIFIERS seats is taken, and the draw reads them all.
+    function test_gas_postResult_allSeatsTaken() public {
+        vm.prank(drawn);
+        verification.postResult(jobId, 0, 0, unit, true, "bafybeievidenceevidenceevidenceevidenceevidenceevidencee");
+    }
+}
+
 contract GasSettleTest is BaseTest {
     uint256 internal jobId;
 

@@ -459,4 +459,65 @@ contract StakingTest is BaseTest {
         assertFalse(staking.isActiveVerifier(verifier1));
         assertFalse(staking.isActiveVerifier(provider1));
     }
+
+    /*//////////////////////////////////////////////////////////////
+                             VERIFIER SEATS
+    //////////////////////////////////////////////////////////////*/
+
+    function test_stake_seatsAnActiveVerifierOnce() public {
+        assertEq(staking.seatCount(), 2);
+        vm.prank(newcomer);
+        staking.registerVerifier("https://verifier.example");
+        _stake(newcomer, MIN_VERIFIER_STAKE - 1);
+        assertEq(staking.seatCount(), 2, "below the minimum: no seat");
+        _fund(newcomer, 1);
+        vm.startPrank(newcomer);
+        zen.approve(address(staking), 1);
+        vm.expectEmit(address(staking));
+        emit IStaking.VerifierSeated(newcomer, 2, address(0));
+        staking.stake(1);
+        vm.stopPrank();
+        _stake(newcomer, ZEN);
+        assertEq(staking.seatCount(), 3);
+        (address holder,, uint48 weight) = staking.verifierSeat(2);
+        assertEq(holder, newcomer);
+        assertEq(weight, MIN_VERIFIER_STAKE / ZEN + 1);
+    }
+
+    /// Seats are bounded, so a draw's gas is; filling them cannot lock honest verifiers out, as a
+    /// heavier verifier takes the lightest seat. A draw for a block before that still sees the
+    /// seat as it was.
+    function test_stake_heavierVerifierTakesTheLightestSeatWhenFull() public {
+        uint256 max = staking.MAX_VERIFIERS();
+        for (uint256 i = 2; i < max; ++i) {
+            _registerVerifier(makeAddr(string.concat("verifier", vm.toString(i + 1))));
+        }
+        vm.prank(verifier1);
+        staking.requestUnstake(1);
+        assertEq(staking.seatCount(), max);
+        uint64 before = uint64(block.number);
+        vm.roll(block.number + 1);
+
+        vm.prank(newcomer);
+        staking.registerVerifier("https://verifier.example");
+        _stake(newcomer, VERIFIER_STAKE - 1);
+        assertEq(staking.seatCount(), max, "no lighter seat: no seat");
+        _fund(newcomer, ZEN);
+        vm.startPrank(newcomer);
+        zen.approve(address(staking), ZEN);
+        vm.expectEmit(address(staking));
+        emit IStaking.VerifierSeated(newcomer, 0, verifier1);
+        staking.stake(ZEN);
+        vm.stopPrank();
+        (address holder,,) = staking.verifierSeat(0);
+        assertEq(holder, newcomer);
+
+        bool seenBefore;
+        for (uint256 entropy; entropy < 1_000; ++entropy) {
+            uint256 e = uint256(keccak256(abi.encode(entropy)));
+            if (staking.drawVerifier(before, e, address(0), address(0)) == verifier1) seenBefore = true;
+            assertTrue(staking.drawVerifier(uint64(block.number), e, address(0), address(0)) != verifier1);
+        }
+        assertTrue(seenBefore, "the evicted verifier still judges units of blocks it held its seat in");
+    }
 }

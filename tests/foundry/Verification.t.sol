@@ -71,28 +71,28 @@ contract VerificationTest is BaseTest {
     function test_RevertWhen_postByInactiveVerifier() public {
         IJobMarket.Unit memory unit = _units(1)[0];
         vm.expectRevert(abi.encodeWithSelector(IVerification.NotAnActiveVerifier.selector, provider2));
-        _postResult(provider2, jobId, 0, 0, unit, true);
+        _sendResult(provider2, jobId, 0, 0, unit, true);
     }
 
     function test_RevertWhen_verifierChecksItself() public {
         IJobMarket.Unit memory unit = _units(1)[0];
         unit.provider = verifier1;
         vm.expectRevert(abi.encodeWithSelector(IVerification.ConflictOfInterest.selector, verifier1));
-        _postResult(verifier1, jobId, 0, 0, unit, true);
+        _sendResult(verifier1, jobId, 0, 0, unit, true);
     }
 
     function test_RevertWhen_unitRecordDoesNotMatch() public {
         IJobMarket.Unit memory unit = _units(1)[0];
         unit.stateHash = keccak256("forged");
         vm.expectRevert(IVerification.UnitMismatch.selector);
-        _postResult(verifier1, jobId, 0, 0, unit, true);
+        _sendResult(verifier1, jobId, 0, 0, unit, true);
     }
 
     function test_RevertWhen_sampleNotReady() public {
         IJobMarket.Unit memory unit = _checkpoint(jobId, 0);
         vm.roll(block.number + 1);
         vm.expectRevert(abi.encodeWithSelector(IVerification.SampleNotReady.selector, unit.blockNumber + 2));
-        _postResult(verifier1, jobId, 0, 0, unit, true);
+        _sendResult(verifier1, jobId, 0, 0, unit, true);
     }
 
     function test_RevertWhen_unitNotSampled() public {
@@ -102,7 +102,7 @@ contract VerificationTest is BaseTest {
         _auction(jobId, provider2, PRICE);
         IJobMarket.Unit memory unit = _units(1)[0];
         vm.expectRevert(abi.encodeWithSelector(IVerification.NotSampled.selector, jobId, 0, 0));
-        _postResult(verifier1, jobId, 0, 0, unit, true);
+        _sendResult(verifier1, jobId, 0, 0, unit, true);
     }
 
     /// @dev A two-node job that samples nothing, won by provider1 (slot 0) and provider2 (slot 1);
@@ -188,7 +188,7 @@ contract VerificationTest is BaseTest {
         vm.expectRevert(abi.encodeWithSelector(IVerification.SeedLost.selector, unit.blockNumber));
         verification.recordSeed(unit.blockNumber);
         vm.expectRevert(abi.encodeWithSelector(IVerification.NotSampled.selector, jobId, 0, 0));
-        _postResult(verifier1, jobId, 0, 0, unit, false);
+        _sendResult(verifier1, jobId, 0, 0, unit, false);
     }
 
     /// A recorded seed is the next block's hash, once and for good: the sample holds for the whole
@@ -212,7 +212,7 @@ contract VerificationTest is BaseTest {
         assertEq(verification.seedOf(unit.blockNumber), seed);
         assertTrue(verification.isSampled(jobId, 0, 0, unit.blockNumber));
         skip(VERIFICATION_WINDOW - 1);
-        _postResult(verifier1, jobId, 0, 0, unit, true);
+        _sendResult(_drawn(jobId, 0, 0, unit, address(0)), jobId, 0, 0, unit, true);
         assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Passed));
     }
 
@@ -221,14 +221,15 @@ contract VerificationTest is BaseTest {
         uint256 closesAt = unit.committedAt + VERIFICATION_WINDOW;
         vm.warp(closesAt);
         vm.expectRevert(abi.encodeWithSelector(IVerification.VerificationWindowClosed.selector, closesAt));
-        _postResult(verifier1, jobId, 0, 0, unit, true);
+        _sendResult(verifier1, jobId, 0, 0, unit, true);
     }
 
     function test_RevertWhen_postTwice() public {
         IJobMarket.Unit memory unit = _units(1)[0];
         _postResult(verifier1, jobId, 0, 0, unit, true);
+        _arrangeDraw(verifier2, jobId, 0, 0, unit, address(0));
         vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyVerified.selector, jobId, 0, 0));
-        _postResult(verifier2, jobId, 0, 0, unit, false);
+        _sendResult(verifier2, jobId, 0, 0, unit, false);
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -329,14 +330,14 @@ contract VerificationTest is BaseTest {
     function test_RevertWhen_resolveWithoutDispute() public {
         IJobMarket.Unit memory unit = _units(1)[0];
         vm.expectRevert(IVerification.NoOpenDispute.selector);
-        _resolveDispute(verifier2, jobId, 0, 0, unit, false);
+        _sendResolution(verifier2, jobId, 0, 0, unit, false);
     }
 
     function test_RevertWhen_challengerResolvesOwnDispute() public {
         IJobMarket.Unit memory unit = _units(1)[0];
         _postResult(verifier1, jobId, 0, 0, unit, false);
         vm.expectRevert(abi.encodeWithSelector(IVerification.ConflictOfInterest.selector, verifier1));
-        _resolveDispute(verifier1, jobId, 0, 0, unit, false);
+        _sendResolution(verifier1, jobId, 0, 0, unit, false);
     }
 
     function test_RevertWhen_resolveAfterDisputeWindow() public {
@@ -345,7 +346,7 @@ contract VerificationTest is BaseTest {
         uint256 endsAt = block.timestamp + DISPUTE_WINDOW;
         skip(DISPUTE_WINDOW + 1);
         vm.expectRevert(abi.encodeWithSelector(IVerification.DisputeWindow.selector, endsAt));
-        _resolveDispute(verifier2, jobId, 0, 0, unit, false);
+        _sendResolution(verifier2, jobId, 0, 0, unit, false);
     }
 
     function test_expireDispute_acceptsUnitAndSlashesNobody() public {
@@ -601,5 +602,151 @@ contract VerificationTest is BaseTest {
         );
         vm.prank(user);
         verification.setParameters(1, 1, 0);
+    }
+
+    /*//////////////////////////////////////////////////////////////
+                                 DRAWS
+    //////////////////////////////////////////////////////////////*/
+
+    /// @dev The verifier drawn for `turn` of unit 0's result, or of the dispute `challenger` opened.
+    function _drawnIn(IJobMarket.Unit memory unit, address challenger, uint256 turn) internal view returns (address) {
+        return verification.drawnVerifier(jobId, 0, 0, unit.blockNumber, challenger, turn);
+    }
+
+    /// A provider's own verifier used to post `pass` on its unit first, and every honest verifier
+    /// after it got AlreadyVerified. Now only the verifier drawn for the turn may post.
+    function test_attack_providerSybilPostsFirst_isRefused() public {
+        address sybil = makeAddr("provider1's verifier");
+        _registerVerifier(sybil);
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _arrangeDraw(verifier1, jobId, 0, 0, unit, address(0));
+
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotDrawn.selector, sybil, verifier1, 0));
+        _sendResult(sybil, jobId, 0, 0, unit, true);
+        _sendResult(verifier1, jobId, 0, 0, unit, false);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Disputed));
+    }
+
+    /// A Sybil used to refute an honest failure, slashing the honest verifier. Now only the
+    /// verifier drawn for the dispute's turn may settle it.
+    function test_attack_nonDrawnVerifierCannotResolveDispute() public {
+        address sybil = makeAddr("provider1's verifier");
+        _registerVerifier(sybil);
+        IJobMarket.Unit memory unit = _units(1)[0];
+        _postResult(verifier1, jobId, 0, 0, unit, false);
+        _arrangeDraw(verifier2, jobId, 0, 0, unit, verifier1);
+
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotDrawn.selector, sybil, verifier2, 0));
+        _sendResolution(sybil, jobId, 0, 0, unit, true);
+        _sendResolution(verifier2, jobId, 0, 0, unit, false);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Rejected));
+        assertEq(staking.account(verifier1).staked, VERIFIER_STAKE, "the honest challenger keeps its stake");
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE - COLLATERAL);
+    }
+
+    /// A drawn verifier that stays silent loses its turn, and the fee with it: the next turn draws
+    /// again, and only that verifier may post. The same holds for a dispute's turns.
+    function test_drawnVerifierThatTimesOut_isReplaced() public {
+        address verifier3 = makeAddr("verifier3");
+        _registerVerifier(verifier3);
+        IJobMarket.Unit memory unit = _units(1)[0];
+        uint256 seedBlock = uint256(unit.blockNumber) + 1;
+        for (uint256 i; _drawnIn(unit, address(0), 0) != verifier1 || _drawnIn(unit, address(0), 1) != verifier2
+                || _drawnIn(unit, verifier2, 0) != verifier1 || _drawnIn(unit, verifier2, 1) != verifier3; ++i) {
+            vm.setBlockhash(seedBlock, keccak256(abi.encode("seed", i)));
+        }
+
+        vm.warp(unit.committedAt + verification.turnLength(false));
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotDrawn.selector, verifier1, verifier2, 1));
+        _sendResult(verifier1, jobId, 0, 0, unit, true);
+        _sendResult(verifier2, jobId, 0, 0, unit, false);
+
+        skip(verification.turnLength(true));
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotDrawn.selector, verifier1, verifier3, 1));
+        _sendResolution(verifier1, jobId, 0, 0, unit, false);
+        _sendResolution(verifier3, jobId, 0, 0, unit, true);
+
+        assertEq(verification.verificationsBy(jobId, verifier1), 0, "a missed turn earns nothing");
+        assertEq(verification.verificationsBy(jobId, verifier3), 1);
+        assertEq(verification.result(jobId, 0, 0).second, verifier3);
+    }
+
+    /// The job's user may stake as a verifier, even most of all verifier stake, and is never
+    /// drawn for its own job; a provider cannot be a verifier at all; a challenger never settles
+    /// its own dispute. Whatever the turn.
+    function testFuzz_draw_neverTheUserProviderOrChallenger(uint256 turn) public {
+        _registerVerifier(user);
+        _stake(user, 100 * VERIFIER_STAKE);
+        vm.expectRevert(abi.encodeWithSelector(IStaking.AlreadyRegistered.selector, provider1));
+        vm.prank(provider1);
+        staking.registerVerifier("https://provider1.example");
+        IJobMarket.Unit memory unit = _units(1)[0];
+
+        address first = _drawnIn(unit, address(0), turn);
+        assertTrue(first == verifier1 || first == verifier2);
+        address second = _drawnIn(unit, first, turn);
+        assertEq(second, first == verifier1 ? verifier2 : verifier1);
+    }
+
+    /// Draws track stake: over 2,000 turns, verifiers staking 1 : 1 : 2 : 4 are each drawn within
+    /// four standard errors of their share (12.5%, 12.5%, 25%, 50%).
+    function test_draw_frequencyTracksStake() public {
+        address[4] memory verifiers = [verifier1, verifier2, makeAddr("verifier3"), makeAddr("verifier4")];
+        _registerVerifier(verifiers[2]);
+        _stake(verifiers[2], VERIFIER_STAKE);
+        _registerVerifier(verifiers[3]);
+        _stake(verifiers[3], 3 * VERIFIER_STAKE);
+        IJobMarket.Unit memory unit = _units(1)[0];
+
+        uint256 n = 2_000;
+        uint256[4] memory drawn;
+        for (uint256 turn; turn < n; ++turn) {
+            address v = _drawnIn(unit, address(0), turn);
+            for (uint256 k; k < 4; ++k) {
+                if (v == verifiers[k]) ++drawn[k];
+            }
+        }
+        uint256[4] memory shareBps = [uint256(1_250), 1_250, 2_500, 5_000];
+        for (uint256 k; k < 4; ++k) {
+            uint256 expected = n * shareBps[k] / BPS;
+            // Four standard errors of a binomial count: 4 * sqrt(n p (1 - p)).
+            uint256 tolerance = 4 * _sqrt(n * shareBps[k] * (BPS - shareBps[k]) / (BPS * BPS));
+            assertApproxEqAbs(drawn[k], expected, tolerance);
+        }
+        assertEq(drawn[0] + drawn[1] + drawn[2] + drawn[3], n, "every turn draws someone");
+    }
+
+    function _sqrt(uint256 x) internal pure returns (uint256 y) {
+        y = x;
+        for (uint256 z = (x + 1) / 2; z < y; z = (x / z + z) / 2) {
+            y = z;
+        }
+    }
+
+    /// Once a unit's seed exists, nothing re-rolls its draw: stake added, new Sybils, stake
+    /// withdrawn all count from their own block on, not for a unit committed before it.
+    function test_attack_stakeMovedAfterTheSeed_changesNoDraw() public {
+        IJobMarket.Unit memory unit = _units(1)[0];
+        address[8] memory before;
+        for (uint256 turn; turn < 8; ++turn) {
+            before[turn] = _drawnIn(unit, address(0), turn);
+        }
+        address sybil = makeAddr("sybil");
+        _registerVerifier(sybil);
+        _stake(sybil, 1_000 * VERIFIER_STAKE);
+        _stake(verifier2, 1_000 * VERIFIER_STAKE);
+        vm.prank(verifier1);
+        staking.requestUnstake(VERIFIER_STAKE);
+        vm.roll(block.number + 1);
+
+        for (uint256 turn; turn < 8; ++turn) {
+            assertEq(_drawnIn(unit, address(0), turn), before[turn]);
+        }
+        IJobMarket.Unit memory later = _checkpoint(jobId, 0);
+        _rollToSample();
+        for (uint256 turn; turn < 8; ++turn) {
+            address v = verification.drawnVerifier(jobId, 0, 1, later.blockNumber, address(0), turn);
+            assertTrue(v != verifier1, "a verifier below the minimum is not drawn");
+        }
     }
 }

@@ -138,6 +138,28 @@ def test_restart_mid_way_leaves_no_gap_and_no_duplicate(
     assert counts(sessions)["units"] == len(story.units)
 
 
+def test_an_event_the_index_cannot_hold_is_logged_and_passed_over(
+    ledger, story, sessions, monkeypatch, caplog
+):
+    indexer = Indexer(ledger.w3, ledger.deployment, sessions)
+    rows = indexer._rows
+    broken = []
+
+    def chokes_on_the_first_checkpoint(event):
+        if event["event"] == "CheckpointCommitted" and not broken:
+            broken.append(event)
+            raise TypeError("unhashable type: 'list'")
+        return rows(event)
+
+    monkeypatch.setattr(indexer, "_rows", chokes_on_the_first_checkpoint)
+    index_all(indexer)
+
+    assert len(broken) == 1
+    assert counts(sessions)["units"] == len(story.units) - 1
+    assert f"CheckpointCommitted in block {broken[0]['blockNumber']}" in caplog.text
+    assert "not indexed" in caplog.text
+
+
 def test_reorg_rolls_back_orphaned_rows(ledger, cast, story, indexer, client):
     w3 = ledger.w3
     index_all(indexer)

@@ -3,6 +3,8 @@ response off its schema."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -11,6 +13,9 @@ from schemathesis.checks import positive_data_acceptance
 from marketplace.gateway.api.main import create_app
 
 pytestmark = pytest.mark.anvil
+
+# Examples per operation: the suite's run; `scripts/fuzz_gateway.sh` runs 200.
+EXAMPLES = int(os.environ.get("ZOO_FUZZ_EXAMPLES", "30"))
 
 
 @pytest.fixture
@@ -35,7 +40,7 @@ def tests_counted_as_collected(request):
 
 
 @schema.parametrize()
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_keeps_its_schema(case):
     # A write's body can match its schema and still be refused (a bad signature, an unknown nonce):
     # a 400 with a message is the right answer there, not a failure.

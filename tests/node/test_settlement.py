@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from marketplace.chain.anvil import advance_time
+from marketplace.chain.ledger import Ledger
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 from marketplace.protocol.terms import JobStatus
@@ -18,9 +19,10 @@ pytestmark = pytest.mark.anvil
 
 @pytest.fixture
 def fresh_ledger(ledger):
-    """The session's ledger, put back as it was after the test."""
+    """A ledger client of its own (job ids repeat after the revert, and a client caches spec
+    CIDs by job id) on the session's chain, put back as it was after the test."""
     snapshot = ledger.w3.provider.make_request("evm_snapshot", [])["result"]
-    yield ledger
+    yield Ledger(ledger.w3, ledger.deployment)
     ledger.w3.provider.make_request("evm_revert", [snapshot])
 
 

@@ -8,6 +8,7 @@ import pytest
 from marketplace.chain.errors import ContractRevert, TransactionReverted
 from marketplace.devnet.accounts import devnet_account
 from marketplace.runtime.clock import revert_name
+from marketplace.runtime.follower import EventFollower
 from marketplace.runtime.journal import JournalDB
 from marketplace.runtime.outbox import Outbox
 
@@ -69,3 +70,42 @@ def test_a_mined_failure_names_the_contracts_error_and_frees_its_key(
         outbox.send("pull", fn)
     assert revert_name(estimated.value) == "ERC20InsufficientAllowance"
     assert journal.outgoing("pull") is None
+
+
+def test_a_transaction_a_reorg_dropped_is_sent_again(w3, ledger, tmp_path):
+    """Mined, then dropped with its block by a reorg: the follower notices the reorg, and the
+    outbox sends the very same transaction again, which lands once on the kept branch."""
+    account = devnet_account(9)
+    journal = JournalDB(tmp_path / "journal.sqlite3")
+    outbox = Outbox(w3, account, journal)
+    follower = EventFollower(
+        w3,
+        [ledger.zen],
+        journal,
+        lambda event: None,
+        start_block=w3.eth.block_number + 1,
+        on_reorg=outbox.resend_after,
+    )
+    allowance = ledger.zen.functions.allowance(account.address, ledger.market.address)
+    first = outbox.send("approve", ledger.zen.functions.approve(ledger.market.address, 7))
+    follower.follow()
+    assert allowance.call() == 7
+
+    someone = w3.eth.accounts[0]  # the new branch holds another transaction instead of ours
+    filler = {"from": someone, "to": someone, "value": "0x1"}
+    w3.provider.make_request("anvil_reorg", [1, [[filler, 0]]])
+    assert allowance.call() == 0
+
+    follower.follow()
+
+    assert allowance.call() == 7
+    again = journal.outgoing("approve")
+    assert (
+        again is not None
+        and again.done
+        and again.tx_hash.endswith(first["transactionHash"].hex().removeprefix("0x"))
+    )
+    approvals = ledger.zen.events.Approval().get_logs(
+        from_block=first["blockNumber"], argument_filters={"owner": account.address}
+    )
+    assert len(approvals) == 1

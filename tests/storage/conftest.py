@@ -23,12 +23,15 @@ class NodeFactory:
         self._tmp = tmp_path_factory
         self.started: list[Node] = []
 
-    def start(self, repo: Path | None = None) -> Node:
-        return self.start_many(1, [repo] if repo else None)[0]
+    def start(self, repo: Path | None = None, env: dict[str, str] | None = None) -> Node:
+        """A node on `repo` (else a fresh one), with `env` added to its environment."""
+        return self.start_many(1, [repo] if repo else None, env)[0]
 
-    def start_many(self, count: int, repos: list[Path] | None = None) -> list[Node]:
+    def start_many(
+        self, count: int, repos: list[Path] | None = None, env: dict[str, str] | None = None
+    ) -> list[Node]:
         repos = repos or [self._tmp.mktemp("ipfs") / "repo" for _ in range(count)]
-        nodes = start_nodes(repos)
+        nodes = start_nodes(repos, env)
         self.started += nodes
         return nodes
 

@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -16,13 +17,16 @@ from pathlib import Path
 import ipfshttpclient
 import pytest
 
-from marketplace.ipfs import varint
-from marketplace.ipfs.cid import CID
+from marketplace.ipfs import dagpb, unixfs, varint
+from marketplace.ipfs.cid import CID, DAG_PB, RAW
 from marketplace.processes import terminate
 
 CHUNK = 256 * 1024
 MAX_LINKS = 174
 IPFS_CID = shutil.which("ipfs_cid")
+# The RPC token every node a test starts and every client shares (set in tests/conftest.py).
+TOKEN = os.environ["ZOO_IPFS_API_TOKEN"]
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 EMPTY_RAW_CID = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"  # sha2-256 of b""
 
 needs_ipfs_cid = pytest.mark.skipif(
@@ -76,14 +80,15 @@ class Node:
         return f"http://{parts[2]}:{parts[4]}"
 
     def client(self) -> ipfshttpclient.Client:
-        return ipfshttpclient.Client(self.multiaddr)
+        return ipfshttpclient.Client(self.multiaddr, headers=AUTH)
 
     def stop(self) -> None:
         terminate(self.process)
 
 
-def launch_node(repo: Path) -> subprocess.Popen:
-    """Start `python -m marketplace.ipfs` on port 0, logging beside the repo."""
+def launch_node(repo: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `python -m marketplace.ipfs` on port 0, logging beside the repo; `env` is added
+    to this process's environment (the node's ZOO_IPFS_* settings)."""
     repo.mkdir(parents=True, exist_ok=True)
     (repo / "api").unlink(missing_ok=True)
     with open(repo.with_suffix(".log"), "ab") as log:
@@ -101,6 +106,7 @@ def launch_node(repo: Path) -> subprocess.Popen:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            env=None if env is None else os.environ | env,
         )
 
 
@@ -116,9 +122,9 @@ def wait_ready(repo: Path, process: subprocess.Popen, timeout: float = 30) -> No
     return Node(repo, process, (repo / "api").read_text().strip() + "/http")
 
 
-def start_nodes(repos: list[Path]) -> list[Node]:
+def start_nodes(repos: list[Path], env: dict[str, str] | None = None) -> list[Node]:
     """Launch all, then wait for each, so several nodes start in the time of one."""
-    processes = [launch_node(repo) for repo in repos]
+    processes = [launch_node(repo, env) for repo in repos]
     return [wait_ready(repo, process) for repo, process in zip(repos, processes, strict=True)]
 
 
@@ -158,3 +164,29 @@ def lying_node() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def file_node(children: list[tuple[CID, int, int]]) -> bytes:
+    """A UnixFS file node linking (CID, file bytes, cumulative block bytes) children, whose
+    sizes it declares as given: honest or not."""
+    links = [dagpb.Link(cid, "", tsize) for cid, _, tsize in children]
+    sizes = [size for _, size, _ in children]
+    meta = unixfs.encode_parts(unixfs.FILE, [], sum(sizes), sizes)
+    return b"".join(bytes(part) for part in dagpb.encode(links, meta))
+
+
+def dag_bomb(
+    levels: int = 5, leaf: bytes = bytes(1024), leaf_size: int | None = None
+) -> tuple[CID, dict[CID, bytes]]:
+    """A file DAG of `levels` nodes above one raw leaf, each linking 174 times to the level
+    below: a few KB of blocks describing 174**levels leaves. `leaf_size`, when given, is what
+    every link says the leaf holds (a lie unless it is len(leaf))."""
+    cid = CID.of(leaf, RAW)
+    size, tsize = len(leaf) if leaf_size is None else leaf_size, len(leaf)
+    blocks = {cid: leaf}
+    for _ in range(levels):
+        block = file_node([(cid, size, tsize)] * MAX_LINKS)
+        cid = CID.of(block, DAG_PB)
+        size, tsize = size * MAX_LINKS, tsize * MAX_LINKS + len(block)
+        blocks[cid] = block
+    return cid, blocks

@@ -11,6 +11,8 @@ import requests
 
 from marketplace.cli.ipfs import serve
 
+from .support import AUTH
+
 ZOO = str(Path(sys.executable).with_name("zoo-compute"))
 
 
@@ -28,7 +30,7 @@ def test_serve_publishes_its_address_and_stops_on_sigterm(tmp_path: Path):
             assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
             time.sleep(0.05)
         port = (repo / "api").read_text().split("/")[4]
-        assert requests.post(f"http://127.0.0.1:{port}/api/v0/version", timeout=30).ok
+        assert requests.post(f"http://127.0.0.1:{port}/api/v0/version", headers=AUTH, timeout=30).ok
     finally:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=30)

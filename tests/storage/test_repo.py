@@ -15,7 +15,7 @@ from marketplace.ipfs.blockstore import Blockstore
 from marketplace.ipfs.cid import CID
 from marketplace.ipfs.gclock import GcLock
 
-from .support import CHUNK, random_bytes
+from .support import AUTH, CHUNK, random_bytes
 
 
 def block_path(node, cid: str):
@@ -88,14 +88,16 @@ def test_a_corrupt_block_on_disk_is_detected_not_served(node):
     damaged = bytearray(path.read_bytes())
     damaged[100] ^= 0xFF
     path.write_bytes(bytes(damaged))
-    response = requests.post(f"{node.url}/api/v0/block/get", params={"arg": leaf}, timeout=30)
+    response = requests.post(
+        f"{node.url}/api/v0/block/get", headers=AUTH, params={"arg": leaf}, timeout=30
+    )
     assert response.status_code == 404
     assert "corrupt" in response.json()["Message"]
     gateway = requests.get(f"{node.url}/ipfs/{leaf}?format=raw", timeout=30)
     assert gateway.status_code == 404
     with (
         requests.post(
-            f"{node.url}/api/v0/cat", params={"arg": cid}, stream=True, timeout=30
+            f"{node.url}/api/v0/cat", headers=AUTH, params={"arg": cid}, stream=True, timeout=30
         ) as streamed,
         pytest.raises(requests.exceptions.ChunkedEncodingError),
     ):
@@ -112,7 +114,7 @@ def test_a_second_node_on_the_same_repo_is_refused(node):
     )
     assert result.returncode != 0
     assert "in use by another node" in result.stderr
-    assert requests.post(f"{node.url}/api/v0/version", timeout=30).ok
+    assert requests.post(f"{node.url}/api/v0/version", headers=AUTH, timeout=30).ok
 
 
 def test_gc_lock_waits_for_writers_and_turns_new_ones_away():

@@ -244,10 +244,16 @@ class ScriptedProvider:
 
 @pytest.fixture
 def job(ledger, cast, storage, spec_cid) -> Callable[..., ScriptedProvider]:
-    """Onboards the cast, creates a job of SPEC at a sample rate, auctions it to providers[0]."""
+    """Onboards the cast, creates a job of SPEC at a sample rate, auctions it to providers[0].
+    Only the cast's verifiers numbered in `judges` stay staked: the ledger draws who judges among
+    them."""
 
-    def create(sample_rate_bps: int) -> ScriptedProvider:
-        onboard(ledger, cast, Scenario())
+    def create(sample_rate_bps: int, judges: tuple[int, ...] = (0, 1)) -> ScriptedProvider:
+        scenario = Scenario()
+        onboard(ledger, cast, scenario)
+        for i, verifier in enumerate(cast.verifiers):
+            if i not in judges:
+                ledger.send(ledger.request_unstake_call(scenario.verifier_stake), verifier)
         request = JobRequest(
             spec_cid=spec_cid,
             tier=Tier.COMMUNITY,

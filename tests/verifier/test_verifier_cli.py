@@ -67,7 +67,7 @@ def test_errors_are_one_line(env):
 @pytest.mark.slow
 @pytest.mark.usefixtures("worker")
 def test_daemon_process_posts_a_result_and_stops_on_sigterm(job, env, tmp_path):
-    provider = job(10_000)
+    provider = job(10_000, judges=(1,))  # the daemon's verifier, the only one staked
     ledger = provider.ledger
     log = tmp_path / "verifier.log"
     with open(log, "ab") as out:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
-from marketplace.chain.anvil import advance_time
+from marketplace.chain.anvil import advance_time, mine
 from marketplace.chain.ledger import Hardware
 from marketplace.devnet.accounts import devnet_account
 from marketplace.ipfs.cid import CID
@@ -42,7 +43,7 @@ def settled(daemon, kind, count):
 def test_honest_units_pass_with_evidence_of_the_recomputed_hash(
     job, make_daemon, drive, cast, storage, tmp_path
 ):
-    provider = job(ALWAYS)
+    provider = job(ALWAYS, judges=(0,))  # the only staked verifier: drawn for every unit
     units = [provider.honest(i) for i in range(3)]
     daemon = make_daemon(cast.verifiers[0], tmp_path / "journal.sqlite3")
 
@@ -113,6 +114,44 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
         from_block=0, argument_filters={"jobId": provider.job_id}
     )
     assert rounds[-1]["args"]["round"] > rounds[0]["args"]["round"]
+
+
+def test_a_verifier_judges_only_the_units_it_is_drawn_for(job, make_daemon, cast):
+    """Two verifiers are staked and one daemon runs: it re-runs only the units it is drawn to
+    judge in a turn of their window (once that turn is running or next), skips the others, and
+    posts each verdict within a turn it is drawn for."""
+    provider = job(ALWAYS)
+    units = [provider.honest(i) for i in range(3)]
+    daemon = make_daemon(cast.verifiers[0])
+    ledger, me = daemon.ledger, cast.verifiers[0].address
+    mine(ledger.w3, 2)
+    drawn = {u.index: ledger.result_turns(u, me, u.committed_at) for u in units}
+    length = ledger.verification.functions.turnLength(False).call()
+
+    deadline = time.monotonic() + 120
+    while not settled(daemon, j.RESULT, len(units))():
+        assert time.monotonic() < deadline, "the verifier did not finish in time"
+        daemon.tick()
+        if not daemon.journal.work(j.QUEUED):  # re-runs in hand: let the next turn come
+            advance_time(ledger.w3, length)
+        mine(ledger.w3)
+        time.sleep(0.1)
+
+    events = ledger.verification.events.ResultPosted().get_logs(
+        from_block=0, argument_filters={"jobId": provider.job_id}
+    )
+    posted = {e["args"]["index"]: e for e in events}
+    states = daemon.journal.states()
+    for unit in units:
+        turns = drawn[unit.index]
+        if not turns:
+            assert states[(j.RESULT, unit.job_id, 0, unit.index)] == j.SKIPPED
+            assert unit.index not in posted
+            continue
+        assert states[(j.RESULT, unit.job_id, 0, unit.index)] == j.POSTED
+        assert posted[unit.index]["args"]["verifier"] == me
+        at = ledger.w3.eth.get_block(posted[unit.index]["blockNumber"])["timestamp"]
+        assert any(start <= at < start + length for start in turns)
 
 
 def register(ledger, cast, storage, account, document: bytes) -> None:

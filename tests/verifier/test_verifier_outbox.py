@@ -25,7 +25,7 @@ def crash(*_args, **_kwargs):
 def test_a_verdict_signed_before_a_crash_is_posted_once(
     job, make_daemon, cast, tmp_path, monkeypatch, crash_at
 ):
-    provider = job(ALWAYS)
+    provider = job(ALWAYS, judges=(0,))  # the only staked verifier: drawn for the unit
     unit = provider.honest(0)
     mine(provider.ledger.w3, 2)  # the block that draws the sample
     path = tmp_path / "journal.sqlite3"

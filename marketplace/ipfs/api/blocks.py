@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from marketplace.ipfs import multihash, multipart
-from marketplace.ipfs.api.deps import CidDep, RepoDep
+from marketplace.ipfs.api.deps import BodyDep, CidDep, RepoDep
 from marketplace.ipfs.cid import CODECS
 from marketplace.ipfs.errors import InvalidBlock, Unsupported
 
@@ -65,12 +65,14 @@ async def _read_block(part: multipart.Part) -> bytes:
 
 
 @router.post("/put")
-async def put(request: Request, repo: RepoDep, options: Annotated[PutOptions, Query()]) -> Response:
+async def put(
+    request: Request, repo: RepoDep, body: BodyDep, options: Annotated[PutOptions, Query()]
+) -> Response:
     """Store each file part as one block, named by the hash of its bytes."""
     version, codec, hash_code = options.target()
     boundary = multipart.boundary_of(request.headers.get("content-type"))
     lines = []
-    async for part in multipart.MultipartReader(request.stream(), boundary).parts():
+    async for part in multipart.MultipartReader(body, boundary).parts():
         data = await _read_block(part)
         cid = await run_in_threadpool(repo.put_block, data, codec, version, hash_code, options.pin)
         lines.append(f'{{"Key": "{cid}", "Size": {len(data)}}}\n')

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from marketplace.ipfs import multipart, reader
-from marketplace.ipfs.api.deps import CidDep, RepoDep
+from marketplace.ipfs.api.deps import BodyDep, CidDep, RepoDep
 from marketplace.ipfs.api.streaming import EventStream, FileStream
 from marketplace.ipfs.blockstore import Blockstore
 from marketplace.ipfs.cid import CID
@@ -155,7 +155,7 @@ def _link(importer: FileImporter, stored: Future[list[Child]]) -> int:
 
 
 async def _add_events(
-    request: Request, repo: Repo, options: AddOptions, boundary: bytes
+    body: AsyncIterator[bytes], repo: Repo, options: AddOptions, boundary: bytes
 ) -> AsyncIterator[dict[str, str | int]]:
     """Kubo's add events: with `progress`, the bytes of each file imported so far as it goes;
     a file's name, CID and cumulative size once it is in."""
@@ -165,7 +165,7 @@ async def _add_events(
         await asyncio.sleep(_GC_WAIT_S)
     added = 0
     try:
-        async for part in multipart.MultipartReader(request.stream(), boundary).parts():
+        async for part in multipart.MultipartReader(body, boundary).parts():
             if part.is_directory:
                 raise Unsupported("adding directories is not supported by this node, add files")
             async for event in _import(part, options, store):
@@ -186,18 +186,20 @@ async def _add_events(
 
 
 @router.post("/add")
-async def add(request: Request, repo: RepoDep, options: Annotated[AddOptions, Query()]) -> Response:
+async def add(
+    request: Request, repo: RepoDep, body: BodyDep, options: Annotated[AddOptions, Query()]
+) -> Response:
     """Import each file part of a multipart body; one JSON line per file, as Kubo answers.
 
     With `progress=true` the lines stream out as the body comes in, progress lines first (as
     Kubo sends them); an error found after that ends the stream with Kubo's error object."""
     options.check_supported()
     boundary = multipart.boundary_of(request.headers.get("content-type"))
-    events = _add_events(request, repo, options, boundary)
+    events = _add_events(body, repo, options, boundary)
     if options.progress:
         return EventStream(events)
-    body = "".join([json.dumps(event) + "\n" async for event in events])
-    return Response(body, media_type="application/json", headers={"X-Chunked-Output": "1"})
+    answer = "".join([json.dumps(event) + "\n" async for event in events])
+    return Response(answer, media_type="application/json", headers={"X-Chunked-Output": "1"})
 
 
 @router.post("/cat")
@@ -207,9 +209,9 @@ def cat(
     offset: Annotated[int, Query(ge=0)] = 0,
     length: Annotated[int | None, Query(ge=0)] = None,
 ) -> FileStream:
-    reader.file_size(cid, repo.blocks.get)
+    reader.file_size(cid, repo.blocks.get, repo.walk_limits)
     return FileStream(
-        reader.iter_file(cid, repo.blocks.get, offset, length),
+        reader.iter_file(cid, repo.blocks.get, offset, length, limits=repo.walk_limits),
         media_type="text/plain",
         headers={"X-Stream-Output": "1"},
     )
@@ -229,9 +231,10 @@ def get(repo: RepoDep, cid: CidDep, compress: bool = False) -> FileStream:
     """A tar holding the file under its CID, as Kubo's `get` sends it."""
     if compress:
         raise Unsupported("compressed get is not supported by this node")
-    size = reader.file_size(cid, repo.blocks.get)
+    size = reader.file_size(cid, repo.blocks.get, repo.walk_limits)
+    chunks = reader.iter_file(cid, repo.blocks.get, limits=repo.walk_limits)
     return FileStream(
-        _tar(str(cid), size, reader.iter_file(cid, repo.blocks.get)),
+        _tar(str(cid), size, chunks),
         media_type="application/x-tar",
         headers={"X-Stream-Output": "1"},
     )

@@ -40,14 +40,16 @@ def fetch(
             "Content-Disposition": f'attachment; filename="{cid}.car"',
         }
         return FileStream(
-            car.stream(cid, repo.blocks.get), media_type=car.CONTENT_TYPE, headers=headers
+            car.stream(cid, repo.blocks.get, repo.walk_limits),
+            media_type=car.CONTENT_TYPE,
+            headers=headers,
         )
     if format is not None:
         raise Unsupported(f"format {format!r} is not supported, use raw, car or none")
-    size = reader.file_size(cid, repo.blocks.get)
+    size = reader.file_size(cid, repo.blocks.get, repo.walk_limits)
     headers |= {"Etag": f'"{cid}"', "Content-Length": str(size)}
     return FileStream(
-        reader.iter_file(cid, repo.blocks.get),
+        reader.iter_file(cid, repo.blocks.get, limits=repo.walk_limits),
         media_type="application/octet-stream",
         headers=headers,
     )

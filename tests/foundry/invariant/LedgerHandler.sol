@@ -280,12 +280,15 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
         if (!staking.isActiveVerifier(verifier)) return;
 
         vm.prank(verifier);
-        // A unit that already has a result of its own is refused; that refusal is not a finding.
+        // A unit that already has a result of its own is refused, and so is a verifier not drawn
+        // for this turn; those refusals are not findings.
         try verification.postResult(rec.jobId, rec.slot, rec.index, rec.unit, pass, "bafyevidence") {
             if (!pass) _disputed.push(i);
             ++calls["postResult"];
         } catch (bytes memory err) {
-            assert(bytes4(err) == IVerification.AlreadyVerified.selector);
+            assert(
+                bytes4(err) == IVerification.AlreadyVerified.selector || bytes4(err) == IVerification.NotDrawn.selector
+            );
         }
     }
 
@@ -294,7 +297,9 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
         if (r.verdict != IVerification.Verdict.Disputed) return;
         Record memory rec = _records[i];
         if (block.timestamp > r.disputedAt + verification.disputeWindow() || !_live(rec)) return;
-        address resolver = _verifiers[0] == r.first ? _verifiers[1] : _verifiers[0];
+        uint256 turn = (block.timestamp - r.disputedAt) / verification.turnLength(true);
+        address resolver =
+            verification.drawnVerifier(rec.jobId, rec.slot, rec.index, r.unitBlock, r.first, turn);
         if (!staking.isActiveVerifier(resolver)) return;
         bool replaced = market.slot(rec.jobId, rec.slot).provider != rec.unit.provider;
 
