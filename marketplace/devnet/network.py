@@ -39,8 +39,8 @@ PARAMETERS = Parameters(
     unbonding_delay=60,
     bid_window=3,
     reveal_window=3,
-    verification_window=20,
-    dispute_window=20,
+    verification_window=30,  # four turns of 8 s: a drawn verifier re-runs a unit within two
+    dispute_window=30,
     verification_fee=ZEN // 10,
     false_report_slash=100 * ZEN,
     governance_delay=60,  # the devnet's governor (account 0 proposes) waits a minute, not days
@@ -82,8 +82,11 @@ class State:
     gateway_url: str = ""  # the gateway's HTTP API
     ipfs: dict[str, str] = field(default_factory=dict)  # node name -> API multiaddr
     # The bearer token of every IPFS node's RPC API: one for the devnet, since each process
-    # pins replicas on all the other nodes.
-    ipfs_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # pins replicas on all the other nodes; ZOO_IPFS_API_TOKEN when set, so that a process beside
+    # the devnet reading its own settings (a test, a bench) reaches its nodes too.
+    ipfs_token: str = field(
+        default_factory=lambda: os.environ.get("ZOO_IPFS_API_TOKEN") or secrets.token_urlsafe(32)
+    )
     accounts: dict[str, str] = field(default_factory=dict)  # actor name -> address
     services: list[Service] = field(default_factory=list)
 
