@@ -7,6 +7,22 @@ from eth_account.signers.local import LocalAccount
 from marketplace.chain.ledger import Ledger
 
 PERMIT_TTL = 3_600  # seconds a permit stays valid
+# The EIP-712 types of an ERC-2612 permit, as every wallet signs it.
+PERMIT_TYPES = {
+    "EIP712Domain": [
+        {"name": "name", "type": "string"},
+        {"name": "version", "type": "string"},
+        {"name": "chainId", "type": "uint256"},
+        {"name": "verifyingContract", "type": "address"},
+    ],
+    "Permit": [
+        {"name": "owner", "type": "address"},
+        {"name": "spender", "type": "address"},
+        {"name": "value", "type": "uint256"},
+        {"name": "nonce", "type": "uint256"},
+        {"name": "deadline", "type": "uint256"},
+    ],
+}
 
 
 def permit_typed_data(ledger: Ledger, owner: str, spender: str, value: int) -> dict:
@@ -15,21 +31,7 @@ def permit_typed_data(ledger: Ledger, owner: str, spender: str, value: int) -> d
     zen = ledger.zen.functions
     deadline = ledger.w3.eth.get_block("latest")["timestamp"] + PERMIT_TTL
     return {
-        "types": {
-            "EIP712Domain": [
-                {"name": "name", "type": "string"},
-                {"name": "version", "type": "string"},
-                {"name": "chainId", "type": "uint256"},
-                {"name": "verifyingContract", "type": "address"},
-            ],
-            "Permit": [
-                {"name": "owner", "type": "address"},
-                {"name": "spender", "type": "address"},
-                {"name": "value", "type": "uint256"},
-                {"name": "nonce", "type": "uint256"},
-                {"name": "deadline", "type": "uint256"},
-            ],
-        },
+        "types": PERMIT_TYPES,
         "primaryType": "Permit",
         "domain": {
             "name": zen.name().call(),

@@ -21,28 +21,13 @@ from web3.contract.contract import ContractFunction
 
 from marketplace.chain.deploy import Deployment
 from marketplace.chain.ledger import Ledger
+from marketplace.chain.permit import PERMIT_TYPES
 from marketplace.sdk.errors import RefusedToSign
 
 # A transaction of ours uses well under a million gas (createJob: about 270,000).
 MAX_GAS = 2_000_000
 # Far above what an L2 or a calm mainnet asks, far below what would drain a wallet in fees.
 MAX_FEE_PER_GAS = 100 * 10**9
-
-PERMIT_TYPES = {
-    "EIP712Domain": [
-        {"name": "name", "type": "string"},
-        {"name": "version", "type": "string"},
-        {"name": "chainId", "type": "uint256"},
-        {"name": "verifyingContract", "type": "address"},
-    ],
-    "Permit": [
-        {"name": "owner", "type": "address"},
-        {"name": "spender", "type": "address"},
-        {"name": "value", "type": "uint256"},
-        {"name": "nonce", "type": "uint256"},
-        {"name": "deadline", "type": "uint256"},
-    ],
-}
 
 
 class Guard:

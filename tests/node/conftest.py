@@ -65,6 +65,15 @@ def ledger(w3, deployment) -> Ledger:
     return Ledger(w3, deployment)
 
 
+@pytest.fixture
+def fresh_ledger(ledger):
+    """A ledger client of its own (job ids repeat after the revert, and a client caches spec
+    CIDs by job id) on the session's chain, put back as it was after the test."""
+    snapshot = ledger.w3.provider.make_request("evm_snapshot", [])["result"]
+    yield Ledger(ledger.w3, ledger.deployment)
+    ledger.w3.provider.make_request("evm_revert", [snapshot])
+
+
 @pytest.fixture(scope="session")
 def cast() -> Cast:
     """Scripted rivals: two providers that always bid high, a user, a verifier."""

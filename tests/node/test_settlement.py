@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from marketplace.chain.anvil import advance_time
-from marketplace.chain.ledger import Ledger
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard, run_job
 from marketplace.protocol.terms import JobStatus
@@ -15,15 +14,6 @@ from node.daemon.journal import Journal
 from node.daemon.settlement import Settler
 
 pytestmark = pytest.mark.anvil
-
-
-@pytest.fixture
-def fresh_ledger(ledger):
-    """A ledger client of its own (job ids repeat after the revert, and a client caches spec
-    CIDs by job id) on the session's chain, put back as it was after the test."""
-    snapshot = ledger.w3.provider.make_request("evm_snapshot", [])["result"]
-    yield Ledger(ledger.w3, ledger.deployment)
-    ledger.w3.provider.make_request("evm_revert", [snapshot])
 
 
 def test_the_settler_expires_an_unanswered_dispute_and_is_paid(fresh_ledger, tmp_path):

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from marketplace.chain.ledger import Ledger
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, auction, onboard
 from marketplace.protocol.checkpoint import Checkpoint
@@ -21,15 +20,6 @@ pytestmark = pytest.mark.anvil
 
 SPEC = (Path(__file__).parents[2] / "node/specs/tiny.yaml").read_text()
 NOBODY_SERVES = "QmYwAPJzv5CZsnAzt8auVZRn1TXsBMo4UWmpuEFkqq4Dst"  # a CID no node here holds
-
-
-@pytest.fixture
-def fresh_ledger(ledger):
-    """A ledger client of its own (job ids repeat after the revert, and a client caches spec
-    CIDs by job id) on the session's chain, put back as it was after the test."""
-    snapshot = ledger.w3.provider.make_request("evm_snapshot", [])["result"]
-    yield Ledger(ledger.w3, ledger.deployment)
-    ledger.w3.provider.make_request("evm_revert", [snapshot])
 
 
 @pytest.fixture
