@@ -181,16 +181,25 @@ def run_job(
 def verify_sampled(
     ledger: Ledger, cast: Cast, units: list[CommittedUnit], outcome: Outcome, verdict: bool = True
 ) -> None:
-    """The verifier drawn for the turn running posts `verdict` on each sampled unit, as soon as
-    its sample is drawn."""
+    """Each sampled unit gets `verdict`, posted as soon as its sample is drawn by the first of
+    the cast's verifiers the ledger draws for a turn (the chain's clock moves on to that turn);
+    a unit whose turns all go to verifiers outside the cast stays unjudged."""
     mine(ledger.w3, 2)  # a unit is sampled by the next block's hash, readable once one more exists
     by_address = {v.address: v for v in cast.verifiers}
     turn_length = ledger.turn_length(dispute=False)
-    now = ledger.w3.eth.get_block("latest")["timestamp"]
+    turns = ledger.verification.functions.TURNS().call()
     for unit in units:
-        if ledger.is_sampled(unit):
-            turn = (now - unit.committed_at) // turn_length
-            verifier = by_address[ledger.drawn_verifier(unit, turn)]
+        if not ledger.is_sampled(unit):
+            continue
+        now = ledger.w3.eth.get_block("latest")["timestamp"]
+        first = (now - unit.committed_at) // turn_length
+        for turn in range(first, turns):
+            verifier = by_address.get(ledger.drawn_verifier(unit, turn))
+            if verifier is None:
+                continue
+            starts = unit.committed_at + turn * turn_length
+            if starts > now:
+                advance_time(ledger.w3, starts - now)
             outcome.record(
                 "postResult",
                 ledger.post_result(
@@ -198,6 +207,7 @@ def verify_sampled(
                 ),
             )
             outcome.verified.append((unit.slot, unit.index, verifier.address))
+            break
 
 
 def _bid_txs(ledger: Ledger, job_id: int, event: str) -> list[bytes]:

@@ -117,7 +117,8 @@ def test_storage_sends_the_configured_token_and_no_token_when_none_is_set(node: 
         storage.add_bytes(b"anonymous")
 
 
-def test_the_devnet_gives_its_nodes_and_every_process_one_token(tmp_path: Path):
+def test_the_devnet_gives_its_nodes_and_every_process_one_token(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("ZOO_IPFS_API_TOKEN")  # unset, a devnet makes a token of its own
     devnet = Devnet(tmp_path)
     nodes = {"user": "/ip4/127.0.0.1/tcp/9/http", "provider-0": "/ip4/127.0.0.1/tcp/10/http"}
     state = State(root=tmp_path, redis_url="redis://127.0.0.1:9/0", ipfs=nodes)
@@ -128,3 +129,5 @@ def test_the_devnet_gives_its_nodes_and_every_process_one_token(tmp_path: Path):
     state.save()
     assert State.load(tmp_path).ipfs_token == state.ipfs_token
     assert State(root=tmp_path).ipfs_token != state.ipfs_token  # each devnet makes its own
+    monkeypatch.setenv("ZOO_IPFS_API_TOKEN", "shared")  # set, processes beside it can use it
+    assert State(root=tmp_path).ipfs_token == "shared"
