@@ -74,6 +74,15 @@ def fresh_ledger(ledger):
     ledger.w3.provider.make_request("evm_revert", [snapshot])
 
 
+@pytest.fixture
+def own_ledger(w3, tmp_path) -> Iterator[Ledger]:
+    """Contracts of its own on the session's chain, so the only verifiers staked (and drawn) are
+    the ones a test stakes itself; the chain is put back as it was after the test."""
+    snapshot = w3.provider.make_request("evm_snapshot", [])["result"]
+    yield Ledger(w3, deploy(w3, devnet_account(0), PARAMETERS, manifest=tmp_path / "31337.json"))
+    w3.provider.make_request("evm_revert", [snapshot])
+
+
 @pytest.fixture(scope="session")
 def cast() -> Cast:
     """Scripted rivals: two providers that always bid high, a user, a verifier."""

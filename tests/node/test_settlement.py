@@ -16,8 +16,8 @@ from node.daemon.settlement import Settler
 pytestmark = pytest.mark.anvil
 
 
-def test_the_settler_expires_an_unanswered_dispute_and_is_paid(fresh_ledger, tmp_path):
-    ledger = fresh_ledger
+def test_the_settler_expires_an_unanswered_dispute_and_is_paid(own_ledger, tmp_path):
+    ledger = own_ledger
     actors = [devnet_account(i) for i in range(20, 26)]
     for actor in actors:
         ledger.w3.provider.make_request("anvil_setBalance", [actor.address, hex(10**20)])
