@@ -47,7 +47,7 @@ class PlainLoop:
         self.spec = spec
         self.device = device
         torch.manual_seed(spec.reproducibility.seed)
-        self.model = spec.model.build(spec.data.seq_len).to(device)
+        self.model = spec.build_model().to(device)
         self.optimizer = build_optimizer(self.model, spec.training)
         self.scheduler = LambdaLR(self.optimizer, lr_schedule(spec.training))
         self.autocast = torch.autocast(

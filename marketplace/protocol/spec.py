@@ -62,8 +62,9 @@ class ModelSpec(BaseModel):
 
     architecture: str  # registry name, e.g. "gpt" or "mlp"
 
-    def build(self, seq_len: int) -> nn.Module:
-        """Return a freshly initialised module whose forward is `(idx, targets) -> (logits, loss)`.
+    def build(self, seq_len: int, vocab_size: int = VOCAB_SIZE) -> nn.Module:
+        """Return a freshly initialised module whose forward is `(idx, targets) -> (logits, loss)`
+        over token ids below `vocab_size`.
 
         The built-in architectures' modules are the provider engine's (`node.engine.models` names
         them with `builds`), so that reading a spec here never loads torch.
@@ -74,14 +75,14 @@ class ModelSpec(BaseModel):
             raise NotImplementedError(
                 f"architecture {self.architecture!r} has no module: import node.engine to build it"
             ) from None
-        return make(self, seq_len)
+        return make(self, seq_len, vocab_size)
 
 
 ARCHITECTURES: dict[str, type[ModelSpec]] = {}
-_MODULES: dict[str, Callable[[Any, int], nn.Module]] = {}
+_MODULES: dict[str, Callable[[Any, int, int], nn.Module]] = {}
 
 SpecT = TypeVar("SpecT", bound=type[ModelSpec])
-MakeT = TypeVar("MakeT", bound=Callable[[Any, int], "nn.Module"])
+MakeT = TypeVar("MakeT", bound=Callable[[Any, int, int], "nn.Module"])
 
 
 def register(name: str):
@@ -98,8 +99,8 @@ def register(name: str):
 
 
 def builds(name: str):
-    """Decorator for `(spec, seq_len) -> module`: what `build` makes for the built-in architecture
-    `name`."""
+    """Decorator for `(spec, seq_len, vocab_size) -> module`: what `build` makes for the built-in
+    architecture `name`."""
 
     def add(make: MakeT) -> MakeT:
         _MODULES[name] = make
@@ -405,6 +406,15 @@ class JobSpec(_Section):
                 {"inner": inner, "every": self.checkpoint.every},
             )
         return self
+
+    @property
+    def vocab_size(self) -> int:
+        """How many token ids the data yields and the model predicts: 256, one per byte."""
+        return VOCAB_SIZE
+
+    def build_model(self) -> nn.Module:
+        """The job's freshly initialised model, sized for its sequences and vocabulary."""
+        return self.model.build(self.data.seq_len, self.vocab_size)
 
     def sha256(self) -> str:
         """Hash of the canonical JSON form; checkpoints record it to bind them to their job."""

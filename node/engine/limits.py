@@ -72,7 +72,7 @@ def checkpoint_bytes(spec: JobSpec) -> int:
 def parameter_count(spec: JobSpec) -> int:
     """The parameters of the model `spec` builds (shared tensors once), without allocating it."""
     with torch.device("meta"):
-        model = spec.model.build(spec.data.seq_len)
+        model = spec.build_model()
     return sum(p.numel() for p in model.parameters())
 
 

@@ -13,13 +13,13 @@ from marketplace.protocol.spec import VOCAB_SIZE, GPTSpec, MLPSpec, builds
 
 
 @builds("gpt")
-def _gpt(spec: GPTSpec, seq_len: int) -> nn.Module:
-    return GPT(spec, block_size=seq_len)
+def _gpt(spec: GPTSpec, seq_len: int, vocab_size: int) -> nn.Module:
+    return GPT(spec, block_size=seq_len, vocab_size=vocab_size)
 
 
 @builds("mlp")
-def _mlp(spec: MLPSpec, seq_len: int) -> nn.Module:
-    return MLP(spec)
+def _mlp(spec: MLPSpec, seq_len: int, vocab_size: int) -> nn.Module:
+    return MLP(spec, vocab_size)
 
 
 class CausalSelfAttention(nn.Module):
@@ -72,9 +72,9 @@ class Transformer(nn.Module):
     """GPT's body under the names of nanoGPT's ModuleDict (`transformer.wte`, ...), so that
     checkpoints keep their keys, as attributes so that each part keeps its type."""
 
-    def __init__(self, spec: GPTSpec, block_size: int):
+    def __init__(self, spec: GPTSpec, block_size: int, vocab_size: int):
         super().__init__()
-        self.wte = nn.Embedding(VOCAB_SIZE, spec.n_embd)  # byte embeddings, tied to lm_head
+        self.wte = nn.Embedding(vocab_size, spec.n_embd)  # token embeddings, tied to lm_head
         self.wpe = nn.Embedding(block_size, spec.n_embd)  # position embeddings
         self.drop = nn.Dropout(spec.dropout)
         self.h = nn.ModuleList([Block(spec) for _ in range(spec.n_layer)])
@@ -82,11 +82,11 @@ class Transformer(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, spec: GPTSpec, block_size: int):
+    def __init__(self, spec: GPTSpec, block_size: int, vocab_size: int = VOCAB_SIZE):
         super().__init__()
         self.block_size = block_size
-        self.transformer = Transformer(spec, block_size)
-        self.lm_head = nn.Linear(spec.n_embd, VOCAB_SIZE, bias=False)
+        self.transformer = Transformer(spec, block_size, vocab_size)
+        self.lm_head = nn.Linear(spec.n_embd, vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying, as in GPT-2
         self.apply(_init_weights)
         # GPT-2's scaled init of the projections that write into the residual stream
@@ -103,21 +103,21 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             x = block(x)
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, vocab)
-        return logits, _next_byte_loss(logits, targets)
+        return logits, _next_token_loss(logits, targets)
 
 
 class MLP(nn.Module):
-    def __init__(self, spec: MLPSpec):
+    def __init__(self, spec: MLPSpec, vocab_size: int = VOCAB_SIZE):
         super().__init__()
         self.context = spec.context
-        self.wte = nn.Embedding(VOCAB_SIZE, spec.n_embd)
+        self.wte = nn.Embedding(vocab_size, spec.n_embd)
         layers: list[nn.Module] = []
         width = spec.context * spec.n_embd
         for _ in range(spec.n_layer):
             layers += [nn.Linear(width, spec.hidden), nn.GELU(), nn.Dropout(spec.dropout)]
             width = spec.hidden
         self.hidden = nn.Sequential(*layers)
-        self.lm_head = nn.Linear(width, VOCAB_SIZE)
+        self.lm_head = nn.Linear(width, vocab_size)
         self.apply(_init_weights)
 
     def forward(
@@ -129,7 +129,7 @@ class MLP(nn.Module):
         windows = padded.unfold(1, self.context, 1)[:, 1 : T + 1]  # (B, T, context), ends at idx[t]
         x = self.wte(windows).flatten(2)  # (B, T, context * n_embd)
         logits = self.lm_head(self.hidden(x))  # (B, T, vocab)
-        return logits, _next_byte_loss(logits, targets)
+        return logits, _next_token_loss(logits, targets)
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -141,7 +141,7 @@ def _init_weights(module: nn.Module) -> None:
         nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
 
-def _next_byte_loss(logits: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor | None:
+def _next_token_loss(logits: torch.Tensor, targets: torch.Tensor | None) -> torch.Tensor | None:
     if targets is None:
         return None
     return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))

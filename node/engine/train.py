@@ -63,7 +63,7 @@ class Trainer:
         self.device = device
         torch.manual_seed(spec.reproducibility.seed)
         # built on the CPU so the initial weights are the same bits on every device
-        self.model = spec.model.build(spec.data.seq_len).to(device)
+        self.model = spec.build_model().to(device)
         self.optimizer = build_optimizer(self.model, spec.training)
         self.scheduler = LambdaLR(self.optimizer, lr_schedule(spec.training))
         self.autocast = torch.autocast(

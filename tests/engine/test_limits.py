@@ -38,7 +38,7 @@ def with_model(model: dict) -> JobSpec:
 )
 def test_the_parameter_count_is_the_built_models(model):
     spec = with_model(model)
-    built = spec.model.build(spec.data.seq_len)
+    built = spec.build_model()
     assert parameter_count(spec) == sum(p.numel() for p in built.parameters())
 
 
