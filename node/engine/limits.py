@@ -70,10 +70,20 @@ def checkpoint_bytes(spec: JobSpec) -> int:
 
 
 def parameter_count(spec: JobSpec) -> int:
-    """The parameters of the model `spec` builds (shared tensors once), without allocating it."""
-    with torch.device("meta"):
-        model = spec.build_model()
-    return sum(p.numel() for p in model.parameters())
+    """The parameters of the model `spec` builds (shared tensors once), without allocating it;
+    remembered per model, since a bidder asks for every job it sees and a verifier per unit."""
+    key = (spec.model.model_dump_json(), spec.data.seq_len, spec.vocab_size)
+    if key not in _PARAMETER_COUNTS:
+        with torch.device("meta"):
+            model = spec.build_model()
+        if len(_PARAMETER_COUNTS) >= _REMEMBERED_MODELS:  # the oldest goes: strangers write specs
+            del _PARAMETER_COUNTS[next(iter(_PARAMETER_COUNTS))]
+        _PARAMETER_COUNTS[key] = sum(p.numel() for p in model.parameters())
+    return _PARAMETER_COUNTS[key]
+
+
+_REMEMBERED_MODELS = 256
+_PARAMETER_COUNTS: dict[tuple[str, int, int], int] = {}
 
 
 def _declared_bytes(source: object) -> int | None:

@@ -110,3 +110,10 @@ def test_absurd_shapes_are_refused_as_the_spec_is_parsed(model):
 def test_the_limits_leave_the_shipped_specs_alone(small_spec):
     UnitLimits().check(small_spec())
     assert torch.get_default_device().type == "cpu"  # the meta device was only borrowed
+
+
+def test_a_model_is_counted_once_however_often_it_is_asked_for(monkeypatch):
+    spec = parse_spec(SMALL)
+    parameter_count(spec)
+    monkeypatch.setattr(JobSpec, "build_model", lambda self: pytest.fail("built again"))
+    assert parameter_count(spec) == parameter_count(spec.model_copy())
