@@ -72,6 +72,9 @@ SEED_SETTLED = {"SeedAlreadyRecorded", "SeedLost"}
 ADMISSION_FETCHES = 6
 NOT_ADMISSIBLE = {"NotAProvider", "SelfAttestation"}
 ADMISSION_BACKOFF = 15.0
+# Seconds a re-run asks for a checkpoint the unit's own provider committed before it counts as
+# withheld, which fails the unit; less when the verifier's last turn ends sooner.
+WITHHELD_PATIENCE = 120.0
 
 
 class VerifierDaemon:
@@ -87,6 +90,7 @@ class VerifierDaemon:
         *,
         confirmations: int = 0,
         downtime_every: float = 10.0,
+        withheld_patience: float = WITHHELD_PATIENCE,
     ):
         self.ledger = ledger
         self.account = account
@@ -94,6 +98,7 @@ class VerifierDaemon:
         self.storage = storage
         self.celery = celery
         self.downtime_every = downtime_every
+        self.withheld_patience = withheld_patience
         self._last_downtime_check = 0.0
         self._specs: dict[int, JobSpec | None] = {}  # job -> its spec, None when unreadable
         self.outbox = Outbox(ledger.w3, account, journal)
@@ -262,7 +267,7 @@ class VerifierDaemon:
                 continue
             if turns[0] > latest["timestamp"] + self.ledger.turn_length(work.kind == j.DISPUTE):
                 continue  # drawn for a later turn only: the verifiers drawn before may answer
-            inputs = self._inputs(unit)
+            inputs = self._inputs(unit, self._withheld_after(work, turns, latest["timestamp"]))
             if inputs is None:
                 log.warning(
                     "job %d was created before this journal began: its units are not checked",
@@ -330,7 +335,14 @@ class VerifierDaemon:
         window = self.ledger.verification_window()
         return now < unit.committed_at + window // 2
 
-    def _inputs(self, unit: CommittedUnit) -> UnitInputs | None:
+    def _withheld_after(self, work: Work, turns: list[int], now: int) -> float:
+        """The wall-clock time after which a checkpoint the unit's provider committed and nobody
+        serves is withheld: after `withheld_patience` seconds of asking, or halfway through the
+        last turn this verifier is drawn for, so that its verdict still lands in that turn."""
+        last_turn_middle = turns[-1] + self.ledger.turn_length(work.kind == j.DISPUTE) // 2
+        return time.time() + max(0, min(self.withheld_patience, last_turn_middle - now))
+
+    def _inputs(self, unit: CommittedUnit, withheld_after: float) -> UnitInputs | None:
         spec_cid = self.journal.spec_cid(unit.job_id)
         if spec_cid is None:
             return None
@@ -349,6 +361,8 @@ class VerifierDaemon:
             state_hash=unit.state_hash.hex(),
             previous_cid=previous[0].cid if previous else None,
             previous_state_hash=previous[0].state_hash.hex() if previous else None,
+            previous_provider=previous[0].provider if previous else None,
+            withheld_after=withheld_after,
             peers=self._peers(unit),
         )
 

@@ -26,7 +26,7 @@ from node.engine import (
     unit_shard,
 )
 from node.engine.limits import checkpoint_bytes
-from verifier.errors import InputsUnavailable
+from verifier.errors import InputsUnavailable, Withheld
 from verifier.rank_recompute import judge_rank
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,10 @@ class UnitInputs:
     """Everything a worker needs to re-run a unit, all of it read from the chain by the daemon.
 
     `previous_*` name the checkpoint committed as unit `index - 1` of the slot before this unit
-    (None for unit 0, which starts from the spec's seed).
+    (None for unit 0, which starts from the spec's seed). A checkpoint the unit's provider
+    committed (its own, or its previous one) that still cannot be fetched at `withheld_after`
+    (unix time; None: never judged so) is withheld, which fails the unit: serving it is part of
+    the commitment.
     """
 
     job_id: int
@@ -62,6 +65,8 @@ class UnitInputs:
     state_hash: str  # hex, as committed
     previous_cid: str | None = None
     previous_state_hash: str | None = None
+    previous_provider: str | None = None
+    withheld_after: float | None = None
     # group jobs: the other slots' commitments of this unit, whose records vote on this one's
     peers: tuple[PeerUnit, ...] = ()
 
@@ -105,34 +110,41 @@ class Verdict:
         }
 
 
-def _fetch(storage: Storage, cid: str, what: str, max_bytes: int) -> bytes:
+def _fetch(
+    storage: Storage,
+    cid: str,
+    what: str,
+    max_bytes: int,
+    unavailable: type[InputsUnavailable] = InputsUnavailable,
+) -> bytes:
     """The content within `max_bytes` (ContentTooLarge past it: the reader judges what that
-    means); InputsUnavailable when it cannot be fetched now."""
+    means); `unavailable` when it cannot be fetched now (Withheld for a checkpoint the unit's
+    own provider committed)."""
     try:
         return storage.cat(cid, max_bytes=max_bytes)
     except TRANSIENT as exc:
-        raise InputsUnavailable(f"{what} {cid}: {exc}") from exc
+        raise unavailable(f"{what} {cid}: {exc}") from exc
 
 
 def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
-    """A single-node job's unit: its checkpoint re-made from the slot's previous one."""
+    """A single-node job's unit: its checkpoint re-made from the slot's previous one. The unit's
+    own checkpoint is checked first, so that a withheld or false one costs no re-run."""
     try:
         shard, steps = unit_shard(spec, inputs.slot), CHECKPOINTS.steps(spec, inputs.index)
     except (DataError, ValueError) as exc:
         return Verdict(None, f"the job spec cannot be run: {exc}")
 
     bound = checkpoint_bytes(spec)
-    previous = None
-    if inputs.index > 0:
-        if inputs.previous_cid is None:
-            return Verdict(None, "no committed checkpoint for the previous unit")
-        try:
-            data = _fetch(storage, inputs.previous_cid, "previous checkpoint", bound)
-            previous = Checkpoint.load(data)
-        except (CheckpointError, ContentTooLarge) as exc:
-            return Verdict(None, f"previous checkpoint unreadable: {exc}")
-        if previous.state_hash() != inputs.previous_state_hash:
-            return Verdict(None, "previous checkpoint does not hold its committed state")
+    try:
+        own = _fetch(storage, inputs.cid, "committed checkpoint", bound, Withheld)
+        if Checkpoint.load(own).state_hash() != inputs.state_hash:
+            return Verdict(False, "committed checkpoint does not hold the committed state")
+        del own
+        previous = _previous_checkpoint(inputs, storage, bound)
+    except (ContentTooLarge, CheckpointError) as exc:
+        return Verdict(False, f"committed checkpoint unreadable: {exc}")
+    if isinstance(previous, Verdict):
+        return previous
 
     try:
         result = run_unit(spec, previous, shard, steps, storage=storage, device="cpu")
@@ -149,14 +161,30 @@ def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) 
     }
     if result.state_hash != inputs.state_hash:
         return Verdict(False, "recomputed state hash differs from the committed one", **judged)
-
-    try:
-        committed = Checkpoint.load(_fetch(storage, inputs.cid, "committed checkpoint", bound))
-    except (CheckpointError, ContentTooLarge) as exc:
-        return Verdict(False, f"committed checkpoint unreadable: {exc}", **judged)
-    if committed.state_hash() != inputs.state_hash:
-        return Verdict(False, "committed checkpoint does not hold the committed state", **judged)
     return Verdict(True, "recomputed state hash matches the commitment", **judged)
+
+
+def _previous_checkpoint(
+    inputs: UnitInputs, storage: Storage, bound: int
+) -> Checkpoint | Verdict | None:
+    """Where the unit starts: None for unit 0, else the previous unit's checkpoint, or the verdict
+    when it is bad. Bad input from another provider leaves this unit unjudged; from this unit's
+    own provider, it fails the unit, since that provider committed both."""
+    if inputs.index == 0:
+        return None
+    if inputs.previous_cid is None:
+        return Verdict(None, "no committed checkpoint for the previous unit")
+    own = inputs.previous_provider is not None and inputs.previous_provider == inputs.provider
+    verdict = False if own else None
+    unavailable = Withheld if own else InputsUnavailable
+    try:
+        data = _fetch(storage, inputs.previous_cid, "previous checkpoint", bound, unavailable)
+        previous = Checkpoint.load(data)
+    except (ContentTooLarge, CheckpointError) as exc:
+        return Verdict(verdict, f"previous checkpoint unreadable: {exc}")
+    if previous.state_hash() != inputs.previous_state_hash:
+        return Verdict(verdict, "previous checkpoint does not hold its committed state")
+    return previous
 
 
 def _judge_rank_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
@@ -164,7 +192,7 @@ def _judge_rank_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Ver
     unit, and the slot's previous one, where this unit must start."""
     bound = 2 * checkpoint_bytes(spec)  # a bundle holds the weights and the rank's update
     try:
-        bundle = _fetch(storage, inputs.cid, "rank bundle", bound)
+        bundle = _fetch(storage, inputs.cid, "rank bundle", bound, Withheld)
     except ContentTooLarge as exc:
         return Verdict(False, f"the rank bundle is larger than its model allows: {exc}")
     peers, previous = {}, None

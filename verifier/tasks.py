@@ -12,14 +12,17 @@ from celery.exceptions import SoftTimeLimitExceeded
 from marketplace.config import Settings
 from marketplace.storage import ReplicationError, Storage
 from verifier.celery_app import app
-from verifier.errors import InputsUnavailable
-from verifier.recompute import UnitInputs, recompute
+from verifier.errors import InputsUnavailable, Withheld
+from verifier.recompute import UnitInputs, Verdict, recompute
 
 log = logging.getLogger(__name__)
 
 EVIDENCE_REPLICAS = 3  # like checkpoints: kept on up to three nodes
-FETCH_RETRIES = 5  # then the unit is left unjudged: a missing input is never grounds to fail it
+# Fetch attempts before a unit is left unjudged: a missing input is never grounds to fail it, unless
+# it is a checkpoint the unit's provider committed, unserved until the unit's `withheld_after`.
+FETCH_RETRIES = 5
 RETRY_DELAY_S = 2
+MAX_RETRY_DELAY_S = 60
 # Deliveries of one attempt of a task: more means its worker died running it each time (acks_late
 # hands it back), and it goes to the dead-letter list instead of killing the next worker.
 MAX_DELIVERIES = 3
@@ -27,7 +30,7 @@ DEAD_LETTER = "zoo:verifier:dead-letter"  # a Redis list, newest first, kept to 
 DEAD_LETTER_KEEP = 1_000
 
 
-@app.task(bind=True, name="verifier.verify_unit", max_retries=FETCH_RETRIES)
+@app.task(bind=True, name="verifier.verify_unit", max_retries=None)  # see `_retry_in`
 def verify_unit(self, inputs: dict) -> dict:
     """Verify the unit `inputs` (a UnitInputs as JSON) describes.
 
@@ -51,12 +54,16 @@ def verify_unit(self, inputs: dict) -> dict:
             log.warning("job %d slot %d unit %d: %s", unit.job_id, unit.slot, unit.index, reason)
             return _no_verdict(reason)
         except InputsUnavailable as exc:
-            if self.request.retries < self.max_retries:
+            withheld = isinstance(exc, Withheld) and unit.withheld_after is not None
+            delay = _retry_in(self.request.retries, unit.withheld_after if withheld else None)
+            if delay is not None:
                 log.warning(
                     "job %d slot %d unit %d: %s; retrying", unit.job_id, unit.slot, unit.index, exc
                 )
-                raise self.retry(countdown=RETRY_DELAY_S) from exc
-            return _no_verdict(str(exc))
+                raise self.retry(countdown=delay) from exc
+            if not withheld:
+                return _no_verdict(str(exc))
+            verdict = Verdict(False, f"withheld: {exc}")
         evidence_cid = None
         if verdict.passed is not None:
             evidence_cid = pin_evidence(
@@ -76,6 +83,19 @@ def verify_unit(self, inputs: dict) -> dict:
         "reason": verdict.reason,
         "recomputed_state_hash": verdict.recomputed_state_hash,
     }
+
+
+def _retry_in(retries: int, withheld_after: float | None) -> float | None:
+    """Seconds until the next fetch attempt, backing off; None when there is none left. A missing
+    input gets FETCH_RETRIES more attempts; a withheld checkpoint (`withheld_after` set) is looked
+    for until `withheld_after` and at least twice, and then judged."""
+    delay = min(RETRY_DELAY_S * 2**retries, MAX_RETRY_DELAY_S)
+    if withheld_after is None:
+        return delay if retries < FETCH_RETRIES else None
+    left = withheld_after - time.time()
+    if left > 0:
+        return min(delay, left)
+    return RETRY_DELAY_S if retries == 0 else None
 
 
 def _no_verdict(reason: str) -> dict:

@@ -84,8 +84,17 @@ def status_command() -> None:
 
 
 @verifier.command("start")
+@click.option(
+    "--withheld-after",
+    "withheld_after",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Seconds a re-run asks for a checkpoint the unit's own provider committed before it "
+    "counts as withheld and the unit fails (less when this verifier's turn ends sooner).",
+)
 @log_level_option
-def start_command(log_level: str) -> None:
+def start_command(withheld_after: float, log_level: str) -> None:
     """Run the watcher daemon in the foreground until SIGTERM or Ctrl-C.
 
     It queues sampled units for `verifier worker` processes over Redis, posts their verdicts,
@@ -115,6 +124,7 @@ def start_command(log_level: str) -> None:
             storage,
             configure(settings.redis_url),
             confirmations=settings.confirmations,
+            withheld_patience=withheld_after,
         )
         console.print(
             f"verifier ready: {account.address} watching {settings.rpc_url} "

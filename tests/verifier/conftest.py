@@ -18,7 +18,7 @@ from marketplace.chain.deploy import ZEN, Parameters, deploy
 from marketplace.chain.ledger import CommittedUnit, JobRequest, Ledger
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.redis_server import RedisServer
-from marketplace.devnet.scripted_job import Cast, Scenario, onboard
+from marketplace.devnet.scripted_job import Cast, Scenario, cid_of_bytes, onboard
 from marketplace.processes import terminate
 from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import Tier
@@ -224,9 +224,13 @@ class ScriptedProvider:
         )
         return result.checkpoint
 
-    def commit(self, checkpoint: Checkpoint, state_hash: str | None = None) -> CommittedUnit:
-        """Commit `checkpoint`, under its own state hash unless a (faked) one is given."""
-        cid = self.storage.add_bytes(checkpoint.to_bytes())
+    def commit(
+        self, checkpoint: Checkpoint, state_hash: str | None = None, withheld: bool = False
+    ) -> CommittedUnit:
+        """Commit `checkpoint`, under its own state hash unless a (faked) one is given; a withheld
+        checkpoint is committed under its CID but added to no node."""
+        data = checkpoint.to_bytes()
+        cid = cid_of_bytes(data) if withheld else self.storage.add_bytes(data)
         advance_time(self.ledger.w3, GPU_SECONDS)
         unit = self.ledger.commit_checkpoint(
             self.account,

@@ -116,6 +116,29 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
     assert rounds[-1]["args"]["round"] > rounds[0]["args"]["round"]
 
 
+def test_a_checkpoint_its_provider_does_not_serve_fails_its_unit_and_the_next(
+    job, make_daemon, drive, cast, storage
+):
+    """A provider trains unit 0 but keeps its checkpoint to itself, committing only its CID and
+    true state hash, then trains unit 1 on it and serves that one. Once the verifier has asked
+    for the checkpoint for its patience, unit 0 fails as withheld, and so does unit 1, which
+    nobody can re-run: the same provider committed both."""
+    provider = job(ALWAYS, judges=(0,))
+    provider.commit(provider.train(0), withheld=True)
+    provider.honest(1)
+    daemon = make_daemon(cast.verifiers[0])
+    daemon.withheld_patience = 3
+
+    drive([daemon], settled(daemon, j.RESULT, 2))
+
+    posted = {r["index"]: r for r in results(daemon.ledger, provider.job_id)}
+    assert [posted[i]["pass"] for i in (0, 1)] == [False, False]
+    reasons = [json.loads(storage.cat(posted[i]["evidenceCid"]))["reason"] for i in (0, 1)]
+    assert reasons[0].startswith("withheld: committed checkpoint")
+    assert reasons[1].startswith("withheld: previous checkpoint")
+    assert daemon.ledger.open_disputes(provider.job_id) == 2
+
+
 def test_a_verifier_judges_only_the_units_it_is_drawn_for(job, make_daemon, cast):
     """Two verifiers are staked and one daemon runs: it re-runs only the units it is drawn to
     judge in a turn of their window (once that turn is running or next), skips the others, and
