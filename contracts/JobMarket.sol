@@ -362,7 +362,10 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         Slot storage s = _slots[jobId][slotId];
         if (s.provider == address(0)) revert SlotVacant(jobId, slotId);
         if (s.done) revert SlotDone(jobId, slotId);
-        uint256 deadline = uint256(s.lastCheckpointAt) + j.checkpointInterval;
+        // A holder waiting on the review of a bad input it flagged is late only from its end.
+        uint256 from = verification.inputUnderReviewUntil(jobId, slotId);
+        if (from < s.lastCheckpointAt) from = s.lastCheckpointAt;
+        uint256 deadline = from + j.checkpointInterval;
         if (block.timestamp <= deadline) revert NotOverdue(deadline);
         _removeProvider(j, jobId, slotId, s, IStaking.SlashReason.Downtime, msg.sender, true);
     }

@@ -55,6 +55,10 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     /// @dev The block of the commitment a unit was flagged in: a unit replaced after a rollback is
     /// a new commitment, not flagged.
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => uint64 unitBlock))) private _flagged;
+    /// @dev A unit a successor flagged as its input: its verification window opened again then.
+    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Review))) private _reviewOpenedAt;
+    /// @inheritdoc IVerification
+    mapping(uint256 jobId => mapping(uint16 slot => uint256)) public inputUnderReviewUntil;
     /// @inheritdoc IVerification
     mapping(uint64 blockNumber => bytes32) public recordedSeed;
     /// @inheritdoc IVerification
@@ -99,10 +103,11 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         _checkVerifier(unit.provider);
         _checkUnit(jobId, slot, index, unit);
         // Strictly before the end: settlement may run at that very second.
-        uint256 closesAt = uint256(unit.committedAt) + verificationWindow;
+        uint256 opensAt = _resultWindowOpensAt(jobId, slot, index, unit);
+        uint256 closesAt = opensAt + verificationWindow;
         if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
         if (!_toVerify(jobId, slot, index, unit.blockNumber)) revert NotSampled(jobId, slot, index);
-        _checkDrawn(jobId, slot, index, unit.blockNumber, address(0), unit.committedAt, verificationWindow);
+        _checkDrawn(jobId, slot, index, unit.blockNumber, address(0), opensAt, verificationWindow);
         Result storage r = _results[jobId][slot][index];
         if (r.verdict != Verdict.None) {
             // A result about a unit voided by a rollback gives way to the unit that replaced it (a
@@ -134,9 +139,18 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
             revert NotInTheJob(msg.sender);
         }
         _checkUnit(jobId, slot, index, unit);
-        uint256 closesAt = uint256(unit.committedAt) + verificationWindow;
-        if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
         if (_flagged[jobId][slot][index] == unit.blockNumber) revert AlreadyFlagged(jobId, slot, index);
+        IJobMarket.Slot memory held = market.slot(jobId, slot);
+        if (held.provider == msg.sender && unit.provider != msg.sender && index + 1 == held.unitsDone) {
+            // The holder names the unit it must resume from, another provider's, which it cannot
+            // build on: however old the unit, its verification window opens again now, and the
+            // holder waits unslashed until a rejection could still land (result, then dispute).
+            _reviewOpenedAt[jobId][slot][index] = Review(unit.blockNumber, uint40(block.timestamp));
+            inputUnderReviewUntil[jobId][slot] = block.timestamp + verificationWindow + disputeWindow;
+        } else {
+            uint256 closesAt = uint256(unit.committedAt) + verificationWindow;
+            if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
+        }
         _flagged[jobId][slot][index] = unit.blockNumber;
         emit UnitFlagged(jobId, slot, index, msg.sender);
     }
@@ -281,6 +295,15 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IVerification
+    function resultWindowOpensAt(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit)
+        external
+        view
+        returns (uint256)
+    {
+        return _resultWindowOpensAt(jobId, slot, index, unit);
+    }
+
+    /// @inheritdoc IVerification
     function drawnVerifier(
         uint256 jobId,
         uint16 slot,
@@ -376,6 +399,15 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     function _checkVerifier(address provider) internal view {
         if (!staking.isActiveVerifier(msg.sender)) revert NotAnActiveVerifier(msg.sender);
         if (msg.sender == provider) revert ConflictOfInterest(msg.sender);
+    }
+
+    function _resultWindowOpensAt(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit)
+        internal
+        view
+        returns (uint256)
+    {
+        Review memory review = _reviewOpenedAt[jobId][slot][index];
+        return review.unitBlock == unit.blockNumber ? review.openedAt : unit.committedAt;
     }
 
     function _checkUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) internal view {

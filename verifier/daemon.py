@@ -195,8 +195,9 @@ class VerifierDaemon:
             self.journal.add_work(j.DISPUTE, *found)
 
     def _on_flagged(self, event: EventData) -> None:
-        """A provider of the job named a unit its group's aggregation excluded: the ledger now
-        counts it as sampled, so a unit skipped as unsampled is drawn again."""
+        """A provider of the job named a unit (one its group's aggregation excluded, or its own
+        input it cannot build on, whose window opens again): the ledger now counts it as sampled,
+        so a unit skipped as unsampled, or dropped when its window closed, is drawn again."""
         found = self._named_unit(event, "flagged")
         if found is not None:
             self.journal.redraw(j.RESULT, *found)
@@ -413,7 +414,7 @@ class VerifierDaemon:
         """Whether the chain would refuse this work's answer at block time `now`."""
         u = work.unit
         if work.kind == j.RESULT:
-            return now >= u.committed_at + self.ledger.verification_window()
+            return now >= self.ledger.result_window_opens_at(u) + self.ledger.verification_window()
         disputed_at = self.ledger.verification_result(u.job_id, u.slot, u.index)["disputedAt"]
         return now > disputed_at + self.ledger.dispute_window()
 

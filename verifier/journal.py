@@ -140,13 +140,14 @@ class Journal(JournalDB):
         )
 
     def redraw(self, kind: str, unit: CommittedUnit, log_index: int) -> None:
-        """Draw a unit skipped as unsampled again: it was flagged since."""
+        """Draw a unit skipped as unsampled, or dropped as too late, again: it was flagged since."""
         self._run(
             "UPDATE work SET state = ?, note = 'flagged' "
-            "WHERE state = ? AND kind = ? AND job_id = ? "
+            "WHERE state IN (?, ?) AND kind = ? AND job_id = ? "
             "AND slot = ? AND idx = ? AND block = ? AND log_index = ?",
             NEW,
             SKIPPED,
+            DROPPED,
             kind,
             unit.job_id,
             unit.slot,

@@ -60,6 +60,12 @@ interface IVerification {
         address second;
     }
 
+    /// @notice A unit under review again: the successor that must resume from it flagged it.
+    struct Review {
+        uint64 unitBlock; // the commitment reviewed: a unit redone after a rollback is a new one
+        uint40 openedAt; // its verification window opened again then
+    }
+
     /// @notice Bandwidth complaints against one provider in one job: the open one, if any, and
     /// how many were opened and when the last closed (for the cap and the cooldown).
     struct Complaint {
@@ -186,7 +192,9 @@ interface IVerification {
     /// @notice Flag unit `index` of `slot`, committed as `unit`, for verification whatever its
     /// sample says: the ranks of a group job name a rank whose update their robust aggregation
     /// excluded, so a verifier re-runs that rank's round. Only a provider holding a slot of the
-    /// job may flag, and only within the unit's verification window.
+    /// job may flag, and only within the unit's verification window, except the holder of `slot`
+    /// naming the unit it must resume from, another provider's, which it cannot build on: that
+    /// opens the unit's verification window again (see `inputUnderReviewUntil`).
     function flagUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) external;
 
     /// @notice Records, for good, the seed of units committed in block `blockNumber` (the hash of
@@ -234,6 +242,19 @@ interface IVerification {
 
     /// @notice Seconds a second verifier has to answer a dispute.
     function disputeWindow() external view returns (uint40);
+
+    /// @notice When the window in which verifiers post unit `index`'s result opens: its commitment,
+    /// or, for a unit its slot's successor flagged as its input, that flag.
+    function resultWindowOpensAt(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit)
+        external
+        view
+        returns (uint256);
+
+    /// @notice Until when the checkpoint the holder of `slot` must resume from is under review:
+    /// the holder flagged it, as another provider's last unit of the slot, and a downtime report
+    /// counts its deadline from then, so a successor handed a bad input is never slashed for not
+    /// building on it. Zero when nothing is under review.
+    function inputUnderReviewUntil(uint256 jobId, uint16 slot) external view returns (uint256);
 
     /// @notice Disputes and complaints open on job `jobId`; settlement waits for zero.
     function openDisputes(uint256 jobId) external view returns (uint256);

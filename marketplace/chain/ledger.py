@@ -398,8 +398,17 @@ class Ledger:
         `verifier` is drawn to post its result, from the turn running at `now` on: the ledger
         takes its result in these turns only."""
         window = self.verification_window()
+        opens_at = self.result_window_opens_at(unit)
         # A result is taken strictly before the window ends.
-        return self._drawn_turns(unit, verifier, now, unit.committed_at, window - 1, ZERO_ADDRESS)
+        return self._drawn_turns(unit, verifier, now, opens_at, window - 1, ZERO_ADDRESS)
+
+    def result_window_opens_at(self, unit: CommittedUnit) -> int:
+        """When `unit`'s verification window opens (chain time): at its commitment, or when the
+        successor that must resume from it flagged it, which opens it again."""
+        fn = self.verification.functions.resultWindowOpensAt(
+            unit.job_id, unit.slot, unit.index, unit.as_struct()
+        )
+        return call(fn)
 
     def dispute_turns(self, unit: CommittedUnit, verifier: str, now: int) -> list[int]:
         """When (chain time) each turn of the open dispute on `unit` starts for which `verifier`

@@ -272,7 +272,7 @@ abstract contract BaseTest is Test {
         returns (address)
     {
         uint256 openedAt = challenger == address(0)
-            ? uint256(unit.committedAt)
+            ? verification.resultWindowOpensAt(jobId, slotId, index, unit)
             : uint256(verification.result(jobId, slotId, index).disputedAt);
         uint256 turn = (block.timestamp - openedAt) / verification.turnLength(challenger != address(0));
         return verification.drawnVerifier(jobId, slotId, index, unit.blockNumber, challenger, turn);

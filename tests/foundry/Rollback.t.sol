@@ -260,4 +260,89 @@ contract RollbackTest is BaseTest {
             "no verifications: the market holds exactly what providers are owed"
         );
     }
+
+    /// @dev provider1 commits units 0..1 and goes down; the successor wins the slot and is handed
+    /// unit 1's checkpoint, which it cannot build on. Returns unit 1's record.
+    function _succeedOnto(uint256 jobId) internal returns (IJobMarket.Unit memory handed) {
+        _auction(jobId, cheater, PRICE);
+        _checkpoint(jobId, 0);
+        handed = _checkpoint(jobId, 0);
+        _rollToSample();
+        vm.warp(handed.committedAt + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        _auction(jobId, successor, SUCCESSOR_PRICE);
+    }
+
+    /// Finding 1 of issue 19: a successor handed a checkpoint it cannot build on (withheld, or not
+    /// the committed state) flags it, though the unit's verification window has closed: the window
+    /// opens again, and the successor waits unslashed until a rejection could no longer land; it
+    /// is late only a full interval after that.
+    function test_attack_successorHandedABadInputIsNotSlashedWhileItIsReviewed() public {
+        uint256 jobId = _createJob();
+        IJobMarket.Unit memory handed = _succeedOnto(jobId);
+        assertGe(block.timestamp, handed.committedAt + VERIFICATION_WINDOW, "its window had closed");
+
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, handed);
+        uint256 reviewEnds = block.timestamp + VERIFICATION_WINDOW + DISPUTE_WINDOW;
+        assertEq(verification.inputUnderReviewUntil(jobId, 0), reviewEnds);
+        assertEq(verification.resultWindowOpensAt(jobId, 0, 1, handed), block.timestamp);
+        assertTrue(verification.isSampled(jobId, 0, 1, handed.blockNumber));
+
+        vm.warp(reviewEnds + INTERVAL);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotOverdue.selector, reviewEnds + INTERVAL));
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        assertEq(market.slashedIn(jobId, successor), 0);
+
+        vm.warp(reviewEnds + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        assertGt(market.slashedIn(jobId, successor), 0, "late after the review, it is slashed");
+    }
+
+    /// The reviewed unit is failed and the failure confirmed in its reopened window: the slot
+    /// resumes from unit 0 with the successor still holding it, unslashed, and the provider that
+    /// committed the bad unit loses its pay for it.
+    function test_attack_successorsBadInputIsRejectedInItsReopenedWindow() public {
+        uint256 jobId = _createJob();
+        IJobMarket.Unit memory handed = _succeedOnto(jobId);
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, handed);
+
+        vm.warp(block.timestamp + VERIFICATION_WINDOW / 2);
+        _postResult(verifier1, jobId, 0, 1, handed, false);
+        _resolveDispute(verifier2, jobId, 0, 1, handed, false);
+
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.provider, successor, "the successor keeps the slot");
+        assertEq(s.unitsDone, 1, "and resumes from the last good checkpoint");
+        assertEq(s.lastCheckpointAt, block.timestamp, "with a full interval");
+        assertEq(market.slashedIn(jobId, successor), 0);
+        assertEq(staking.account(successor).staked, PROVIDER_STAKE);
+        assertEq(market.earned(jobId, cheater), CHEATER_UNIT_PAY, "the bad unit is not paid");
+        assertEq(uint8(verification.result(jobId, 0, 1).verdict), uint8(IVerification.Verdict.Rejected));
+    }
+
+    /// A holder flagging its own unit, or one that is not its input, buys no time.
+    function test_flagUnit_onlyTheHoldersInputFromAnotherProviderDefersDowntime() public {
+        uint256 jobId = _createJob();
+        _auction(jobId, cheater, PRICE);
+        IJobMarket.Unit memory first = _checkpoint(jobId, 0);
+        IJobMarket.Unit memory own = _checkpoint(jobId, 0);
+        vm.prank(cheater);
+        verification.flagUnit(jobId, 0, 1, own);
+        assertEq(verification.inputUnderReviewUntil(jobId, 0), 0, "its own unit");
+
+        vm.warp(own.committedAt + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        _auction(jobId, successor, SUCCESSOR_PRICE);
+        uint256 closedAt = uint256(first.committedAt) + VERIFICATION_WINDOW;
+        vm.expectRevert(abi.encodeWithSelector(IVerification.VerificationWindowClosed.selector, closedAt));
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 0, first); // not the unit it resumes from
+        assertEq(verification.inputUnderReviewUntil(jobId, 0), 0);
+    }
 }

@@ -1,5 +1,6 @@
 """A node never trains on a unit whose checkpoint does not hold what was committed: asked to resume
-from one (a cheater's, or one nobody serves), it flags the unit for verifiers and trains nothing."""
+from one (a cheater's, or one nobody serves), it flags the unit for verifiers and trains nothing;
+a successor that flags the unit it took over from waits unslashed while the unit is reviewed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from marketplace.chain.anvil import advance_time
+from marketplace.chain.errors import ChainError
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, auction, onboard
 from marketplace.protocol.checkpoint import Checkpoint
@@ -85,3 +88,41 @@ def test_an_honest_units_checkpoint_is_resumed_from(two_slots, tmp_path):
     commit(ledger, provider, job_id, 0, storage.add_bytes(unit.to_bytes()), unit.state_hash())
     resumed = worker_of(ledger, storage, honest, tmp_path)._checkpoint(job_id, 0, 0)
     assert resumed.state_hash() == unit.state_hash()
+
+
+def test_a_successor_handed_a_withheld_checkpoint_is_not_slashed_while_it_is_reviewed(
+    fresh_ledger, ipfs_nodes, tmp_path
+):
+    ledger = fresh_ledger
+    actors = [devnet_account(i) for i in range(50, 55)]
+    for actor in actors:
+        ledger.w3.provider.make_request("anvil_setBalance", [actor.address, hex(10**20)])
+    user, cheater, successor, watcher = actors[0], actors[1], actors[2], actors[3]
+    cast = Cast(devnet_account(0), user, (cheater, successor), (actors[4],))
+    scenario = Scenario(units=2, sample_rate_bps=0, bids=(60 * 10**18, 70 * 10**18))
+    onboard(ledger, cast, scenario)
+    with Storage(ipfs_nodes[0].multiaddr, []) as storage:
+        outcome, slots = auction(ledger, cast, scenario, storage.add_bytes(SPEC.encode()))
+        job_id = outcome.job_id
+        assert slots == {cheater.address: 0}
+        commit(ledger, cheater, job_id, 0, NOBODY_SERVES, checkpoint(1.0).state_hash())
+        interval = scenario.checkpoint_interval
+        advance_time(ledger.w3, max(interval, ledger.verification_window()) + 1)
+        ledger.send(ledger.report_downtime_call(job_id, 0), watcher)  # the cheater goes down
+        bid = ledger.commit_bid(successor, job_id, 70 * 10**18)
+        advance_time(ledger.w3, ledger.market.functions.bidWindow().call() + 1)
+        ledger.reveal_bid(successor, bid)
+        advance_time(ledger.w3, ledger.market.functions.revealWindow().call() + 1)
+        ledger.close_auction(successor, job_id)
+        assert ledger.slot(job_id, 0)["provider"] == successor.address
+
+        with pytest.raises(BadInput, match="unit 0"):
+            worker_of(ledger, storage, successor, tmp_path)._checkpoint(job_id, 0, 0)
+
+    review = ledger.verification.functions.inputUnderReviewUntil(job_id, 0).call()
+    now = ledger.w3.eth.get_block("latest")["timestamp"]
+    assert review > now + interval, "its window opened again, past the successor's deadline"
+    advance_time(ledger.w3, review - now)  # past the deadline it had without the review
+    with pytest.raises(ChainError, match="not overdue"):
+        ledger.send(ledger.report_downtime_call(job_id, 0), watcher)
+    assert ledger.market.functions.slashedIn(job_id, successor.address).call() == 0
