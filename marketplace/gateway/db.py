@@ -106,7 +106,7 @@ class Slot(EventRow, Base):
     price: Mapped[int | None] = mapped_column(Wei)  # None on ProviderRemoved rows
     removed_reason: Mapped[str | None] = mapped_column(
         String(32)
-    )  # set only on ProviderRemoved rows
+    )  # set only on ProviderRemoved rows, and "Released" on SlotReleased rows
 
 
 class Unit(EventRow, Base):
@@ -123,6 +123,17 @@ class Unit(EventRow, Base):
     gpu_seconds: Mapped[int] = mapped_column(BigInteger)
     amount: Mapped[int] = mapped_column(Wei)
     remaining_before: Mapped[int] = mapped_column(Wei)
+
+
+class Rollback(EventRow, Base):
+    """A unit confirmed wrong: it and every later unit of its slot committed before this row are
+    void, and its provider's pay from it on went back into the slot's budget."""
+
+    __tablename__ = "rollbacks"
+    job_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    slot: Mapped[int] = mapped_column(Integer)
+    index: Mapped[int] = mapped_column(Integer)
+    clawed_back: Mapped[int] = mapped_column(Wei)
 
 
 class Result(EventRow, Base):
@@ -194,6 +205,7 @@ EVENT_TABLES: tuple[type[EventRow], ...] = (
     Auction,
     Slot,
     Unit,
+    Rollback,
     Result,
     Settlement,
     Slash,

@@ -372,7 +372,26 @@ _HANDLERS = {
             **where,
         )
     ],
+    ("JobMarket", "SlotReleased"): lambda _, a, where: [
+        db.Slot(
+            job_id=a["jobId"],
+            slot=a["slot"],
+            provider=a["provider"],
+            price=None,
+            removed_reason="Released",
+            **where,
+        )
+    ],
     ("JobMarket", "CheckpointCommitted"): _unit,
+    ("JobMarket", "UnitRejected"): lambda _, a, where: [
+        db.Rollback(
+            job_id=a["jobId"],
+            slot=a["slot"],
+            index=a["index"],
+            clawed_back=a["clawedBack"],
+            **where,
+        )
+    ],
     ("JobMarket", "JobCompleted"): _status(JobStatus.COMPLETED),
     ("JobMarket", "JobSettled"): _settled,
     ("JobMarket", "JobCancelled"): _cancelled,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from marketplace.chain.anvil import mine
-from marketplace.devnet.scripted_job import Scenario
+from marketplace.chain.anvil import advance_time, mine
+from marketplace.devnet.scripted_job import Scenario, cid_of_bytes, run_job
 from marketplace.gateway import db
 from marketplace.gateway.indexer import Indexer
 
@@ -217,3 +217,35 @@ def test_bad_requests_are_4xx_with_a_message(story, indexer, client):
         assert response.status_code == 422, path
         assert response.json()["detail"]
     assert client.get("/health").json()["status"] == "ok"
+
+
+def test_a_unit_rejected_on_review_voids_itself_and_the_units_after_it(
+    ledger, cast, story, indexer, client
+):
+    """Both units of a job (its cast onboarded by the story) are failed and the first failure is
+    confirmed: the slot rolls back to its start, so the gateway shows both units void, counts
+    none done and has no result."""
+    w3 = ledger.w3
+    snapshot = w3.provider.make_request("evm_snapshot", [])["result"]
+    try:
+        scenario = Scenario(units=2, sample_rate_bps=10_000, verdict=False)
+        outcome = run_job(ledger, cast, scenario, cid_of_bytes(b"rejected"), settle=False)
+        job_id, first = outcome.job_id, outcome.units[0]
+        challenger = ledger.verification_result(job_id, 0, 0)["first"]
+        second = next(v for v in cast.verifiers if v.address != challenger)
+        now = w3.eth.get_block("latest")["timestamp"]
+        [turn, *_] = ledger.dispute_turns(first, second.address, now)
+        if turn > now:
+            advance_time(w3, turn - now)
+        ledger.resolve_dispute(second, first, False, cid_of_bytes(b"confirmed"))
+        index_all(indexer)
+
+        units = client.get(f"/jobs/{job_id}/units").json()
+        assert [(u["index"], u["void"]) for u in units] == [(0, True), (1, True)]
+        metrics = client.get(f"/jobs/{job_id}/metrics").json()
+        assert (metrics["units_done"], metrics["accrued"], metrics["units"]) == (0, "0", [])
+        assert client.get(f"/jobs/{job_id}/result").status_code == 404
+        settled = client.get(f"/jobs/{story.job_id}/units").json()
+        assert not any(u["void"] for u in settled)
+    finally:
+        w3.provider.make_request("evm_revert", [snapshot])

@@ -157,6 +157,7 @@ class UnitPublic(Row):
     amount: Wei
     remaining_before: Wei
     results: list[ResultPublic]
+    void: bool  # a later rollback voided it: rejected on review, or built on a rejected unit
 
 
 class SlashPublic(Row):

@@ -111,9 +111,11 @@ def job_units(session: Session, job_id: int, limit: int, offset: int) -> list[di
             .order_by(db.Result.id)
         ):
             results.setdefault((r.slot, r.index), []).append(r)
-    fields = [c for c in schemas.UnitPublic.model_fields if c != "results"]
+    fields = [c for c in schemas.UnitPublic.model_fields if c not in ("results", "void")]
+    rollbacks = _rollbacks(session, job_id)
     return [
-        {c: getattr(u, c) for c in fields} | {"results": results.get((u.slot, u.index), [])}
+        {c: getattr(u, c) for c in fields}
+        | {"results": results.get((u.slot, u.index), []), "void": _void(u, rollbacks)}
         for u in units
     ]
 
@@ -252,17 +254,31 @@ def post_logs(
 
 
 def _live_units(session: Session, job_id: int) -> list[db.Unit]:
-    """The newest commit of each (slot, index): a unit re-committed after a rollback replaces the
-    old one."""
+    """The newest commit of each (slot, index) that no later rollback voided: a unit rejected on
+    review voids itself and every later unit of its slot until each is committed again."""
     newest = (
         select(func.max(db.Unit.id))
         .where(db.Unit.job_id == job_id)
         .group_by(db.Unit.slot, db.Unit.index)
     )
-    return list(
-        session.scalars(
-            select(db.Unit).where(db.Unit.id.in_(newest)).order_by(db.Unit.slot, db.Unit.index)
-        )
+    units = session.scalars(
+        select(db.Unit).where(db.Unit.id.in_(newest)).order_by(db.Unit.slot, db.Unit.index)
+    )
+    rollbacks = _rollbacks(session, job_id)
+    return [unit for unit in units if not _void(unit, rollbacks)]
+
+
+def _rollbacks(session: Session, job_id: int) -> list[db.Rollback]:
+    return list(session.scalars(select(db.Rollback).where(db.Rollback.job_id == job_id)))
+
+
+def _void(unit: db.Unit, rollbacks: list[db.Rollback]) -> bool:
+    """Whether a later rollback of the unit's slot, at its index or before, voided it."""
+    return any(
+        r.slot == unit.slot
+        and r.index <= unit.index
+        and (r.block_number, r.log_index) > (unit.block_number, unit.log_index)
+        for r in rollbacks
     )
 
 
@@ -300,13 +316,9 @@ def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
 
 def job_result(session: Session, storage, job_id: int) -> dict[str, Any]:
     job = get_job(session, job_id)
+    live = _live_units(session, job_id)
     last = [
-        session.scalar(
-            select(db.Unit)
-            .where(db.Unit.job_id == job_id, db.Unit.slot == slot)
-            .order_by(db.Unit.id.desc())
-            .limit(1)
-        )
+        max((u for u in live if u.slot == slot), key=lambda u: u.index, default=None)
         for slot in range(job["nodes"])
     ]
     unit = last[0]

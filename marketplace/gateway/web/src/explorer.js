@@ -102,8 +102,10 @@ function table(caption, headers, rows) {
 }
 
 function verdicts(unit) {
-  if (!unit.results.length) return "not sampled or not yet checked";
-  return unit.results.map((r) => `${r.kind}${r.passed === null ? "" : r.passed ? " ✓" : " ✗"}`).join(", ");
+  const shown = unit.results.length
+    ? unit.results.map((r) => `${r.kind}${r.passed === null ? "" : r.passed ? " ✓" : " ✗"}`).join(", ")
+    : "not sampled or not yet checked";
+  return unit.void ? `void (rolled back); ${shown}` : shown;
 }
 
 function renderJob({ job, units }) {
