@@ -237,13 +237,11 @@ class Devnet:
         progress("starting the gateway, the verifier workers, the verifiers and the providers")
         gateway = self.start_gateway(state)
         workers = [
-            self._spawn(
-                state, f"worker-{i}", cli("verifier", "worker"), self._env(state, verifiers[0].name)
-            )
-            for i in range(self.workers)
+            self._spawn(state, name, cli("verifier", "worker"), self._daemon_env(state, name))
+            for name in (f"worker-{i}" for i in range(self.workers))
         ]
         verifier_daemons = [
-            self._spawn(state, a.name, cli("verifier", "start"), self._env(state, a.name))
+            self._spawn(state, a.name, cli("verifier", "start"), self._daemon_env(state, a.name))
             for a in verifiers
         ]
         state.gateway_url = self.gateway_url_of(
@@ -315,8 +313,31 @@ class Devnet:
         argv = cli(
             "node", "start", "--cost-floor", "1", "--replicas", str(self._replica_count(state))
         )
-        env = self._env(state, actor.name) | {"ZOO_GATEWAY_URL": state.gateway_url}
-        return self._spawn(state, actor.name, argv, env)
+        return self._spawn(state, actor.name, argv, self._daemon_env(state, actor.name))
+
+    def _daemon_env(self, state: State, name: str) -> dict[str, str]:
+        """The environment the daemon `name` runs with: its own account's, a worker's the first
+        verifier's, and a provider's also names the gateway it posts its jobs' log lines to."""
+        if name.startswith("worker-"):
+            return self._env(state, "verifier-0")
+        env = self._env(state, name)
+        if name.startswith("provider-"):
+            env["ZOO_GATEWAY_URL"] = state.gateway_url
+        return env
+
+    def restart(self, name: str) -> Service:
+        """Start the daemon `name` again as `up` started it, after it died (killed, crashed): its
+        journal carries it on from where it stopped. The gateway's API server is not one: it
+        would come back on another port."""
+        state = State.load(self.root)
+        service = state.service(name)
+        if name == "gateway" or name.startswith(INFRASTRUCTURE):
+            raise ZooError(f"{name} is not a daemon `devnet` restarts")
+        if service.alive():
+            raise ZooError(f"{name} is running (pid {service.pid})")
+        service.start(self._daemon_env(state, name), PROJECT_ROOT)
+        state.save()
+        return service
 
     @staticmethod
     def _replica_count(state: State) -> int:
@@ -330,7 +351,7 @@ class Devnet:
         index`, the daemons' tick loop in a process of its own: it costs a request a poll while
         the chain stands still, where Celery beat's step a second costs a task's round trip.
         """
-        env = self._env(state, "gateway")
+        env = self._daemon_env(state, "gateway")
         (self.root / "gateway").mkdir(exist_ok=True)
         server = self._spawn(
             state,

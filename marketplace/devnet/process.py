@@ -65,6 +65,17 @@ class Service:
         if self.alive():
             os.kill(self.pid, signal.SIGKILL)
 
+    def kill_tree(self) -> None:
+        """SIGKILL it and every process it started (a group job's ranks): a machine that
+        vanishes."""
+        if self.pid is None:
+            return
+        for pid in [*descendants(self.pid), self.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
+
     def wait_for_log(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
         """Wait until the service's log matches `pattern` (how services announce readiness)."""
         regex = re.compile(pattern)
@@ -109,3 +120,20 @@ def _zombie(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes `pid` started, and theirs, from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,26 +55,7 @@ class Network:
     def kill(self, address: str) -> None:
         """SIGKILL a provider's daemon and the processes it started (a group job's rank): a
         machine that vanishes mid-job."""
-        daemon = self.provider_service(address).pid
-        for pid in [*descendants(daemon), daemon]:
-            os.kill(pid, signal.SIGKILL)
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes `pid` started, and theirs, from /proc."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the process ended meanwhile
-            continue
-        parents[int(stat.parent.name)] = int(fields[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
+        self.provider_service(address).kill_tree()
 
 
 @pytest.fixture(

@@ -13,6 +13,7 @@ from marketplace import jobs
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.chaos import Monkey
 from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import JobStatus, Tier
 from node.daemon import onboarding
@@ -54,6 +55,8 @@ def slashes(ledger, account: str) -> list[int]:
 
 
 def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterrupted):
+    """Meanwhile the verifiers, their worker and the gateway's indexer are killed (kill -9) at
+    random and started again: none of it costs anyone a wei or slashes anyone."""
     ledger = network.ledger
     verifiers = [a for n, a in network.state.accounts.items() if n.startswith("verifier")]
     providers = [a for n, a in network.state.accounts.items() if n.startswith("provider")]
@@ -67,28 +70,31 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
     before = {a: ledger.balance(a) for a in watched}
 
     weights = tmp_path / "weights.pt"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "marketplace.cli",
-            "train",
-            "--config",
-            str(SPEC),
-            "--max-budget",
-            "5000",
-            "--sample-rate",
-            "5000",
-            "--output",
-            str(weights),
-        ],
-        env=network.env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    off_the_training_path = ("verifier-", "worker-", "gateway-indexer")
+    with Monkey(network.devnet, off_the_training_path, every=20, seed=7) as monkey:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "marketplace.cli",
+                "train",
+                "--config",
+                str(SPEC),
+                "--max-budget",
+                "5000",
+                "--sample-rate",
+                "5000",
+                "--output",
+                str(weights),
+            ],
+            env=network.env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
     assert result.returncode == 0, result.stdout + result.stderr
+    assert len(monkey.strikes) >= 2, monkey.strikes
     assert "settled in block" in result.stdout and weights.exists()
 
     job_id = ledger.market.functions.jobCount().call()
@@ -116,6 +122,7 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
         == s["fee"] - s["verifierPool"]
     )
     assert after[ledger.market.address] == before[ledger.market.address]
+    assert not any(slashes(ledger, a) for a in [*providers, *verifiers])
 
     # The result reproduces: the final checkpoint holds the state an uninterrupted run reaches,
     # and the loss fell from the first unit to the last.
