@@ -1,11 +1,12 @@
 """Exact and near-duplicate removal over a window of recent documents.
 
 Memory is bounded by `DedupSpec.window`, not by the corpus: the exact set holds one 8-byte
-digest per remembered document (~100 bytes with Python's dict overhead), the near index one
-MinHash band signature per document (num_perm x 8 bytes of bands plus keys, ~1.5 KB at
-num_perm 64). At the default window of 100,000 documents that is ~10 MB exact and ~150 MB near;
-a duplicate further back than the window is not caught. Everything runs in document order, so
-the same corpus is always reduced to the same documents.
+digest per remembered document (~115 bytes with Python's dict overhead, measured), the near
+index one MinHash band signature per document (~1.9 KB at num_perm 64, measured with
+tracemalloc). At the default window of 100,000 documents that is ~12 MB exact and ~190 MB near;
+a duplicate further back than the window is not caught. A provider caps `window_bytes`
+(`UnitLimits.max_dedup_bytes`), since the spec that sets the window is a stranger's. Everything
+runs in document order, so the same corpus is always reduced to the same documents.
 """
 
 from __future__ import annotations
@@ -19,8 +20,18 @@ from datasketch import MinHash, MinHashLSH
 
 from marketplace.protocol.spec import DedupSpec
 
+EXACT_BYTES_PER_DOCUMENT = 120  # measured: a digest and its dict entry
+NEAR_BYTES_PER_PERMUTATION = 30  # measured: ~1.9 KB a document at num_perm 64
 _WORD = re.compile(r"\w+")
 _MINHASH_SEED = 1  # fixed: every provider and verifier must hash shingles the same way
+
+
+def window_bytes(spec: DedupSpec) -> int:
+    """About how much memory a full window of `spec` holds."""
+    per_document = EXACT_BYTES_PER_DOCUMENT if spec.exact else 0
+    if spec.near:
+        per_document += NEAR_BYTES_PER_PERMUTATION * spec.num_perm
+    return spec.window * per_document
 
 
 class Deduplicator:
@@ -37,6 +48,11 @@ class Deduplicator:
         # drawn once: MinHash would draw its permutations again for every document
         template = MinHash(num_perm=spec.num_perm, seed=_MINHASH_SEED, hashfunc=zlib.crc32)
         self._permutations, self._scheme = template.permutations, template.scheme
+
+    @property
+    def remembered(self) -> int:
+        """Documents held for comparison: never more than the window."""
+        return max(len(self._digests), len(self._keys))
 
     def keep(self, text: str) -> bool:
         """True for a document to keep, which is then remembered; False for a duplicate."""

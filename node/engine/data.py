@@ -164,7 +164,7 @@ def load_corpora(
     local: LocalData = NO_LOCAL_DATA,
     max_ipfs_bytes: int = 4 << 30,
 ) -> list[Corpus]:
-    """Read every source of `data` and split each into train and eval bytes; an IPFS source is
+    """Read every source of `data` and split each into train and eval tokens; an IPFS source is
     refused once it runs past `max_ipfs_bytes`.
 
     Recent corpora are kept in memory, so the units of one job read and digest their data
