@@ -47,8 +47,8 @@ class Documents:
                 continue
             try:
                 record = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                self._skip(number, f"not JSON ({exc})")
+            except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, deep nesting, a
+                self._skip(number, f"not JSON ({exc})")  # number past int's digit limit
                 continue
             text = record.get(self.field) if isinstance(record, dict) else None
             if not isinstance(text, str):

@@ -20,6 +20,7 @@ from .quality import QualityFilter
 
 TOKEN_DTYPE = np.dtype("<i4")  # little-endian int32 on disk, whatever the machine
 BYTE_SEPARATOR = b"\n\n"  # between two documents when tokens are bytes
+ENCODE_BATCH = 256  # documents a tokenizer encodes at once: enough for its threads
 
 
 class Encoder(Protocol):
@@ -40,16 +41,21 @@ class ByteEncoder:
 
 
 class TokenizerEncoder:
-    """A Hugging Face tokenizer, encoding a buffer's documents in one batch (in parallel in the
-    library's own threads; each document's ids do not depend on its batch)."""
+    """A Hugging Face tokenizer, encoding a buffer's documents in batches (in parallel in the
+    library's own threads; each document's ids do not depend on its batch), so that only one
+    batch's `Encoding` objects, with their strings and offsets, are alive at a time."""
 
     def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
         self.separator = np.array(tokenizers.separator(tokenizer), dtype=TOKEN_DTYPE)
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
-        encoded = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        return [np.array(e.ids, dtype=TOKEN_DTYPE) for e in encoded]
+        ids = []
+        for start in range(0, len(texts), ENCODE_BATCH):  # an Encoding holds ~100 bytes a token
+            chunk = texts[start : start + ENCODE_BATCH]
+            encoded = self.tokenizer.encode_batch_fast(chunk, add_special_tokens=False)
+            ids += [np.array(e.ids, dtype=TOKEN_DTYPE) for e in encoded]
+        return ids
 
 
 @dataclass

@@ -10,6 +10,8 @@ import tracemalloc
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from marketplace.protocol.spec import DedupSpec, FilterSpec, SpecError
 from node.data import (
@@ -17,6 +19,7 @@ from node.data import (
     ByteEncoder,
     Deduplicator,
     Pipeline,
+    PipelineError,
     PipelineStats,
     documents,
     synthetic,
@@ -241,6 +244,8 @@ def test_malformed_jsonl_lines_are_skipped_and_a_source_of_none_is_refused(tmp_p
         "{not json",
         '["a list"]',
         '{"text": 7}',
+        "[" * 100_000 + "]" * 100_000,  # nested past the parser's recursion limit
+        '{"text": ' + "9" * 5000 + "}",  # an int past Python's digit limit
         "",
         long_line,
         '{"text": "second good one"}',
@@ -249,7 +254,7 @@ def test_malformed_jsonl_lines_are_skipped_and_a_source_of_none_is_refused(tmp_p
     with path.open("rb") as f:
         docs = documents("jsonl", f)
         assert list(docs) == ["first good one", "second good one"]
-    assert docs.skipped == 4
+    assert docs.skipped == 6
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"body": "no text field"}] * 5)
     spec = spec_on([{"kind": "jsonl", "path": str(bad)}])
     with pytest.raises(
@@ -335,3 +340,14 @@ def test_a_provider_caps_the_dedup_window(tmp_path, spec_on):
     with pytest.raises(SpecOverLimits, match=r"a dedup window of ~3,890 MiB \(at most 2,048\)"):
         UnitLimits().check(spec)
     UnitLimits(max_dedup_bytes=4 << 30).check(spec)
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=st.binary(max_size=4096) | st.text(max_size=2048).map(str.encode))
+def test_hostile_bytes_give_documents_or_a_pipeline_error(raw):
+    for kind in ("jsonl", "text"):
+        assert all(isinstance(d, str) for d in documents(kind, io.BytesIO(raw)))
+    try:
+        list(documents("parquet", io.BytesIO(raw)))
+    except PipelineError:
+        pass
