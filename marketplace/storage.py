@@ -165,6 +165,12 @@ def _translate(exc: rpc_errors.Error, node: str) -> StorageError:
     return StorageError(f"{node}: {exc}")
 
 
+def _walk_limits(max_bytes: int | None) -> WalkLimits:
+    if max_bytes is None:
+        return DEFAULT_WALK_LIMITS
+    return replace(DEFAULT_WALK_LIMITS, max_bytes=min(max_bytes, DEFAULT_WALK_LIMITS.max_bytes))
+
+
 class Storage:
     """A primary node (where adds go) and replica nodes (where pins are copied and reads fall
     back). Reads fetch blocks with block/get and check each against its CID, so a wrong byte
@@ -254,23 +260,21 @@ class Storage:
         a BytesIO, whose getvalue() hands over its buffer: the content is held once, not as
         a list of blocks and their join. Content past `max_bytes` is refused by the size its
         root declares, before the rest is read (the read checks every level against it)."""
-        limits = DEFAULT_WALK_LIMITS
-        if max_bytes is not None:
-            limits = replace(limits, max_bytes=min(max_bytes, limits.max_bytes))
         out = io.BytesIO()
-        for chunk in self._verified_bytes(_parse(cid), limits):
+        for chunk in self._verified_bytes(_parse(cid), _walk_limits(max_bytes)):
             out.write(chunk)
         return out.getvalue()
 
-    def read_to(self, cid: str, path: str | os.PathLike) -> None:
+    def read_to(self, cid: str, path: str | os.PathLike, max_bytes: int | None = None) -> None:
         """Stream the content to `path`. It is written beside it under a temporary name and
-        renamed only once every block checked out, so `path` never holds unverified bytes."""
+        renamed only once every block checked out, so `path` never holds unverified bytes;
+        content past `max_bytes` is refused as `cat` refuses it."""
         root = _parse(cid)
         path = Path(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as out:
-                for chunk in self._verified_bytes(root, DEFAULT_WALK_LIMITS):
+                for chunk in self._verified_bytes(root, _walk_limits(max_bytes)):
                     out.write(chunk)
             os.replace(tmp, path)
         except BaseException:

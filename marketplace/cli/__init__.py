@@ -8,6 +8,7 @@ from marketplace.cli.gateway import gateway
 from marketplace.cli.ipfs import ipfs
 from marketplace.cli.jobs import jobs
 from marketplace.cli.node import node
+from marketplace.cli.tokenizers import tokenizers
 from marketplace.cli.train import train
 from marketplace.cli.verifier import verifier
 from marketplace.cli.wallet import wallet
@@ -36,6 +37,7 @@ main.add_command(gateway)
 main.add_command(ipfs)
 main.add_command(jobs)
 main.add_command(node)
+main.add_command(tokenizers)
 main.add_command(train)
 main.add_command(wallet)
 main.add_command(verifier)

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 # A spec is a page of YAML; one that is longer is not read, wherever it comes from.
 MAX_SPEC_BYTES = 100_000
-VOCAB_SIZE = 256  # every data source is a byte stream, so every model predicts one of 256 bytes
+VOCAB_SIZE = 256  # without a tokenizer every data source is a byte stream: one id per byte
 
 
 class SpecError(ValueError):
@@ -190,15 +190,116 @@ class IpfsSource(_Section):
         return f"ipfs:{self.cid}"
 
 
+class _DocumentSource(_Section):
+    """Documents in a local file or a file on IPFS, streamed through the data pipeline (filters,
+    dedup, tokenizer) rather than read as raw bytes."""
+
+    kind: Literal["jsonl", "parquet", "text"]  # how the file holds its documents
+    weight: float = Field(1.0, gt=0)  # mixing ratio, relative to the other sources
+    path: str | None = Field(None, min_length=1)  # a local file, under the provider's data dirs
+    cid: str | None = Field(None, min_length=1)  # or a file on IPFS
+
+    @model_validator(mode="after")
+    def _one_location(self) -> _DocumentSource:
+        if (self.path is None) == (self.cid is None):
+            raise PydanticCustomError("one_location", "give exactly one of path and cid")
+        return self
+
+    @property
+    def name(self) -> str:
+        where = self.path if self.path is not None else f"ipfs:{self.cid}"
+        return f"{self.kind}:{where}"
+
+
+class JsonlSource(_DocumentSource):
+    """JSON Lines, one document per line in a string field."""
+
+    kind: Literal["jsonl"]
+    field: str = Field("text", min_length=1)  # the field that holds each line's text
+
+
+class ParquetSource(_DocumentSource):
+    """A Parquet file, one document per row of a string column, read a row group at a time."""
+
+    kind: Literal["parquet"]
+    column: str = Field("text", min_length=1)  # the column that holds each row's text
+
+
+class TextSource(_DocumentSource):
+    """Plain UTF-8 text, one document per paragraph (paragraphs end at a blank line)."""
+
+    kind: Literal["text"]
+
+
 Source = Annotated[
-    StdlibSource | SyntheticSource | FileSource | IpfsSource, Field(discriminator="kind")
+    StdlibSource
+    | SyntheticSource
+    | FileSource
+    | IpfsSource
+    | JsonlSource
+    | ParquetSource
+    | TextSource,
+    Field(discriminator="kind"),
 ]
+DocumentSource = JsonlSource | ParquetSource | TextSource
+DOCUMENT_SOURCES = (JsonlSource, ParquetSource, TextSource)
+
+
+class TokenizerRef(_Section):
+    """A tokenizer.json on IPFS (`zoo-compute tokenizers train --add` makes one)."""
+
+    cid: str = Field(min_length=1)  # content identifier of the tokenizer's JSON
+    vocab_size: int = Field(ge=2, le=1 << 20)  # must equal the loaded tokenizer's; sizes the model
+
+
+class FilterSpec(_Section):
+    """Documents the pipeline drops before tokenizing; the defaults drop nothing."""
+
+    min_chars: int = Field(0, ge=0)  # shorter documents are dropped
+    max_chars: int | None = Field(None, ge=1)  # longer documents are dropped
+    min_alpha_ratio: float = Field(0.0, ge=0, le=1)  # of letters among non-space characters
+    max_repeated_line_ratio: float = Field(1.0, ge=0, le=1)  # of lines repeating an earlier one
+
+
+class DedupSpec(_Section):
+    """Duplicate removal among a source's documents, within a window of recent documents."""
+
+    exact: bool = True  # drop a document whose normalised text was seen before
+    near: bool = False  # drop one whose MinHash says it is near a seen one (datasketch LSH)
+    threshold: float = Field(0.8, gt=0, lt=1)  # estimated Jaccard similarity that counts as near
+    num_perm: int = Field(64, ge=16, le=256)  # MinHash permutations: accuracy against memory
+    shingle: int = Field(3, ge=1, le=16)  # words per shingle
+    window: int = Field(100_000, ge=1, le=10_000_000)  # documents remembered: the memory bound
 
 
 class DataSpec(_Section):
-    sources: list[Source] = Field(min_length=1)  # byte sources, mixed by their weights
-    seq_len: int = Field(ge=2, le=1 << 20)  # bytes per training sequence (the context length)
+    sources: list[Source] = Field(min_length=1)  # byte or document sources, mixed by weight
+    seq_len: int = Field(ge=2, le=1 << 20)  # tokens per training sequence (the context length)
     eval_fraction: float = Field(0.05, gt=0.0, lt=0.5)  # tail of every source held out for eval
+    tokenizer: TokenizerRef | None = None  # document sources' tokens; default: their UTF-8 bytes
+    filters: FilterSpec | None = None  # quality filters on document sources; default: none
+    dedup: DedupSpec | None = None  # duplicate removal on document sources; default: none
+
+    @model_validator(mode="after")
+    def _pipeline_needs_documents(self) -> DataSpec:
+        documents = [isinstance(s, DOCUMENT_SOURCES) for s in self.sources]
+        if self.tokenizer is not None and not all(documents):
+            raise PydanticCustomError(
+                "tokenizer_on_bytes",
+                "a tokenizer reads document sources (jsonl, parquet, text) only; stdlib, "
+                "synthetic, file and ipfs sources are byte streams",
+            )
+        if (self.filters is not None or self.dedup is not None) and not any(documents):
+            raise PydanticCustomError(
+                "pipeline_without_documents",
+                "filters and dedup apply to document sources (jsonl, parquet, text); there is none",
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset(self, handler: Any) -> dict[str, Any]:
+        """Leave unset pipeline sections out, so a byte-level spec hashes as it always did."""
+        return {key: value for key, value in handler(self).items() if value is not None}
 
 
 class LossSpikeSpec(_Section):
@@ -409,8 +510,10 @@ class JobSpec(_Section):
 
     @property
     def vocab_size(self) -> int:
-        """How many token ids the data yields and the model predicts: 256, one per byte."""
-        return VOCAB_SIZE
+        """How many token ids the data yields and the model predicts: the named tokenizer's
+        vocabulary, else 256, one per byte."""
+        tokenizer = self.data.tokenizer
+        return tokenizer.vocab_size if tokenizer is not None else VOCAB_SIZE
 
     def build_model(self) -> nn.Module:
         """The job's freshly initialised model, sized for its sequences and vocabulary."""

@@ -1,4 +1,9 @@
-"""Byte corpora from a job's data sources, and the deterministic batches of a shard."""
+"""Token corpora from a job's data sources, and the deterministic batches of a shard.
+
+Byte sources (stdlib, synthetic, file, ipfs) are read whole and their bytes are the tokens;
+document sources (jsonl, parquet, text) stream through the data pipeline (node.data) into a
+token file that is mapped, not loaded, so a corpus may be larger than memory.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +13,34 @@ import os
 import random
 import stat
 import sysconfig
+import tempfile
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import torch
+from tokenizers import Tokenizer
 
+from marketplace.protocol import tokenizer as tokenizers
 from marketplace.protocol.spec import (
+    DOCUMENT_SOURCES,
     DataSpec,
+    DocumentSource,
     FileSource,
     IpfsSource,
     JobSpec,
+    JsonlSource,
+    ParquetSource,
     Source,
     StdlibSource,
     SyntheticSource,
+    TokenizerRef,
 )
+from node.data import ByteEncoder, Pipeline, PipelineError, TokenizerEncoder, documents
+from node.data.pipeline import Encoder
 
 logger = logging.getLogger(__name__)
 
@@ -43,21 +60,31 @@ class LocalData:
     max_bytes: int = 4 << 30
 
     def read(self, path: str, field: str) -> bytes:
+        with self.open(path, field) as f:
+            try:
+                return f.read(self.max_bytes + 1)
+            except OSError as exc:
+                raise DataError(f"{field}: cannot read file {path}: {exc.strerror}") from None
+
+    def open(self, path: str, field: str) -> BinaryIO:
+        """The file at `path`, opened for reading once it passed every check."""
         if not self.roots:
             raise DataError(f"{field}: file sources are not read here (no local data directory)")
         resolved = Path(path).resolve()  # symlinks followed, so none leads outside
         if not any(resolved.is_relative_to(root.resolve()) for root in self.roots):
             raise DataError(f"{field}: {path} is outside the local data directories")
         try:
-            with resolved.open("rb") as f:
-                info = os.fstat(f.fileno())
-                if not stat.S_ISREG(info.st_mode):
-                    raise DataError(f"{field}: {path} is not a regular file")
-                if info.st_size > self.max_bytes:
-                    raise DataError(f"{field}: {path} holds more than {self.max_bytes} bytes")
-                return f.read(self.max_bytes + 1)
+            f = resolved.open("rb")
         except OSError as exc:
             raise DataError(f"{field}: cannot read file {path}: {exc.strerror}") from None
+        info = os.fstat(f.fileno())  # of the file opened, so it cannot be swapped after the check
+        if not stat.S_ISREG(info.st_mode):
+            f.close()
+            raise DataError(f"{field}: {path} is not a regular file")
+        if info.st_size > self.max_bytes:
+            f.close()
+            raise DataError(f"{field}: {path} holds more than {self.max_bytes} bytes")
+        return f
 
 
 NO_LOCAL_DATA = LocalData()
@@ -65,9 +92,15 @@ NO_LOCAL_DATA = LocalData()
 
 class ContentStore(Protocol):
     """What the engine needs from IPFS storage (marketplace.storage.Storage provides it): the
-    content, refused with a ValueError once it runs past `max_bytes`."""
+    content in memory or streamed to a file, refused with a ValueError once it runs past
+    `max_bytes`."""
 
     def cat(self, cid: str, max_bytes: int | None = None) -> bytes: ...
+
+    def read_to(self, cid: str, path: str, max_bytes: int | None = None) -> None: ...
+
+
+PIPELINE_BUFFER_BYTES = 8 << 20  # text a document source tokenizes at a time
 
 
 @dataclass(frozen=True)
@@ -116,13 +149,13 @@ class Shard:
 
 @dataclass(frozen=True)
 class Corpus:
-    """One source's bytes, split into a training part and a held-out tail."""
+    """One source's tokens, split into a training part and a held-out tail."""
 
     name: str  # the source's name, as in Shard.sources
     weight: float  # mixing ratio
-    sha256: str  # digest of the full byte stream, recorded so a verifier can compare data
-    train: torch.Tensor  # (N,) uint8
-    eval: torch.Tensor  # (M,) uint8
+    sha256: str  # digest of the full byte or token stream, so a verifier can compare data
+    train: torch.Tensor  # (N,) uint8 bytes, or int32 token ids mapped from a file
+    eval: torch.Tensor  # (M,) likewise
 
 
 def load_corpora(
@@ -131,7 +164,7 @@ def load_corpora(
     local: LocalData = NO_LOCAL_DATA,
     max_ipfs_bytes: int = 4 << 30,
 ) -> list[Corpus]:
-    """Read every source of `data` and split each into train and eval bytes; an IPFS source is
+    """Read every source of `data` and split each into train and eval tokens; an IPFS source is
     refused once it runs past `max_ipfs_bytes`.
 
     Recent corpora are kept in memory, so the units of one job read and digest their data
@@ -143,6 +176,9 @@ def load_corpora(
             source,
             data.seq_len,
             data.eval_fraction,
+            data.tokenizer,
+            data.filters,
+            data.dedup,
             _file_version(source),
             local,
             max_ipfs_bytes,
@@ -162,10 +198,11 @@ _CACHE_SIZE = 4
 
 
 def _file_version(source: Source) -> tuple[int, int] | None:
-    if not isinstance(source, FileSource):
+    path = source.path if isinstance(source, (FileSource, *DOCUMENT_SOURCES)) else None
+    if path is None:
         return None
     try:
-        stat = os.stat(source.path)
+        stat = os.stat(path)
     except OSError:
         return None  # _read reports it
     return stat.st_mtime_ns, stat.st_size
@@ -179,26 +216,128 @@ def _split(
     max_ipfs_bytes: int,
     field: str,
 ) -> Corpus:
-    raw = _read(source, storage, local, max_ipfs_bytes, field)
-    n_eval = max(data.seq_len + 1, int(len(raw) * data.eval_fraction))
-    if len(raw) - n_eval < data.seq_len + 1:
+    if isinstance(source, DOCUMENT_SOURCES):
+        tensor, digest = _tokens(source, data, storage, local, max_ipfs_bytes, field)
+        unit = "tokens"
+    else:
+        raw = _read(source, storage, local, max_ipfs_bytes, field)
+        tensor, digest = torch.frombuffer(bytearray(raw), dtype=torch.uint8), _sha256(raw)
+        unit = "bytes"
+    n_eval = max(data.seq_len + 1, int(len(tensor) * data.eval_fraction))
+    if len(tensor) - n_eval < data.seq_len + 1:
         raise DataError(
-            f"{field} ({source.name}) has {len(raw)} bytes; seq_len {data.seq_len} with "
+            f"{field} ({source.name}) has {len(tensor)} {unit}; seq_len {data.seq_len} with "
             f"eval_fraction {data.eval_fraction} needs at least {n_eval + data.seq_len + 1}"
         )
-    tensor = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-    logger.debug("loaded %s: %d bytes", source.name, len(raw))
+    logger.debug("loaded %s: %d %s", source.name, len(tensor), unit)
     return Corpus(
         name=source.name,
         weight=source.weight,
-        sha256=hashlib.sha256(raw).hexdigest(),
+        sha256=digest,
         train=tensor[:-n_eval],
         eval=tensor[-n_eval:],
     )
 
 
+def _sha256(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _tokens(
+    source: DocumentSource,
+    data: DataSpec,
+    storage: ContentStore | None,
+    local: LocalData,
+    max_ipfs_bytes: int,
+    field: str,
+) -> tuple[torch.Tensor, str]:
+    """A document source's token ids through the pipeline, and the digest of their stream.
+
+    The tokens go to an unlinked temporary file that is mapped copy-on-write: pages are read
+    as batches touch them and the kernel may drop them again, so memory stays bounded by the
+    pipeline's buffer however large the corpus is, and the disk space goes with the mapping.
+    """
+    encoder = _encoder(data.tokenizer, storage)
+    pipeline = Pipeline(encoder, data.filters, data.dedup, PIPELINE_BUFFER_BYTES)
+    text_field = (
+        source.field
+        if isinstance(source, JsonlSource)
+        else source.column
+        if isinstance(source, ParquetSource)
+        else "text"
+    )
+    with (
+        _document_file(source, storage, local, max_ipfs_bytes, field) as file,
+        tempfile.NamedTemporaryFile(prefix="zoo-tokens-") as out,
+    ):
+        docs = documents(source.kind, file, text_field)
+        try:
+            stats = pipeline.run(docs, out)
+        except PipelineError as exc:
+            raise DataError(f"{field} ({source.name}): {exc}") from None
+        out.flush()
+        logger.info(
+            "%s: %d documents, %d skipped, %d filtered, %d exact and %d near duplicates, %d tokens",
+            source.name,
+            stats.documents,
+            docs.skipped,
+            stats.filtered,
+            stats.exact_duplicates,
+            stats.near_duplicates,
+            stats.tokens,
+        )
+        if stats.tokens == 0:
+            raise DataError(f"{field} ({source.name}) has no documents left to train on")
+        tokens = torch.from_file(out.name, shared=False, size=stats.tokens, dtype=torch.int32)
+    return tokens, stats.sha256
+
+
+def _encoder(ref: TokenizerRef | None, storage: ContentStore | None) -> Encoder:
+    """The named tokenizer, fetched within MAX_TOKENIZER_BYTES and checked against the spec's
+    vocab_size; without one, the bytes of the text."""
+    if ref is None:
+        return ByteEncoder()
+    raw = _ipfs_bytes(ref.cid, storage, tokenizers.MAX_TOKENIZER_BYTES, "data.tokenizer")
+    try:
+        tokenizer: Tokenizer = tokenizers.load(raw)
+    except tokenizers.NotATokenizer as exc:
+        raise DataError(f"data.tokenizer: {ref.cid} is not a tokenizer: {exc}") from None
+    if tokenizer.get_vocab_size() != ref.vocab_size:
+        raise DataError(
+            f"data.tokenizer: vocab_size is {ref.vocab_size}, but the tokenizer at {ref.cid} "
+            f"has {tokenizer.get_vocab_size()} tokens"
+        )
+    return TokenizerEncoder(tokenizer)
+
+
+@contextmanager
+def _document_file(
+    source: DocumentSource,
+    storage: ContentStore | None,
+    local: LocalData,
+    max_ipfs_bytes: int,
+    field: str,
+) -> Iterator[BinaryIO]:
+    """A document source's file: a local one under the data directories, or one from IPFS
+    streamed to a temporary file (refused past `max_ipfs_bytes`) and gone when done."""
+    if source.cid is None:  # then it has a path: the spec holds exactly one
+        with local.open(source.path or "", field) as f:
+            yield f
+        return
+    store = storage if storage is not None else _default_storage()
+    with tempfile.TemporaryDirectory(prefix="zoo-documents-") as folder:
+        path = os.path.join(folder, "content")
+        try:
+            store.read_to(source.cid, path, max_bytes=max_ipfs_bytes)
+        except ValueError as exc:  # ContentTooLarge, or a CID that does not parse
+            raise DataError(f"{field}: ipfs source {source.cid}: {exc}") from None
+        with open(path, "rb") as f:
+            yield f
+
+
 class Sampler:
-    """Draws (inputs, targets) byte batches from a mixture of corpora, reproducibly."""
+    """Draws (inputs, targets) token batches from a mixture of corpora, reproducibly: each row
+    comes from a source drawn by weight, at a start drawn uniformly, both seeded by the key."""
 
     def __init__(self, corpora: list[Corpus], seq_len: int, batch_size: int, seed: int):
         self.corpora = corpora
@@ -229,11 +368,11 @@ class Sampler:
             rows = parts[0][starts.unsqueeze(1) + self.window]  # (B, T + 1)
         else:
             which = torch.multinomial(self.weights, B, replacement=True, generator=g)  # (B,)
-            rows = torch.empty(B, T + 1, dtype=torch.uint8)
+            rows = torch.empty(B, T + 1, dtype=torch.long)
             for i, part in enumerate(parts):
                 picked = (which == i).nonzero().squeeze(1)  # rows drawn from source i
                 starts = torch.randint(len(part) - T, (len(picked),), generator=g)
-                rows[picked] = part[starts.unsqueeze(1) + self.window]  # (n_i, T + 1)
+                rows[picked] = part[starts.unsqueeze(1) + self.window].long()  # (n_i, T + 1)
         rows = rows.long()
         return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()  # (B, T), (B, T)
 
@@ -298,12 +437,16 @@ def _synthetic_bytes(generator: str, num_bytes: int, seed: int) -> bytes:
 def _ipfs_bytes(cid: str, storage: ContentStore | None, max_bytes: int, field: str) -> bytes:
     """Fetch through the given storage, else through the marketplace's configured default."""
     if storage is None:
-        try:
-            from marketplace.storage import Storage
-        except ImportError as exc:
-            raise DataError(f"an ipfs source needs marketplace.storage: {exc}") from None
-        storage = Storage()
+        storage = _default_storage()
     try:
         return storage.cat(cid, max_bytes=max_bytes)
     except ValueError as exc:  # ContentTooLarge, or a CID that does not parse
         raise DataError(f"{field}: ipfs source {cid}: {exc}") from None
+
+
+def _default_storage() -> ContentStore:
+    try:
+        from marketplace.storage import Storage
+    except ImportError as exc:
+        raise DataError(f"an ipfs source needs marketplace.storage: {exc}") from None
+    return Storage()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from marketplace.protocol.spec import JobSpec, SyntheticSource
+from node.data.dedup import window_bytes
 
 from .data import DataError
 
@@ -29,6 +30,7 @@ class UnitLimits:
     max_unit_tokens: int = 1 << 32  # tokens one unit trains on: steps x batch x accum x seq_len
     max_source_bytes: int = 4 << 30  # bytes of one data source (downloaded or generated)
     max_threads: int = os.cpu_count() or 1  # CPU threads a unit may ask for
+    max_dedup_bytes: int = 2 << 30  # memory of a full dedup window (node.data.dedup)
 
     def check(self, spec: JobSpec) -> None:
         """Raise SpecOverLimits naming the first thing over its limit."""
@@ -49,6 +51,12 @@ class UnitLimits:
             size = _declared_bytes(source)
             if size is not None and size > self.max_source_bytes:
                 problems.append(f"a {size:,}-byte source (at most {self.max_source_bytes:,})")
+        dedup = spec.data.dedup
+        if dedup is not None and window_bytes(dedup) > self.max_dedup_bytes:
+            problems.append(
+                f"a dedup window of ~{window_bytes(dedup) >> 20:,} MiB "
+                f"(at most {self.max_dedup_bytes >> 20:,})"
+            )
         if not problems:  # only a spec within the cheap bounds is built, even on the meta device
             parameters = parameter_count(spec)
             if parameters > self.max_parameters:

@@ -1,14 +1,26 @@
-"""Fixtures for the engine tests: the shipped specs and small variants of them."""
+"""Fixtures for the engine tests: the shipped specs and small variants of them, an IPFS node,
+and generated corpora for the data pipeline."""
 
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from marketplace.processes import terminate
+from marketplace.protocol import tokenizer
+from marketplace.storage import Storage
+from node.data import synthetic
 from node.engine import JobSpec, parse_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
@@ -51,5 +63,77 @@ def small_spec():
 
     def make(**overrides: Any) -> JobSpec:
         return parse_spec(merge(SMALL, overrides))
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def ipfs_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An embedded IPFS node process on a free loopback port; its API multiaddr."""
+    repo = tmp_path_factory.mktemp("ipfs") / "repo"
+    with open(repo.with_suffix(".log"), "ab") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "marketplace.ipfs",
+                "--repo",
+                str(repo),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not (repo / "api").exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"IPFS node did not start: {repo.with_suffix('.log').read_text()}"
+                )
+            time.sleep(0.05)
+        yield (repo / "api").read_text().strip() + "/http"
+    finally:
+        terminate(process)
+
+
+@pytest.fixture
+def storage(ipfs_api: str) -> Iterator[Storage]:
+    with Storage(ipfs_api, []) as store:
+        yield store
+
+
+@pytest.fixture(scope="session")
+def texts() -> list[str]:
+    """Fresh generated documents, none a copy of another."""
+    return list(synthetic.documents(600, seed=3))
+
+
+@pytest.fixture(scope="session")
+def bpe_json(texts: list[str]) -> bytes:
+    return tokenizer.train("bpe", 400, texts).to_str().encode()
+
+
+def write_jsonl(path: Path, records: list[object]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def write_parquet(path: Path, texts: list[str], column: str = "text") -> Path:
+    pq.write_table(
+        pa.table({column: texts, "id": list(range(len(texts)))}), path, row_group_size=64
+    )
+    return path
+
+
+@pytest.fixture
+def spec_on():
+    """A small spec whose data is `sources` (plus other data fields), validated."""
+
+    def make(sources: list[dict[str, Any]], **data: Any) -> JobSpec:
+        return parse_spec(merge(SMALL, {"data": {"sources": sources, **data}}))
 
     return make

@@ -1,0 +1,120 @@
+"""Documents out of JSONL, Parquet and plain-text files, read a line, a record batch or a
+paragraph at a time so no file is ever held whole."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import BinaryIO, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import PipelineError
+
+logger = logging.getLogger(__name__)
+
+MAX_DOCUMENT_BYTES = 1 << 20  # a longer JSONL line is skipped, a longer paragraph cut
+PARQUET_BATCH_ROWS = 1024  # rows decoded at a time (a row group is read page by page)
+DocumentKind = Literal["jsonl", "parquet", "text"]
+
+
+class Documents:
+    """The documents of one file, in file order; `skipped` counts the JSONL lines that were not
+    an object with a string in `field` (or longer than MAX_DOCUMENT_BYTES), which are passed
+    over rather than ending a job over one bad record."""
+
+    def __init__(self, kind: DocumentKind, file: BinaryIO, field: str = "text"):
+        self.kind = kind
+        self.file = file
+        self.field = field
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[str]:
+        if self.kind == "jsonl":
+            return self._jsonl()
+        if self.kind == "parquet":
+            return self._parquet()
+        return self._paragraphs()
+
+    def _jsonl(self) -> Iterator[str]:
+        for number, line in enumerate(_lines(self.file), start=1):
+            if line is None:
+                self._skip(number, f"longer than {MAX_DOCUMENT_BYTES} bytes")
+                continue
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, deep nesting, a
+                self._skip(number, f"not JSON ({exc})")  # number past int's digit limit
+                continue
+            text = record.get(self.field) if isinstance(record, dict) else None
+            if not isinstance(text, str):
+                self._skip(number, f"no string field {self.field!r}")
+                continue
+            yield text
+
+    def _skip(self, number: int, why: str) -> None:
+        self.skipped += 1
+        logger.debug("jsonl line %d skipped: %s", number, why)
+
+    def _parquet(self) -> Iterator[str]:
+        try:
+            table = pq.ParquetFile(self.file)
+        except (pa.ArrowException, OSError) as exc:
+            raise PipelineError(f"not a Parquet file ({exc})") from None
+        schema = table.schema_arrow
+        index = schema.get_field_index(self.field)
+        if index < 0:
+            raise PipelineError(
+                f"Parquet file has no column {self.field!r} (columns: {', '.join(schema.names)})"
+            )
+        kind = schema.field(index).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise PipelineError(f"Parquet column {self.field!r} holds {kind}, not strings")
+        try:
+            for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[self.field]):
+                for text in batch.column(0).to_pylist():
+                    if text is not None:
+                        yield text
+        except (pa.ArrowException, OSError) as exc:
+            raise PipelineError(f"unreadable Parquet file ({exc})") from None
+
+    def _paragraphs(self) -> Iterator[str]:
+        paragraph: list[str] = []
+        size = 0
+        while line := self.file.readline(MAX_DOCUMENT_BYTES):  # a longer line comes in pieces
+            text = line.decode("utf-8", errors="replace")
+            if not text.strip() or size + len(line) > MAX_DOCUMENT_BYTES:
+                if paragraph:
+                    yield "".join(paragraph)
+                paragraph, size = [], 0
+                if not text.strip():
+                    continue
+            paragraph.append(text)
+            size += len(line)
+        if paragraph:
+            yield "".join(paragraph)
+
+
+def _lines(file: BinaryIO) -> Iterator[bytes | None]:
+    """The file's lines, none longer than MAX_DOCUMENT_BYTES in memory: a longer one is None
+    (its rest read and dropped)."""
+    while True:
+        line = file.readline(MAX_DOCUMENT_BYTES + 1)
+        if not line:
+            return
+        if len(line) <= MAX_DOCUMENT_BYTES:
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):
+            line = file.readline(MAX_DOCUMENT_BYTES)
+        yield None
+
+
+def documents(kind: DocumentKind, file: BinaryIO, field: str = "text") -> Documents:
+    """The documents of `file`, read as `kind`; `field` names the JSONL field or Parquet
+    column that holds the text."""
+    return Documents(kind, file, field)
