@@ -262,15 +262,19 @@ class Storage:
             out.write(chunk)
         return out.getvalue()
 
-    def read_to(self, cid: str, path: str | os.PathLike) -> None:
+    def read_to(self, cid: str, path: str | os.PathLike, max_bytes: int | None = None) -> None:
         """Stream the content to `path`. It is written beside it under a temporary name and
-        renamed only once every block checked out, so `path` never holds unverified bytes."""
+        renamed only once every block checked out, so `path` never holds unverified bytes.
+        Content past `max_bytes` is refused as `cat` refuses it."""
         root = _parse(cid)
         path = Path(path)
+        limits = DEFAULT_WALK_LIMITS
+        if max_bytes is not None:
+            limits = replace(limits, max_bytes=min(max_bytes, limits.max_bytes))
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as out:
-                for chunk in self._verified_bytes(root, DEFAULT_WALK_LIMITS):
+                for chunk in self._verified_bytes(root, limits):
                     out.write(chunk)
             os.replace(tmp, path)
         except BaseException:
