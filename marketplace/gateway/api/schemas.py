@@ -183,6 +183,34 @@ class ProviderDetail(ProviderPublic):
     slashes: list[SlashPublic]
 
 
+class RegistryVersionPublic(Row):
+    """One published version of a registry name."""
+
+    kind: Literal["model", "dataset"]
+    name: str
+    version: int
+    cid: str  # the CID of the version's file list
+    license: str  # an SPDX license id
+    metadata_cid: str | None
+    parent: str | None  # "org/name@N": the version it derives from
+    job_id: int | None  # the job that made it
+    publisher: str
+
+
+class RegistryNamePublic(BaseModel):
+    """A registry name: its owner now and its newest version."""
+
+    kind: Literal["model", "dataset"]
+    name: str
+    owner: str
+    versions: int
+    latest: RegistryVersionPublic
+
+
+class RegistryNameDetail(RegistryNamePublic):
+    history: list[RegistryVersionPublic]  # every version, oldest first
+
+
 class NetworkStats(BaseModel):
     indexed_block: int | None  # the last block the indexer read; None before its first step
     jobs: dict[str, int]  # by status
