@@ -8,6 +8,7 @@ from enum import IntEnum
 
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
+from web3.contract.contract import ContractFunction
 from web3.logs import DISCARD
 from web3.types import TxReceipt
 
@@ -32,6 +33,14 @@ class Kind(IntEnum):
     @property
     def label(self) -> str:
         return self.name.lower()
+
+    @classmethod
+    def named(cls, label: str) -> Kind:
+        """The kind a label names: "model" or "dataset"."""
+        try:
+            return cls[label.upper()]
+        except KeyError:
+            raise BadReference(f"{label!r} is not a registry kind: model or dataset") from None
 
 
 class BadReference(ZooError, ValueError):
@@ -144,20 +153,38 @@ class Registry:
         parent that does not exist, or a name owned by someone else (the gas estimate meets the
         contract's NotNameOwner). A parent without a number means its newest version."""
         check_name(name)
-        license = spdx_id(license)
+        spdx_id(license)
         if parent is not None:
             parent = self.resolve(kind, parent).reference
+        call = self.publish_call(kind, name, cid, license, metadata_cid, parent, job_id)
+        receipt = send(self.w3, call, account)
+        (number,) = self.published(receipt)
+        return self.version(kind, name, number)
+
+    def publish_call(
+        self,
+        kind: Kind,
+        name: str,
+        cid: str,
+        license: str,
+        metadata_cid: str | None = None,
+        parent: Reference | None = None,
+        job_id: int | None = None,
+    ) -> ContractFunction:
+        """The publish call, built by a wallet's client and by a gateway alike: the name and the
+        license (as its SPDX id) are checked here; a parent must name its version."""
+        check_name(name)
+        if parent is not None and parent.version is None:
+            raise BadReference(f"the parent {parent} needs a version number: {parent}@N")
         publication = (
             cid,
-            license,
+            spdx_id(license),
             metadata_cid or "",
             parent.name if parent else "",
             parent.version if parent else 0,
             job_id or 0,
         )
-        receipt = send(self.w3, self.contract.functions.publish(kind, name, publication), account)
-        (number,) = self.published(receipt)
-        return self.version(kind, name, number)
+        return self.contract.functions.publish(kind, name, publication)
 
     def transfer(self, account: LocalAccount, kind: Kind, name: str, to: str) -> TxReceipt:
         """Hand `name` to `to`; only its owner can."""

@@ -3,10 +3,15 @@ owners after a transfer, versions and their lineage; bad paths are 4xx."""
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 import pytest
 
 from marketplace.chain.registry import Kind, Reference, Registry
 from marketplace.devnet.accounts import devnet_account
+from marketplace.gateway.api.main import create_app
+from marketplace.sdk import AsyncClient, GatewayError
 
 pytestmark = pytest.mark.anvil
 CID = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN"
@@ -14,12 +19,18 @@ CID2 = "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"
 
 
 @pytest.fixture
-def published(ledger):
+def reverted(ledger):
+    """The chain put back as it was after the test."""
+    snapshot = ledger.w3.provider.make_request("evm_snapshot", [])["result"]
+    yield
+    ledger.w3.provider.make_request("evm_revert", [snapshot])
+
+
+@pytest.fixture
+def published(ledger, reverted):
     """Two models (one a fine-tune of the other, made by job 5, then handed to a second owner)
-    and a dataset; the chain is put back as it was after the test."""
-    w3 = ledger.w3
-    snapshot = w3.provider.make_request("evm_snapshot", [])["result"]
-    registry = Registry(w3, ledger.deployment)
+    and a dataset."""
+    registry = Registry(ledger.w3, ledger.deployment)
     alice, bob = devnet_account(1), devnet_account(2)
     registry.publish(alice, Kind.MODEL, "acme/base", CID, "Apache-2.0")
     registry.publish(alice, Kind.MODEL, "acme/base", CID2, "Apache-2.0", metadata_cid=CID)
@@ -28,8 +39,7 @@ def published(ledger):
     )
     registry.transfer(alice, Kind.MODEL, "acme/chat", bob.address)
     registry.publish(bob, Kind.DATASET, "bob/corpus", CID2, "CC0-1.0")
-    yield alice, bob
-    w3.provider.make_request("evm_revert", [snapshot])
+    return alice, bob
 
 
 def test_names_versions_owners_and_lineage_read_back(published, indexer, client):
@@ -72,3 +82,45 @@ def test_unknown_names_and_bad_paths_are_4xx(published, indexer, client):
     ):
         assert client.get(path).status_code == 422, path
     assert client.get("/registry/models/acme/base/extra").status_code == 404
+
+
+@pytest.mark.usefixtures("reverted")
+def test_the_sdk_pushes_through_the_gateway_signing_here_and_pulls_back(
+    ledger, settings, indexer, tmp_path
+):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "part-0.jsonl").write_text('{"text": "hello"}\n')
+    app = create_app(settings)
+
+    def client(who: int) -> AsyncClient:
+        return AsyncClient(
+            "http://gateway",
+            wallet=devnet_account(who),
+            ipfs_api=settings.ipfs_api,
+            ipfs_replicas=[],
+            transport=httpx.ASGITransport(app=app),
+            deployment=ledger.deployment,
+        )
+
+    async def journey():
+        async with client(3) as carol, client(4) as dave:
+            pushed = await carol.push(
+                "dataset", corpus, name="carol/corpus", license="cc-by-4.0", job_id=4
+            )
+            assert pushed["license"] == "CC-BY-4.0"
+            assert pushed["transaction"]["status"] == "succeeded"
+            while indexer.step():
+                pass
+            version = await dave.pull("dataset", "carol/corpus", tmp_path / "back")
+            assert (version["version"], version["job_id"], version["cid"]) == (1, 4, pushed["cid"])
+            assert (tmp_path / "back" / "part-0.jsonl").read_text() == '{"text": "hello"}\n'
+            [listed] = await dave.registry("dataset")
+            assert listed["owner"] == devnet_account(3).address
+            with pytest.raises(GatewayError, match="belongs to") as refused:
+                await dave.push("dataset", corpus, name="carol/corpus", license="MIT")
+            assert refused.value.status == 409
+            with pytest.raises(GatewayError, match="has no version 2"):
+                await dave.resolve("dataset", "carol/corpus@2")
+
+    asyncio.run(journey())

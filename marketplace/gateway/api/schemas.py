@@ -443,6 +443,21 @@ class VerifierRegistration(Request):
     )  # where the verifier can be reached, as published
 
 
+class RegistryPublication(Request):
+    """A version to publish to the registry, its content already on IPFS."""
+
+    sender: Address
+    kind: Literal["model", "dataset"]
+    name: str = Field(max_length=96, pattern=r"^[a-z0-9._-]+/[a-z0-9._-]+$")  # org/name
+    cid: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]+$")
+    license: str = Field(min_length=1, max_length=64)  # an SPDX license id
+    metadata_cid: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]+$")
+    parent: str | None = Field(
+        None, max_length=107, pattern=r"^[a-z0-9._-]+/[a-z0-9._-]+@[1-9][0-9]{0,9}$"
+    )  # org/name@N
+    job_id: int | None = Field(None, ge=1, le=2**256 - 1)
+
+
 class UnsignedTransaction(BaseModel):
     """Sign as is (eth_account's sign_transaction, or a wallet's eth_signTransaction), then POST
     /transactions."""
