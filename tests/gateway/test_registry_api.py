@@ -4,13 +4,17 @@ owners after a transfer, versions and their lineage; bad paths are 4xx."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import httpx
 import pytest
+import uvicorn
+from playwright.sync_api import expect, sync_playwright
 
 from marketplace.chain.registry import Kind, Reference, Registry
 from marketplace.devnet.accounts import devnet_account
 from marketplace.gateway.api.main import create_app
+from marketplace.processes import free_port
 from marketplace.sdk import AsyncClient, GatewayError
 
 pytestmark = pytest.mark.anvil
@@ -124,3 +128,33 @@ def test_the_sdk_pushes_through_the_gateway_signing_here_and_pulls_back(
                 await dave.resolve("dataset", "carol/corpus@2")
 
     asyncio.run(journey())
+
+
+def test_the_explorer_shows_the_registry(published, indexer, settings):
+    """The explorer page in Chromium, served by the gateway: one row per name."""
+    while indexer.step():
+        pass
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path="/usr/bin/chromium",
+                args=["--headless", "--no-sandbox", "--disable-gpu"],
+            )
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{port}/ui/explorer/")
+                rows = page.locator("#registry tbody tr[data-name]")
+                expect(rows).to_have_count(3, timeout=20_000)
+                chat = page.locator('#registry tr[data-name="model:acme/chat"]')
+                assert "acme/base@2" in chat.inner_text() and "MIT" in chat.inner_text()
+            finally:
+                browser.close()
+    finally:
+        server.should_exit = True
+        thread.join(10)
