@@ -63,6 +63,9 @@ def test_names_versions_owners_and_lineage_read_back(published, indexer, client)
     assert (version["parent"], version["job_id"], version["license"]) == ("acme/base@2", 5, "MIT")
     assert version["publisher"] == alice.address and chat["owner"] == bob.address
     assert version["tx_hash"].startswith("0x") and version["block_number"] > 0
+    shown = client.get(f"/chain/tx/{version['tx_hash']}").json()  # the explorer's transaction view
+    assert (shown["contract"], shown["method"]) == ("Registry", "publish")
+    assert [log["event"] for log in shown["logs"]] == ["NameRegistered", "VersionPublished"]
 
     [corpus] = client.get("/registry/datasets").json()
     assert (corpus["kind"], corpus["name"], corpus["owner"]) == (
