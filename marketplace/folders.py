@@ -115,15 +115,19 @@ def _files_of(path: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def push(storage: Storage, path: Path) -> tuple[str, FileList]:
+def push(storage: Storage, path: Path, replicas: int = 3) -> tuple[str, FileList]:
     """Add every file of `path` (a folder, or one file) and their list; the list's CID and the
-    list. Adds pin on the primary node."""
+    list. Each file and the list are pinned on `replicas` of the known nodes (as many as there
+    are, if fewer): the list does not link its files, so each is pinned on its own."""
     entries = [
         Entry(path=rel, size=file.stat().st_size, cid=storage.add_file(file))
         for rel, file in _files_of(Path(path))
     ]
     listing = FileList(format=FORMAT, files=entries)
-    return storage.add_bytes(listing.model_dump_json().encode()), listing
+    cid = storage.add_bytes(listing.model_dump_json().encode())
+    for pinned in dict.fromkeys([*(e.cid for e in entries), cid]):
+        storage.pin(pinned, replicas=min(replicas, len(storage.nodes)))
+    return cid, listing
 
 
 def read_list(storage: Storage, cid: str) -> FileList:

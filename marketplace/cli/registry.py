@@ -14,10 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from marketplace import catalog
+from marketplace.chain.errors import ChainError
+from marketplace.chain.ledger import Ledger
 from marketplace.chain.registry import Kind, Reference, Registry, Version, check_name
 from marketplace.cli.chain import connect
 from marketplace.config import Settings
 from marketplace.licenses import spdx_id
+from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
 
@@ -44,6 +47,13 @@ REFERENCE = ReferenceType()
 def open_registry(settings: Settings) -> Registry:
     w3 = connect(settings.rpc_url)
     return Registry(w3, settings.deployment(w3.eth.chain_id))
+
+
+def check_job(ledger: Ledger, job_id: int) -> None:
+    """A version names a job of this ledger's market, or none: a typo here would be lineage
+    forever."""
+    if ledger.job_status(job_id) == JobStatus.NONE:
+        raise ChainError(f"there is no job {job_id} on this chain's market")
 
 
 def _when(seconds: int) -> str:
@@ -96,6 +106,8 @@ def registry_group(kind: Kind, what: str, path_help: str) -> click.Group:
         spdx_id(license_id)
         settings = Settings()
         registry = open_registry(settings)
+        if job_id is not None:
+            check_job(Ledger(registry.w3, settings.deployment(registry.w3.eth.chain_id)), job_id)
         account = load_account(settings)
         with Storage() as storage:
             version = catalog.push(

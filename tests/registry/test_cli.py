@@ -33,7 +33,7 @@ def refused(env: dict[str, str], *args: str) -> str:
 
 
 def test_a_pushed_model_pulls_back_into_transformers_with_its_lineage(
-    cli_env, tiny_model, tmp_path
+    cli_env, tiny_model, job_id, tmp_path
 ):
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -46,9 +46,9 @@ def test_a_pushed_model_pulls_back_into_transformers_with_its_lineage(
     said = ok(
         cli_env,
         *("models", "push", str(tiny_model), "--name", "acme/tiny-chat", "--license", "Apache-2.0"),
-        *("--parent", "acme/tiny@1", "--job", "3", "--metadata", str(card)),
+        *("--parent", "acme/tiny@1", "--job", str(job_id), "--metadata", str(card)),
     )
-    assert "from acme/tiny@1, made by job 3" in said
+    assert f"from acme/tiny@1, made by job {job_id}" in said
 
     out = tmp_path / "pulled"
     said = ok(cli_env, "models", "pull", "acme/tiny-chat", "--out", str(out))
@@ -62,7 +62,9 @@ def test_a_pushed_model_pulls_back_into_transformers_with_its_lineage(
 
     [chat] = json.loads(ok(cli_env, "models", "show", "acme/tiny-chat", "--json"))
     assert (
-        chat["parent"] == "acme/tiny@1" and chat["job_id"] == 3 and chat["license"] == "Apache-2.0"
+        chat["parent"] == "acme/tiny@1"
+        and chat["job_id"] == job_id
+        and chat["license"] == "Apache-2.0"
     )
     assert chat["publisher"] == devnet_account(1).address and chat["metadata_cid"]
     listed = json.loads(ok(cli_env, "models", "list", "--json"))
@@ -86,6 +88,9 @@ def test_each_refusal_is_one_clean_line(cli_env, keystores, tiny_model, tmp_path
     assert "acme/none has no published version" in refused(cli_env, "models", "show", "acme/none")
     assert "acme/none has no version 1" in refused(
         cli_env, *push, "acme/next", "--license", "MIT", "--parent", "acme/none@1"
+    )
+    assert "there is no job 99 on this chain's market" in refused(
+        cli_env, *push, "acme/next", "--license", "MIT", "--job", "99"
     )
     pickled = tmp_path / "pickled"
     pickled.mkdir()
