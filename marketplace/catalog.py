@@ -7,11 +7,12 @@ from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
 
-from marketplace.chain.registry import Kind, Reference, Registry, Version, check_name
+from marketplace.chain.registry import Reference, Registry, Version, check_name
 from marketplace.folders import FileList, FolderError
 from marketplace.folders import pull as pull_folder
 from marketplace.folders import push as push_folder
 from marketplace.licenses import spdx_id
+from marketplace.protocol.terms import Kind
 from marketplace.storage import Storage
 
 # Formats that unpickle (and so may run code) when loaded: a model version carries safetensors.

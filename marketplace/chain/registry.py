@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import IntEnum
 
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
@@ -17,6 +16,7 @@ from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call, send
 from marketplace.errors import ZooError
 from marketplace.licenses import spdx_id
+from marketplace.protocol.terms import Kind
 
 # The contract's rule (Registry._validName), checked here first so a bad name costs no gas.
 MAX_NAME_LENGTH = 96
@@ -24,27 +24,16 @@ NAME = re.compile(r"[a-z0-9._-]+/[a-z0-9._-]+")
 MAX_VERSION = 2**32 - 1
 
 
-class Kind(IntEnum):
-    """What a registry name holds; the values are IRegistry.Kind's."""
-
-    MODEL = 0
-    DATASET = 1
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-    @classmethod
-    def named(cls, label: str) -> Kind:
-        """The kind a label names: "model" or "dataset"."""
-        try:
-            return cls[label.upper()]
-        except KeyError:
-            raise BadReference(f"{label!r} is not a registry kind: model or dataset") from None
-
-
 class BadReference(ZooError, ValueError):
     """A registry name or `name@version` that is not well formed."""
+
+
+def kind_named(label: str) -> Kind:
+    """The registry kind a label names: "model" or "dataset"."""
+    try:
+        return Kind.named(label)
+    except KeyError:
+        raise BadReference(f"{label!r} is not a registry kind: model or dataset") from None
 
 
 class NotNameOwner(ChainError, PermissionError):

@@ -16,11 +16,11 @@ from rich.table import Table
 from marketplace import catalog
 from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Ledger
-from marketplace.chain.registry import Kind, Reference, Registry, Version, check_name
+from marketplace.chain.registry import Reference, Registry, Version, check_name
 from marketplace.cli.chain import connect
 from marketplace.config import Settings
 from marketplace.licenses import spdx_id
-from marketplace.protocol.terms import JobStatus
+from marketplace.protocol.terms import JobStatus, Kind
 from marketplace.storage import Storage
 from marketplace.wallet import load_account
 

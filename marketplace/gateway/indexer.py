@@ -14,11 +14,10 @@ from web3.types import EventData
 from marketplace.chain.decoder import LedgerDecoder
 from marketplace.chain.deploy import Deployment
 from marketplace.chain.events import BlockMark, ChainReorganized, EventCursor
-from marketplace.chain.registry import Kind
 from marketplace.config import Settings
 from marketplace.errors import ZooError
 from marketplace.gateway import db
-from marketplace.protocol.terms import JobStatus, SlashReason
+from marketplace.protocol.terms import JobStatus, Kind, SlashReason
 from marketplace.runtime.heads import HeadFeed
 from marketplace.runtime.loop import TRANSIENT, run_ticks
 

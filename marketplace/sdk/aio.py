@@ -23,7 +23,7 @@ from marketplace.chain.deploy import ZEN, Deployment, manifest_path
 from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Hardware, Ledger, Permit
 from marketplace.chain.permit import split_signature
-from marketplace.chain.registry import Kind, Reference, Registry, check_name
+from marketplace.chain.registry import Reference, Registry, check_name, kind_named
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
 from marketplace.jobs import Order
@@ -40,7 +40,7 @@ from marketplace.protocol.journey import (
     next_step,
     waiting_for,
 )
-from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Tier
+from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Kind, Tier
 from marketplace.sdk.errors import (
     GatewayError,
     GatewayUnavailable,
@@ -176,12 +176,12 @@ class AsyncClient:
     async def registry(self, kind: str = "model", *, limit: int = 50, offset: int = 0) -> list:
         """Names of `kind` ("model" or "dataset") as indexed, each with its owner and newest
         version."""
-        path = f"/registry/{Kind.named(kind).label}s"
+        path = f"/registry/{kind_named(kind).label}s"
         return await self.request("GET", path, params={"limit": limit, "offset": offset})
 
     async def registry_name(self, kind: str, name: str) -> dict:
         """A name as indexed, with every version (`history`, oldest first)."""
-        return await self.request("GET", f"/registry/{Kind.named(kind).label}s/{check_name(name)}")
+        return await self.request("GET", f"/registry/{kind_named(kind).label}s/{check_name(name)}")
 
     async def resolve(self, kind: str, ref: str) -> dict:
         """The indexed version `ref` names: org/name@N, or org/name for the newest."""
@@ -220,7 +220,7 @@ class AsyncClient:
         """Add `path` (a folder, or one file) and `metadata` to IPFS and publish them as the next
         version of `name`, signed here. A model must be a safetensors Hugging Face folder; the
         license an SPDX id; `parent` org/name@N (org/name: its newest indexed version)."""
-        what = Kind.named(kind)
+        what = kind_named(kind)
         check_name(name)
         license = spdx_id(license)
         if what is Kind.MODEL:

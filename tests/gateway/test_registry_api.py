@@ -11,10 +11,11 @@ import pytest
 import uvicorn
 from playwright.sync_api import expect, sync_playwright
 
-from marketplace.chain.registry import Kind, Reference, Registry
+from marketplace.chain.registry import Reference, Registry
 from marketplace.devnet.accounts import devnet_account
 from marketplace.gateway.api.main import create_app
 from marketplace.processes import free_port
+from marketplace.protocol.terms import Kind
 from marketplace.sdk import AsyncClient, GatewayError
 
 pytestmark = pytest.mark.anvil

@@ -16,7 +16,7 @@ from marketplace import jobs
 from marketplace.chain import tx
 from marketplace.chain.ledger import Hardware, Ledger, Permit
 from marketplace.chain.permit import permit_typed_data, split_signature
-from marketplace.chain.registry import Kind, Reference, Registry
+from marketplace.chain.registry import Reference, Registry
 from marketplace.chain.zen import rounded
 from marketplace.gateway.api.deps import JobId, LedgerDep, StorageDep
 from marketplace.gateway.api.schemas import (
@@ -40,6 +40,7 @@ from marketplace.gateway.api.schemas import (
 from marketplace.gateway.api.service import UnknownTransaction
 from marketplace.gateway.transactions import broadcast, unsigned
 from marketplace.protocol.spec import MAX_SPEC_BYTES
+from marketplace.protocol.terms import Kind
 
 router = APIRouter(prefix="/transactions", tags=["transactions"])
 TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A transaction hash.")]
@@ -99,7 +100,7 @@ def publish_version(body: RegistryPublication, ledger: LedgerDep):
     owns, or a parent that does not exist, is the registry's own refusal."""
     registry = Registry(ledger.w3, ledger.deployment)
     call = registry.publish_call(
-        Kind[body.kind.upper()],
+        Kind.named(body.kind),
         body.name,
         body.cid,
         body.license,
