@@ -9,13 +9,13 @@ from marketplace.chain.deploy import Deployment
 from marketplace.chain.errors import ChainError, ContractRevert
 from marketplace.chain.registry import (
     BadReference,
-    Kind,
     NotNameOwner,
     Reference,
     Registry,
 )
 from marketplace.devnet.accounts import devnet_account
 from marketplace.licenses import NotAnSpdxId, spdx_id
+from marketplace.protocol.terms import Kind
 
 CID = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN"
 CID2 = "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"
