@@ -16,7 +16,7 @@ from marketplace.chain.toolchain import CONTRACTS, PROJECT_ROOT, SOLC
 log = logging.getLogger(__name__)
 
 CACHE_DIR = PROJECT_ROOT / "build"
-LEDGER = ("ZenToken", "Treasury", "Staking", "JobMarket", "Verification")
+LEDGER = ("ZenToken", "Treasury", "Staking", "JobMarket", "Verification", "Registry")
 DEPLOYABLE = (*LEDGER, "Timelock")  # the ledger and its governor
 
 

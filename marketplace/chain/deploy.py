@@ -134,8 +134,8 @@ def deploy(
     proposer: str | None = None,
     manifest: Path | None = None,
 ) -> Deployment:
-    """Deploy ZEN, the treasury, staking, the market and verification, wire them and their tiers,
-    then hand governance to a timelock.
+    """Deploy ZEN, the treasury, staking, the market, verification and the model and dataset
+    registry, wire them and their tiers, then hand governance to a timelock.
 
     The deployer governs only while it wires: it binds the market and verification into staking
     (once, for good), sets tiers and parameters, then grants each contract's governor role to the
@@ -182,6 +182,7 @@ def deploy(
         params.dispute_window,
         params.false_report_slash,
     )
+    registry = create("Registry")  # ungoverned: names belong to their publishers
 
     fns = staking.functions
     wiring = [
@@ -227,6 +228,7 @@ def deploy(
                 ("Staking", staking),
                 ("JobMarket", market),
                 ("Verification", verification),
+                ("Registry", registry),
                 ("Timelock", timelock),
             ]
         },

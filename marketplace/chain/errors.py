@@ -12,7 +12,7 @@ from eth_abi import decode
 from eth_utils import function_signature_to_4byte_selector, is_address, to_checksum_address
 from web3.exceptions import ContractCustomError, ContractLogicError, ContractPanicError
 
-from marketplace.chain import zen
+from marketplace.chain.zen import exact as exact_zen
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import JobStatus, Tier
 
@@ -49,7 +49,7 @@ _TERMS = {"status": JobStatus, "tier": Tier}
 def _formatted(value: object, kind: str | None) -> str:
     if isinstance(value, int):  # the table gives kinds to uint arguments only
         if kind == "zen":
-            return zen.exact(value)
+            return exact_zen(value)
         if kind == "time":
             return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         if kind in _TERMS:

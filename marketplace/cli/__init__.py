@@ -8,6 +8,7 @@ from marketplace.cli.gateway import gateway
 from marketplace.cli.ipfs import ipfs
 from marketplace.cli.jobs import jobs
 from marketplace.cli.node import node
+from marketplace.cli.registry import datasets, models
 from marketplace.cli.tokenizers import tokenizers
 from marketplace.cli.train import train
 from marketplace.cli.verifier import verifier
@@ -32,10 +33,12 @@ def main() -> None:
 
 
 main.add_command(chain)
+main.add_command(datasets)
 main.add_command(devnet)
 main.add_command(gateway)
 main.add_command(ipfs)
 main.add_command(jobs)
+main.add_command(models)
 main.add_command(node)
 main.add_command(tokenizers)
 main.add_command(train)

@@ -51,7 +51,7 @@ def chain() -> None:
     help="Where to write the manifest [default: deployments/<chain id>.json].",
 )
 def deploy_command(rpc_url: str, manifest: Path | None) -> None:
-    """Deploy ZEN, the treasury, staking, the market and verification.
+    """Deploy ZEN, the treasury, staking, the market, verification and the registry.
 
     The deployer key comes from the environment variable ZOO_DEPLOYER_KEY; on a local Anvil
     chain (id 31337) the devnet's account 0 is used when it is unset.

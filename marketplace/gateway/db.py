@@ -198,6 +198,32 @@ class TreasuryTransfer(EventRow, Base):
     amount: Mapped[int] = mapped_column(Wei)
 
 
+class RegistryVersion(EventRow, Base):
+    """A version published to the registry (`VersionPublished`); the first of a name made its
+    publisher the owner."""
+
+    __tablename__ = "registry_versions"
+    kind: Mapped[str] = mapped_column(String(8))  # model or dataset
+    name: Mapped[str] = mapped_column(String(96), index=True)
+    version: Mapped[int] = mapped_column(BigInteger)
+    cid: Mapped[str] = mapped_column(String(128))
+    license: Mapped[str] = mapped_column(String(64))
+    metadata_cid: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    parent_name: Mapped[str | None] = mapped_column(String(96), nullable=True)
+    parent_version: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    job_id: Mapped[int | None] = mapped_column(Wei, nullable=True)
+    publisher: Mapped[str] = mapped_column(String(42))
+
+
+class RegistryTransfer(EventRow, Base):
+    """A registry name handed to a new owner (`NameTransferred`)."""
+
+    __tablename__ = "registry_transfers"
+    kind: Mapped[str] = mapped_column(String(8))
+    name: Mapped[str] = mapped_column(String(96), index=True)
+    new_owner: Mapped[str] = mapped_column(String(42))
+
+
 EVENT_TABLES: tuple[type[EventRow], ...] = (
     Job,
     JobStatusChange,
@@ -212,6 +238,8 @@ EVENT_TABLES: tuple[type[EventRow], ...] = (
     Provider,
     StakeChange,
     TreasuryTransfer,
+    RegistryVersion,
+    RegistryTransfer,
 )
 
 

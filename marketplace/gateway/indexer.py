@@ -17,13 +17,13 @@ from marketplace.chain.events import BlockMark, ChainReorganized, EventCursor
 from marketplace.config import Settings
 from marketplace.errors import ZooError
 from marketplace.gateway import db
-from marketplace.protocol.terms import JobStatus, SlashReason
+from marketplace.protocol.terms import JobStatus, Kind, SlashReason
 from marketplace.runtime.heads import HeadFeed
 from marketplace.runtime.loop import TRANSIENT, run_ticks
 
 log = logging.getLogger(__name__)
 
-CONTRACTS = ("JobMarket", "Staking", "Verification", "Treasury", "ZenToken")
+CONTRACTS = ("JobMarket", "Staking", "Verification", "Treasury", "ZenToken", "Registry")
 STATE_ID = 1
 
 
@@ -58,8 +58,10 @@ class Indexer:
         self.deployment = deployment
         self.sessions = sessions
         self.keep_blocks = keep_blocks
-        contracts = [deployment.contract(w3, name) for name in CONTRACTS]
-        self._names = {c.address: name for name, c in zip(CONTRACTS, contracts)}
+        # A manifest from before the registry lacks it; the rest of the ledger indexes as before.
+        names = [name for name in CONTRACTS if name in deployment.addresses]
+        contracts = [deployment.contract(w3, name) for name in names]
+        self._names = {c.address: name for name, c in zip(names, contracts)}
         self.treasury = deployment.addresses["Treasury"]
         self.market = deployment.addresses["JobMarket"]
         self.decoder = LedgerDecoder.of(w3, deployment)
@@ -347,6 +349,25 @@ def _transfer(indexer, a, where):
     ]
 
 
+def _version_published(_, a, where):
+    p = a["publication"]
+    return [
+        db.RegistryVersion(
+            kind=Kind(a["kind"]).label,
+            name=a["name"],
+            version=a["version"],
+            cid=p["cid"],
+            license=p["license"],
+            metadata_cid=p["metadataCid"] or None,
+            parent_name=p["parentName"] or None,
+            parent_version=p["parentVersion"] or None,
+            job_id=p["jobId"] or None,
+            publisher=a["publisher"],
+            **where,
+        )
+    ]
+
+
 _HANDLERS = {
     ("JobMarket", "JobCreated"): _job_created,
     ("JobMarket", "BidCommitted"): _bid_committed,
@@ -420,4 +441,8 @@ _HANDLERS = {
     ("Staking", "CollateralUnlocked"): _stake("unlocked", "provider"),
     ("Staking", "Slashed"): _slashed,
     ("ZenToken", "Transfer"): _transfer,
+    ("Registry", "VersionPublished"): _version_published,
+    ("Registry", "NameTransferred"): lambda _, a, where: [
+        db.RegistryTransfer(kind=Kind(a["kind"]).label, name=a["name"], new_owner=a["to"], **where)
+    ],
 }

@@ -19,7 +19,7 @@ from marketplace.chain.ledger import Ledger
 
 log = logging.getLogger(__name__)
 
-LEDGER_CONTRACTS = ("ZenToken", "Staking", "JobMarket", "Verification", "Treasury")
+LEDGER_CONTRACTS = ("ZenToken", "Staking", "JobMarket", "Verification", "Treasury", "Registry")
 
 
 class TransactionRejected(ChainError, ValueError):
@@ -66,7 +66,8 @@ def broadcast(ledger: Ledger, raw: bytes) -> tuple[str, dict]:
         raise TransactionRejected(
             f"the transaction is for chain {fields['chain_id']}, the ledger is on chain {chain_id}"
         )
-    contracts = {ledger.deployment.addresses[name].lower(): name for name in LEDGER_CONTRACTS}
+    addresses = ledger.deployment.addresses
+    contracts = {addresses[name].lower(): name for name in LEDGER_CONTRACTS if name in addresses}
     if fields["to"] is None or fields["to"].lower() not in contracts:
         raise TransactionRejected(
             f"the transaction goes to {fields['to']}, which is not a ledger contract"

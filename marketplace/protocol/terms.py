@@ -110,3 +110,10 @@ class Tier(Term):
 # the pay of a unit being the clearing price (per GPU-hour) times this over 3600. A minute of one
 # reference GPU fits the H steps of a nanoGPT-sized unit; an order for heavier units says more.
 DEFAULT_UNIT_GPU_SECONDS = 60
+
+
+class Kind(Term):
+    """IRegistry.Kind: what a registry name holds; models and datasets are separate namespaces."""
+
+    MODEL = 0  # a Hugging Face folder: config.json, safetensors weights, tokenizer files
+    DATASET = 1  # a data file or a folder of shards

@@ -17,14 +17,17 @@ from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 from web3.contract.contract import ContractFunction
 
-from marketplace import jobs, results
+from marketplace import folders, jobs, results
+from marketplace.catalog import check_model_folder
 from marketplace.chain.deploy import ZEN, Deployment, manifest_path
 from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import Hardware, Ledger, Permit
 from marketplace.chain.permit import split_signature
+from marketplace.chain.registry import Reference, Registry, check_name, kind_named
 from marketplace.config import Settings
 from marketplace.gateway.siwe import SiweMessage
 from marketplace.jobs import Order
+from marketplace.licenses import spdx_id
 from marketplace.protocol.journey import (
     JobError,
     NoBids,
@@ -37,7 +40,7 @@ from marketplace.protocol.journey import (
     next_step,
     waiting_for,
 )
-from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Tier
+from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Kind, Tier
 from marketplace.sdk.errors import (
     GatewayError,
     GatewayUnavailable,
@@ -167,6 +170,89 @@ class AsyncClient:
     def handle(self, job_id: int) -> AsyncJob:
         """A job by id, to follow, settle or fetch the result of."""
         return AsyncJob(self, job_id)
+
+    # --- the model and dataset registry ---------------------------------------------------
+
+    async def registry(self, kind: str = "model", *, limit: int = 50, offset: int = 0) -> list:
+        """Names of `kind` ("model" or "dataset") as indexed, each with its owner and newest
+        version."""
+        path = f"/registry/{kind_named(kind).label}s"
+        return await self.request("GET", path, params={"limit": limit, "offset": offset})
+
+    async def registry_name(self, kind: str, name: str) -> dict:
+        """A name as indexed, with every version (`history`, oldest first)."""
+        return await self.request("GET", f"/registry/{kind_named(kind).label}s/{check_name(name)}")
+
+    async def resolve(self, kind: str, ref: str) -> dict:
+        """The indexed version `ref` names: org/name@N, or org/name for the newest."""
+        reference = Reference.parse(ref)
+        shown = await self.registry_name(kind, reference.name)
+        if reference.version is None:
+            return shown["latest"]
+        for version in shown["history"]:
+            if version["version"] == reference.version:
+                return version
+        raise GatewayError(404, f"{reference.name} has no version {reference.version}")
+
+    async def pull(self, kind: str, ref: str, out: str | Path) -> dict:
+        """Fetch the version `ref` names into the folder `out` (absent or empty), every file
+        checked against its CID; a model pulled so loads with from_pretrained(out)."""
+        version = await self.resolve(kind, ref)
+
+        def fetch() -> None:
+            with Storage(self.ipfs_api, self.ipfs_replicas) as storage:
+                folders.pull(storage, version["cid"], Path(out))
+
+        await asyncio.to_thread(fetch)
+        return version
+
+    async def push(
+        self,
+        kind: str,
+        path: str | Path,
+        *,
+        name: str,
+        license: str,
+        parent: str | None = None,
+        job_id: int | None = None,
+        metadata: str | Path | None = None,
+    ) -> dict:
+        """Add `path` (a folder, or one file) and `metadata` to IPFS and publish them as the next
+        version of `name`, signed here. A model must be a safetensors Hugging Face folder; the
+        license an SPDX id; `parent` org/name@N (org/name: its newest indexed version)."""
+        what = kind_named(kind)
+        check_name(name)
+        license = spdx_id(license)
+        if what is Kind.MODEL:
+            check_model_folder(Path(path))
+        lineage = None
+        if parent is not None:
+            shown = await self.resolve(kind, parent)
+            lineage = Reference(shown["name"], shown["version"])
+
+        def add() -> tuple[str, str | None]:
+            with Storage(self.ipfs_api, self.ipfs_replicas) as storage:
+                cid, _ = folders.push(storage, Path(path))
+                return cid, storage.add_file(metadata) if metadata is not None else None
+
+        cid, metadata_cid = await asyncio.to_thread(add)
+        body = {
+            "kind": what.label,
+            "name": name,
+            "cid": cid,
+            "license": license,
+            "metadata_cid": metadata_cid,
+            "parent": None if lineage is None else str(lineage),
+            "job_id": job_id,
+        }
+        mined = await self.transact(
+            "/transactions/registry",
+            {k: v for k, v in body.items() if v is not None},
+            lambda ledger: Registry(ledger.w3, ledger.deployment).publish_call(
+                what, name, cid, license, metadata_cid, lineage, job_id
+            ),
+        )
+        return body | {"transaction": mined}
 
     # --- signed-in writes -----------------------------------------------------------------
 

@@ -16,7 +16,14 @@ from marketplace.protocol import terms
 
 ENUM = re.compile(r"\benum\s+(\w+)\s*\{([^}]*)\}")
 COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-MIRRORED = (terms.JobStatus, terms.ParticipantState, terms.Role, terms.SlashReason, terms.Verdict)
+MIRRORED = (
+    terms.JobStatus,
+    terms.ParticipantState,
+    terms.Role,
+    terms.SlashReason,
+    terms.Verdict,
+    terms.Kind,
+)
 
 
 def solidity_enums() -> dict[str, list[str]]:

@@ -61,6 +61,7 @@ def test_ape_deploys_the_ledger_on_anvil(tmp_path):
         "Staking",
         "JobMarket",
         "Verification",
+        "Registry",
         "Timelock",
     }
     assert all(c["abi"] and c["address"].startswith("0x") for c in data["contracts"].values())

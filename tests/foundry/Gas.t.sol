@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {Registry} from "../../contracts/Registry.sol";
 import {IJobMarket} from "../../contracts/interfaces/IJobMarket.sol";
+import {IRegistry} from "../../contracts/interfaces/IRegistry.sol";
 import {BaseTest} from "./Base.t.sol";
 
 /// @notice Each contract sets the ledger up to the moment before one lifecycle step, so the gas
@@ -163,5 +165,30 @@ contract GasWholeJobTest is BaseTest {
         vm.prank(provider1);
         market.withdraw();
         assertEq(market.slot(jobId, 0).unitsDone, UNITS);
+    }
+}
+
+/// @notice A model's second version: a fine-tune naming its parent and job, under a name its owner
+/// already holds.
+contract GasPublishVersionTest is BaseTest {
+    Registry internal registry;
+    IRegistry.Publication internal publication;
+
+    function setUp() public override {
+        super.setUp();
+        registry = new Registry();
+        publication = IRegistry.Publication({
+            cid: SPEC_CID, license: "Apache-2.0", metadataCid: "", parentName: "", parentVersion: 0, jobId: 0
+        });
+        vm.prank(user);
+        registry.publish(IRegistry.Kind.Model, "acme/llama-tiny", publication);
+        publication.parentName = "acme/llama-tiny";
+        publication.parentVersion = 1;
+        publication.jobId = 1;
+    }
+
+    function test_gas_publishVersion() public {
+        vm.prank(user);
+        registry.publish(IRegistry.Kind.Model, "acme/llama-tiny", publication);
     }
 }

@@ -13,6 +13,7 @@ from marketplace.gateway.api.routes import (
     health,
     jobs,
     providers,
+    registry,
     settlements,
     stats,
     transactions,
@@ -48,6 +49,7 @@ def create_app(settings: Settings, url: str | None = None) -> FastAPI:
     for module in (
         jobs,
         providers,
+        registry,
         settlements,
         stats,
         health,

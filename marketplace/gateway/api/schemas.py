@@ -184,6 +184,34 @@ class ProviderDetail(ProviderPublic):
     slashes: list[SlashPublic]
 
 
+class RegistryVersionPublic(Row):
+    """One published version of a registry name."""
+
+    kind: Literal["model", "dataset"]
+    name: str
+    version: int
+    cid: str  # the CID of the version's file list
+    license: str  # an SPDX license id
+    metadata_cid: str | None
+    parent: str | None  # "org/name@N": the version it derives from
+    job_id: int | None  # the job that made it
+    publisher: str
+
+
+class RegistryNamePublic(BaseModel):
+    """A registry name: its owner now and its newest version."""
+
+    kind: Literal["model", "dataset"]
+    name: str
+    owner: str
+    versions: int
+    latest: RegistryVersionPublic
+
+
+class RegistryNameDetail(RegistryNamePublic):
+    history: list[RegistryVersionPublic]  # every version, oldest first
+
+
 class NetworkStats(BaseModel):
     indexed_block: int | None  # the last block the indexer read; None before its first step
     jobs: dict[str, int]  # by status
@@ -414,6 +442,21 @@ class VerifierRegistration(Request):
     endpoint: str = Field(
         min_length=1, max_length=500
     )  # where the verifier can be reached, as published
+
+
+class RegistryPublication(Request):
+    """A version to publish to the registry, its content already on IPFS."""
+
+    sender: Address
+    kind: Literal["model", "dataset"]
+    name: str = Field(max_length=96, pattern=r"^[a-z0-9._-]+/[a-z0-9._-]+$")  # org/name
+    cid: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]+$")
+    license: str = Field(min_length=1, max_length=64)  # an SPDX license id
+    metadata_cid: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]+$")
+    parent: str | None = Field(
+        None, max_length=107, pattern=r"^[a-z0-9._-]+/[a-z0-9._-]+@[1-9][0-9]{0,9}$"
+    )  # org/name@N
+    job_id: int | None = Field(None, ge=1, le=2**256 - 1)
 
 
 class UnsignedTransaction(BaseModel):

@@ -390,3 +390,69 @@ def treasury_transfers(session: Session, limit: int, offset: int) -> list[db.Tre
 def indexed_chain_id(session: Session) -> int | None:
     state = session.get(db.IndexerState, 1)
     return None if state is None else state.chain_id
+
+
+# --- the model and dataset registry ------------------------------------------------------------
+
+
+def _version_public(row: db.RegistryVersion) -> dict[str, Any]:
+    fields = {
+        c: getattr(row, c) for c in schemas.RegistryVersionPublic.model_fields if hasattr(row, c)
+    }
+    parent = f"{row.parent_name}@{row.parent_version}" if row.parent_name else None
+    return fields | {"parent": parent}
+
+
+def _name_public(session: Session, kind: str, versions: list[db.RegistryVersion]) -> dict[str, Any]:
+    """A name from its versions, oldest first: its first publisher owns it unless it was handed
+    on since."""
+    name = versions[0].name
+    moved = session.scalar(
+        select(db.RegistryTransfer.new_owner)
+        .where(db.RegistryTransfer.kind == kind, db.RegistryTransfer.name == name)
+        .order_by(db.RegistryTransfer.id.desc())
+        .limit(1)
+    )
+    return {
+        "kind": kind,
+        "name": name,
+        "owner": moved or versions[0].publisher,
+        "versions": len(versions),
+        "latest": _version_public(versions[-1]),
+    }
+
+
+def list_registry(session: Session, kind: str, limit: int, offset: int) -> list[dict[str, Any]]:
+    """Names of `kind` in the order they were first published, each with its newest version."""
+    first = (
+        select(db.RegistryVersion.name)
+        .where(db.RegistryVersion.kind == kind, db.RegistryVersion.version == 1)
+        .order_by(db.RegistryVersion.id)
+        .limit(limit)
+        .offset(offset)
+    )
+    names = list(session.scalars(first))
+    rows = session.scalars(
+        select(db.RegistryVersion)
+        .where(db.RegistryVersion.kind == kind, db.RegistryVersion.name.in_(names))
+        .order_by(db.RegistryVersion.id)
+    )
+    by_name: dict[str, list[db.RegistryVersion]] = {name: [] for name in names}
+    for row in rows:
+        by_name[row.name].append(row)
+    return [_name_public(session, kind, versions) for versions in by_name.values() if versions]
+
+
+def get_registry_name(session: Session, kind: str, name: str) -> dict[str, Any]:
+    versions = list(
+        session.scalars(
+            select(db.RegistryVersion)
+            .where(db.RegistryVersion.kind == kind, db.RegistryVersion.name == name)
+            .order_by(db.RegistryVersion.id)
+        )
+    )
+    if not versions:
+        raise NotFound(f"{kind} {name} has no published version")
+    return _name_public(session, kind, versions) | {
+        "history": [_version_public(v) for v in versions]
+    }

@@ -16,6 +16,7 @@ from marketplace import jobs
 from marketplace.chain import tx
 from marketplace.chain.ledger import Hardware, Ledger, Permit
 from marketplace.chain.permit import permit_typed_data, split_signature
+from marketplace.chain.registry import Reference, Registry
 from marketplace.chain.zen import rounded
 from marketplace.gateway.api.deps import JobId, LedgerDep, StorageDep
 from marketplace.gateway.api.schemas import (
@@ -27,6 +28,7 @@ from marketplace.gateway.api.schemas import (
     PermitRequest,
     PermitSignature,
     ProviderRegistration,
+    RegistryPublication,
     SenderRequest,
     SignedTransaction,
     StakeRequest,
@@ -38,6 +40,7 @@ from marketplace.gateway.api.schemas import (
 from marketplace.gateway.api.service import UnknownTransaction
 from marketplace.gateway.transactions import broadcast, unsigned
 from marketplace.protocol.spec import MAX_SPEC_BYTES
+from marketplace.protocol.terms import Kind
 
 router = APIRouter(prefix="/transactions", tags=["transactions"])
 TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A transaction hash.")]
@@ -83,6 +86,29 @@ def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
     jobs.check_funds(ledger, sender, order.max_budget)
     permit = None if body.permit is None else _permit_args(body.permit)
     return unsigned(ledger, ledger.create_job_call(request, permit), sender)
+
+
+@router.post(
+    "/registry",
+    response_model=UnsignedTransaction,
+    response_model_exclude_none=True,
+    responses=REFUSED,
+)
+def publish_version(body: RegistryPublication, ledger: LedgerDep):
+    """publish: the next version of a model or dataset name (the sender's, or nobody's yet), its
+    content already on IPFS. A license that is not an SPDX id is refused here; a name someone else
+    owns, or a parent that does not exist, is the registry's own refusal."""
+    registry = Registry(ledger.w3, ledger.deployment)
+    call = registry.publish_call(
+        Kind.named(body.kind),
+        body.name,
+        body.cid,
+        body.license,
+        body.metadata_cid,
+        Reference.parse(body.parent) if body.parent else None,
+        body.job_id,
+    )
+    return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
 def _permit_args(permit: PermitSignature) -> Permit:

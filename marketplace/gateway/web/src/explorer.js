@@ -1,5 +1,5 @@
 // The settlement explorer: jobs, their escrow, auctions, pay, fees and refunds; providers and
-// slashes; the treasury. Every figure comes from the gateway's index and is reconciled on the
+// slashes; the treasury; the models and datasets of the registry. Every figure comes from the gateway's index and is reconciled on the
 // page (escrow = payouts + fee + refund per job; the indexed treasury against the chain's own
 // balance at the same block). The page polls the API every two seconds and redraws only when the
 // indexer has read a new block, so it follows a running job live at little cost.
@@ -201,6 +201,27 @@ function renderNetwork(stats, openEscrow, holdings) {
   fill($("#network-check"), parts);
 }
 
+// --- the model and dataset registry -------------------------------------------------------------
+
+function registryRow(entry) {
+  const v = entry.latest;
+  return h("tr", { "data-name": `${entry.kind}:${entry.name}` },
+    cell(entry.kind),
+    cell(h("span", { class: "mono" }, entry.name)),
+    cell(account(entry.owner)),
+    cell(String(entry.versions), { class: "num" }),
+    cell(h("span", { class: "mono", title: v.cid }, short(v.cid))),
+    cell(v.license),
+    cell(v.parent ? h("span", { class: "mono" }, v.parent) : "—"),
+    cell(v.job_id === null ? "—" : jobLink(v.job_id)),
+    cell(where(v)));
+}
+
+async function registryEntries() {
+  const [models, datasets] = await Promise.all([getAll("registry/models"), getAll("registry/datasets")]);
+  return [...models, ...datasets];
+}
+
 // --- polling ----------------------------------------------------------------------------------------
 
 async function jobDetail(summary) {
@@ -226,11 +247,12 @@ async function providersWithSlashes(stats) {
 async function refresh() {
   const stats = await get("stats");
   if (stats.indexed_block === state.indexedBlock) return false;
-  const [recent, unfinished, providers, holdings] = await Promise.all([
+  const [recent, unfinished, providers, holdings, registry] = await Promise.all([
     get(`jobs?limit=${JOBS_SHOWN}`),
     Promise.all(UNFINISHED.map((status) => getAll(`jobs?status=${status}`))),
     providersWithSlashes(stats),
     stats.indexed_block === null ? null : get(`chain/holdings?block=${stats.indexed_block}`).catch(() => null),
+    registryEntries(),
   ]);
   const shown = await Promise.all(recent.map(jobDetail));
   const openEscrow = unfinished.flat().reduce((sum, j) => sum + BigInt(j.budget), 0n);
@@ -240,6 +262,7 @@ async function refresh() {
   fill($("#jobs tbody"), jobRows.length ? jobRows : h("tr", {}, h("td", { colspan: 11, class: "empty" }, "no jobs yet")));
   fill($("#providers tbody"), providers.length ? providers.map(providerRow) : h("tr", {}, h("td", { colspan: 8, class: "empty" }, "no providers yet")));
   fill($("#slashes tbody"), state.slashes.length ? state.slashes.map(slashRow) : h("tr", {}, h("td", { colspan: 6, class: "empty" }, "no slashes")));
+  fill($("#registry tbody"), registry.length ? registry.map(registryRow) : h("tr", {}, h("td", { colspan: 9, class: "empty" }, "nothing published yet")));
   await showSelectedJob();
   state.indexedBlock = stats.indexed_block;
   return true;
