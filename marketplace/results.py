@@ -12,7 +12,7 @@ from marketplace.storage import Storage
 
 def unit_loss(data: bytes) -> float | None:
     """The training loss a committed unit reports; None for bytes that are no unit. Units are
-    torch files: torch loads with the first unit read, not with every CLI command."""
+    tensor files: torch loads with the first unit read, not with every CLI command."""
     try:
         fmt, unit = read_unit(data)
     except UnitFormatError:
