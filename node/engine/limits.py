@@ -63,16 +63,27 @@ DEFAULT_LIMITS = UnitLimits()
 
 
 def checkpoint_bytes(spec: JobSpec) -> int:
-    """The most bytes an honest checkpoint of `spec`'s job can take: every parameter with its
-    gradient-free AdamW moments (three fp32 tensors, 12 bytes) plus room for the rest (RNG
+    """The most bytes an honest checkpoint of `spec`'s job can take: every tensor of the model's
+    state in fp32 (a tied weight once for each of its names, as a unit file stores it) and the
+    AdamW moments of every parameter (two fp32 tensors, 8 bytes), plus room for the rest (RNG
     states, metadata, the container). Reading one stops past this, whoever committed it."""
-    return parameter_count(spec) * 12 + (64 << 20)
+    model = _meta_model(spec)
+    weights = sum(t.numel() for t in model.state_dict().values())
+    return 4 * weights + 8 * _parameters(model) + (64 << 20)
 
 
 def parameter_count(spec: JobSpec) -> int:
     """The parameters of the model `spec` builds (shared tensors once), without allocating it."""
+    return _parameters(_meta_model(spec))
+
+
+def _meta_model(spec: JobSpec) -> torch.nn.Module:
+    """The model `spec` builds, with shapes and no memory."""
     with torch.device("meta"):
-        model = spec.build_model()
+        return spec.build_model()
+
+
+def _parameters(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 

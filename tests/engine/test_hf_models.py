@@ -148,3 +148,27 @@ def test_a_config_the_library_refuses_is_a_spec_error_when_built():
         hf_spec(LLAMA, vocab_size=1000).build_model()
     with pytest.raises(SpecError, match="model.config.eos_token_id: must be below"):
         hf_spec(LLAMA, eos_token_id=300).build_model()
+
+
+def test_a_checkpoint_fits_the_bound_its_readers_put_on_it():
+    """A tied weight is stored once for each of its names, and the bound counts it so."""
+    from node.engine.limits import checkpoint_bytes
+
+    spec = hf_spec(GPT2)  # GPT-2 ties its embeddings to its head
+    checkpoint, _, _ = run_unit(spec, None, Shard.of(spec, 0, 0, 40), 1)
+    tensors = [t for part in ("model", "optimizer") for t in _tensors(checkpoint.state[part])]
+    # the weights and the moments; AdamW's step counts go in the room left for the rest
+    stored = sum(t.numel() * t.element_size() for t in tensors if t.dim())
+    assert stored <= checkpoint_bytes(spec) - (64 << 20)
+    assert len(checkpoint.to_bytes()) <= checkpoint_bytes(spec)
+
+
+def _tensors(node):
+    if isinstance(node, torch.Tensor):
+        yield node
+    elif isinstance(node, dict):
+        for value in node.values():
+            yield from _tensors(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _tensors(value)
