@@ -9,11 +9,10 @@ engine's module wraps the `transformers` model under `PREFIX`, so its weights ar
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from marketplace.protocol.spec import HF_FAMILIES, HFSpec, SpecError
 
@@ -68,7 +67,7 @@ def save_folder(
     model.safetensors, plus the job's tokenizer files when it has a tokenizer (by file name).
 
     The model is made on the meta device and takes the weights as they are, so writing one costs
-    no initialisation; ResultError-free by design: weights of another model raise SpecError.
+    no initialisation; weights that are not this spec's model are a SpecError.
     """
     import torch
 
@@ -85,8 +84,3 @@ def save_folder(
     model.save_pretrained(folder)
     for name, data in (tokenizer_files or {}).items():
         (folder / Path(name).name).write_bytes(data)
-
-
-def folder_config(folder: Path) -> dict[str, Any]:
-    """The config.json a saved folder holds."""
-    return json.loads((folder / "config.json").read_text())
