@@ -4,6 +4,7 @@ final weights, checked against what the chain committed, by the rules of the job
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from marketplace.protocol.spec import MAX_SPEC_BYTES, HFSpec, JobSpec, SpecError, parse_spec
@@ -15,6 +16,8 @@ from marketplace.protocol.units import (
     trained_model,
 )
 from marketplace.storage import Storage
+
+logger = logging.getLogger(__name__)
 
 
 def unit_loss(data: bytes) -> float | None:
@@ -55,12 +58,16 @@ def write_result(
     return model.cid, model.state_hash, output
 
 
-def job_spec(storage: Storage, spec_cid: str) -> JobSpec:
-    """The spec a job was created with, read by its CID; ResultError when it is none."""
+def job_spec(storage: Storage, spec_cid: str) -> JobSpec | None:
+    """The spec a job was created with, read by its CID; None when it does not read as one here
+    (an architecture this install does not know), and the weights are then written as they are."""
     try:
         return parse_spec(storage.cat(spec_cid, max_bytes=MAX_SPEC_BYTES))
     except SpecError as exc:
-        raise ResultError(f"spec {spec_cid}: {exc}") from None
+        logger.warning(
+            "spec %s does not read here (%s): writing the weights as they are", spec_cid, exc
+        )
+        return None
 
 
 def write_hf_folder(spec: JobSpec, weights: dict, folder: Path) -> None:

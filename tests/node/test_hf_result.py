@@ -44,7 +44,9 @@ def test_a_hf_jobs_result_is_a_folder_transformers_loads_with_the_committed_logi
         cid, state_hash, folder = write_result(
             storage, 3, last, 1, 2, tmp_path / "job-3.pt", spec_cid
         )
-        _, _, weights = write_result(storage, 3, last, 1, 2, tmp_path / "weights.pt")
+        # a spec this install cannot read: the weights as they are
+        junk = storage.add_bytes(b"model: {architecture: plugin}")
+        _, _, weights = write_result(storage, 3, last, 1, 2, tmp_path / "weights.pt", junk)
     assert (cid, state_hash, folder) == (unit_cid, digest, tmp_path / "job-3")
     assert weights == tmp_path / "weights.pt" and weights.is_file()
     loaded = AutoModelForCausalLM.from_pretrained(folder).eval()

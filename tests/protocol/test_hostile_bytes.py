@@ -25,6 +25,7 @@ from marketplace.protocol.units import CHECKPOINTS, UnitFormatError
 from node.benchmark import BenchmarkRejected, BenchmarkReport
 
 TINY = (Path(__file__).parents[2] / "node/specs/tiny.yaml").read_text()
+LLAMA = (Path(__file__).parents[2] / "node/specs/llama-tiny.yaml").read_text()
 FAST = settings(max_examples=300, deadline=2_000, suppress_health_check=list(HealthCheck))
 SLOW = settings(max_examples=100, deadline=5_000, suppress_health_check=list(HealthCheck))
 
@@ -98,7 +99,7 @@ def test_any_text_is_a_spec_or_a_spec_error(text):
 
 
 @FAST
-@given(replaced_leaf(yaml.safe_load(TINY)))
+@given(replaced_leaf(yaml.safe_load(TINY)) | replaced_leaf(yaml.safe_load(LLAMA)))
 def test_a_spec_with_any_value_anywhere_is_a_spec_or_a_spec_error(tree):
     try:
         parse_spec(tree)
