@@ -287,13 +287,13 @@ class ChainJob:
         )
 
     def result(self, output: str | Path | None = None) -> Result:
-        """The trained weights written to `output` (default weights/job-<id>.pt); see
-        `fetch_weights`."""
+        """The trained model written to `output` (default weights/job-<id>.pt; for a Hugging
+        Face model, the folder weights/job-<id>); see `fetch_weights`."""
         if self.storage is None:
             raise JobError(f"job {self.id}: fetching the weights needs IPFS storage")
         path = Path(output) if output is not None else default_output(self.id)
-        cid, digest = fetch_weights(self.ledger, self.storage, self.id, path)
-        return Result(self.id, cid, "0x" + digest, path)
+        cid, digest, written = fetch_weights(self.ledger, self.storage, self.id, path)
+        return Result(self.id, cid, "0x" + digest, written)
 
 
 def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
@@ -313,15 +313,18 @@ def latest_units(ledger: Ledger, job_id: int) -> list[dict]:
     return latest
 
 
-def fetch_weights(ledger: Ledger, storage: Storage, job_id: int, output: Path) -> tuple[str, str]:
-    """Write the trained model's weights to `output`, from the units on the chain; see
-    `write_result`."""
+def fetch_weights(
+    ledger: Ledger, storage: Storage, job_id: int, output: Path
+) -> tuple[str, str, Path]:
+    """Write the trained model to `output`, from the units on the chain; see `write_result`."""
     job = ledger.job(job_id)
     units = [
         LastUnit(u["slot"], u["index"], u["cid"], bytes(u["stateHash"]).hex())
         for u in latest_units(ledger, job_id)
     ]
-    return write_result(storage, job_id, units, job["nodes"], job["unitsPerNode"], output)
+    return write_result(
+        storage, job_id, units, job["nodes"], job["unitsPerNode"], output, job["specCid"]
+    )
 
 
 def read_spec_text(path: Path) -> str:

@@ -2,12 +2,14 @@
 
 Both train the same model from the same seed on the same batches with the same optimizer,
 schedule, clipping and eval; the plain loop leaves out everything that makes a unit
-verifiable (per-step loss checks, snapshots, state copies, hashing, environment capture).
+verifiable (per-step loss checks, snapshots, state copies, hashing, environment capture). For a
+Hugging Face spec the plain loop drives the `transformers` model itself, as a user's own
+training script would, and takes the loss from its logits.
 Rounds alternate which of the two runs first; every figure is the median over rounds, with its
 range, and the ratios are medians of the per-round ratios. CPU time per token sits beside the
 wall-clock throughput: other load on the machine moves it far less.
 
-    python scripts/bench_training.py                     # tiny spec, CPU
+    python scripts/bench_training.py                     # tiny GPT and tiny Llama specs, CPU
     python scripts/bench_training.py --spec node/specs/gpt-small.yaml --steps 50 --rounds 4
 
 On a machine shared with other work, wall-clock figures swing with the load; with several
@@ -26,17 +28,21 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from benchkit import Bench, Timer, interleave
 from torch.optim.lr_scheduler import LambdaLR
 
 from marketplace.protocol.checkpoint import Checkpoint
+from marketplace.protocol.hf import hf_model
+from marketplace.protocol.spec import HFSpec
 from node.engine import JobSpec, Shard, load_spec, parse_spec, run_unit
 from node.engine.data import Sampler, load_corpora
 from node.engine.train import build_optimizer, lr_schedule
 
 logger = logging.getLogger("bench_training")
 
-DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "node" / "specs" / "tiny.yaml"
+SPECS = Path(__file__).resolve().parents[1] / "node" / "specs"
+DEFAULT_SPECS = [SPECS / "tiny.yaml", SPECS / "llama-tiny.yaml"]
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -47,7 +53,11 @@ class PlainLoop:
         self.spec = spec
         self.device = device
         torch.manual_seed(spec.reproducibility.seed)
-        self.model = spec.build_model().to(device)
+        if isinstance(spec.model, HFSpec):
+            hf = hf_model(spec.model, spec.data.seq_len, spec.vocab_size)
+            self.model = PlainCausalLM(hf).to(device)
+        else:
+            self.model = spec.build_model().to(device)
         self.optimizer = build_optimizer(self.model, spec.training)
         self.scheduler = LambdaLR(self.optimizer, lr_schedule(spec.training))
         self.autocast = torch.autocast(
@@ -75,6 +85,18 @@ class PlainLoop:
             ]
         self.model.train()
         return sum(losses) / max(1, len(losses))
+
+
+class PlainCausalLM(torch.nn.Module):
+    """A `transformers` causal LM and the next-token loss of its logits, as a user writes it."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.model(input_ids=x).logits
+        return logits, F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
 
 
 def plan_batches(
@@ -149,7 +171,7 @@ def measure_throughput(
 
 
 def measure_memory(
-    spec: JobSpec, args: argparse.Namespace, steps: int, device: torch.device
+    spec: JobSpec, path: Path, steps: int, device: torch.device
 ) -> tuple[float, float]:
     """Peak memory in MB while training: CUDA allocator peaks in-process, else the growth of
     peak RSS in a fresh process for each side, from after torch and the data are loaded."""
@@ -174,7 +196,7 @@ def measure_memory(
                 sys.executable,
                 __file__,
                 "--spec",
-                str(args.spec),
+                str(path),
                 "--steps",
                 str(steps),
                 "--threads",
@@ -234,7 +256,13 @@ def _sync(device: torch.device) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC, help="job spec to train")
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        nargs="+",
+        default=DEFAULT_SPECS,
+        help="job specs to train, each benched in turn (default: tiny GPT and tiny Llama)",
+    )
     parser.add_argument(
         "--steps", type=int, help="optimizer steps per round (default: checkpoint.every)"
     )
@@ -248,25 +276,28 @@ def main() -> None:
     parser.add_argument("--memory-of", choices=["engine", "plain"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    spec = read_spec(args.spec, args.threads)
-    steps = args.steps or spec.checkpoint.every
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    for path in args.spec:
+        spec = read_spec(path, args.threads)
+        steps = args.steps or spec.checkpoint.every
+        if args.memory_of:  # child process of measure_memory
+            configure(spec)
+            load_corpora(spec.data)  # reading the corpus is not training; both sides share it
+            baseline = _reset_peak_rss()
+            _run_side(args.memory_of, spec, Shard.of(spec, 0, 0, steps), steps, device)
+            print(_peak_rss_mb() - baseline)
+            return
+        bench_spec(spec, path, steps, args.rounds, device)
 
-    if args.memory_of:  # child process of measure_memory
-        configure(spec)
-        load_corpora(spec.data)  # reading the corpus is not training; both sides share it
-        baseline = _reset_peak_rss()
-        _run_side(args.memory_of, spec, Shard.of(spec, 0, 0, steps), steps, device)
-        print(_peak_rss_mb() - baseline)
-        return
 
+def bench_spec(spec: JobSpec, path: Path, steps: int, rounds: int, device: torch.device) -> None:
     bench = Bench("training", {"throughput_ratio": ">= 0.97"})
-    measure_throughput(spec, steps, args.rounds, device, bench)
-    engine_mem, plain_mem = measure_memory(spec, args, steps, device)
+    measure_throughput(spec, steps, rounds, device, bench)
+    engine_mem, plain_mem = measure_memory(spec, path, steps, device)
     memory_kind = "CUDA peak allocated" if device.type == "cuda" else "RSS growth while training"
     bench.report(
         f"{spec.name} on {device}, num_threads={spec.reproducibility.num_threads}: engine "
-        f"(run_unit) vs a plain PyTorch loop, {steps} steps x {args.rounds} rounds; "
+        f"(run_unit) vs a plain PyTorch loop, {steps} steps x {rounds} rounds; "
         f"memory: {memory_kind}, measured once",
         once={"engine_peak_mem_mb": engine_mem, "plain_peak_mem_mb": plain_mem},
     )

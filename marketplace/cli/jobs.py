@@ -197,7 +197,8 @@ def no_lines(job_id: int, status: str) -> str:
 @click.option(
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Where to write the weights [default: weights/job-<id>.pt].",
+    help="Where to write the weights [default: weights/job-<id>.pt; for a Hugging Face model "
+    "the folder weights/job-<id>].",
 )
 @click.option(
     "--wait",

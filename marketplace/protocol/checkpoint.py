@@ -1,7 +1,7 @@
 """Checkpoints: a single-node job's work units, the full training state of its slot, and the
 canonical hash of a training state, which the chain commits.
 
-The state hash identifies a checkpoint independently of pickle bytes. Every leaf of the
+The state hash identifies a checkpoint independently of the bytes of its file. Every leaf of the
 nested `state` mapping gets a path (keys joined by "/", list positions as numbers), leaves are
 taken in sorted path order, and each is fed to sha256 as a length-prefixed JSON header line
 followed, for tensors, by the tensor's raw little-endian bytes:

@@ -27,6 +27,8 @@ from marketplace.protocol.checkpoint import state_hash
 from marketplace.protocol.tagged import dump_tagged, load_tagged
 from marketplace.protocol.units import RANK_BUNDLES, UnitFormatError
 
+_RANK_UNIT_TAG = "zoo-compute/rank-inputs-v1"  # a rank's saved inputs, on its provider's disk
+
 
 @dataclass(frozen=True)
 class RankUnit:
@@ -67,12 +69,12 @@ class RankUnit:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
-        torch.save(self.fields(), partial)
+        partial.write_bytes(dump_tagged(_RANK_UNIT_TAG, self.fields()))
         os.replace(partial, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RankUnit:
-        return cls.from_fields(torch.load(path, weights_only=True))
+        return cls.from_fields(load_tagged(Path(path).read_bytes(), _RANK_UNIT_TAG))
 
     def state_hash(self) -> str:
         """The digest of everything the unit starts from (checkpoint.py's state hash)."""

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import (
@@ -77,6 +77,9 @@ class ModelSpec(BaseModel):
             ) from None
         return make(self, seq_len, vocab_size)
 
+    def check_fits(self, seq_len: int) -> None:
+        """Raise SpecError when the model cannot take sequences of `seq_len` tokens."""
+
 
 ARCHITECTURES: dict[str, type[ModelSpec]] = {}
 _MODULES: dict[str, Callable[[Any, int, int], nn.Module]] = {}
@@ -138,6 +141,206 @@ class MLPSpec(ModelSpec):
     hidden: int = Field(256, ge=1, le=1 << 20)  # width of each hidden layer
     n_layer: int = Field(2, ge=1, le=1024)  # hidden layers
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout after each hidden layer
+
+
+class HFKey(NamedTuple):
+    """What one key of a Hugging Face config may hold: a JSON type and, for numbers, a range, or
+    one of a few strings."""
+
+    kind: Any  # the type: int, float, bool or str
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def problem(self, given: object) -> str | None:
+        """Why `given` does not fit this key, or None when it does."""
+        value: Any = given
+        if self.kind is float and type(given) is int:
+            value = float(given)
+        if type(value) is not self.kind:
+            return f"must be a {self.kind.__name__}, got {type(value).__name__}"
+        if self.choices and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}; got {value!r}"
+        if self.low is not None and not value >= self.low:
+            return f"must be at least {self.low:g}; got {value}"
+        if self.high is not None and not value <= self.high:
+            return f"must be at most {self.high:g}; got {value}"
+        return None
+
+
+class HFFamily(NamedTuple):
+    """A family of `transformers` causal LMs a spec may name: its classes (looked up by name in
+    `transformers`, which only the engine loads), the config keys a spec may set, the ones it
+    must, and the names its config gives the shared sizes."""
+
+    config_class: str
+    model_class: str
+    keys: Mapping[str, HFKey]
+    required: tuple[str, ...]
+    width: str  # residual stream width, which the heads divide
+    heads: str
+    positions: str  # how many positions the model embeds: at least the job's seq_len
+
+
+_LAYERS = HFKey(int, 1, 1024)
+_WIDTH = HFKey(int, 1, 1 << 16)
+_HEADS = HFKey(int, 1, 1024)
+_FFN = HFKey(int, 1, 1 << 20)
+_POSITIONS = HFKey(int, 2, 1 << 20)
+_TOKEN_ID = HFKey(int, 0, 1 << 24)  # below the vocabulary, which build checks
+_EPS = HFKey(float, 1e-12, 1.0)
+_INIT = HFKey(float, 0.0, 1.0)
+_DROPOUT = HFKey(float, 0.0, 0.99)
+_ACTIVATIONS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+_SHARED = {"vocab_size": HFKey(int, 2, 1 << 24), "tie_word_embeddings": HFKey(bool)}
+_SHARED |= {"bos_token_id": _TOKEN_ID, "eos_token_id": _TOKEN_ID, "pad_token_id": _TOKEN_ID}
+
+# Only keys of plain sizes and switches: nothing that names a file, a hub repository or code
+# (auto_map, trust_remote_code, _name_or_path, *_path), nor a dtype or attention kernel, which
+# the engine fixes so that every party computes the same bits.
+HF_FAMILIES: dict[str, HFFamily] = {
+    "llama": HFFamily(
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        _SHARED
+        | {
+            "hidden_size": _WIDTH,
+            "intermediate_size": _FFN,
+            "num_hidden_layers": _LAYERS,
+            "num_attention_heads": _HEADS,
+            "num_key_value_heads": _HEADS,
+            "head_dim": HFKey(int, 1, 4096),
+            "hidden_act": HFKey(str, choices=_ACTIVATIONS),
+            "max_position_embeddings": _POSITIONS,
+            "initializer_range": _INIT,
+            "rms_norm_eps": _EPS,
+            "rope_theta": HFKey(float, 1.0, 1e9),
+            "attention_bias": HFKey(bool),
+            "attention_dropout": _DROPOUT,
+            "mlp_bias": HFKey(bool),
+        },
+        ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"),
+        width="hidden_size",
+        heads="num_attention_heads",
+        positions="max_position_embeddings",
+    ),
+    "gpt2": HFFamily(
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        _SHARED
+        | {
+            "n_embd": _WIDTH,
+            "n_layer": _LAYERS,
+            "n_head": _HEADS,
+            "n_inner": _FFN,
+            "n_positions": _POSITIONS,
+            "activation_function": HFKey(str, choices=_ACTIVATIONS),
+            "resid_pdrop": _DROPOUT,
+            "embd_pdrop": _DROPOUT,
+            "attn_pdrop": _DROPOUT,
+            "layer_norm_epsilon": _EPS,
+            "initializer_range": _INIT,
+            "scale_attn_weights": HFKey(bool),
+            "scale_attn_by_inverse_layer_idx": HFKey(bool),
+            "reorder_and_upcast_attn": HFKey(bool),
+        },
+        ("n_embd", "n_layer", "n_head"),
+        width="n_embd",
+        heads="n_head",
+        positions="n_positions",
+    ),
+}
+
+
+@register("hf")
+class HFSpec(ModelSpec):
+    """A causal LM of the `transformers` library, built from its config alone (no hub files).
+
+    `config` holds the family's config keys (see HF_FAMILIES); the vocabulary is the job's and
+    the positions default to the job's seq_len, so neither needs to be given.
+    """
+
+    family: str  # which transformers model, one of HF_FAMILIES
+    config: dict[str, Any] = Field(default_factory=dict)  # the family's config keys
+    attn_implementation: Literal["eager", "sdpa"] = "sdpa"  # attention kernel, fixed per job
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, family: str) -> str:
+        if family not in HF_FAMILIES:
+            raise PydanticCustomError(
+                "unknown_family",
+                "unknown family {family}; allowed: {allowed}",
+                {"family": repr(family), "allowed": ", ".join(sorted(HF_FAMILIES))},
+            )
+        return family
+
+    @field_validator("config")
+    @classmethod
+    def _config_fits_family(cls, config: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        family = HF_FAMILIES.get(info.data.get("family", ""))
+        if family is None:  # the family's own error says why
+            return config
+        name = info.data["family"]
+        problems = [
+            f"unknown key {key!r} for family {name} (allowed: {', '.join(family.keys)})"
+            for key in config
+            if key not in family.keys
+        ]
+        problems += [
+            f"{key} {why}"
+            for key, value in config.items()
+            if key in family.keys and (why := family.keys[key].problem(value))
+        ]
+        problems += [f"{key} is required" for key in family.required if key not in config]
+        if not problems:
+            width, heads = config[family.width], config[family.heads]
+            kv_heads = config.get("num_key_value_heads", heads)
+            if "head_dim" not in config and width % heads:
+                problems.append(f"{family.heads} ({heads}) must divide {family.width} ({width})")
+            if heads % kv_heads:
+                problems.append(f"num_key_value_heads ({kv_heads}) must divide {family.heads}")
+        if problems:
+            raise PydanticCustomError(
+                "bad_hf_config", "{problems}", {"problems": "; ".join(problems)}
+            )
+        return config
+
+    def check_fits(self, seq_len: int) -> None:
+        positions = self.config.get(HF_FAMILIES[self.family].positions, seq_len)
+        if positions < seq_len:
+            raise SpecError(
+                [
+                    (
+                        f"model.config.{HF_FAMILIES[self.family].positions}",
+                        f"must be at least data.seq_len ({seq_len}); got {positions}",
+                    )
+                ]
+            )
+
+    def config_values(self, seq_len: int, vocab_size: int) -> dict[str, Any]:
+        """The config's keys completed for a job: its vocabulary and positions filled in, each
+        checked against what the job's data needs (SpecError naming the key otherwise)."""
+        self.check_fits(seq_len)
+        family = HF_FAMILIES[self.family]
+        given = self.config.get("vocab_size", vocab_size)
+        if given != vocab_size:
+            raise SpecError(
+                [
+                    (
+                        "model.config.vocab_size",
+                        f"must be the job's vocabulary size ({vocab_size}); got {given}",
+                    )
+                ]
+            )
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            if self.config.get(key, 0) >= vocab_size:
+                raise SpecError(
+                    [(f"model.config.{key}", f"must be below the vocabulary size ({vocab_size})")]
+                )
+        # token ids the job's tokenizer defines, when it has one; none by default
+        unset = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+        return {family.positions: seq_len, **unset, **self.config, "vocab_size": vocab_size}
 
 
 class StdlibSource(_Section):
@@ -508,6 +711,11 @@ class JobSpec(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _model_takes_sequences(self) -> JobSpec:
+        self.model.check_fits(self.data.seq_len)
+        return self
+
     @property
     def vocab_size(self) -> int:
         """How many token ids the data yields and the model predicts: the named tokenizer's
@@ -560,7 +768,11 @@ def parse_spec(source: str | bytes | Mapping[str, Any]) -> JobSpec:
     try:
         return JobSpec.model_validate(source)
     except ValidationError as exc:
-        raise SpecError([_describe(e) for e in exc.errors()]) from None
+        errors: list[tuple[str, str]] = []
+        for error in exc.errors():
+            raised = error.get("ctx", {}).get("error")
+            errors += raised.errors if isinstance(raised, SpecError) else [_describe(error)]
+        raise SpecError(errors) from None
 
 
 def load_spec(path: str | os.PathLike[str]) -> JobSpec:

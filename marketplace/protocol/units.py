@@ -12,8 +12,8 @@ in ddp its `checkpoint.every` steps from step `i * every`.
 format in a table keyed by what it returns, and everyone reads units through it. A reader that
 holds a unit but not its job's spec asks `read_unit`, which goes by the format the unit's bytes
 are tagged with. Naming a format and counting its units needs no torch, so the gateway and the
-CLI quote a job with it; both formats are torch files, so reading a unit loads torch, with the
-first unit read.
+CLI quote a job with it; both formats are safetensors files read into torch tensors, so reading
+a unit loads torch, with the first unit read.
 """
 
 from __future__ import annotations

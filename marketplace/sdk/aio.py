@@ -582,22 +582,30 @@ class AsyncJob:
         )
 
     async def result(self, output: str | Path | None = None) -> Result:
-        """Download the trained model by CID and write its weights to `output` (default
-        weights/job-<id>.pt): the final checkpoint, checked against the state hash committed
-        on-chain, or for a group job the model every rank's last round holds (see
-        `results.write_result`)."""
+        """Download the trained model by CID and write it to `output` (default
+        weights/job-<id>.pt; for a Hugging Face model, the folder weights/job-<id> that
+        `AutoModelForCausalLM.from_pretrained` loads): the final checkpoint, checked against the
+        state hash committed on-chain, or for a group job the model every rank's last round
+        holds (see `results.write_result`)."""
         shown = await self.client.request("GET", f"/jobs/{self.id}/result")
+        spec_cid = (await self.status())["spec_cid"]
         path = Path(output) if output is not None else default_output(self.id)
         units = [results.LastUnit(**slot) for slot in shown["slots"]]
 
-        def fetch() -> tuple[str, str]:
+        def fetch() -> tuple[str, str, Path]:
             with Storage(self.client.ipfs_api, self.client.ipfs_replicas) as storage:
                 return results.write_result(
-                    storage, self.id, units, shown["nodes"], shown["units_per_node"], path
+                    storage,
+                    self.id,
+                    units,
+                    shown["nodes"],
+                    shown["units_per_node"],
+                    path,
+                    spec_cid,
                 )
 
-        cid, digest = await asyncio.to_thread(fetch)
-        return Result(self.id, cid, "0x" + digest, path)
+        cid, digest, written = await asyncio.to_thread(fetch)
+        return Result(self.id, cid, "0x" + digest, written)
 
     async def logs(self, *, follow: bool = False, since: int = 0) -> AsyncGenerator[dict]:
         """The job's log lines after line `since`, every page of them; with `follow`, keep reading

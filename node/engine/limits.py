@@ -71,27 +71,36 @@ DEFAULT_LIMITS = UnitLimits()
 
 
 def checkpoint_bytes(spec: JobSpec) -> int:
-    """The most bytes an honest checkpoint of `spec`'s job can take: every parameter with its
-    gradient-free AdamW moments (three fp32 tensors, 12 bytes) plus room for the rest (RNG
+    """The most bytes an honest checkpoint of `spec`'s job can take: every tensor of the model's
+    state in fp32 (a tied weight once for each of its names, as a unit file stores it) and the
+    AdamW moments of every parameter (two fp32 tensors, 8 bytes), plus room for the rest (RNG
     states, metadata, the container). Reading one stops past this, whoever committed it."""
-    return parameter_count(spec) * 12 + (64 << 20)
+    parameters, weights = _model_sizes(spec)
+    return 4 * weights + 8 * parameters + (64 << 20)
 
 
 def parameter_count(spec: JobSpec) -> int:
-    """The parameters of the model `spec` builds (shared tensors once), without allocating it;
-    remembered per model, since a bidder asks for every job it sees and a verifier per unit."""
+    """The parameters of the model `spec` builds (shared tensors once), without allocating it."""
+    return _model_sizes(spec)[0]
+
+
+def _model_sizes(spec: JobSpec) -> tuple[int, int]:
+    """The parameters of the model `spec` builds and the elements of its state's tensors (a tied
+    weight once for each of its names), measured on the meta device and remembered per model: a
+    bidder asks for every job it sees, and a verifier for every unit."""
     key = (spec.model.model_dump_json(), spec.data.seq_len, spec.vocab_size)
-    if key not in _PARAMETER_COUNTS:
+    if key not in _MODEL_SIZES:
         with torch.device("meta"):
             model = spec.build_model()
-        if len(_PARAMETER_COUNTS) >= _REMEMBERED_MODELS:  # the oldest goes: strangers write specs
-            del _PARAMETER_COUNTS[next(iter(_PARAMETER_COUNTS))]
-        _PARAMETER_COUNTS[key] = sum(p.numel() for p in model.parameters())
-    return _PARAMETER_COUNTS[key]
+        if len(_MODEL_SIZES) >= _REMEMBERED_MODELS:  # the oldest goes: strangers write specs
+            del _MODEL_SIZES[next(iter(_MODEL_SIZES))]
+        parameters = sum(p.numel() for p in model.parameters())
+        _MODEL_SIZES[key] = (parameters, sum(t.numel() for t in model.state_dict().values()))
+    return _MODEL_SIZES[key]
 
 
 _REMEMBERED_MODELS = 256
-_PARAMETER_COUNTS: dict[tuple[str, int, int], int] = {}
+_MODEL_SIZES: dict[tuple[str, int, int], tuple[int, int]] = {}
 
 
 def _declared_bytes(source: object) -> int | None:

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from marketplace.protocol.spec import VOCAB_SIZE, GPTSpec, MLPSpec, builds
+from marketplace.protocol.hf import hf_model
+from marketplace.protocol.spec import VOCAB_SIZE, GPTSpec, HFSpec, MLPSpec, builds
 
 
 @builds("gpt")
@@ -145,3 +146,24 @@ def _next_token_loss(logits: torch.Tensor, targets: torch.Tensor | None) -> torc
     if targets is None:
         return None
     return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+@builds("hf")
+def _hf(spec: HFSpec, seq_len: int, vocab_size: int) -> nn.Module:
+    return HFCausalLM(hf_model(spec, seq_len, vocab_size))
+
+
+class HFCausalLM(nn.Module):
+    """A `transformers` causal LM under the engine's contract: `(idx, targets) -> (logits,
+    loss)`, with targets already shifted by one as the sampler yields them (the same loss as the
+    engine's own models, not the library's, which shifts labels itself)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.hf = model  # the name is PREFIX: exported weights drop it
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.hf(input_ids=idx, use_cache=False).logits
+        return logits, _next_token_loss(logits, targets)

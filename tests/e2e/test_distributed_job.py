@@ -165,7 +165,7 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
             )
 
         # Every rank applied the same aggregates: all last units hold one model, the job's result.
-        cid, digest = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")
+        cid, digest, _ = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")
         assert cid == units[0, 2]["cid"]
         first = load_rank_bundle(storage.cat(units[0, 0]["cid"])).unit.trainer["model"]
         trained = torch.load(tmp_path / "weights.pt", weights_only=True)
@@ -231,7 +231,7 @@ def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_se
 
         # The group trained one model, which every rank's last unit holds, the successor's too: the
         # job's result, well below the loss of the weights the first round started from.
-        cid, digest = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")
+        cid, digest, _ = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")
         assert cid == next(u["cid"] for u in units if (u["slot"], u["index"]) == (0, 3))
         first_cid = next(u["cid"] for u in units if (u["slot"], u["index"]) == (0, 0))
         first = load_rank_bundle(storage.cat(first_cid)).unit.trainer["model"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,12 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import save
 
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError, state_hash
 from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, rank_bundle
 from marketplace.protocol.spec import load_spec, parse_spec
+from marketplace.protocol.tagged import MAX_HEADER_BYTES
 from marketplace.protocol.units import (
     CHECKPOINTS,
     RANK_BUNDLES,
@@ -38,6 +41,10 @@ STATE = {
 # The state hash of STATE, as committed on-chain: a change here breaks every committed hash.
 STATE_HASH = "22885b4230ebc9eb2938ce5b5b7f841c6f5b99118549c6ef080641c2f262e828"
 TRAINER = {"step": 40, "progress": {"loss_history": [3.0, 1.5]}}
+
+
+def safetensors_file(tensors: dict, metadata: dict | None = None) -> bytes:
+    return save(tensors, metadata=metadata)
 
 
 def torch_file(value: Any) -> bytes:
@@ -125,15 +132,72 @@ def test_each_format_reads_the_loss_its_units_report():
 @pytest.mark.parametrize(
     ("data", "why"),
     [
-        (b"not torch at all", "not a torch file"),
-        (torch_file([1, 2, 3]), "no format tag"),
-        (torch_file({"state": {}}), "no format tag"),
-        (torch_file({"format": "zoo-checkpoint/0"}), "not a work unit: format 'zoo-checkpoint/0'"),
+        (b"not a unit at all", "not a unit file"),
+        (safetensors_file({"w": torch.ones(2)}), "no format tag"),
+        (safetensors_file({}, {"zoo": '{"list": [1, 2]}'}), "no format tag"),
+        (
+            safetensors_file({}, {"zoo": '{"dict": [["format", "zoo-checkpoint/0"]]}'}),
+            "not a work unit: format 'zoo-checkpoint/0'",
+        ),
+        (
+            safetensors_file({"x": torch.ones(1)}, {"zoo": '{"dict": [["format", "t"]]}'}),
+            "tensor 'x' is not part of the unit",
+        ),
+        (
+            safetensors_file({}, {"zoo": '{"dict": [["format", {"tensor": "x"}]]}'}),
+            "tensor 'x' is missing or used twice",
+        ),
+        (
+            safetensors_file({}, {"zoo": "[" * 100_000 + "]" * 100_000}),
+            "its structure is not JSON",
+        ),
+        (
+            safetensors_file({}, {"zoo": '{"list": [' * 100 + "1" + "]}" * 100}),
+            "nested deeper than 64",
+        ),
+        (
+            safetensors_file(
+                {"c": torch.ones(2, dtype=torch.complex64)},
+                {"zoo": '{"dict": [["format", "t"], ["c", {"tensor": "c"}]]}'},
+            ),
+            "tensor 'c' has dtype 'C64'",
+        ),
+        (torch_file({"format": CHECKPOINTS.tag, "state": {}}), "not a unit file"),
     ],
 )
 def test_bytes_that_are_no_work_unit_are_refused(data, why):
     with pytest.raises(UnitFormatError, match=why):
         read_unit(data)
+
+
+def test_a_header_past_its_bound_or_the_data_is_refused_before_it_is_parsed():
+    huge = (MAX_HEADER_BYTES + 1).to_bytes(8, "little") + b"{}"
+    with pytest.raises(UnitFormatError, match=f"a header of {MAX_HEADER_BYTES + 1} bytes"):
+        read_unit(huge)
+    with pytest.raises(UnitFormatError, match="a header of 100 bytes"):
+        read_unit((100).to_bytes(8, "little") + b"{}")
+
+
+def test_a_unit_round_trips_every_kind_of_value_it_holds():
+    """Optimizer state keyed by parameter number, tuples, non-finite floats, big ints, empty and
+    tied tensors: each comes back as it went in, and the state hash with it."""
+    tied = torch.randn(4, 3)
+    flat = torch.arange(10.0)
+    state = {
+        "model": {"wte": tied, "lm_head": tied, "views": [flat[:5], flat[5:]]},
+        "optimizer": {
+            "state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.zeros(4, 3)}},
+            "param_groups": [{"betas": (0.9, 0.95), "params": [0], "lr": float("inf")}],
+        },
+        "rng": {"torch": torch.get_rng_state(), "cuda": [], "empty": torch.zeros(0)},
+        "values": [None, True, -0.0, float("nan"), 2**70, "text", ("a", 1)],
+    }
+    read = Checkpoint.load(Checkpoint(state, {"metrics": {"loss": 2.0}}).to_bytes())
+    assert read.state_hash() == state_hash(state)
+    assert list(read.state["optimizer"]["state"]) == [0]
+    assert read.state["optimizer"]["param_groups"][0]["betas"] == (0.9, 0.95)
+    assert read.state["values"][6] == ("a", 1) and math.isnan(read.state["values"][3])
+    assert torch.equal(read.state["rng"]["torch"], state["rng"]["torch"])
 
 
 def test_a_unit_read_as_the_other_format_is_refused():
@@ -177,7 +241,7 @@ def test_a_group_jobs_model_is_what_every_ranks_last_bundle_holds():
 def test_a_job_without_units_or_with_no_unit_at_slot_0_has_no_model():
     with pytest.raises(ResultError, match="has no committed checkpoint"):
         trained_model(7, [], 1, 6, {}.__getitem__)
-    with pytest.raises(ResultError, match="unit slot-0: not a torch file"):
+    with pytest.raises(ResultError, match="unit slot-0: not a unit file"):
         trained_model(
             7, [LastUnit(0, 5, "slot-0", STATE_HASH)], 1, 6, {"slot-0": b"junk"}.__getitem__
         )
