@@ -4,10 +4,17 @@ final weights, checked against what the chain committed, by the rules of the job
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 from marketplace.protocol.spec import MAX_SPEC_BYTES, HFSpec, JobSpec, SpecError, parse_spec
+from marketplace.protocol.tokenizer import (
+    END_OF_TEXT,
+    MAX_TOKENIZER_BYTES,
+    NotATokenizer,
+)
+from marketplace.protocol.tokenizer import load as load_tokenizer
 from marketplace.protocol.units import (
     LastUnit,
     ResultError,
@@ -52,7 +59,7 @@ def write_result(
     spec = None if spec_cid is None else job_spec(storage, spec_cid)
     if spec is not None and isinstance(spec.model, HFSpec):
         folder = output.with_suffix("") if output.suffix == ".pt" else output
-        write_hf_folder(spec, model.weights, folder)
+        write_hf_folder(spec, model.weights, folder, _tokenizer_files(storage, spec))
         return model.cid, model.state_hash, folder
     write_weights(model.weights, output)
     return model.cid, model.state_hash, output
@@ -70,14 +77,37 @@ def job_spec(storage: Storage, spec_cid: str) -> JobSpec | None:
         return None
 
 
-def write_hf_folder(spec: JobSpec, weights: dict, folder: Path) -> None:
-    """The trained weights as a Hugging Face folder: config.json and model.safetensors (the
-    job's tokenizer files join them once specs name a tokenizer: `save_folder` takes them)."""
+def _tokenizer_files(storage: Storage, spec: JobSpec) -> dict[str, bytes]:
+    """The job's tokenizer as a Hugging Face folder holds it, so that `AutoTokenizer` loads it
+    beside the model; none for a byte-level job."""
+    ref = spec.data.tokenizer
+    if ref is None:
+        return {}
+    raw = storage.cat(ref.cid, max_bytes=MAX_TOKENIZER_BYTES)
+    try:
+        load_tokenizer(raw)
+    except NotATokenizer as exc:
+        raise ResultError(f"the job's tokenizer {ref.cid} {exc}") from None
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": spec.data.seq_len,
+        "eos_token": END_OF_TEXT,
+    }
+    return {"tokenizer.json": raw, "tokenizer_config.json": json.dumps(config).encode()}
+
+
+def write_hf_folder(
+    spec: JobSpec, weights: dict, folder: Path, tokenizer_files: dict[str, bytes]
+) -> None:
+    """The trained weights as a Hugging Face folder: config.json and model.safetensors, with the
+    job's tokenizer files when it has a tokenizer."""
     from marketplace.protocol.hf import save_folder  # loads torch and transformers
 
     assert isinstance(spec.model, HFSpec)
     try:
-        save_folder(spec.model, spec.data.seq_len, spec.vocab_size, weights, folder)
+        save_folder(
+            spec.model, spec.data.seq_len, spec.vocab_size, weights, folder, tokenizer_files
+        )
     except SpecError as exc:
         raise ResultError(f"the trained model does not fit its spec: {exc}") from None
 

@@ -330,6 +330,7 @@ def test_the_shipped_jsonl_spec_trains_on_its_corpus_and_tokenizer(storage, monk
         spec, None, unit_shard(spec, 0), 2, storage=storage, local_data=LocalData((data,))
     )
     assert spec.vocab_size == 2048
+    assert type(spec.build_model().hf).__name__ == "LlamaForCausalLM"
     assert math.isfinite(result.metrics["loss"]) and result.metrics["loss"] < math.log(2048) + 1
 
 
