@@ -15,7 +15,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -130,7 +130,13 @@ def push(storage: Storage, path: Path, replicas: int = 3) -> tuple[str, FileList
     return cid, listing
 
 
-def read_list(storage: Storage, cid: str) -> FileList:
+class Catalogue(Protocol):
+    """What reading a file list takes: content by CID, bounded (a Storage, or the engine's)."""
+
+    def cat(self, cid: str, max_bytes: int | None = None) -> bytes: ...
+
+
+def read_list(storage: Catalogue, cid: str) -> FileList:
     """The file list at `cid`, checked; FolderError if it is not one."""
     raw = storage.cat(cid, max_bytes=MAX_LIST_BYTES)
     try:

@@ -11,11 +11,13 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
+import yaml
 from eth_account.signers.local import LocalAccount
 
 from marketplace.chain.errors import ChainError, ContractRevert, TransactionReverted
 from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.chain.permit import sign_permit
+from marketplace.chain.registry import Registry
 from marketplace.chain.zen import rounded
 from marketplace.protocol.journey import (
     JobError,
@@ -29,8 +31,8 @@ from marketplace.protocol.journey import (
     next_step,
     waiting_for,
 )
-from marketplace.protocol.spec import JobSpec, parse_spec
-from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus
+from marketplace.protocol.spec import HFSpec, JobSpec, parse_spec
+from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Kind
 from marketplace.protocol.units import units_per_node
 from marketplace.results import LastUnit, unit_loss, write_result
 from marketplace.storage import Storage
@@ -118,11 +120,27 @@ def pin(storage: Storage, data: bytes) -> str:
     return cid
 
 
+def resolve_base(ledger: Ledger, spec_text: str) -> str:
+    """The spec with the registered version it fine-tunes pinned to its folder's CID (`from:
+    org/name@N` becomes that name and CID), so that every provider and verifier loads the same
+    bytes; the spec as it is otherwise."""
+    spec = parse_spec(spec_text)
+    base = spec.model.base if isinstance(spec.model, HFSpec) else None
+    if base is None or base.cid is not None:
+        return spec_text
+    version = Registry(ledger.w3, ledger.deployment).resolve(Kind.MODEL, base.name)
+    document = yaml.safe_load(spec_text)
+    document["model"]["from"] = {"name": base.name, "cid": version.cid}
+    return yaml.safe_dump(document, sort_keys=False)
+
+
 def submit(
     ledger: Ledger, user: LocalAccount, storage: Storage, spec_text: str, order: Order
 ) -> int:
-    """Validate the spec, pin it, and escrow the budget with a permit; returns the job id."""
+    """Validate the spec (a version it fine-tunes resolved from the registry), pin it, and escrow
+    the budget with a permit; returns the job id."""
     request = job_request(spec_text, "", order)  # a bad spec or budget is refused before pinning
+    spec_text = resolve_base(ledger, spec_text)
     check_funds(ledger, user.address, order.max_budget)
     request = replace(request, spec_cid=pin(storage, spec_text.encode()))
     deadline, v, r, s = sign_permit(ledger, user, ledger.market.address, order.max_budget)

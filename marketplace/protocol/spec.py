@@ -51,6 +51,15 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _LeavesOutUnset(BaseModel):
+    """A section whose unset optional fields stay out of its dump, so that a spec using none of a
+    newer field hashes as it always did."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset(self, handler: Any) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
 class ModelSpec(BaseModel):
     """Base of every architecture's config; a subclass knows how to build its module.
 
@@ -252,8 +261,17 @@ HF_FAMILIES: dict[str, HFFamily] = {
 }
 
 
+class BaseModelRef(_Section):
+    """The registered model version a job fine-tunes: its name, for lineage, and the CID of its
+    folder, which every party loads, so that all start from the same bytes. `zoo-compute train`
+    fills the CID in from the registry when a spec gives the name alone (`from: org/name@3`)."""
+
+    name: str = Field(max_length=160, pattern=r"^[a-z0-9._-]+/[a-z0-9._-]+@[1-9][0-9]{0,9}$")
+    cid: str | None = Field(None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]+$")
+
+
 @register("hf")
-class HFSpec(ModelSpec):
+class HFSpec(ModelSpec, _LeavesOutUnset):
     """A causal LM of the `transformers` library, built from its config alone (no hub files).
 
     `config` holds the family's config keys (see HF_FAMILIES); the vocabulary is the job's and
@@ -263,6 +281,13 @@ class HFSpec(ModelSpec):
     family: str  # which transformers model, one of HF_FAMILIES
     config: dict[str, Any] = Field(default_factory=dict)  # the family's config keys
     attn_implementation: Literal["eager", "sdpa"] = "sdpa"  # attention kernel, fixed per job
+    # a registered version to fine-tune instead of a fresh initialisation: `from: org/name@N`
+    base: BaseModelRef | None = Field(None, alias="from")
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _name_alone(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
 
     @field_validator("family")
     @classmethod
@@ -475,7 +500,7 @@ class DedupSpec(_Section):
     window: int = Field(100_000, ge=1, le=10_000_000)  # documents remembered: the memory bound
 
 
-class DataSpec(_Section):
+class DataSpec(_Section, _LeavesOutUnset):
     sources: list[Source] = Field(min_length=1)  # byte or document sources, mixed by weight
     seq_len: int = Field(ge=2, le=1 << 20)  # tokens per training sequence (the context length)
     eval_fraction: float = Field(0.05, gt=0.0, lt=0.5)  # tail of every source held out for eval
@@ -498,11 +523,6 @@ class DataSpec(_Section):
                 "filters and dedup apply to document sources (jsonl, parquet, text); there is none",
             )
         return self
-
-    @model_serializer(mode="wrap")
-    def _leave_out_unset(self, handler: Any) -> dict[str, Any]:
-        """Leave unset pipeline sections out, so a byte-level spec hashes as it always did."""
-        return {key: value for key, value in handler(self).items() if value is not None}
 
 
 class LossSpikeSpec(_Section):
@@ -582,7 +602,7 @@ class AggregationSpec(_Section):
 _MULTI_NODE_FIELDS = ("unit_deadline_s", "quorum", "diloco", "compression", "aggregation")
 
 
-class DistributedSpec(_Section):
+class DistributedSpec(_Section, _LeavesOutUnset):
     """How the job's nodes train together; every field after `strategy` is for nodes > 1.
 
     Fields left out are left out of the canonical form too, so the hash of a single-node spec
@@ -661,10 +681,6 @@ class DistributedSpec(_Section):
                 {"trim": aggregation.trim, "fewest": fewest},
             )
         return aggregation
-
-    @model_serializer(mode="wrap")
-    def _leave_out_unset(self, handler: Any) -> dict[str, Any]:
-        return {key: value for key, value in handler(self).items() if value is not None}
 
 
 class ReproducibilitySpec(_Section):

@@ -12,9 +12,10 @@ from typing import Any, NamedTuple
 import torch
 
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
-from marketplace.protocol.spec import JobSpec, ReproducibilitySpec
+from marketplace.protocol.spec import HFSpec, JobSpec, ReproducibilitySpec
 
 from . import environment
+from .base import load_base
 from .data import (
     NO_LOCAL_DATA,
     ContentStore,
@@ -84,6 +85,8 @@ def run_unit(
         sampler = Sampler(corpora, spec.data.seq_len, spec.training.batch_size, repro.seed)
         trainer = Trainer(spec, sampler, device)
         if checkpoint is None:
+            if isinstance(spec.model, HFSpec) and spec.model.base is not None:
+                load_base(spec, trainer.model, storage)
             good = trainer.state()
         else:
             if checkpoint.state["progress"]["spec_sha256"] != spec.sha256():
