@@ -55,7 +55,7 @@ class ExecutionClass:
         """The class a checkpoint's metadata records; ExecutionClassError if it is malformed."""
         if not isinstance(data, dict):
             raise ExecutionClassError("an execution class is a mapping")
-        types = {
+        types: dict[str, type | tuple[type, ...]] = {
             "device": str,
             "device_model": str,
             "capability": (str, type(None)),
@@ -68,7 +68,7 @@ class ExecutionClass:
             "mkldnn": bool,
             "dtype": str,
         }
-        values = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
             value = data.get(f.name)
             if not isinstance(value, types[f.name]) or (

@@ -119,6 +119,7 @@ def run_unit(
         state = trainer.state()
     result = Checkpoint(state)
     digest = result.state_hash()
+    window = (trainer.step - 1) // spec.checkpoint.every * spec.checkpoint.every
     tokens = steps * spec.training.batch_size * spec.training.grad_accum_steps * spec.data.seq_len
     metrics = {
         "start_step": start,
@@ -143,7 +144,8 @@ def run_unit(
         "trace": {
             "segment_steps": trace.segment_steps(spec),
             "root": trace.merkle_root(trainer.trace),
-            "segments": record["segments"],
+            # the current window's, the ones the state's trace binds
+            "segments": [s for s in record["segments"] if s["step"] > window],
         },
         "unit": {
             "shard": shard.to_dict(),
@@ -251,7 +253,7 @@ def _reproducible(executes: ExecutionClass) -> Iterator[None]:
     )
     torch.set_num_threads(executes.num_threads)
     torch.set_float32_matmul_precision(executes.matmul_precision)
-    torch.backends.mkldnn.enabled = executes.mkldnn
+    torch.backends.mkldnn.enabled = executes.mkldnn  # type: ignore[assignment]
     cudnn.allow_tf32 = executes.matmul_precision != "highest"
     if executes.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
