@@ -6,7 +6,8 @@ as a provider in one class of verifier.casebook.HOSTS (and CUDA with --cuda), ke
 segment's state, and re-runs it in every other class from the unit's start and from each of the
 provider's segment states, as a verifier does; it records the three distances of
 verifier.trajectory at every segment end by the steps run since the common start. The file
-keeps, per distance and step count, the largest seen; the verifier's bound is that times MARGIN.
+keeps, per distance and step count, the largest seen; the verifier's bound follows from it by
+the policy in verifier/trajectory.py (MARGIN, FLOOR).
 
     python scripts/calibrate_verification.py            # writes verifier/tolerance.json
     python scripts/calibrate_verification.py --check    # prints, writes nothing
@@ -30,8 +31,6 @@ from node.engine.environment import Host
 from verifier import casebook
 from verifier.trajectory import MEASURES, TOLERANCE_FILE, TOLERANCE_FORMAT, ratio
 
-MARGIN = 10.0  # bound = MARGIN x the largest honest distance measured at that step count
-FLOOR = 1e-5  # no bound is tighter than this: a few float32 roundings of a loss or a step
 MAX_STEPS = 16  # the table's length: units up to this many steps are measured directly
 
 
@@ -115,8 +114,6 @@ def main() -> int:
             measured[m][n] = max(measured[m][n], measured[m][n - 1])
     document = {
         "format": TOLERANCE_FORMAT,
-        "margin": MARGIN,
-        "floor": FLOOR,
         "classes": [n for n, _, _ in classes],
         "specs": list(casebook.SPECS),
         "seeds": args.seeds,
