@@ -75,7 +75,7 @@ def main() -> int:
     tolerance = Tolerance.load()
     bench = Bench("verification", TARGETS)
 
-    honest_share: list[float] = []  # each honest unit's largest distance over its bound
+    honest_share: list[float] = []  # each honest unit's deciding distance over its bound
     false_failures = 0
     train_s = verify_s = 0.0
     starts: dict[tuple[str, int, str], tuple[Any, Checkpoint, Shard]] = {}
@@ -98,7 +98,7 @@ def main() -> int:
         train_s += time.process_time() - began
         verdict, seconds = judged(spec, start, shard, committed, verifier, tolerance)
         verify_s += seconds
-        honest_share.append(max(verdict.worst.values(), default=0.0))
+        honest_share.append(verdict.decisive)
         if not verdict.passed:
             false_failures += 1
             print(f"FALSE FAILURE {name} seed {seed} {provider}->{verifier}: {verdict.reason}")
@@ -117,8 +117,8 @@ def main() -> int:
             committed = make(spec, start, shard, spec.checkpoint.every, casebook.HOSTS[provider])
             verdict, _ = judged(spec, start, shard, committed, verifier, tolerance)
             caught += verdict.passed is False
-            if verdict.worst:
-                shares.append(max(verdict.worst.values()))
+            if verdict.decisive > 0:  # not refused on structure alone
+                shares.append(verdict.decisive)
         detection[cheat] = caught / args.cheat_units
         cheat_share[cheat] = min(shares) if shares else float("inf")
 

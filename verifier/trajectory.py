@@ -88,7 +88,12 @@ class Judgement:
     reason: str
     segment: int | None = None  # index of the segment a failure was narrowed to
     steps_run: int = 0  # optimizer steps the verifier ran, its cost in units of training
-    worst: dict[str, float] = field(default_factory=dict)  # largest distance / bound per measure
+    # the largest distance over its bound among the comparisons that decided the verdict: a
+    # passing whole re-run and the segments re-run alone, or the failing segment (0 if the
+    # verdict needed no distance)
+    decisive: float = 0.0
+    # the largest distance over its bound per measure in any comparison, flags included
+    worst: dict[str, float] = field(default_factory=dict)
 
 
 def ratio(a: Any, b: Any, origin: Any) -> float:
@@ -186,7 +191,7 @@ def judge(
         return Judgement(False, problem)
     segments = committed.metadata["trace"]["segments"]
     worst: dict[str, float] = {}
-    cost = 0
+    decisive, cost = 0.0, 0
     origin, first = start, 0  # the state the current comparison re-runs from, and its segment
     while True:
         at = origin.step if origin is not None else 0
@@ -206,24 +211,24 @@ def judge(
         if problem:
             return Judgement(False, problem, steps_run=cost, worst=worst)
         base = trace.sketch(_model(origin, spec))
-        apart = None
+        apart, largest = None, 0.0
         for i, (theirs, ours) in enumerate(zip(segments[first:], mine, strict=True), first):
-            n = int(ours["step"]) - at
             distances = {
                 "sketch": ratio(theirs["sketch"], ours["sketch"], base),
-                "loss": abs(theirs["loss"] - ours["loss"]) / max(abs(ours["loss"]), _TINY),
+                "loss": _loss_ratio(theirs["loss"], ours["loss"]),
             }
             if i == len(segments) - 1:
                 distances["weights"] = ratio(
                     committed.state["model"], result.checkpoint.state["model"], _model(origin, spec)
                 )
-            if _out_of_bounds(distances, tolerance, n, worst):
+            share = _share(distances, tolerance, int(ours["step"]) - at, worst)
+            if not share <= 1.0:  # NaN is out of bounds
                 apart = i
                 break
+            largest = max(largest, share)
         if apart is None:
-            return Judgement(
-                True, "the re-run stays within the calibrated bound", None, cost, worst
-            )
+            decisive = max(decisive, largest)
+            return Judgement(True, "the re-run stays within bounds", None, cost, decisive, worst)
         last = apart == len(segments) - 1
         before = _state_at(segments, apart - 1, first, origin, states)
         after = committed if last else _state_at(segments, apart, 0, None, states)
@@ -234,7 +239,7 @@ def judge(
                 "is not available or not what it committed",
                 apart,
                 cost,
-                worst,
+                worst=worst,
             )
         assert isinstance(after, Checkpoint)
         before_state = before if isinstance(before, Checkpoint) else None
@@ -242,20 +247,29 @@ def judge(
         alone = run_unit(spec, before_state, shard, length, device=device, host=host, **run)
         cost += length
         problem = structure_problem(after, alone.checkpoint)
-        d = ratio(after.state["model"], alone.checkpoint.state["model"], _model(before_state, spec))
-        if problem or _out_of_bounds({"weights": d}, tolerance, length, worst):
+        losses = alone.metrics["losses"]
+        distances = {
+            "weights": ratio(
+                after.state["model"], alone.checkpoint.state["model"], _model(before_state, spec)
+            ),
+            "loss": _loss_ratio(segments[apart]["loss"], sum(losses) / len(losses)),
+        }
+        share = _share(distances, tolerance, length, worst)
+        if problem or not share <= 1.0:
             return Judgement(
                 False,
                 f"segment {apart} (steps {int(segments[apart]['step']) - length}.."
-                f"{segments[apart]['step']}) re-run alone from the provider's own state "
-                f"lands {d:.3g} away, beyond the bound",
+                f"{segments[apart]['step']}) re-run alone from the provider's own state lands "
+                f"{share:.3g} times the bound away ({problem or 'weights and loss'})",
                 apart,
                 cost,
+                share,
                 worst,
             )
+        decisive = max(decisive, share)
         if last:
             return Judgement(
-                True, "the last segment re-run alone is within bounds", None, cost, worst
+                True, "the last segment re-run alone is within bounds", None, cost, decisive, worst
             )
         origin, first = after, apart + 1
 
@@ -292,12 +306,18 @@ def _model(state: Checkpoint | None, spec: JobSpec) -> dict[str, torch.Tensor]:
     return spec.build_model().state_dict()
 
 
-def _out_of_bounds(
+def _loss_ratio(theirs: float, ours: float) -> float:
+    return abs(theirs - ours) / max(abs(ours), _TINY)
+
+
+def _share(
     distances: Mapping[str, float], tolerance: Tolerance, steps: int, worst: dict[str, float]
-) -> bool:
-    out = False
-    for measure, d in distances.items():
-        share = d / tolerance.bound(measure, steps)
+) -> float:
+    """The largest of the distances over its bound (NaN if any is NaN); `worst` keeps each
+    measure's largest."""
+    shares = {m: d / tolerance.bound(m, steps) for m, d in distances.items()}
+    for measure, share in shares.items():
         worst[measure] = max(worst.get(measure, 0.0), share)
-        out = out or not share <= 1.0  # NaN is out of bounds
-    return out
+    if any(math.isnan(x) for x in shares.values()):
+        return math.nan
+    return max(shares.values())
