@@ -14,7 +14,14 @@ from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.execution import ExecutionClass, ExecutionClassError
 from node.engine import Shard, run_unit
 from verifier import casebook
-from verifier.recompute import Runner, UnitInputs, recompute
+from verifier.recompute import (
+    CLASSES_ENV,
+    DEVICE_ENV,
+    Runner,
+    UnitInputs,
+    recompute,
+    runner_from_env,
+)
 from verifier.trajectory import Tolerance, judge, trace_problem
 
 PROVIDER, VERIFIER = casebook.HOSTS["t2"], casebook.HOSTS["t1-nodnn"]
@@ -126,6 +133,16 @@ def test_recompute_is_exact_in_its_own_class_and_tolerant_in_another(spec, spec_
     provider = commit(PROVIDER)
     declared = Runner(host=VERIFIER, classes=frozenset({_class_id(storage, provider)}))
     assert recompute(provider, storage, declared).judgement["mode"] == "exact"
+
+
+def test_a_worker_declares_its_device_and_classes_through_its_environment():
+    runner = runner_from_env({CLASSES_ENV: "0123456789abcdef, fedcba9876543210"})
+    assert runner.device == "cpu"
+    assert runner.classes == {"0123456789abcdef", "fedcba9876543210"}
+    with pytest.raises(ValueError, match="not a class id"):
+        runner_from_env({CLASSES_ENV: "an-h100"})
+    with pytest.raises(ValueError, match="cpu or cuda"):
+        runner_from_env({DEVICE_ENV: "tpu"})
 
 
 def _class_id(storage, inputs):
