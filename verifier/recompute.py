@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
+
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
+from marketplace.protocol.execution import ExecutionClass, ExecutionClassError, is_class_id
 from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.units import CHECKPOINTS, RANK_BUNDLES, unit_format
 from marketplace.storage import (
@@ -25,7 +30,9 @@ from node.engine import (
     run_unit,
     unit_shard,
 )
+from node.engine.environment import DEFAULT_HOST, Host, execution_class
 from node.engine.limits import checkpoint_bytes
+from verifier import trajectory
 from verifier.errors import InputsUnavailable, Withheld
 from verifier.rank_recompute import judge_rank
 
@@ -34,6 +41,55 @@ log = logging.getLogger(__name__)
 EVIDENCE_FORMAT = "zoo-compute/verification-evidence-v1"
 # Failures to fetch that another attempt (or another node) may cure; never grounds for a verdict.
 TRANSIENT = (ContentNotFound, NodeUnavailable, CidMismatch)
+
+
+@dataclass(frozen=True)
+class Runner:
+    """How this verifier re-runs units: on which device, with which host settings, and which
+    other execution classes (by id) it declares it reproduces bit for bit. A unit of a class it
+    reproduces is judged by its exact state hash; any other within the calibrated tolerance."""
+
+    device: str = "cpu"
+    host: Host = DEFAULT_HOST
+    classes: frozenset[str] = frozenset()
+    tolerance: trajectory.Tolerance = field(default_factory=trajectory.Tolerance.load)
+
+    def own_class(self, spec: JobSpec) -> ExecutionClass:
+        return execution_class(spec, torch.device(self.device), self.host)
+
+    def reproduces(self, spec: JobSpec, class_id: str | None) -> bool:
+        return class_id is not None and (
+            class_id in self.classes or class_id == self.own_class(spec).class_id()
+        )
+
+
+DEVICE_ENV = "ZOO_VERIFIER_DEVICE"  # the device a worker re-runs on: cpu (default) or cuda
+CLASSES_ENV = "ZOO_VERIFIER_CLASSES"  # comma-separated class ids it declares it reproduces
+
+
+def runner_from_env(environ: Mapping[str, str] = os.environ) -> Runner:
+    """The Runner `verifier worker --device --reproduces` configures (through the environment,
+    which its Celery processes inherit); ValueError naming a malformed value."""
+    device = environ.get(DEVICE_ENV, "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"{DEVICE_ENV} must be cpu or cuda; got {device!r}")
+    classes = frozenset(c.strip() for c in environ.get(CLASSES_ENV, "").split(",") if c.strip())
+    bad = sorted(c for c in classes if not is_class_id(c))
+    if bad:
+        raise ValueError(f"{CLASSES_ENV} holds what is not a class id: {bad}")
+    return Runner(device=device, classes=classes)
+
+
+def recorded_class(checkpoint: Checkpoint) -> str | None:
+    """The id of the execution class a checkpoint records, None if it records none well-formed
+    (then no verifier reproduces it, and it is judged within the tolerance)."""
+    record = checkpoint.metadata.get("execution")
+    if not isinstance(record, Mapping):
+        return None
+    try:
+        return ExecutionClass.from_dict(record.get("class")).class_id()
+    except ExecutionClassError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -88,6 +144,9 @@ class Verdict:
     recomputed_state_hash: str | None = None
     metrics: dict[str, Any] | None = None
     environment: dict[str, Any] | None = None
+    # how it was judged: "exact" (same class) or "tolerant", the segment a failure was
+    # narrowed to, the largest distance over its bound per measure, the steps re-run
+    judgement: dict[str, Any] | None = None
 
     def evidence(self, inputs: UnitInputs) -> dict[str, Any]:
         """The document pinned to IPFS and named on-chain: enough for anyone to redo the check."""
@@ -107,6 +166,7 @@ class Verdict:
             "reason": self.reason,
             "metrics": self.metrics,
             "environment": self.environment,
+            "judgement": self.judgement,
         }
 
 
@@ -126,9 +186,12 @@ def _fetch(
         raise unavailable(f"{what} {cid}: {exc}") from exc
 
 
-def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
-    """A single-node job's unit: its checkpoint re-made from the slot's previous one. The unit's
-    own checkpoint is checked first, so that a withheld or false one costs no re-run."""
+def _judge_checkpoint_unit(
+    spec: JobSpec, inputs: UnitInputs, storage: Storage, runner: Runner
+) -> Verdict:
+    """A single-node job's unit: its checkpoint re-made from the slot's previous one, exactly
+    if this verifier reproduces the unit's execution class, else within the tolerance. The
+    unit's own checkpoint is checked first, so that a withheld or false one costs no re-run."""
     try:
         shard, steps = unit_shard(spec, inputs.slot), CHECKPOINTS.steps(spec, inputs.index)
     except (DataError, ValueError) as exc:
@@ -136,18 +199,23 @@ def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) 
 
     bound = checkpoint_bytes(spec)
     try:
-        own = _fetch(storage, inputs.cid, "committed checkpoint", bound, Withheld)
-        if Checkpoint.load(own).state_hash() != inputs.state_hash:
+        committed = Checkpoint.load(
+            _fetch(storage, inputs.cid, "committed checkpoint", bound, Withheld)
+        )
+        if committed.state_hash() != inputs.state_hash:
             return Verdict(False, "committed checkpoint does not hold the committed state")
-        del own
         previous = _previous_checkpoint(inputs, storage, bound)
     except (ContentTooLarge, CheckpointError) as exc:
         return Verdict(False, f"committed checkpoint unreadable: {exc}")
     if isinstance(previous, Verdict):
         return previous
 
+    if not runner.reproduces(spec, recorded_class(committed)):
+        return _judge_tolerantly(spec, inputs, storage, runner, previous, committed)
     try:
-        result = run_unit(spec, previous, shard, steps, storage=storage, device="cpu")
+        result = run_unit(
+            spec, previous, shard, steps, storage=storage, device=runner.device, host=runner.host
+        )
     except TrainingDiverged as exc:
         return Verdict(False, f"the unit diverges when re-run: {exc}")
     except TRANSIENT as exc:
@@ -158,6 +226,7 @@ def _judge_checkpoint_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) 
         "recomputed_state_hash": result.state_hash,
         "metrics": result.metrics,
         "environment": result.checkpoint.metadata["environment"],
+        "judgement": {"mode": "exact", "steps_run": steps},
     }
     if result.state_hash != inputs.state_hash:
         return Verdict(False, "recomputed state hash differs from the committed one", **judged)
@@ -187,7 +256,62 @@ def _previous_checkpoint(
     return previous
 
 
-def _judge_rank_unit(spec: JobSpec, inputs: UnitInputs, storage: Storage) -> Verdict:
+def _judge_tolerantly(
+    spec: JobSpec,
+    inputs: UnitInputs,
+    storage: Storage,
+    runner: Runner,
+    previous: Checkpoint | None,
+    committed: Checkpoint,
+) -> Verdict:
+    """A unit of a class this verifier does not reproduce: trajectory.judge, with the provider's
+    intermediate states fetched by the CIDs its segment records carry."""
+    bound = checkpoint_bytes(spec)
+
+    def provider_state(segment: Mapping[str, Any]) -> Checkpoint | None:
+        cid = segment.get("cid")
+        if not isinstance(cid, str):
+            return None
+        try:
+            return Checkpoint.load(_fetch(storage, cid, "segment state", bound))
+        except (CheckpointError, ContentTooLarge):
+            return None
+
+    try:
+        judged = trajectory.judge(
+            spec,
+            previous,
+            committed,
+            unit_shard(spec, inputs.slot),
+            CHECKPOINTS.steps(spec, inputs.index),
+            provider_state,
+            runner.tolerance,
+            device=runner.device,
+            host=runner.host,
+            storage=storage,
+        )
+    except TrainingDiverged as exc:
+        return Verdict(False, f"the unit diverges when re-run: {exc}")
+    except TRANSIENT as exc:
+        raise InputsUnavailable(f"job data: {exc}") from exc
+    except (DataError, CheckpointError) as exc:
+        return Verdict(None, f"the unit cannot be re-run: {exc}")
+    return Verdict(
+        judged.passed,
+        judged.reason,
+        environment={"class": runner.own_class(spec).to_dict()},
+        judgement={
+            "mode": "tolerant",
+            "segment": judged.segment,
+            "steps_run": judged.steps_run,
+            "worst_share_of_bound": judged.worst,
+        },
+    )
+
+
+def _judge_rank_unit(
+    spec: JobSpec, inputs: UnitInputs, storage: Storage, runner: Runner
+) -> Verdict:
     """A group job's unit, in ddp with the bundles around it: the other slots' of the same
     unit, and the slot's previous one, where this unit must start."""
     bound = 2 * checkpoint_bytes(spec)  # a bundle holds the weights and the rank's update
@@ -227,13 +351,14 @@ def _peer_bundles(
 _JUDGES = {CHECKPOINTS: _judge_checkpoint_unit, RANK_BUNDLES: _judge_rank_unit}  # by unit format
 
 
-def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
-    """Re-run the unit on the CPU with the job's deterministic settings and compare hashes, the
-    way the job's unit format is judged.
+def recompute(inputs: UnitInputs, storage: Storage, runner: Runner | None = None) -> Verdict:
+    """Re-run the unit with the job's deterministic settings as `runner` says (default: on the
+    CPU with the spec's settings) and judge it the way the job's unit format is judged.
 
     Fails the unit only on grounds every honest verifier reaches from the same content-addressed
-    inputs: a recomputed hash that differs, a committed unit that is unreadable or does not
-    hold the committed state, or a re-run that diverges. Inputs it cannot fetch raise
+    inputs: a recomputed hash that differs in a class this verifier reproduces, a trajectory
+    beyond the calibrated bound in one it does not, a committed unit that is unreadable or does
+    not hold the committed state, or a re-run that diverges. Inputs it cannot fetch raise
     InputsUnavailable; inputs that are wrong through no fault of this unit (a bad spec, or a
     previous unit not matching its own commitment) give an inconclusive verdict.
     """
@@ -241,4 +366,4 @@ def recompute(inputs: UnitInputs, storage: Storage) -> Verdict:
         spec = parse_spec(_fetch(storage, inputs.spec_cid, "job spec", MAX_SPEC_BYTES).decode())
     except (SpecError, DataError, ValueError) as exc:  # ContentTooLarge is a ValueError too
         return Verdict(None, f"the job spec cannot be run: {exc}")
-    return _JUDGES[unit_format(spec)](spec, inputs, storage)
+    return _JUDGES[unit_format(spec)](spec, inputs, storage, runner or Runner())

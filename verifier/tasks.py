@@ -13,7 +13,7 @@ from marketplace.config import Settings
 from marketplace.storage import ReplicationError, Storage
 from verifier.celery_app import app
 from verifier.errors import InputsUnavailable, Withheld
-from verifier.recompute import UnitInputs, Verdict, recompute
+from verifier.recompute import UnitInputs, Verdict, recompute, runner_from_env
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def verify_unit(self, inputs: dict) -> dict:
         return _no_verdict(reason)
     with Storage(settings.ipfs_api, settings.ipfs_replicas) as storage:
         try:
-            verdict = recompute(unit, storage)
+            verdict = recompute(unit, storage, runner_from_env())
         except SoftTimeLimitExceeded:
             reason = f"the re-run took longer than {self.soft_time_limit or 'its limit'} s"
             log.warning("job %d slot %d unit %d: %s", unit.job_id, unit.slot, unit.index, reason)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 
@@ -146,13 +147,38 @@ def start_command(withheld_after: float, log_level: str) -> None:
     type=click.IntRange(1),
     help="Units re-run at once; each takes the threads its job spec fixes.",
 )
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="Device units are re-run on.",
+)
+@click.option(
+    "--reproduces",
+    "classes",
+    multiple=True,
+    metavar="CLASS_ID",
+    help="An execution class (16 hex digits, as units record it) this machine re-runs bit for "
+    "bit besides its own; its units are judged by their exact hash. Repeatable.",
+)
 @log_level_option
-def worker_command(concurrency: int, log_level: str) -> None:
+def worker_command(concurrency: int, device: str, classes: tuple[str, ...], log_level: str) -> None:
     """Run a Celery worker that re-runs units queued by `verifier start` (broker: ZOO_REDIS_URL).
 
-    Celery prints "ready." once it takes tasks; SIGTERM lets the current unit finish, then exits.
+    A unit of this worker's execution class (or one it --reproduces) is judged by its exact
+    state hash, any other within the calibrated tolerance. Celery prints "ready." once it takes
+    tasks; SIGTERM lets the current unit finish, then exits.
     """
+    from marketplace.protocol.execution import is_class_id
     from verifier.celery_app import QUEUE, configure
+    from verifier.recompute import CLASSES_ENV, DEVICE_ENV
+
+    for cls in classes:
+        if not is_class_id(cls):
+            raise click.BadParameter(f"{cls!r} is not a class id", param_hint="--reproduces")
+    os.environ[DEVICE_ENV] = device
+    os.environ[CLASSES_ENV] = ",".join(classes)
 
     app = configure(Settings().redis_url)
     app.worker_main(

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 from eth_account.signers.local import LocalAccount
 
@@ -234,6 +234,12 @@ class Worker:
     def _in_memory(self, job_id: int, slot_id: int, index: int) -> bool:
         return self._last is not None and self._last[0] == (job_id, slot_id, index)
 
+    def _keep_segment(self, segment: dict[str, Any], state: Checkpoint) -> None:
+        """Put a segment's intermediate state on this node's IPFS node and name it in the record:
+        a verifier of another execution class re-runs one segment from it in a dispute, and a
+        state that cannot be fetched fails the unit."""
+        segment["cid"] = self.storage.add_bytes(state.to_bytes())
+
     def _train(self, job_id: int, slot_id: int, index: int) -> Unit:
         """Train unit `index` and journal it once its checkpoint is on this node's IPFS node."""
         spec = self.specs.of_job(job_id)
@@ -249,6 +255,7 @@ class Worker:
             local_data=self.local_data,
             limits=self.specs.limits,
             device=self.device,
+            on_segment=self._keep_segment,
         )
         trained = time.monotonic()
         seconds = trained - fetched

@@ -1,4 +1,5 @@
-"""Capture of the software and hardware a unit ran on, for every checkpoint's metadata."""
+"""Capture of the software and hardware a unit ran on, for every checkpoint's metadata, and the
+execution class (marketplace.protocol.execution) it ran in."""
 
 from __future__ import annotations
 
@@ -9,14 +10,59 @@ import os
 import platform
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from marketplace.protocol import checkpoint
+from marketplace.protocol.execution import ExecutionClass
+from marketplace.protocol.spec import JobSpec
 
 _PACKAGES = ("zoo-compute", "torch", "numpy", "pydantic", "pyyaml")
+
+
+@dataclass(frozen=True)
+class Host:
+    """The execution settings a spec leaves to the machine that runs a unit. They change the bits
+    of the result (so they are part of its execution class) but not what the result means."""
+
+    num_threads: int | None = (
+        None  # intra-op CPU threads; None: the spec's reproducibility.num_threads
+    )
+    matmul_precision: Literal["highest", "high", "medium"] = "highest"  # TF32/bf16 matmuls?
+    mkldnn: bool = True  # oneDNN kernels on the CPU
+
+    def threads(self, spec: JobSpec) -> int:
+        return self.num_threads or spec.reproducibility.num_threads
+
+
+DEFAULT_HOST = Host()
+
+
+def execution_class(
+    spec: JobSpec, device: torch.device, host: Host = DEFAULT_HOST
+) -> ExecutionClass:
+    """The class a unit of `spec` runs in on `device` of this machine with `host`'s settings."""
+    cuda = device.type == "cuda"
+    capability = None
+    if cuda:
+        major, minor = torch.cuda.get_device_capability(device)
+        capability = f"{major}.{minor}"
+    return ExecutionClass(
+        device=device.type,
+        device_model=torch.cuda.get_device_name(device) if cuda else _cpu_model(),
+        capability=capability,
+        torch=str(torch.__version__),
+        cuda=torch.version.cuda,
+        cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        deterministic=spec.reproducibility.deterministic,
+        num_threads=host.threads(spec),
+        matmul_precision=host.matmul_precision,
+        mkldnn=host.mkldnn,
+        dtype=spec.training.precision,
+    )
 
 
 def capture(

@@ -11,6 +11,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
+from marketplace.protocol import trace
+from marketplace.protocol.checkpoint import state_hash
 from marketplace.protocol.spec import JobSpec, LossSpikeSpec, TrainingSpec
 
 from . import models  # noqa: F401  (the built-in architectures' modules, which `spec.model.build` makes)
@@ -76,6 +78,9 @@ class Trainer:
         self.stream = 0  # shard index the cursor belongs to
         self.cursor = 0  # next batch of that shard's stream; runs ahead of step after skips
         self.loss_history: list[float] = []  # recent losses, for spike detection
+        self.trace: list[
+            str
+        ] = []  # digests of this unit window's segments (marketplace.protocol.trace)
 
     def forward_backward(self) -> tuple[float, float | None]:
         """Accumulate gradients over the micro-batches of the batch at the cursor.
@@ -139,6 +144,7 @@ class Trainer:
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
             },
+            "trace": list(self.trace),
             "progress": {
                 "step": self.step,
                 "stream": self.stream,
@@ -156,13 +162,23 @@ class Trainer:
         self.optimizer.load_state_dict(_to_cpu(state["optimizer"]))
         self.scheduler.load_state_dict(_to_cpu(state["scheduler"]))
         torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"]["cuda"]:
+        if state["rng"]["cuda"] and self.device.type == "cuda":
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
         progress = state["progress"]
         self.step = int(progress["step"])
         self.stream = int(progress["stream"])
         self.cursor = int(progress["cursor"])
         self.loss_history = [float(x) for x in progress["loss_history"]]
+        self.trace = [str(x) for x in state.get("trace", [])]
+
+    def commit_segment(self, loss: float) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Record the segment that ends at the current step, with `loss` its mean loss: its digest
+        joins the trace (and so every later state hash). Returns the record and the state it
+        names, the intermediate state a dispute re-runs the next segment from."""
+        state = self.state()
+        segment = trace.record(self.step, state_hash(state), loss, state["model"])
+        self.trace.append(trace.leaf(segment))
+        return segment, state
 
 
 def _to_cpu(node: Any) -> Any:

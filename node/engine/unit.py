@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import torch
 
+from marketplace.protocol import trace
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
-from marketplace.protocol.spec import HFSpec, JobSpec, ReproducibilitySpec
+from marketplace.protocol.execution import ExecutionClass
+from marketplace.protocol.spec import HFSpec, JobSpec
 
 from . import environment
 from .base import load_base
@@ -25,6 +27,7 @@ from .data import (
     Shard,
     load_corpora,
 )
+from .environment import DEFAULT_HOST, Host
 from .limits import DEFAULT_LIMITS, UnitLimits
 from .train import Trainer, is_spike
 
@@ -33,6 +36,11 @@ logger = logging.getLogger(__name__)
 
 class TrainingDiverged(RuntimeError):
     """Loss spikes kept coming after the allowed number of rollbacks."""
+
+
+# Called with each segment's record and the intermediate state it names, as training reaches it;
+# after a loss-spike rollback the segments past the rollback come again, so key them by step.
+SegmentSink = Callable[[dict[str, Any], Checkpoint], None]
 
 
 class UnitResult(NamedTuple):
@@ -58,6 +66,8 @@ def run_unit(
     local_data: LocalData = NO_LOCAL_DATA,
     limits: UnitLimits = DEFAULT_LIMITS,
     device: str | torch.device | None = None,
+    host: Host = DEFAULT_HOST,
+    on_segment: SegmentSink | None = None,
 ) -> UnitResult:
     """Train `steps` optimizer steps from `checkpoint` (None: a fresh model from the spec's seed).
 
@@ -71,7 +81,10 @@ def run_unit(
     `storage` serves ipfs data sources (default: marketplace.storage.Storage()); `local_data` says
     which local files `file` sources may read (default: none); `limits` bound what the spec may
     use of this machine (SpecOverLimits before anything is built); `device` defaults to CUDA when
-    available, else the CPU.
+    available, else the CPU; `host` holds the settings the spec leaves to the machine (recorded,
+    with the device, as the unit's execution class); `on_segment` receives every segment the
+    trainer commits to (marketplace.protocol.trace) with its intermediate state, for a provider
+    to keep for disputes.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}")
@@ -80,7 +93,8 @@ def run_unit(
     limits.check(spec)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     repro = spec.reproducibility
-    with _reproducible(repro):
+    executes = environment.execution_class(spec, device, host)
+    with _reproducible(executes):
         corpora = load_corpora(spec.data, storage, local_data, limits.max_source_bytes)
         sampler = Sampler(corpora, spec.data.seq_len, spec.training.batch_size, repro.seed)
         trainer = Trainer(spec, sampler, device)
@@ -101,13 +115,14 @@ def run_unit(
             )
         if trainer.stream != shard.index:
             trainer.stream, trainer.cursor = shard.index, start
-        record = _train(trainer, good, start + steps)
+        record = _train(trainer, good, start + steps, on_segment)
         eval_loss = None
         if spec.training.eval_batches:
             eval_loss = trainer.evaluate(sampler.eval_batches(spec.training.eval_batches))
         state = trainer.state()
     result = Checkpoint(state)
     digest = result.state_hash()
+    window = (trainer.step - 1) // spec.checkpoint.every * spec.checkpoint.every
     tokens = steps * spec.training.batch_size * spec.training.grad_accum_steps * spec.data.seq_len
     metrics = {
         "start_step": start,
@@ -126,8 +141,15 @@ def run_unit(
     result.metadata = {
         "state_hash": digest,
         "environment": environment.capture(
-            repro.seed, repro.num_threads, repro.deterministic, device
+            repro.seed, executes.num_threads, repro.deterministic, device
         ),
+        "execution": {"class": executes.to_dict(), "class_id": executes.class_id()},
+        "trace": {
+            "segment_steps": trace.segment_steps(spec),
+            "root": trace.merkle_root(trainer.trace),
+            # the current window's, the ones the state's trace binds
+            "segments": [s for s in record["segments"] if s["step"] > window],
+        },
         "unit": {
             "shard": shard.to_dict(),
             "start_step": start,
@@ -150,16 +172,24 @@ def run_unit(
     return UnitResult(result, digest, metrics)
 
 
-def _train(trainer: Trainer, good: dict[str, Any], end: int) -> dict[str, Any]:
-    """The step loop, with loss-spike rollback to `good` (updated every checkpoint.every steps)."""
-    spike = trainer.spec.training.loss_spike
-    every = trainer.spec.checkpoint.every
+def _train(
+    trainer: Trainer, good: dict[str, Any], end: int, on_segment: SegmentSink | None
+) -> dict[str, Any]:
+    """The step loop, with loss-spike rollback to `good` (updated every checkpoint.every steps),
+    committing to a segment at each of the trace's boundaries."""
+    spec = trainer.spec
+    spike = spec.training.loss_spike
+    every = spec.checkpoint.every
     start = trainer.step
     losses: list[float] = []
+    segments: list[dict[str, Any]] = []
+    segment_from = 0  # index in `losses` of the current segment's first step
     grad_norm = None
     rollbacks = skipped = 0
     began = time.perf_counter()
     while trainer.step < end:
+        if trainer.step % every == 0:  # a new unit window: its trace starts empty
+            trainer.trace = []
         loss, grad_norm = trainer.forward_backward()
         if is_spike(loss, trainer.loss_history, spike):
             rollbacks += 1
@@ -180,13 +210,23 @@ def _train(trainer: Trainer, good: dict[str, Any], end: int) -> dict[str, Any]:
             skipped += resume_at - trainer.cursor
             trainer.cursor = resume_at
             del losses[trainer.step - start :]
+            segments = [s for s in segments if s["step"] <= trainer.step]
+            segment_from = len(losses)
             continue
         trainer.apply(loss)
         losses.append(loss)
+        if trace.is_boundary(spec, trainer.step):
+            mean = sum(losses[segment_from:]) / len(losses[segment_from:])
+            segment, state = trainer.commit_segment(mean)
+            segments.append(segment)
+            segment_from = len(losses)
+            if on_segment is not None:
+                on_segment(segment, Checkpoint(state))
         if trainer.step % every == 0 and trainer.step < end:
             good = trainer.state()
     return {
         "losses": losses,
+        "segments": segments,
         "grad_norm": grad_norm,
         "rollbacks": rollbacks,
         "skipped_batches": skipped,
@@ -195,20 +235,39 @@ def _train(trainer: Trainer, good: dict[str, Any], end: int) -> dict[str, Any]:
 
 
 @contextmanager
-def _reproducible(repro: ReproducibilitySpec) -> Iterator[None]:
-    """Fix the thread count and deterministic kernels for the unit; restore them afterwards."""
-    threads = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    cudnn_benchmark = torch.backends.cudnn.benchmark
-    torch.set_num_threads(repro.num_threads)
-    if repro.deterministic:
-        # cuBLAS is deterministic only with a fixed workspace; read when CUDA initialises
+def _reproducible(executes: ExecutionClass) -> Iterator[None]:
+    """Put the process in the unit's execution class for the unit; restore it afterwards.
+
+    Deterministic runs use deterministic kernels on every device: on CUDA, cuBLAS with a fixed
+    workspace (read when a cuBLAS handle is made), cuDNN's deterministic algorithms and no
+    autotuning (which picks kernels by timing), and TF32 convolutions only where the class's
+    matmul precision allows TF32 at all. Shapes are fixed by the spec (no packing, no ragged
+    batches), so the same class runs the same kernels.
+    """
+    cudnn = torch.backends.cudnn
+    saved = (
+        torch.get_num_threads(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.get_float32_matmul_precision(),
+        torch.backends.mkldnn.enabled,
+        cudnn.benchmark,
+        cudnn.deterministic,
+        cudnn.allow_tf32,
+    )
+    torch.set_num_threads(executes.num_threads)
+    torch.set_float32_matmul_precision(executes.matmul_precision)
+    torch.backends.mkldnn.enabled = executes.mkldnn  # type: ignore[assignment]
+    cudnn.allow_tf32 = executes.matmul_precision != "highest"
+    if executes.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
+        cudnn.benchmark = False
+        cudnn.deterministic = True
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
-        torch.backends.cudnn.benchmark = cudnn_benchmark
+        torch.set_num_threads(saved[0])
+        torch.use_deterministic_algorithms(saved[1])
+        torch.set_float32_matmul_precision(saved[2])
+        torch.backends.mkldnn.enabled = saved[3]
+        cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32 = saved[4:]

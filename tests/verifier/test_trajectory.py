@@ -1,0 +1,158 @@
+"""Verification across execution classes: a unit records the class it ran in and commits to its
+trajectory; a verifier of another class passes honest work and fails each cheat. Thread counts,
+oneDNN and the matmul precision stand in on the CPU for the hardware classes they model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from marketplace.protocol import trace
+from marketplace.protocol.checkpoint import Checkpoint
+from marketplace.protocol.execution import ExecutionClass, ExecutionClassError
+from node.engine import Shard, run_unit
+from verifier import casebook
+from verifier.recompute import (
+    CLASSES_ENV,
+    DEVICE_ENV,
+    Runner,
+    UnitInputs,
+    recompute,
+    runner_from_env,
+)
+from verifier.trajectory import Tolerance, judge, trace_problem
+
+PROVIDER, VERIFIER = casebook.HOSTS["t2"], casebook.HOSTS["t1-nodnn"]
+
+
+@pytest.fixture(scope="module")
+def unit():
+    """A gpt spec, the checkpoint its unit 1 starts from, the shard, and H."""
+    spec = casebook.spec("gpt-1x32", seed=11)
+    shard = Shard.of(spec, 0, 0, spec.training.max_steps)
+    every = spec.checkpoint.every
+    start = run_unit(spec, None, shard, every, device="cpu", host=PROVIDER).checkpoint
+    return spec, start, shard, every
+
+
+@pytest.fixture(scope="module")
+def tolerance() -> Tolerance:
+    return Tolerance.load()
+
+
+def _judge(unit, tolerance, committed):
+    spec, start, shard, every = unit
+    checkpoint, states = committed
+    return judge(
+        spec, start, checkpoint, shard, every, lambda s: states.get(s["state_hash"]), tolerance,
+        host=VERIFIER,
+    )  # fmt: skip
+
+
+def test_a_unit_records_its_execution_class_and_trajectory(unit):
+    spec, start, shard, every = unit
+    result = run_unit(spec, start, shard, every, device="cpu", host=PROVIDER)
+    recorded = result.checkpoint.metadata["execution"]
+    cls = ExecutionClass.from_dict(recorded["class"])
+    assert (cls.device, cls.num_threads, cls.mkldnn, cls.dtype) == ("cpu", 2, True, "fp32")
+    assert cls.matmul_precision == "highest" and cls.deterministic
+    assert recorded["class_id"] == cls.class_id()
+    assert dataclasses.replace(cls, num_threads=1).class_id() != cls.class_id()
+    with pytest.raises(ExecutionClassError):
+        ExecutionClass.from_dict(recorded["class"] | {"num_threads": "2"})
+
+    segments = result.checkpoint.metadata["trace"]["segments"]
+    assert [s["step"] for s in segments] == trace.boundaries(spec, every, every)
+    assert result.checkpoint.state["trace"] == [trace.leaf(s) for s in segments]
+    assert result.checkpoint.metadata["trace"]["root"] == trace.merkle_root(
+        result.checkpoint.state["trace"]
+    )
+    assert trace_problem(spec, result.checkpoint, every, every) is None
+    segments[0]["loss"] += 1e-3  # a record the state hash does not bind
+    assert "not the ones the committed state hash binds" in trace_problem(
+        spec, result.checkpoint, every, every
+    )
+
+
+def test_classes_differ_in_bits_and_an_honest_unit_passes_a_verifier_of_another(unit, tolerance):
+    spec, start, shard, every = unit
+    committed = casebook.honest(spec, start, shard, every, PROVIDER)
+    rerun = run_unit(spec, start, shard, every, device="cpu", host=VERIFIER)
+    assert rerun.state_hash != committed[0].state_hash()  # not the same bits: a real test
+    verdict = _judge(unit, tolerance, committed)
+    assert verdict.passed, verdict.reason
+    assert verdict.steps_run <= 2 * every
+
+
+@pytest.mark.parametrize("cheat", sorted(casebook.CHEATS))
+def test_each_cheat_fails_a_verifier_of_another_class(unit, tolerance, cheat):
+    spec, start, shard, every = unit
+    verdict = _judge(unit, tolerance, casebook.CHEATS[cheat](spec, start, shard, every, PROVIDER))
+    assert verdict.passed is False, verdict.reason
+
+
+def test_a_disagreement_is_narrowed_to_the_segment_of_the_skipped_step(unit, tolerance):
+    spec, start, shard, every = unit
+    verdict = _judge(unit, tolerance, casebook.skip_one_step(spec, start, shard, every, PROVIDER))
+    skipped = start.step + every // 2  # the step whose work it skipped, made as step skipped + 1
+    bounds = trace.boundaries(spec, start.step, every)
+    assert verdict.segment == next(i for i, b in enumerate(bounds) if b > skipped)
+    assert "re-run alone from the provider's own state" in verdict.reason
+
+
+def test_withheld_intermediate_states_fail_a_disputed_unit(unit, tolerance):
+    spec, start, shard, every = unit
+    checkpoint, _ = casebook.other_shard(spec, start, shard, every, PROVIDER)
+    verdict = _judge(unit, tolerance, (checkpoint, {}))
+    assert verdict.passed is False and "not available" in verdict.reason
+
+
+def test_recompute_is_exact_in_its_own_class_and_tolerant_in_another(spec, spec_cid, storage):
+    """Through storage, as a verifier worker runs it: a unit of the verifier's own class is
+    checked by its hash, one of another class by its trajectory, with the provider's segment
+    states fetched by the CIDs its records carry."""
+    shard = Shard.of(spec, 0, 0, spec.training.max_steps)
+    steps = spec.checkpoint.every
+
+    def commit(host):
+        def keep(segment, state):
+            segment["cid"] = storage.add_bytes(state.to_bytes())
+
+        result = run_unit(spec, None, shard, steps, device="cpu", host=host, on_segment=keep)
+        cid = storage.add_bytes(result.checkpoint.to_bytes())
+        return UnitInputs(1, 0, 0, "0x" + "11" * 20, spec_cid, cid, result.state_hash)
+
+    runner = Runner(host=VERIFIER)
+    same = recompute(commit(VERIFIER), storage, runner)
+    assert same.passed and same.judgement["mode"] == "exact"
+    other = recompute(commit(PROVIDER), storage, runner)
+    assert other.passed and other.judgement["mode"] == "tolerant", other.reason
+    # a class it declares is judged by hash: declaring one it does not run in fails honest work
+    provider = commit(PROVIDER)
+    declared = Runner(host=VERIFIER, classes=frozenset({_class_id(storage, provider)}))
+    assert recompute(provider, storage, declared).judgement["mode"] == "exact"
+
+
+def test_a_worker_declares_its_device_and_classes_through_its_environment():
+    runner = runner_from_env({CLASSES_ENV: "0123456789abcdef, fedcba9876543210"})
+    assert runner.device == "cpu"
+    assert runner.classes == {"0123456789abcdef", "fedcba9876543210"}
+    with pytest.raises(ValueError, match="not a class id"):
+        runner_from_env({CLASSES_ENV: "an-h100"})
+    with pytest.raises(ValueError, match="cpu or cuda"):
+        runner_from_env({DEVICE_ENV: "tpu"})
+
+
+def _class_id(storage, inputs):
+    return Checkpoint.load(storage.cat(inputs.cid)).metadata["execution"]["class_id"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")
+def test_on_a_gpu_the_same_class_reruns_bit_for_bit(unit):
+    spec, start, shard, every = unit
+    a = run_unit(spec, start, shard, every, device="cuda")
+    b = run_unit(spec, start, shard, every, device="cuda")
+    assert a.state_hash == b.state_hash
+    assert a.checkpoint.metadata["execution"]["class"]["device"] == "cuda"

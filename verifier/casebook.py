@@ -1,0 +1,245 @@
+"""The cases tolerant verification is measured on: honest execution classes a CPU can stand in
+with, small specs, and the cheats a verifier must catch, run as a cheating provider would run
+them (its trace made consistently over what it really computed). Shared by the calibration
+script, the verification bench and the tests, so all three judge the same things."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from marketplace.protocol.checkpoint import Checkpoint
+from marketplace.protocol.spec import JobSpec
+from node.engine import Shard, parse_spec, run_unit
+from node.engine.data import Sampler
+from node.engine.environment import Host
+from node.engine.train import Trainer
+
+# Honest classes with different bits on one CPU: thread counts change reduction orders, oneDNN
+# brings other kernels, and the matmul precision lets them use bf16 where the CPU has it.
+HOSTS = {
+    "t1": Host(num_threads=1),
+    "t2": Host(num_threads=2),
+    "t1-nodnn": Host(num_threads=1, mkldnn=False),
+    "t2-medium-nodnn": Host(num_threads=2, matmul_precision="medium", mkldnn=False),
+}
+
+_BASE: dict[str, Any] = {
+    "data": {"seq_len": 32, "sources": [{"kind": "stdlib", "max_bytes": 1_000_000}]},
+    "training": {"lr": 1.0e-2, "batch_size": 8, "max_steps": 64, "warmup_steps": 4},
+    "reproducibility": {"seed": 7, "num_threads": 1},
+}
+
+# Small specs of both built-in architectures; every (H) 8 gives one-step segments, 16 two-step.
+SPECS: dict[str, dict[str, Any]] = {
+    "gpt-1x32": {
+        "model": {"architecture": "gpt", "n_layer": 1, "n_embd": 32, "n_head": 2},
+        "checkpoint": {"every": 8},
+    },
+    "gpt-2x48": {
+        "model": {"architecture": "gpt", "n_layer": 2, "n_embd": 48, "n_head": 4},
+        "checkpoint": {"every": 16},
+        "training": {"eval_batches": 0},
+    },
+    "mlp-2x128": {
+        "model": {"architecture": "mlp", "context": 8, "n_embd": 16, "hidden": 128, "n_layer": 2},
+        "checkpoint": {"every": 8},
+        "training": {"lr": 3.0e-3},
+    },
+}
+
+
+def spec(name: str, seed: int = 7) -> JobSpec:
+    """A named small spec with the given training seed."""
+    raw = _merge(_BASE, SPECS[name])
+    raw["reproducibility"]["seed"] = seed
+    raw.setdefault("training", {}).setdefault("eval_batches", 0)
+    return parse_spec(raw)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and key in out else value
+    return out
+
+
+# What a provider commits: its checkpoint, and the intermediate states its segment records name
+# (by state hash), which it serves to a dispute.
+Committed = tuple[Checkpoint, dict[str, Checkpoint]]
+# A cheat: (spec, start, shard, steps, host) -> what the cheater commits.
+Cheat = Callable[[JobSpec, Checkpoint | None, Shard, int, Host], Committed]
+
+
+@contextmanager
+def _patched(owner: type, name: str, make: Callable[[Any], Any]) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, make(original))
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def honest(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """The unit as the spec asks, in `host`'s class."""
+    states: dict[str, Checkpoint] = {}
+
+    def keep(segment: dict[str, Any], state: Checkpoint) -> None:
+        states[segment["state_hash"]] = state
+
+    result = run_unit(spec, start, shard, steps, device="cpu", host=host, on_segment=keep)
+    return result.checkpoint, states
+
+
+def skip_one_step(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """Skips the work of one step in the middle (1 of H) but moves every counter on."""
+    skip = (start.step if start else 0) + steps // 2
+
+    def forward(original: Any) -> Any:
+        def run(self: Trainer) -> Any:
+            if self.step == skip:
+                return (self.loss_history[-1] if self.loss_history else 5.0), None
+            return original(self)
+
+        return run
+
+    def apply(original: Any) -> Any:
+        def run(self: Trainer, loss: float) -> None:
+            if self.step == skip:
+                self.optimizer.step = lambda *a, **k: None  # type: ignore[method-assign]
+                try:
+                    original(self, loss)
+                finally:
+                    del self.optimizer.step
+                return
+            original(self, loss)
+
+        return run
+
+    with _patched(Trainer, "forward_backward", forward), _patched(Trainer, "apply", apply):
+        return honest(spec, start, shard, steps, host)
+
+
+def fewer_tokens(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """Trains on half of each batch's sequences."""
+
+    def batch(original: Any) -> Any:
+        def run(self: Sampler, *args: Any) -> Any:
+            x, y = original(self, *args)
+            return x[: max(1, len(x) // 2)], y[: max(1, len(y) // 2)]
+
+        return run
+
+    with _patched(Sampler, "batch", batch):
+        return honest(spec, start, shard, steps, host)
+
+
+def other_shard(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """Trains on the next slot's data (cached from other work) under its own slot's name."""
+
+    def batch(original: Any) -> Any:
+        def run(self: Sampler, stream: int, *args: Any) -> Any:
+            return original(self, stream + 1, *args)
+
+        return run
+
+    with _patched(Sampler, "batch", batch):
+        return honest(spec, start, shard, steps, host)
+
+
+def bf16(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """Runs forward and backward under bf16 autocast where the spec asks for fp32."""
+
+    def init(original: Any) -> Any:
+        def run(self: Trainer, *args: Any) -> None:
+            original(self, *args)
+            self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=True)
+
+        return run
+
+    with _patched(Trainer, "__init__", init):
+        return honest(spec, start, shard, steps, host)
+
+
+NOISE_RATIO = 0.01  # the noise's norm over the norm of what the unit's steps moved the weights
+
+
+def noise(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """Trains honestly, then adds Gaussian noise to the weights before the last segment is
+    committed (a watermark, a backdoor's nudge): 1% of the unit's movement."""
+    end = (start.step if start else 0) + steps
+    origin: dict[str, torch.Tensor] = {}
+
+    def apply(original: Any) -> Any:
+        def run(self: Trainer, loss: float) -> None:
+            if not origin:
+                origin.update({k: v.detach().clone() for k, v in self.model.state_dict().items()})
+            original(self, loss)
+            if self.step == end:
+                with torch.no_grad():
+                    gen = torch.Generator().manual_seed(self.step)
+                    params = dict(self.model.named_parameters())
+                    moved = sum(float((params[k] - origin[k]).square().sum()) for k in params)
+                    draws = {k: torch.randn(p.shape, generator=gen) for k, p in params.items()}
+                    size = sum(float(d.square().sum()) for d in draws.values())
+                    scale = NOISE_RATIO * (moved / size) ** 0.5
+                    for k, p in params.items():
+                        p.add_(draws[k] * scale)
+
+        return run
+
+    with _patched(Trainer, "apply", apply):
+        return honest(spec, start, shard, steps, host)
+
+
+def copy_other(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """Commits the next slot's honest result of the same steps, relabelled as its own slot's."""
+    other = Shard.of(spec, shard.index + 1, shard.start_step, shard.end_step)
+    source = start.clone() if start else None
+    if source is not None:
+        source.state["progress"]["stream"] = other.index
+    result, states = honest(spec, source, other, steps, host)
+    result.state["progress"]["stream"] = shard.index
+    return result, states
+
+
+def smaller_model(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """Trains a model of half the width under the job's spec hash (from its own init)."""
+    width = spec.model.model_dump()["n_embd"]  # both built-in architectures have one
+    model = spec.model.model_copy(update={"n_embd": width // 2})
+    cheap = spec.model_copy(update={"model": model})
+    sha = spec.sha256()
+    with _patched(JobSpec, "sha256", lambda original: lambda self: sha):
+        return honest(cheap, None, shard, (start.step if start else 0) + steps, host)
+
+
+CHEATS: dict[str, Cheat] = {
+    "skip_one_step": skip_one_step,
+    "fewer_tokens": fewer_tokens,
+    "other_shard": other_shard,
+    "bf16": bf16,
+    "noise": noise,
+    "copy_other": copy_other,
+    "smaller_model": smaller_model,
+}

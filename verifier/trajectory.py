@@ -1,0 +1,323 @@
+"""Judging a unit run in another execution class: re-run it, compare trajectories within a
+calibrated bound, and narrow a disagreement to one k-step segment re-run from the provider's own
+committed state.
+
+The distances are scale-free: how far apart two results are over how far training moved them.
+`weights` compares full model weights, `sketch` the trace's weight sketches at each segment end,
+`loss` the segments' mean losses (relative). Honest cross-class runs differ by rounding, which
+grows with the steps run since the common start; the bounds are the largest honest distances
+measured (scripts/calibrate_verification.py, shipped as tolerance.json) times MARGIN. Why a
+cheater gains nothing inside them: docs/verification.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from marketplace.protocol import trace
+from marketplace.protocol.checkpoint import Checkpoint
+from marketplace.protocol.spec import JobSpec
+from node.engine import Shard, run_unit
+from node.engine.environment import DEFAULT_HOST, Host
+
+TOLERANCE_FILE = Path(__file__).with_name("tolerance.json")
+# Policy over the measurements: the bound is MARGIN times the largest honest distance measured,
+# and never below FLOOR (a few float32 roundings of a loss or of one step's update).
+MARGIN = 5.0
+FLOOR = 1e-5
+TOLERANCE_FORMAT = "zoo-compute/verification-tolerance-v1"
+MEASURES = ("weights", "sketch", "loss")
+_TINY = 1e-30
+
+# The provider's committed intermediate state that a segment record names, or None if it cannot
+# be had; it must hold the record's state hash (checked here).
+StateSource = Callable[[Mapping[str, Any]], Checkpoint | None]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Bounds on honest cross-class distances by steps since the common start, per measure.
+
+    `measured[m][n - 1]` is the largest honest distance of measure m seen n steps after a shared
+    start. Honest drift comes mostly from rare events (a last-bit difference flipping the sign
+    of an AdamW update whose gradient is near zero), which a finite calibration under-samples at
+    any one step count; so the bound pools the table: `margin` times its largest entry for any
+    count it covers, and past its end that grown at the steepest measured per-step rate. Never
+    below `floor`.
+    """
+
+    measured: Mapping[str, tuple[float, ...]]
+    margin: float
+    floor: float
+
+    def bound(self, measure: str, steps: int) -> float:
+        table = self.measured[measure]
+        worst = max(table)
+        if steps > len(table):
+            growth = max(
+                (b / a for a, b in itertools.pairwise(table) if a > 0 and b > a), default=1.0
+            )
+            worst *= growth ** (steps - len(table))
+        return max(self.floor, self.margin * worst)
+
+    @classmethod
+    def load(cls, path: Path = TOLERANCE_FILE) -> Tolerance:
+        data = json.loads(path.read_text())
+        if data.get("format") != TOLERANCE_FORMAT:
+            raise ValueError(f"{path} is not a {TOLERANCE_FORMAT} file")
+        measured = {m: tuple(float(x) for x in data["measured"][m]) for m in MEASURES}
+        if not all(measured.values()):
+            raise ValueError(f"{path} measures nothing for some distance")
+        return cls(measured, MARGIN, FLOOR)
+
+
+@dataclass
+class Judgement:
+    """`passed` None: the unit could not be judged (an input was unavailable)."""
+
+    passed: bool | None
+    reason: str
+    segment: int | None = None  # index of the segment a failure was narrowed to
+    steps_run: int = 0  # optimizer steps the verifier ran, its cost in units of training
+    # the largest distance over its bound among the comparisons that decided the verdict: a
+    # passing whole re-run and the segments re-run alone, or the failing segment (0 if the
+    # verdict needed no distance)
+    decisive: float = 0.0
+    # the largest distance over its bound per measure in any comparison, flags included
+    worst: dict[str, float] = field(default_factory=dict)
+
+
+def ratio(a: Any, b: Any, origin: Any) -> float:
+    """||a - b|| / ||b - origin|| over float tensors (dicts of them) or float lists."""
+    return _norm(_sub(a, b)) / max(_norm(_sub(b, origin)), _TINY)
+
+
+def _sub(a: Any, b: Any) -> list[torch.Tensor]:
+    if isinstance(a, Mapping):
+        keys = [k for k in sorted(a) if a[k].is_floating_point()]
+        return [(a[k].double() - b[k].double()).reshape(-1) for k in keys]
+    return [torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)]
+
+
+def _norm(parts: list[torch.Tensor]) -> float:
+    return math.sqrt(sum(float(p.square().sum()) for p in parts))
+
+
+def structure_problem(committed: Checkpoint, rerun: Checkpoint) -> str | None:
+    """What makes `committed` not a result of the unit whatever the class: other tensors (a
+    cheaper model), other progress, or another schedule. None if nothing."""
+    ours, theirs = rerun.state, committed.state
+    for part in ("model", "optimizer"):
+        mine, yours = _shapes(ours[part]), _shapes(theirs.get(part, {}))
+        if mine != yours:
+            return f"the committed {part} has other tensors than the unit makes"
+    keys = ("step", "stream", "cursor", "spec_sha256")
+    if any(ours["progress"].get(k) != theirs.get("progress", {}).get(k) for k in keys):
+        return "the committed progress (step, shard, batch cursor, spec) is not the unit's"
+    if ours["scheduler"] != theirs.get("scheduler"):
+        return "the committed learning-rate schedule is not the unit's"
+    return None
+
+
+def _shapes(node: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(node, torch.Tensor):
+        return {path: (str(node.dtype), tuple(node.shape))}
+    if isinstance(node, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out |= _shapes(value, f"{path}/{key}")
+        return out
+    if isinstance(node, (list, tuple)):
+        out = {}
+        for i, value in enumerate(node):
+            out |= _shapes(value, f"{path}/{i}")
+        return out
+    return {}
+
+
+def trace_problem(spec: JobSpec, committed: Checkpoint, start: int, steps: int) -> str | None:
+    """Whether the metadata's segment records are the ones the committed state's trace binds,
+    at the unit's boundaries; None if they are."""
+    try:
+        segments = committed.metadata["trace"]["segments"]
+        leaves = [trace.leaf(s) for s in segments]
+        steps_at = [int(s["step"]) for s in segments]
+    except (KeyError, TypeError, ValueError):
+        return "the committed checkpoint lists no well-formed segment records"
+    if leaves != committed.state.get("trace"):
+        return "the segment records are not the ones the committed state hash binds"
+    if steps_at != trace.boundaries(spec, start, steps):
+        return "the segment records are not at the unit's segment boundaries"
+    for s in segments:
+        if not isinstance(s.get("sketch"), list) or len(s["sketch"]) != trace.SKETCH_DIM:
+            return "a segment record's sketch is malformed"
+    return None
+
+
+def judge(
+    spec: JobSpec,
+    start: Checkpoint | None,
+    committed: Checkpoint,
+    shard: Shard,
+    steps: int,
+    states: StateSource,
+    tolerance: Tolerance,
+    *,
+    device: str = "cpu",
+    host: Host = DEFAULT_HOST,
+    **run: Any,
+) -> Judgement:
+    """Judge `committed` (already checked against its commitment) as `steps` steps of `shard`
+    from `start`, in this verifier's class, within `tolerance`.
+
+    A first pass re-runs the unit whole and compares every segment end; at the first one out of
+    bounds it re-runs that segment alone from the provider's committed state before it (what a
+    dispute verifier does) and fails the unit if that lands out of bounds too; a segment that
+    lands inside was honest rounding that piled up, and the comparison starts again from the
+    provider's state after it. `run` goes to run_unit (storage, local data, limits).
+    """
+    begin = start.step if start is not None else 0
+    problem = trace_problem(spec, committed, begin, steps)
+    if problem:
+        return Judgement(False, problem)
+    segments = committed.metadata["trace"]["segments"]
+    worst: dict[str, float] = {}
+    decisive, cost = 0.0, 0
+    origin, first = start, 0  # the state the current comparison re-runs from, and its segment
+    while True:
+        at = origin.step if origin is not None else 0
+        mine: list[dict[str, Any]] = []
+        result = run_unit(
+            spec,
+            origin,
+            shard,
+            begin + steps - at,
+            device=device,
+            host=host,
+            on_segment=functools.partial(_keep, mine),
+            **run,
+        )
+        cost += begin + steps - at
+        problem = structure_problem(committed, result.checkpoint)
+        if problem:
+            return Judgement(False, problem, steps_run=cost, worst=worst)
+        base = trace.sketch(_model(origin, spec))
+        apart, largest = None, 0.0
+        for i, (theirs, ours) in enumerate(zip(segments[first:], mine, strict=True), first):
+            distances = {
+                "sketch": ratio(theirs["sketch"], ours["sketch"], base),
+                "loss": _loss_ratio(theirs["loss"], ours["loss"]),
+            }
+            if i == len(segments) - 1:
+                distances["weights"] = ratio(
+                    committed.state["model"], result.checkpoint.state["model"], _model(origin, spec)
+                )
+            share = _share(distances, tolerance, int(ours["step"]) - at, worst)
+            if not share <= 1.0:  # NaN is out of bounds
+                apart = i
+                break
+            largest = max(largest, share)
+        if apart is None:
+            decisive = max(decisive, largest)
+            return Judgement(True, "the re-run stays within bounds", None, cost, decisive, worst)
+        last = apart == len(segments) - 1
+        before = _state_at(segments, apart - 1, first, origin, states)
+        after = committed if last else _state_at(segments, apart, 0, None, states)
+        if before is _MISSING or after is _MISSING:
+            return Judgement(
+                False,
+                f"segment {apart} is out of bounds and the provider's state around it "
+                "is not available or not what it committed",
+                apart,
+                cost,
+                worst=worst,
+            )
+        assert isinstance(after, Checkpoint)
+        before_state = before if isinstance(before, Checkpoint) else None
+        length = int(segments[apart]["step"]) - (before_state.step if before_state else 0)
+        alone = run_unit(spec, before_state, shard, length, device=device, host=host, **run)
+        cost += length
+        problem = structure_problem(after, alone.checkpoint)
+        losses = alone.metrics["losses"]
+        distances = {
+            "weights": ratio(
+                after.state["model"], alone.checkpoint.state["model"], _model(before_state, spec)
+            ),
+            "loss": _loss_ratio(segments[apart]["loss"], sum(losses) / len(losses)),
+        }
+        share = _share(distances, tolerance, length, worst)
+        if problem or not share <= 1.0:
+            return Judgement(
+                False,
+                f"segment {apart} (steps {int(segments[apart]['step']) - length}.."
+                f"{segments[apart]['step']}) re-run alone from the provider's own state lands "
+                f"{share:.3g} times the bound away ({problem or 'weights and loss'})",
+                apart,
+                cost,
+                share,
+                worst,
+            )
+        decisive = max(decisive, share)
+        if last:
+            return Judgement(
+                True, "the last segment re-run alone is within bounds", None, cost, decisive, worst
+            )
+        origin, first = after, apart + 1
+
+
+_MISSING = object()
+
+
+def _keep(into: list[dict[str, Any]], segment: dict[str, Any], _state: Checkpoint) -> None:
+    into.append(segment)
+
+
+def _state_at(
+    segments: list[dict[str, Any]],
+    index: int,
+    first: int,
+    origin: Checkpoint | None,
+    states: StateSource,
+) -> Checkpoint | None | object:
+    """The provider's state at the end of segment `index` (the comparison's origin before its
+    first segment), or _MISSING if it cannot be had or is not what the record names."""
+    if index < first:
+        return origin
+    state = states(segments[index])
+    if state is None or state.state_hash() != segments[index]["state_hash"]:
+        return _MISSING
+    return state
+
+
+def _model(state: Checkpoint | None, spec: JobSpec) -> dict[str, torch.Tensor]:
+    """The weights a unit starts from: the checkpoint's, or the spec's seeded initialisation."""
+    if state is not None:
+        return state.state["model"]
+    torch.manual_seed(spec.reproducibility.seed)
+    return spec.build_model().state_dict()
+
+
+def _loss_ratio(theirs: float, ours: float) -> float:
+    return abs(theirs - ours) / max(abs(ours), _TINY)
+
+
+def _share(
+    distances: Mapping[str, float], tolerance: Tolerance, steps: int, worst: dict[str, float]
+) -> float:
+    """The largest of the distances over its bound (NaN if any is NaN); `worst` keeps each
+    measure's largest."""
+    shares = {m: d / tolerance.bound(m, steps) for m, d in distances.items()}
+    for measure, share in shares.items():
+        worst[measure] = max(worst.get(measure, 0.0), share)
+    if any(math.isnan(x) for x in shares.values()):
+        return math.nan
+    return max(shares.values())
