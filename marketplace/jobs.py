@@ -129,8 +129,13 @@ def resolve_base(ledger: Ledger, spec_text: str) -> str:
     if base is None or base.cid is not None:
         return spec_text
     version = Registry(ledger.w3, ledger.deployment).resolve(Kind.MODEL, base.name)
+    return pin_base(spec_text, base.name, version.cid)
+
+
+def pin_base(spec_text: str, name: str, cid: str) -> str:
+    """The spec with `model.from` the version `name` and its folder's CID."""
     document = yaml.safe_load(spec_text)
-    document["model"]["from"] = {"name": base.name, "cid": version.cid}
+    document["model"]["from"] = {"name": name, "cid": cid}
     return yaml.safe_dump(document, sort_keys=False)
 
 

@@ -40,6 +40,7 @@ from marketplace.protocol.journey import (
     next_step,
     waiting_for,
 )
+from marketplace.protocol.spec import HFSpec, parse_spec
 from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Kind, Tier
 from marketplace.sdk.errors import (
     GatewayError,
@@ -389,7 +390,9 @@ class AsyncClient:
 
     async def submit(self, spec_text: str, order: Order) -> AsyncJob:
         """`train` with the spec's text and an order in wei: what the CLI sends whichever way it
-        reaches the chain."""
+        reaches the chain. A registered version the spec fine-tunes is pinned to its folder's
+        CID first, as the indexed registry names it."""
+        spec_text = await self._resolve_base(spec_text)
         spec = await self.upload_spec(spec_text)
         permit, permit_args = await self._signed_permit("JobMarket", order.max_budget)
         created = await self.transact(
@@ -410,6 +413,14 @@ class AsyncClient:
             ),
         )
         return AsyncJob(self, created["job_id"])
+
+    async def _resolve_base(self, spec_text: str) -> str:
+        parsed = parse_spec(spec_text)
+        base = parsed.model.base if isinstance(parsed.model, HFSpec) else None
+        if base is None or base.cid is not None:
+            return spec_text
+        version = await self.resolve("models", base.name)
+        return jobs.pin_base(spec_text, base.name, version["cid"])
 
     async def withdraw(self) -> dict:
         """Take what the market owes this wallet (a provider's or verifier's pay)."""

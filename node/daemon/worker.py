@@ -15,7 +15,7 @@ from marketplace.chain.errors import ChainError
 from marketplace.chain.ledger import CommittedUnit, Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
-from marketplace.protocol.spec import MAX_SPEC_BYTES
+from marketplace.protocol.spec import MAX_SPEC_BYTES, HFSpec
 from marketplace.protocol.terms import JobStatus
 from marketplace.protocol.units import unit_steps, units_per_node
 from marketplace.runtime.clock import chain_time
@@ -83,6 +83,9 @@ class Specs:
     def check_job(self, job_id: int, job: dict) -> None:
         """Refuse, before bidding, a job whose units this node could not compute."""
         spec = self.of_job(job_id)
+        base = spec.model.base if isinstance(spec.model, HFSpec) else None
+        if base is not None and base.cid is None:
+            raise JobUnfit(f"model.from names {base.name} but not its folder's CID")
         try:
             self.limits.check(spec)
         except SpecOverLimits as exc:

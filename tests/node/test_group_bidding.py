@@ -1,10 +1,12 @@
-"""A provider bids for a group job only with an endpoint a group could meet at."""
+"""A provider bids only for jobs it could deliver: a group job needs an endpoint a group could
+meet at, and a fine-tuning job the CID of the weights it starts from."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import yaml
 from daemon_support import SPEC
 
 from marketplace.chain.deploy import ZEN
@@ -21,6 +23,7 @@ from node.engine import load_spec
 pytestmark = pytest.mark.anvil
 
 GROUP_SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny-diloco-3.yaml"
+LLAMA_SPEC = GROUP_SPEC.with_name("llama-tiny.yaml")
 
 
 def test_a_node_without_a_rendezvous_endpoint_refuses_group_jobs_only(
@@ -62,3 +65,26 @@ def test_a_node_without_a_rendezvous_endpoint_refuses_group_jobs_only(
         for job_id, _ in (group_job, single_job):  # no daemon of a later test should take them
             ledger.send(ledger.market.functions.cancelJob(job_id), cast.user)
     journal.close()
+
+
+def test_a_fine_tuning_job_whose_base_is_not_pinned_is_not_bid_on(ledger, cast, ipfs_nodes):
+    """A spec submitted with `from: org/name@N` alone (not through `train`, which pins the folder
+    CID) names weights nobody could load the same: no node bids on it."""
+    spec = yaml.safe_load(LLAMA_SPEC.read_text())
+    spec["model"]["from"] = "acme/base@1"
+    text = yaml.safe_dump(spec)
+    with Storage(ipfs_nodes[0].multiaddr, []) as storage:
+        request = JobRequest(
+            spec_cid=storage.add_bytes(text.encode()),
+            tier=Tier.COMMUNITY,
+            nodes=1,
+            units_per_node=units_per_node(load_spec(LLAMA_SPEC)),
+            checkpoint_interval=300,
+            sample_rate_bps=0,
+            max_price=100 * ZEN,
+            budget=300 * ZEN,
+        )
+        job_id = ledger.create_job(cast.user, request)
+        with pytest.raises(JobUnfit, match="names acme/base@1 but not its folder's CID"):
+            Specs(ledger, storage).check_job(job_id, ledger.job(job_id))
+        ledger.send(ledger.market.functions.cancelJob(job_id), cast.user)
