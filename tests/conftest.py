@@ -1,15 +1,19 @@
-"""Fixtures every test folder shares: one real Anvil chain per session."""
+"""Fixtures every test folder shares: one real Anvil chain and one IPFS node per session."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 from web3 import Web3
 
 from marketplace.chain.anvil import Anvil
+from marketplace.processes import terminate
 
 # Every IPFS node the tests start, and every client (Storage reads it from the settings), share
 # one RPC API token, as a devnet's processes do; the nodes inherit it from this environment.
@@ -25,3 +29,25 @@ def anvil() -> Iterator[Anvil]:
 @pytest.fixture(scope="session")
 def w3(anvil) -> Web3:
     return Web3(Web3.HTTPProvider(anvil.rpc_url))
+
+
+@pytest.fixture(scope="session")
+def ipfs_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An embedded IPFS node process on a free loopback port; its API multiaddr once it writes
+    `<repo>/api`."""
+    repo = tmp_path_factory.mktemp("ipfs") / "repo"
+    log = repo.with_suffix(".log")
+    argv = [sys.executable, "-m", "marketplace.ipfs", "--repo", str(repo)]
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [*argv, "--host", "127.0.0.1", "--port", "0"], stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not (repo / "api").exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the IPFS node did not start: {log.read_text()[-800:]}")
+            time.sleep(0.05)
+        yield (repo / "api").read_text().strip() + "/http"
+    finally:
+        terminate(process)

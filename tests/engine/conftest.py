@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +14,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from marketplace.processes import terminate
 from marketplace.protocol import tokenizer
 from marketplace.storage import Storage
 from node.data import synthetic
@@ -65,39 +61,6 @@ def small_spec():
         return parse_spec(merge(SMALL, overrides))
 
     return make
-
-
-@pytest.fixture(scope="session")
-def ipfs_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An embedded IPFS node process on a free loopback port; its API multiaddr."""
-    repo = tmp_path_factory.mktemp("ipfs") / "repo"
-    with open(repo.with_suffix(".log"), "ab") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "marketplace.ipfs",
-                "--repo",
-                str(repo),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while not (repo / "api").exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"IPFS node did not start: {repo.with_suffix('.log').read_text()}"
-                )
-            time.sleep(0.05)
-        yield (repo / "api").read_text().strip() + "/http"
-    finally:
-        terminate(process)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -108,39 +107,6 @@ def sessions(tmp_path):
 @pytest.fixture
 def indexer(ledger, sessions) -> Indexer:
     return Indexer(ledger.w3, ledger.deployment, sessions)
-
-
-@pytest.fixture(scope="session")
-def ipfs_api(tmp_path_factory) -> Iterator[str]:
-    """One embedded IPFS node (`zoo-compute ipfs serve`), its API multiaddr; ready once it writes
-    `<repo>/api`."""
-    repo = tmp_path_factory.mktemp("ipfs") / "repo"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "marketplace.cli",
-            "ipfs",
-            "serve",
-            "--repo",
-            str(repo),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--log-level",
-            "warning",
-        ]
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not (repo / "api").exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("the IPFS node did not start")
-            time.sleep(0.1)
-        yield (repo / "api").read_text().strip() + "/http"
-    finally:
-        terminate(process)
 
 
 @pytest.fixture

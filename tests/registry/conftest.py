@@ -4,9 +4,6 @@ Hugging Face model saved the way users save theirs."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +15,6 @@ from marketplace.chain.registry import Registry
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Scenario, cid_of_bytes
-from marketplace.processes import terminate
 from marketplace.protocol.terms import Tier
 from marketplace.storage import Storage
 from marketplace.wallet import import_key
@@ -58,26 +54,6 @@ def job_id(w3, deployment, registry) -> int:
         budget=scenario.budget,
     )
     return ledger.create_job(alice, request)
-
-
-@pytest.fixture(scope="session")
-def ipfs_api(tmp_path_factory) -> Iterator[str]:
-    """`zoo-compute ipfs serve` on a free loopback port; its API multiaddr once it writes
-    `<repo>/api`."""
-    repo = tmp_path_factory.mktemp("ipfs") / "repo"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "marketplace.cli", "ipfs", "serve", "--repo", str(repo)]
-        + ["--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while not (repo / "api").exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("the IPFS node did not start")
-            time.sleep(0.1)
-        yield (repo / "api").read_text().strip() + "/http"
-    finally:
-        terminate(process)
 
 
 @pytest.fixture

@@ -71,32 +71,6 @@ def deployment(w3, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def ipfs_api(tmp_path_factory) -> Iterator[str]:
-    """An embedded IPFS node process on a free loopback port; its API multiaddr."""
-    repo = tmp_path_factory.mktemp("ipfs") / "repo"
-    log = repo.with_suffix(".log")
-    with open(log, "ab") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "marketplace.ipfs",
-                "--repo",
-                str(repo),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    _wait((repo / "api").exists, process, log, "IPFS node")
-    yield (repo / "api").read_text().strip() + "/http"
-    terminate(process)
-
-
-@pytest.fixture(scope="session")
 def redis_url(tmp_path_factory) -> Iterator[str]:
     with RedisServer(tmp_path_factory.mktemp("redis")) as server:
         yield server.url
