@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -37,6 +37,7 @@ from verifier.errors import InputsUnavailable, Withheld
 from verifier.rank_recompute import judge_rank
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EVIDENCE_FORMAT = "zoo-compute/verification-evidence-v1"
 # Failures to fetch that another attempt (or another node) may cure; never grounds for a verdict.
@@ -212,16 +213,13 @@ def _judge_checkpoint_unit(
 
     if not runner.reproduces(spec, recorded_class(committed)):
         return _judge_tolerantly(spec, inputs, storage, runner, previous, committed)
-    try:
-        result = run_unit(
+    result = _rerun(
+        lambda: run_unit(
             spec, previous, shard, steps, storage=storage, device=runner.device, host=runner.host
         )
-    except TrainingDiverged as exc:
-        return Verdict(False, f"the unit diverges when re-run: {exc}")
-    except TRANSIENT as exc:
-        raise InputsUnavailable(f"job data: {exc}") from exc
-    except (DataError, CheckpointError) as exc:
-        return Verdict(None, f"the unit cannot be re-run: {exc}")
+    )
+    if isinstance(result, Verdict):
+        return result
     judged = {
         "recomputed_state_hash": result.state_hash,
         "metrics": result.metrics,
@@ -231,6 +229,19 @@ def _judge_checkpoint_unit(
     if result.state_hash != inputs.state_hash:
         return Verdict(False, "recomputed state hash differs from the committed one", **judged)
     return Verdict(True, "recomputed state hash matches the commitment", **judged)
+
+
+def _rerun(run: Callable[[], T]) -> T | Verdict:
+    """What `run` (a re-run of the unit) returns, or the verdict its failure means: a unit that
+    diverges fails, one that cannot run is left unjudged, and missing data is fetched again."""
+    try:
+        return run()
+    except TrainingDiverged as exc:
+        return Verdict(False, f"the unit diverges when re-run: {exc}")
+    except TRANSIENT as exc:
+        raise InputsUnavailable(f"job data: {exc}") from exc
+    except (DataError, CheckpointError) as exc:
+        return Verdict(None, f"the unit cannot be re-run: {exc}")
 
 
 def _previous_checkpoint(
@@ -277,8 +288,8 @@ def _judge_tolerantly(
         except (CheckpointError, ContentTooLarge):
             return None
 
-    try:
-        judged = trajectory.judge(
+    judged = _rerun(
+        lambda: trajectory.judge(
             spec,
             previous,
             committed,
@@ -290,12 +301,9 @@ def _judge_tolerantly(
             host=runner.host,
             storage=storage,
         )
-    except TrainingDiverged as exc:
-        return Verdict(False, f"the unit diverges when re-run: {exc}")
-    except TRANSIENT as exc:
-        raise InputsUnavailable(f"job data: {exc}") from exc
-    except (DataError, CheckpointError) as exc:
-        return Verdict(None, f"the unit cannot be re-run: {exc}")
+    )
+    if isinstance(judged, Verdict):
+        return judged
     return Verdict(
         judged.passed,
         judged.reason,
