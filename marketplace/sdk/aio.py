@@ -40,7 +40,7 @@ from marketplace.protocol.journey import (
     next_step,
     waiting_for,
 )
-from marketplace.protocol.spec import HFSpec, parse_spec
+from marketplace.protocol.spec import HFSpec, SpecError, parse_spec
 from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, JobStatus, Kind, Tier
 from marketplace.sdk.errors import (
     GatewayError,
@@ -415,7 +415,10 @@ class AsyncClient:
         return AsyncJob(self, created["job_id"])
 
     async def _resolve_base(self, spec_text: str) -> str:
-        parsed = parse_spec(spec_text)
+        try:
+            parsed = parse_spec(spec_text)
+        except SpecError:
+            return spec_text  # the gateway refuses it, saying why, as it refuses any bad spec
         base = parsed.model.base if isinstance(parsed.model, HFSpec) else None
         if base is None or base.cid is not None:
             return spec_text
