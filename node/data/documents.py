@@ -12,11 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import PipelineError
+from .parquet_pages import chunk_bytes
 
 logger = logging.getLogger(__name__)
 
 MAX_DOCUMENT_BYTES = 1 << 20  # a longer JSONL line is skipped, a longer paragraph cut
 PARQUET_BATCH_ROWS = 1024  # rows decoded at a time (a row group is read page by page)
+MAX_PARQUET_CHUNK_BYTES = 256 << 20  # what one row group's text column may decompress to
 DocumentKind = Literal["jsonl", "parquet", "text"]
 
 
@@ -58,29 +60,50 @@ class Documents:
 
     def _skip(self, number: int, why: str) -> None:
         self.skipped += 1
-        logger.debug("jsonl line %d skipped: %s", number, why)
+        logger.debug("%s record %d skipped: %s", self.kind, number, why)
 
     def _parquet(self) -> Iterator[str]:
+        """The column's strings, a batch at a time. The column is read dictionary-encoded, so a
+        batch that repeats one long string holds it once; each chunk's pages are checked to
+        decompress within MAX_PARQUET_CHUNK_BYTES before any is read."""
         try:
             table = pq.ParquetFile(self.file)
         except (pa.ArrowException, OSError) as exc:
             raise PipelineError(f"not a Parquet file ({exc})") from None
         schema = table.schema_arrow
-        index = schema.get_field_index(self.field)
-        if index < 0:
-            raise PipelineError(
-                f"Parquet file has no column {self.field!r} (columns: {', '.join(schema.names)})"
-            )
-        kind = schema.field(index).type
+        if schema.get_field_index(self.field) < 0:
+            columns = ", ".join(schema.names)
+            raise PipelineError(f"Parquet file has no column {self.field!r} (columns: {columns})")
+        kind = schema.field(self.field).type
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
             raise PipelineError(f"Parquet column {self.field!r} holds {kind}, not strings")
+        self._check_chunks(table.metadata)
         try:
+            table = pq.ParquetFile(self.file, metadata=table.metadata, read_dictionary=[self.field])
             for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[self.field]):
-                for text in batch.column(0).to_pylist():
-                    if text is not None:
-                        yield text
+                column = batch.column(0)
+                for row in range(len(column)):
+                    text = column[row].as_py()
+                    if text is None:
+                        continue
+                    if len(text.encode()) > MAX_DOCUMENT_BYTES:
+                        self._skip(row, f"longer than {MAX_DOCUMENT_BYTES} bytes")
+                        continue
+                    yield text
         except (pa.ArrowException, OSError) as exc:
             raise PipelineError(f"unreadable Parquet file ({exc})") from None
+
+    def _check_chunks(self, metadata: pq.FileMetaData) -> None:
+        leaves = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+        if self.field not in leaves:
+            raise PipelineError(f"Parquet column {self.field!r} is not a top-level string")
+        leaf = leaves.index(self.field)
+        for group in range(metadata.num_row_groups):
+            chunk = metadata.row_group(group).column(leaf)
+            start = chunk.data_page_offset
+            if chunk.has_dictionary_page and 0 < (chunk.dictionary_page_offset or 0) < start:
+                start = chunk.dictionary_page_offset
+            chunk_bytes(self.file, start, chunk.total_compressed_size, MAX_PARQUET_CHUNK_BYTES)
 
     def _paragraphs(self) -> Iterator[str]:
         paragraph: list[str] = []

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import math
 import random
 import tracemalloc
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from hypothesis import given, settings
@@ -24,6 +27,7 @@ from node.data import (
     documents,
     synthetic,
 )
+from node.data.parquet_pages import chunk_bytes, page_sizes
 from node.data.quality import QualityFilter
 from node.engine import (
     DataError,
@@ -352,3 +356,70 @@ def test_hostile_bytes_give_documents_or_a_pipeline_error(raw):
         list(documents("parquet", io.BytesIO(raw)))
     except PipelineError:
         pass
+
+
+documents_module = importlib.import_module("node.data.documents")  # the name is a function too
+
+
+def zstd_parquet(texts: list[str]) -> io.BytesIO:
+    raw = io.BytesIO()
+    pq.write_table(pa.table({"text": texts}), raw, compression="zstd")
+    raw.seek(0)
+    return raw
+
+
+def test_a_parquet_file_that_decompresses_past_the_bound_is_refused_before_it_is_read(
+    monkeypatch,
+):
+    """A few kilobytes of zstd that honestly declare 4 MiB of text: with the bound lowered to
+    1 MiB (it is 256 MiB) the file is refused from its page headers, and nothing is decoded."""
+    monkeypatch.setattr(documents_module, "MAX_PARQUET_CHUNK_BYTES", 1 << 20)
+    bomb = zstd_parquet(["a" * (4 << 20)])
+    assert len(bomb.getvalue()) < 8192
+    allocated = pa.total_allocated_bytes()
+    with pytest.raises(PipelineError, match=r"decompresses to over 1 MiB \(write it with smaller"):
+        list(documents("parquet", bomb))
+    assert pa.total_allocated_bytes() - allocated < 1 << 20
+
+
+def test_page_sizes_come_from_the_page_headers_not_the_footer():
+    """A hand-written page header declaring 2 GiB over ten bytes of payload: the walk reports
+    the declared size (what a reader would allocate), and the chunk is refused."""
+    uncompressed, compressed = (1 << 31) - 1, 10
+
+    def zigzag_varint(n: int) -> bytes:
+        n, out = (n << 1) ^ (n >> 63), b""
+        while n >= 0x80:
+            out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+        return out + bytes([n])
+
+    header = (
+        b"\x15"
+        + zigzag_varint(0)  # field 1, i32: page type DATA_PAGE
+        + b"\x15"
+        + zigzag_varint(uncompressed)  # field 2, i32
+        + b"\x15"
+        + zigzag_varint(compressed)  # field 3, i32
+        + b"\x2c"
+        + b"\x15\x02\x00"  # field 5, a struct with one i32, then its stop
+        + b"\x00"  # the header's stop
+    )
+    chunk = io.BytesIO(header + bytes(compressed))
+    assert list(page_sizes(chunk, 0, len(chunk.getvalue()))) == [(uncompressed, compressed)]
+    with pytest.raises(PipelineError, match="decompresses to over 256 MiB"):
+        chunk_bytes(chunk, 0, len(chunk.getvalue()), 256 << 20)
+    with pytest.raises(PipelineError, match="runs past its column chunk"):
+        list(page_sizes(chunk, 0, len(chunk.getvalue()) - 1))
+
+
+def test_a_long_text_repeated_on_every_row_is_held_once_and_an_over_long_one_skipped():
+    long_text = "b" * (MAX_DOCUMENT_BYTES // 2)
+    source = documents(
+        "parquet", zstd_parquet([long_text] * 2000 + ["c" * (MAX_DOCUMENT_BYTES + 1)])
+    )
+    peak, base = 0, pa.total_allocated_bytes()
+    for text in source:
+        assert text == long_text
+        peak = max(peak, pa.total_allocated_bytes() - base)
+    assert source.skipped == 1
+    assert peak < 16 * MAX_DOCUMENT_BYTES  # a batch of 1,024 expanded rows would be 512 MiB
