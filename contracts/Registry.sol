@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {IJobMarket} from "./interfaces/IJobMarket.sol";
 import {IRegistry} from "./interfaces/IRegistry.sol";
 
 /// @title Registry
 /// @notice Model and dataset names, their owners and their versions, append-only.
 /// @dev No admin, no upgrade, no custody: a name's owner is the only party that changes anything
 /// about it, and what it changes is only ever added (a version) or handed on (the name). A version,
-/// once published, is never edited or removed.
+/// once published, is never edited or removed. The market it reads jobs from is fixed at
+/// deployment: a version that names a job was published by that job's user.
 contract Registry is IRegistry {
     /// @dev A name's owner and its versions; version n is `versions[n - 1]`.
     struct Record {
@@ -30,8 +32,16 @@ contract Registry is IRegistry {
                                 STORAGE
     //////////////////////////////////////////////////////////////*/
 
+    /// @notice The market whose jobs versions name.
+    IJobMarket public immutable market;
+
     mapping(bytes32 key => Record) private _records;
     mapping(Kind kind => string[]) private _names;
+
+    constructor(IJobMarket market_) {
+        if (address(market_) == address(0)) revert ZeroAddress();
+        market = market_;
+    }
 
     /*//////////////////////////////////////////////////////////////
                                 EXTERNAL
@@ -47,6 +57,7 @@ contract Registry is IRegistry {
         if (!_validCid(bytes(publication.metadataCid), true)) revert InvalidCid(publication.metadataCid);
         if (!_validLicense(bytes(publication.license))) revert InvalidLicense(publication.license);
         _checkParent(kind, publication.parentName, publication.parentVersion);
+        if (publication.jobId != 0) _checkJob(publication.jobId);
 
         Record storage record = _records[_key(kind, name)];
         address owner = record.owner;
@@ -145,6 +156,13 @@ contract Registry is IRegistry {
         if (parentVersion > _records[_key(kind, parentName)].versions.length) {
             revert UnknownVersion(parentName, parentVersion);
         }
+    }
+
+    /// @dev Only the user who paid for a job can say a version came out of it.
+    function _checkJob(uint256 jobId) private view {
+        if (market.status(jobId) == IJobMarket.JobStatus.None) revert UnknownJob(jobId);
+        address user = market.job(jobId).user;
+        if (user != msg.sender) revert JobPaidByAnother(jobId, msg.sender, user);
     }
 
     function _validName(bytes calldata name) private pure returns (bool) {

@@ -26,7 +26,8 @@ interface IRegistry {
         string parentName;
         /// @dev That version's number; 0 when there is no parent.
         uint32 parentVersion;
-        /// @dev The job of the market that produced the content; 0 when none did.
+        /// @dev The job of the market that produced the content, which the publisher paid for; 0
+        /// when none did.
         uint256 jobId;
     }
 
@@ -62,6 +63,10 @@ interface IRegistry {
     error InvalidParent(string parentName, uint256 parentVersion);
     /// @notice Thrown when a name is asked for by an index past the last one.
     error NameIndexOutOfRange(uint256 index, uint256 count);
+    /// @notice Thrown when a version names a job the market does not have.
+    error UnknownJob(uint256 jobId);
+    /// @notice Thrown when a version names a job someone other than its publisher paid for.
+    error JobPaidByAnother(uint256 jobId, address caller, address user);
     /// @notice Thrown when a name is handed to the zero address.
     error ZeroAddress();
 

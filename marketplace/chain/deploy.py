@@ -182,7 +182,7 @@ def deploy(
         params.dispute_window,
         params.false_report_slash,
     )
-    registry = create("Registry")  # ungoverned: names belong to their publishers
+    registry = create("Registry", market.address)  # ungoverned: names belong to their publishers
 
     fns = staking.functions
     wiring = [

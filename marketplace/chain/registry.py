@@ -139,10 +139,9 @@ class Registry:
         """Publish the next version of `name` (claiming the name if new) and return it as stored.
 
         Nothing is sent for a license that is not an SPDX id, a name that is not org/name, a
-        parent that does not exist, or a name owned by someone else (the gas estimate meets the
-        contract's NotNameOwner). A parent without a number means its newest version."""
-        check_name(name)
-        spdx_id(license)
+        parent that does not exist, a name owned by someone else or a job someone else paid for
+        (the gas estimate meets the contract's error). A parent without a number means its
+        newest version."""
         if parent is not None:
             parent = self.resolve(kind, parent).reference
         call = self.publish_call(kind, name, cid, license, metadata_cid, parent, job_id)

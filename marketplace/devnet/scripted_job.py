@@ -45,6 +45,19 @@ class Scenario:
     verifier_stake: int = 5_000 * ZEN
     funding: int = 50_000 * ZEN
 
+    def request(self, spec_cid: str) -> JobRequest:
+        return JobRequest(
+            spec_cid=spec_cid,
+            tier=Tier.COMMUNITY,
+            nodes=self.nodes,
+            units_per_node=self.units,
+            checkpoint_interval=self.checkpoint_interval,
+            sample_rate_bps=self.sample_rate_bps,
+            max_price=self.max_price,
+            budget=self.budget,
+            unit_gpu_seconds=self.unit_gpu_seconds,
+        )
+
 
 @dataclass
 class Outcome:
@@ -85,22 +98,20 @@ def onboard(ledger: Ledger, cast: Cast, scenario: Scenario) -> None:
         ledger.attest_benchmark(cast.verifiers[0], provider.address, benchmark, 100)
 
 
+def escrow_job(ledger: Ledger, funder: LocalAccount, user: LocalAccount) -> int:
+    """A job `user` escrows a default scenario's budget for (`funder` gives it the ZEN), left
+    open: what a registry version may name as the job that made it."""
+    scenario = Scenario()
+    ledger.transfer(funder, user.address, scenario.budget)
+    return ledger.create_job(user, scenario.request(cid_of_bytes(b"a job that trains a model")))
+
+
 def auction(
     ledger: Ledger, cast: Cast, scenario: Scenario, spec_cid: str
 ) -> tuple[Outcome, dict[str, int]]:
     """Create a job and auction it: every provider bids its scenario price; the outcome so far
     and each winner's slot by address."""
-    request = JobRequest(
-        spec_cid=spec_cid,
-        tier=Tier.COMMUNITY,
-        nodes=scenario.nodes,
-        units_per_node=scenario.units,
-        checkpoint_interval=scenario.checkpoint_interval,
-        sample_rate_bps=scenario.sample_rate_bps,
-        max_price=scenario.max_price,
-        budget=scenario.budget,
-        unit_gpu_seconds=scenario.unit_gpu_seconds,
-    )
+    request = scenario.request(spec_cid)
     market = ledger.market.functions
     ledger.approve(cast.user, ledger.market.address, request.budget)
     receipt = ledger.send(market.createJob(request.as_struct()), cast.user)

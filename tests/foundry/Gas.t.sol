@@ -176,7 +176,7 @@ contract GasPublishVersionTest is BaseTest {
 
     function setUp() public override {
         super.setUp();
-        registry = new Registry();
+        registry = new Registry(market);
         publication = IRegistry.Publication({
             cid: SPEC_CID, license: "Apache-2.0", metadataCid: "", parentName: "", parentVersion: 0, jobId: 0
         });
@@ -184,7 +184,7 @@ contract GasPublishVersionTest is BaseTest {
         registry.publish(IRegistry.Kind.Model, "acme/llama-tiny", publication);
         publication.parentName = "acme/llama-tiny";
         publication.parentVersion = 1;
-        publication.jobId = 1;
+        publication.jobId = _createJob();
     }
 
     function test_gas_publishVersion() public {

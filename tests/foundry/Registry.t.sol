@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {Test} from "forge-std/Test.sol";
-
 import {Registry} from "../../contracts/Registry.sol";
+import {IJobMarket} from "../../contracts/interfaces/IJobMarket.sol";
 import {IRegistry} from "../../contracts/interfaces/IRegistry.sol";
+import {BaseTest} from "./Base.t.sol";
 
-contract RegistryTest is Test {
+contract RegistryTest is BaseTest {
     string internal constant NAME = "acme/llama-tiny";
     string internal constant CID = "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi";
     string internal constant CID2 = "QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN";
@@ -18,8 +18,9 @@ contract RegistryTest is Test {
     address internal alice = makeAddr("alice");
     address internal bob = makeAddr("bob");
 
-    function setUp() public {
-        registry = new Registry();
+    function setUp() public override {
+        super.setUp();
+        registry = new Registry(market);
     }
 
     function _publication(string memory cid) internal pure returns (IRegistry.Publication memory) {
@@ -52,24 +53,42 @@ contract RegistryTest is Test {
     }
 
     function test_publish_appendsNumberedVersionsWithLineage() public {
-        _publish(alice, NAME, _publication(CID));
+        uint256 jobId = _createJob(); // paid for by `user`
+        _publish(user, NAME, _publication(CID));
         IRegistry.Publication memory p = _publication(CID2);
         p.parentName = NAME;
         p.parentVersion = 1;
-        p.jobId = 42;
+        p.jobId = jobId;
         p.metadataCid = CID;
         p.license = "MIT";
-        assertEq(_publish(alice, NAME, p), 2);
+        assertEq(_publish(user, NAME, p), 2);
 
         (uint32 number, IRegistry.Version memory newest) = registry.latest(MODEL, NAME);
         assertEq(number, 2);
         assertEq(newest.cid, CID2);
         assertEq(newest.parentName, NAME);
         assertEq(newest.parentVersion, 1);
-        assertEq(newest.jobId, 42);
+        assertEq(newest.jobId, jobId);
         assertEq(newest.metadataCid, CID);
         assertEq(registry.version(MODEL, NAME, 1).cid, CID); // the first is untouched
         assertEq(registry.nameCount(MODEL), 1);
+    }
+
+    function test_attack_aVersionCannotClaimAJobItsPublisherDidNotPayFor() public {
+        uint256 jobId = _createJob(); // paid for by `user`
+        IRegistry.Publication memory p = _publication(CID);
+        p.jobId = jobId;
+        vm.expectRevert(abi.encodeWithSelector(IRegistry.JobPaidByAnother.selector, jobId, alice, user));
+        _publish(alice, NAME, p);
+        p.jobId = jobId + 1;
+        vm.expectRevert(abi.encodeWithSelector(IRegistry.UnknownJob.selector, jobId + 1));
+        _publish(user, NAME, p);
+        assertEq(registry.nameCount(MODEL), 0); // nothing registered by either try
+    }
+
+    function test_RevertWhen_deployedWithoutAMarket() public {
+        vm.expectRevert(IRegistry.ZeroAddress.selector);
+        new Registry(IJobMarket(address(0)));
     }
 
     function test_publish_modelsAndDatasetsAreSeparateNamespaces() public {

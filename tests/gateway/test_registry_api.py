@@ -13,6 +13,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from marketplace.chain.registry import Reference, Registry
 from marketplace.devnet.accounts import devnet_account
+from marketplace.devnet.scripted_job import escrow_job
 from marketplace.gateway.api.main import create_app
 from marketplace.processes import free_port
 from marketplace.protocol.terms import Kind
@@ -33,22 +34,23 @@ def reverted(ledger):
 
 @pytest.fixture
 def published(ledger, reverted):
-    """Two models (one a fine-tune of the other, made by job 5, then handed to a second owner)
-    and a dataset."""
+    """Two models (one a fine-tune of the other, made by a job alice paid for, then handed to a
+    second owner) and a dataset; alice, bob and the job."""
     registry = Registry(ledger.w3, ledger.deployment)
     alice, bob = devnet_account(1), devnet_account(2)
+    job_id = escrow_job(ledger, devnet_account(0), alice)
     registry.publish(alice, Kind.MODEL, "acme/base", CID, "Apache-2.0")
     registry.publish(alice, Kind.MODEL, "acme/base", CID2, "Apache-2.0", metadata_cid=CID)
     registry.publish(
-        alice, Kind.MODEL, "acme/chat", CID, "MIT", parent=Reference("acme/base", 2), job_id=5
+        alice, Kind.MODEL, "acme/chat", CID, "MIT", parent=Reference("acme/base", 2), job_id=job_id
     )
     registry.transfer(alice, Kind.MODEL, "acme/chat", bob.address)
     registry.publish(bob, Kind.DATASET, "bob/corpus", CID2, "CC0-1.0")
-    return alice, bob
+    return alice, bob, job_id
 
 
 def test_names_versions_owners_and_lineage_read_back(published, indexer, client):
-    alice, bob = published
+    alice, bob, job_id = published
     while indexer.step():
         pass
 
@@ -61,7 +63,11 @@ def test_names_versions_owners_and_lineage_read_back(published, indexer, client)
 
     chat = client.get("/registry/models/acme/chat").json()
     [version] = chat["history"]
-    assert (version["parent"], version["job_id"], version["license"]) == ("acme/base@2", 5, "MIT")
+    assert (version["parent"], version["job_id"], version["license"]) == (
+        "acme/base@2",
+        job_id,
+        "MIT",
+    )
     assert version["publisher"] == alice.address and chat["owner"] == bob.address
     assert version["tx_hash"].startswith("0x") and version["block_number"] > 0
     shown = client.get(f"/chain/tx/{version['tx_hash']}").json()  # the explorer's transaction view
@@ -111,17 +117,23 @@ def test_the_sdk_pushes_through_the_gateway_signing_here_and_pulls_back(
             deployment=ledger.deployment,
         )
 
+    job_id = escrow_job(ledger, devnet_account(0), devnet_account(3))  # carol's
+
     async def journey():
         async with client(3) as carol, client(4) as dave:
             pushed = await carol.push(
-                "dataset", corpus, name="carol/corpus", license="cc-by-4.0", job_id=4
+                "dataset", corpus, name="carol/corpus", license="cc-by-4.0", job_id=job_id
             )
             assert pushed["license"] == "CC-BY-4.0"
             assert pushed["transaction"]["status"] == "succeeded"
             while indexer.step():
                 pass
             version = await dave.pull("dataset", "carol/corpus", tmp_path / "back")
-            assert (version["version"], version["job_id"], version["cid"]) == (1, 4, pushed["cid"])
+            assert (version["version"], version["job_id"], version["cid"]) == (
+                1,
+                job_id,
+                pushed["cid"],
+            )
             assert (tmp_path / "back" / "part-0.jsonl").read_text() == '{"text": "hello"}\n'
             [listed] = await dave.registry("dataset")
             assert listed["owner"] == devnet_account(3).address

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from marketplace.chain.deploy import Deployment, deploy
-from marketplace.chain.ledger import JobRequest, Ledger
+from marketplace.chain.ledger import Ledger
 from marketplace.chain.registry import Registry
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
-from marketplace.devnet.scripted_job import Scenario, cid_of_bytes
-from marketplace.protocol.terms import Tier
+from marketplace.devnet.scripted_job import escrow_job
 from marketplace.storage import Storage
 from marketplace.wallet import import_key
 
@@ -39,21 +38,7 @@ def registry(w3, deployment) -> Iterator[Registry]:
 @pytest.fixture
 def job_id(w3, deployment, registry) -> int:
     """A job escrowed on the market by alice (devnet account 1): what a version's lineage names."""
-    ledger = Ledger(w3, deployment)
-    scenario = Scenario()
-    alice = devnet_account(1)
-    ledger.transfer(devnet_account(0), alice.address, scenario.budget)
-    request = JobRequest(
-        spec_cid=cid_of_bytes(b"a job that trains a model"),
-        tier=Tier.COMMUNITY,
-        nodes=1,
-        units_per_node=scenario.units,
-        checkpoint_interval=scenario.checkpoint_interval,
-        sample_rate_bps=scenario.sample_rate_bps,
-        max_price=scenario.max_price,
-        budget=scenario.budget,
-    )
-    return ledger.create_job(alice, request)
+    return escrow_job(Ledger(w3, deployment), devnet_account(0), devnet_account(1))
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ CID2 = "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi"
 ALICE, BOB = devnet_account(1), devnet_account(2)
 
 
-def test_versions_are_numbered_from_one_and_carry_lineage(registry):
+def test_versions_are_numbered_from_one_and_carry_lineage(registry, job_id):
     first = registry.publish(ALICE, Kind.MODEL, "acme/tiny", CID, "apache-2.0")
     assert (first.number, first.license, first.publisher) == (1, "Apache-2.0", ALICE.address)
     assert first.parent is None and first.job_id is None and first.metadata_cid is None
@@ -35,11 +35,11 @@ def test_versions_are_numbered_from_one_and_carry_lineage(registry):
         "MIT",
         metadata_cid=CID,
         parent=Reference("acme/tiny"),  # the newest: version 1
-        job_id=7,
+        job_id=job_id,
     )
     assert second.number == 2
     assert second.parent == Reference("acme/tiny", 1)
-    assert (second.job_id, second.metadata_cid) == (7, CID)
+    assert (second.job_id, second.metadata_cid) == (job_id, CID)
     assert registry.resolve(Kind.MODEL, "acme/tiny") == second
     assert registry.resolve(Kind.MODEL, "acme/tiny@1") == first
     assert registry.versions(Kind.MODEL, "acme/tiny") == [first, second]
@@ -67,6 +67,19 @@ def test_only_the_owner_publishes_until_it_hands_the_name_on(registry):
     assert registry.publish(BOB, Kind.DATASET, "acme/corpus", CID2, "MIT").number == 2
     # The same name as a model is another namespace, still free.
     assert registry.owner_of(Kind.MODEL, "acme/corpus") is None
+
+
+def test_a_version_cannot_claim_a_job_its_publisher_did_not_pay_for(registry, job_id):
+    """Lineage on-chain: bob's model cannot say alice's job made it, nor name a job that is not."""
+    with pytest.raises(ContractRevert) as refused:
+        registry.publish(BOB, Kind.MODEL, "bob/stolen", CID, "MIT", job_id=job_id)
+    assert str(refused.value) == (
+        f"Job {job_id} was paid for by {ALICE.address}, not by {BOB.address}: a version can only "
+        "name a job its publisher paid for."
+    )
+    with pytest.raises(ContractRevert, match=f"There is no job {job_id + 1}"):
+        registry.publish(ALICE, Kind.MODEL, "acme/tiny", CID, "MIT", job_id=job_id + 1)
+    assert registry.owner_of(Kind.MODEL, "bob/stolen") is None
 
 
 def test_a_license_that_is_not_an_spdx_id_is_refused_before_any_transaction(registry):

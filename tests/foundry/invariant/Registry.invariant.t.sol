@@ -5,12 +5,15 @@ import {Test} from "forge-std/Test.sol";
 
 import {Registry} from "../../../contracts/Registry.sol";
 import {IRegistry} from "../../../contracts/interfaces/IRegistry.sol";
+import {BaseTest} from "../Base.t.sol";
 
 /// @notice Publishes and transfers by any of four actors under any of three names of either kind,
-/// owner or not, and keeps a ghost copy of what each publish that went through stored.
+/// owner or not, naming no job or the one job the first actor paid for, and keeps a ghost copy of
+/// what each publish that went through stored.
 contract RegistryHandler is Test {
     Registry internal immutable registry;
-    address[4] internal actors = [makeAddr("a"), makeAddr("b"), makeAddr("c"), makeAddr("d")];
+    uint256 internal immutable paidJob;
+    address[4] internal actors;
     string[3] internal names = ["acme/base", "acme/chat", "zoo/corpus"];
 
     /// @dev keccak of (kind, name) -> the hash of each version as published, in order.
@@ -20,8 +23,10 @@ contract RegistryHandler is Test {
     /// handler call is only a revert, which the campaign passes over.
     string[] public violations;
 
-    constructor(Registry registry_) {
+    constructor(Registry registry_, address jobUser, uint256 jobId) {
         registry = registry_;
+        actors = [jobUser, makeAddr("b"), makeAddr("c"), makeAddr("d")];
+        paidJob = jobId;
     }
 
     function key(IRegistry.Kind kind, string memory name) public pure returns (bytes32) {
@@ -40,7 +45,7 @@ contract RegistryHandler is Test {
         return names[i];
     }
 
-    function publish(uint8 actor, uint8 name, bool dataset, uint32 parentVersion, uint256 jobId) external {
+    function publish(uint8 actor, uint8 name, bool dataset, uint32 parentVersion, bool namesJob) external {
         IRegistry.Kind kind = dataset ? IRegistry.Kind.Dataset : IRegistry.Kind.Model;
         address who = actors[actor % 4];
         string memory n = names[name % 3];
@@ -53,16 +58,17 @@ contract RegistryHandler is Test {
             metadataCid: "",
             parentName: parentVersion == 0 ? "" : n,
             parentVersion: parentVersion,
-            jobId: jobId
+            jobId: namesJob ? paidJob : 0
         });
+        bool mayPublish = (ghostOwner[k] == address(0) || ghostOwner[k] == who) && (!namesJob || who == actors[0]);
         vm.prank(who);
         try registry.publish(kind, n, p) returns (uint32 number) {
-            if (ghostOwner[k] != address(0) && ghostOwner[k] != who) violations.push("a non-owner published");
+            if (!mayPublish) violations.push("a non-owner published, or claimed a job it did not pay for");
             if (number != count + 1) violations.push("a version number was skipped or reused");
             ghostOwner[k] = who;
             ghostVersions[k].push(keccak256(abi.encode(registry.version(kind, n, number))));
         } catch {
-            if (ghostOwner[k] == address(0) || ghostOwner[k] == who) violations.push("an owner could not publish");
+            if (mayPublish) violations.push("an owner could not publish");
         }
     }
 
@@ -85,13 +91,14 @@ contract RegistryHandler is Test {
 /// name after each call, and the registry holds no money: the default depth is enough here.
 /// forge-config: ci.invariant.runs = 64
 /// forge-config: ci.invariant.depth = 64
-contract RegistryInvariantTest is Test {
+contract RegistryInvariantTest is BaseTest {
     Registry internal registry;
     RegistryHandler internal handler;
 
-    function setUp() public {
-        registry = new Registry();
-        handler = new RegistryHandler(registry);
+    function setUp() public override {
+        super.setUp();
+        registry = new Registry(market);
+        handler = new RegistryHandler(registry, user, _createJob());
         targetContract(address(handler));
     }
 
