@@ -19,5 +19,5 @@ grep -q "^Ran [0-9]* test suites" "$forge_log" || { echo "forge test ran no suit
 rm -f "$forge_log"
 echo "== halmos"
 bash scripts/halmos.sh
-echo "== pytest"
-.venv/bin/pytest "$@"
+echo "== pytest"  # two workers: a file's tests stay together, the end-to-end tests share one
+.venv/bin/pytest -n "${ZOO_TEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"

@@ -20,13 +20,6 @@ from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, onboard
 from marketplace.wallet import import_key
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning"
-    )
-
-
 # Windows in seconds of chain time, which runs a block a second while a daemon runs. The tests
 # skip each window once what it was waiting for is in (every bid, every reveal, the last unit),
 # so the windows can be generous: a daemon killed after its bid and started again must still

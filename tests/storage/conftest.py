@@ -9,12 +9,6 @@ import pytest
 from .support import CHUNK, MAX_LINKS, Node, random_bytes, start_nodes
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning"
-    )
-
-
 class NodeFactory:
     """Starts nodes on demand (fresh repos, or a given one to test restarts) and stops them
     all, by process id, at teardown."""

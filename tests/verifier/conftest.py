@@ -43,12 +43,6 @@ GPU_SECONDS = 60
 PARAMETERS = Parameters(verification_fee=ZEN // 10, false_report_slash=100 * ZEN)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "filterwarnings", "ignore:The 'strict' parameter is no longer needed:FutureWarning"
-    )
-
-
 def _wait(
     ready: Callable[[], bool], process: subprocess.Popen, log: Path, what: str, timeout: float = 60
 ) -> None:
