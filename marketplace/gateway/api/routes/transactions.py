@@ -4,7 +4,7 @@ signed."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 from hexbytes import HexBytes
@@ -43,6 +43,19 @@ from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.terms import Kind
 
 router = APIRouter(prefix="/transactions", tags=["transactions"])
+
+
+def builds(path: str, responses: dict = REFUSED, **kwargs: Any) -> Callable[[Callable], Callable]:
+    """A route that answers with an unsigned transaction for the sender to sign."""
+    return router.post(
+        path,
+        response_model=UnsignedTransaction,
+        response_model_exclude_none=True,
+        responses=responses,
+        **kwargs,
+    )
+
+
 TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A transaction hash.")]
 
 
@@ -55,12 +68,7 @@ def permit(body: PermitRequest, ledger: LedgerDep):
     return {"typed_data": typed, "deadline": typed["message"]["deadline"]}
 
 
-@router.post(
-    "/jobs",
-    response_model=UnsignedTransaction,
-    response_model_exclude_none=True,
-    responses=REFUSED | NOT_FOUND,
-)
+@builds("/jobs", responses=REFUSED | NOT_FOUND)
 def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
     """createJobWithPermit (with the signed permit) or createJob (after an approve) for a spec
     already pinned.
@@ -88,12 +96,7 @@ def create_job(body: JobOrderRequest, ledger: LedgerDep, storage: StorageDep):
     return unsigned(ledger, ledger.create_job_call(request, permit), sender)
 
 
-@router.post(
-    "/registry",
-    response_model=UnsignedTransaction,
-    response_model_exclude_none=True,
-    responses=REFUSED,
-)
+@builds("/registry")
 def publish_version(body: RegistryPublication, ledger: LedgerDep):
     """publish: the next version of a model or dataset name (the sender's, or nobody's yet), its
     content already on IPFS. A license that is not an SPDX id is refused here; a name someone else
@@ -124,13 +127,7 @@ def _job_action(
         return unsigned(ledger, job_call(ledger, job_id), Web3.to_checksum_address(body.sender))
 
     build.__doc__ = summary
-    router.post(
-        f"/jobs/{{job_id}}/{path}",
-        response_model=UnsignedTransaction,
-        response_model_exclude_none=True,
-        responses=REFUSED,
-        name=function,
-    )(build)
+    builds(f"/jobs/{{job_id}}/{path}", name=function)(build)
 
 
 _job_action(
@@ -153,23 +150,13 @@ _job_action(
 )
 
 
-@router.post(
-    "/withdraw",
-    response_model=UnsignedTransaction,
-    response_model_exclude_none=True,
-    responses=REFUSED,
-)
+@builds("/withdraw")
 def withdraw(body: SenderRequest, ledger: LedgerDep):
     """withdraw: a provider or verifier takes what the market owes it."""
     return unsigned(ledger, ledger.withdraw_call(), Web3.to_checksum_address(body.sender))
 
 
-@router.post(
-    "/providers",
-    response_model=UnsignedTransaction,
-    response_model_exclude_none=True,
-    responses=REFUSED,
-)
+@builds("/providers")
 def register_provider(body: ProviderRegistration, ledger: LedgerDep):
     """registerProvider: join a tier with this hardware; active once staked and its benchmark is
     attested."""
@@ -185,24 +172,14 @@ def register_provider(body: ProviderRegistration, ledger: LedgerDep):
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
-@router.post(
-    "/verifiers",
-    response_model=UnsignedTransaction,
-    response_model_exclude_none=True,
-    responses=REFUSED,
-)
+@builds("/verifiers")
 def register_verifier(body: VerifierRegistration, ledger: LedgerDep):
     """registerVerifier: publish where this verifier is reached; active from the minimum stake."""
     call = ledger.register_verifier_call(body.endpoint)
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
-@router.post(
-    "/stake",
-    response_model=UnsignedTransaction,
-    response_model_exclude_none=True,
-    responses=REFUSED,
-)
+@builds("/stake")
 def stake(body: StakeRequest, ledger: LedgerDep):
     """stakeWithPermit (with the signed permit, spender Staking) or stake (after an approve).
 
@@ -217,24 +194,14 @@ def stake(body: StakeRequest, ledger: LedgerDep):
     return unsigned(ledger, ledger.stake_call(body.amount, permit), sender)
 
 
-@router.post(
-    "/unstake",
-    response_model=UnsignedTransaction,
-    response_model_exclude_none=True,
-    responses=REFUSED,
-)
+@builds("/unstake")
 def unstake(body: UnstakeRequest, ledger: LedgerDep):
     """requestUnstake: move free stake into unbonding; withdraw it after the unbonding delay."""
     call = ledger.request_unstake_call(body.amount)
     return unsigned(ledger, call, Web3.to_checksum_address(body.sender))
 
 
-@router.post(
-    "/stake/withdraw",
-    response_model=UnsignedTransaction,
-    response_model_exclude_none=True,
-    responses=REFUSED,
-)
+@builds("/stake/withdraw")
 def withdraw_stake(body: SenderRequest, ledger: LedgerDep):
     """withdraw (Staking): take back unbonded stake once the unbonding delay is over."""
     return unsigned(ledger, ledger.withdraw_stake_call(), Web3.to_checksum_address(body.sender))
