@@ -92,6 +92,14 @@ def test_a_license_that_is_not_an_spdx_id_is_refused_before_any_transaction(regi
     assert registry.w3.eth.get_transaction_count(ALICE.address) == nonce
 
 
+def test_a_license_outside_the_spdx_list_is_a_license_ref():
+    assert spdx_id("LicenseRef-llama3.1") == "LicenseRef-llama3.1"
+    assert spdx_id(" licenseref-OpenRAIL-M ") == "LicenseRef-OpenRAIL-M"
+    for bad in ("LicenseRef-", "LicenseRef-a b", "LicenseRef-x+y", "LicenseRef-" + "a" * 54):
+        with pytest.raises(NotAnSpdxId, match="a license outside the list is LicenseRef-<id>"):
+            spdx_id(bad)
+
+
 @pytest.mark.parametrize(
     "text",
     ["tiny", "Acme/tiny", "acme/tiny/v2", "acme/", "acme/tiny@0", "acme/tiny@x", "acme/ti ny"],
