@@ -107,14 +107,19 @@ def test_without_a_configured_token_the_node_makes_one_only_its_owner_reads(node
         storage.add_bytes(b"intruder")
 
 
-def test_storage_sends_the_configured_token_and_no_token_when_none_is_set(node: Node):
+def test_storage_sends_the_configured_token_and_no_token_when_none_is_set(
+    node: Node, tmp_path: Path
+):
+    path = tmp_path / "file"
+    path.write_bytes(b"ours, from a file")
     with Storage(node.multiaddr, []) as storage:  # ZOO_IPFS_API_TOKEN, from the settings
         assert storage.cat(storage.add_bytes(b"ours")) == b"ours"
-    with (
-        Storage(node.multiaddr, [], api_token="") as storage,
-        pytest.raises(StorageError, match="Bearer"),
-    ):
-        storage.add_bytes(b"anonymous")
+        assert storage.cat(storage.add_file(path)) == b"ours, from a file"
+    with Storage(node.multiaddr, [], api_token="") as storage:
+        with pytest.raises(StorageError, match="Bearer"):
+            storage.add_bytes(b"anonymous")
+        with pytest.raises(StorageError, match="Bearer"):
+            storage.add_file(path)
 
 
 def test_the_devnet_gives_its_nodes_and_every_process_one_token(tmp_path: Path, monkeypatch):

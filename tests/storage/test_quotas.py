@@ -38,6 +38,17 @@ def test_an_add_over_the_quota_is_refused_before_its_body_is_read(small: Node):
     assert post(small, "pin/ls").json()["Keys"] == {}
 
 
+def test_a_file_over_the_quota_is_refused_with_the_nodes_reason(small: Node, tmp_path):
+    path = tmp_path / "big"
+    path.write_bytes(random_bytes(8 * MIB))
+    with (
+        Storage(small.multiaddr, []) as storage,
+        pytest.raises(StorageError, match=f"limit of {MIB} bytes per add"),
+    ):
+        storage.add_file(path)
+    assert stored_bytes(small) == 0
+
+
 def test_a_chunked_add_is_cut_off_at_the_quota(small: Node):
     head = b'--b\r\nContent-Disposition: form-data; name="file"\r\n\r\n'
     body = itertools.chain([head], itertools.repeat(b"x" * 65536, 64))  # 4 MiB, chunked

@@ -1,6 +1,8 @@
 """The Storage client against real node processes: verified reads, replication, fallback."""
 
 import json
+import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from marketplace.storage import (
     ReplicationError,
     Storage,
     StorageError,
+    _FileUpload,
     api_multiaddr,
 )
 
@@ -185,9 +188,26 @@ def test_asking_for_more_replicas_than_known_nodes(shared_node):
         assert storage.pin(cid, replicas=1) == [shared_node.multiaddr]
 
 
-def test_unreachable_nodes():
+def test_unreachable_nodes(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
     with Storage("/ip4/127.0.0.1/tcp/9/http") as storage:
         with pytest.raises(NodeUnavailable):
             storage.cat("QmZULkCELmmk5XNfCgTnCyFgAVxBRBXyDHGGMVoLFLiXEN")
         with pytest.raises(NodeUnavailable):
             storage.add_bytes(b"x")
+        with pytest.raises(NodeUnavailable):
+            storage.add_file(tmp_path / "f")
+
+
+def test_a_file_that_shrinks_while_it_is_sent_is_an_error_not_a_short_body(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(random_bytes(3 * CHUNK))
+    upload = _FileUpload(path)
+    path.write_bytes(random_bytes(CHUNK))
+    ours, theirs = socket.socketpair()
+    with ours, theirs, ThreadPoolExecutor(1) as reader:
+        drained = reader.submit(lambda: sum(iter(lambda: len(theirs.recv(1 << 20)), 0)))
+        with pytest.raises(StorageError, match="shrank"):
+            upload.send(ours)
+        ours.shutdown(socket.SHUT_WR)
+        assert drained.result() < len(upload)
