@@ -683,13 +683,22 @@ class DistributedSpec(_Section, _LeavesOutUnset):
         return aggregation
 
 
+class ResourcesSpec(_Section):
+    """The hardware one unit trains on inside the provider's node."""
+
+    # devices one unit trains on, data parallel: each takes a fixed share of every step's
+    # grad_accum_steps micro-batches and the gradients are summed in micro-batch order, so the
+    # unit's bits do not depend on how many devices ran it
+    devices: int = Field(1, ge=1, le=64)
+
+
 class ReproducibilitySpec(_Section):
     seed: int = Field(1337, ge=0)  # seeds model init, dropout and the data sampler
     deterministic: bool = True  # torch.use_deterministic_algorithms for bit-identical reruns
     num_threads: int = Field(1, ge=1, le=1024)  # CPU threads; bit-identical only at equal counts
 
 
-class JobSpec(_Section):
+class JobSpec(_Section, _LeavesOutUnset):
     name: str = "job"  # a label for people; not used by training
     model: SerializeAsAny[ModelSpec]  # architecture and sizes, see ARCHITECTURES
     data: DataSpec
@@ -697,6 +706,7 @@ class JobSpec(_Section):
     checkpoint: CheckpointSpec
     distributed: DistributedSpec = DistributedSpec()
     reproducibility: ReproducibilitySpec = ReproducibilitySpec()
+    resources: ResourcesSpec | None = None  # default: one device
 
     @field_validator("model", mode="wrap")
     @classmethod
@@ -728,9 +738,34 @@ class JobSpec(_Section):
         return self
 
     @model_validator(mode="after")
+    def _devices_share_micro_batches(self) -> JobSpec:
+        devices = self.devices
+        if devices == 1:
+            return self
+        if self.distributed.nodes > 1:
+            raise PydanticCustomError(
+                "devices_in_group",
+                "resources.devices > 1 is for single-node jobs; a group job's ranks train on "
+                "one device each",
+            )
+        if self.training.grad_accum_steps % devices:
+            raise PydanticCustomError(
+                "devices_split_batch",
+                "resources.devices ({devices}) must divide training.grad_accum_steps "
+                "({accum}): every device takes the same number of a step's micro-batches",
+                {"devices": devices, "accum": self.training.grad_accum_steps},
+            )
+        return self
+
+    @model_validator(mode="after")
     def _model_takes_sequences(self) -> JobSpec:
         self.model.check_fits(self.data.seq_len)
         return self
+
+    @property
+    def devices(self) -> int:
+        """Devices one unit trains on (resources.devices; 1 when left out)."""
+        return 1 if self.resources is None else self.resources.devices
 
     @property
     def vocab_size(self) -> int:
