@@ -56,6 +56,14 @@ def place(store: dist.Store, rank: int, world: int, device: torch.device) -> Pla
     return Placement("gloo", torch.device("cpu"))
 
 
+def group_device() -> torch.device:
+    """Where this process's ranks train: its CUDA device when its process group runs on NCCL,
+    else the CPU (gloo groups, the board's rounds, a verifier's replay)."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def open_group(
     store: dist.Store, rank: int, world: int, placement: Placement, timeout: timedelta
 ) -> dist.ProcessGroupGloo | dist.ProcessGroupNCCL:

@@ -95,13 +95,13 @@ def run_unit(
         raise ValueError(f"steps must be >= 1; got {steps}")
     if shard.sources != tuple(s.name for s in spec.data.sources):
         raise DataError(f"shard sources {list(shard.sources)} are not the job's data sources")
-    limits.check(spec)
     count = spec.devices if devices is None else devices
     if count < 1 or spec.training.grad_accum_steps % count:
         raise ValueError(
             f"devices must be >= 1 and divide grad_accum_steps "
             f"({spec.training.grad_accum_steps}); got {count}"
         )
+    limits.check(spec, count)
     placed = unit_devices(device, count)
     device = placed[0]
     repro = spec.reproducibility
