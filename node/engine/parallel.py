@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,10 +42,17 @@ logger = logging.getLogger(__name__)
 
 STEP_TIMEOUT = timedelta(minutes=30)  # how long a worker waits for the others within a step
 _TAG = 0
+_JOINED = "zoo-team/joined"  # the store's count of the other workers that started
+_POLL_S = 0.2
+_FAILURE_WAIT_S = 5.0  # how long a broken step waits for the failed worker's own error
 
 
 class TeamError(ZooError, RuntimeError):
     """A unit that cannot be trained data parallel with the same bits as on one device."""
+
+
+class _Broken(TeamError):
+    """A step's exchange failed: a worker died or stopped answering."""
 
 
 @dataclass
@@ -99,6 +107,12 @@ class Team:
     def _ordered_sum(self, contributions: list[torch.Tensor], losses: torch.Tensor) -> torch.Tensor:
         """The sum of every worker's contributions in rank order, then each worker's in its
         order, on every worker; the losses' slots ride along (each slot has one non-zero term)."""
+        try:
+            return self._chain(contributions, losses)
+        except RuntimeError as exc:  # the backend's: a peer went away or timed out
+            raise _Broken(f"the unit's workers lost each other: {exc}") from exc
+
+    def _chain(self, contributions: list[torch.Tensor], losses: torch.Tensor) -> torch.Tensor:
         numel = contributions[0].numel()
         if self.rank == 0:
             total = contributions[0].clone()
@@ -129,7 +143,8 @@ def team(
 
     The others are fresh processes, started here and stopped by the time the block is left; they
     meet this one through a file store in a private folder, with no port open beyond loopback.
-    Whatever worker 0 hands to callbacks or returns stays in this process.
+    Whatever worker 0 hands to callbacks or returns stays in this process. A worker that fails
+    makes this one raise TeamError with the worker's error, rather than wait for it.
     """
     if len(devices) == 1:
         yield None
@@ -144,12 +159,18 @@ def team(
             start_method="spawn",
         )
         try:
-            with _member(store_path, 0, devices) as member:
+            store = dist.FileStore(store_path, len(devices))
+            _await_helpers(store, helpers, len(devices) - 1)
+            with _member(store, 0, devices) as member:
                 yield member
+        except _Broken:  # a worker's own error says why
+            _join(helpers, _FAILURE_WAIT_S)
+            _stop(helpers)
+            raise
         except BaseException:
             _stop(helpers)
             raise
-        while not helpers.join():
+        while not _join(helpers, None):
             pass
 
 
@@ -160,13 +181,14 @@ def _helper(
     follow: Callable[..., None],
     args: tuple[Any, ...],
 ) -> None:
-    with _member(store_path, index + 1, devices) as member:
+    store = dist.FileStore(store_path, len(devices))
+    store.add(_JOINED, 1)
+    with _member(store, index + 1, devices) as member:
         follow(member, *args)
 
 
 @contextmanager
-def _member(store_path: str, rank: int, devices: list[torch.device]) -> Iterator[Team]:
-    store = dist.FileStore(store_path, len(devices))
+def _member(store: dist.Store, rank: int, devices: list[torch.device]) -> Iterator[Team]:
     store.set_timeout(STEP_TIMEOUT)
     placement = place(store, rank, len(devices), devices[rank])
     group = open_group(store, rank, len(devices), placement, STEP_TIMEOUT)
@@ -174,6 +196,27 @@ def _member(store_path: str, rank: int, devices: list[torch.device]) -> Iterator
         yield Team(rank, len(devices), placement.device, group)
     finally:
         group.shutdown()
+
+
+def _await_helpers(store: dist.Store, helpers: mp.ProcessContext, count: int) -> None:
+    """Wait until the other workers are up (they import torch and the engine first); a worker
+    that fails before raises here at once, rather than after the store's timeout."""
+    deadline = time.monotonic() + STEP_TIMEOUT.total_seconds()
+    while store.add(_JOINED, 0) < count:
+        _join(helpers, _POLL_S)
+        if time.monotonic() > deadline:
+            _stop(helpers)
+            raise TeamError(f"the unit's other workers did not start within {STEP_TIMEOUT}")
+
+
+def _join(helpers: mp.ProcessContext, timeout: float | None) -> bool:
+    """Whether the other workers are all done (waiting up to `timeout` s; None: until one ends);
+    TeamError with a worker's error if one failed."""
+    try:
+        return helpers.join(timeout)
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as failure:
+        _stop(helpers)
+        raise TeamError(f"a worker of the unit failed: {failure}") from None
 
 
 def _stop(helpers: mp.ProcessContext) -> None:

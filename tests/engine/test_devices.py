@@ -5,6 +5,8 @@ gloo otherwise. On the CPU here, the devices are worker processes over gloo."""
 
 from __future__ import annotations
 
+import sys
+import time
 from datetime import timedelta
 
 import pytest
@@ -13,7 +15,15 @@ import torch.distributed as dist
 import yaml
 
 from marketplace.protocol.checkpoint import Checkpoint
-from node.engine import SpecError, SpecOverLimits, UnitLimits, parse_spec, run_unit, unit_shard
+from node.engine import (
+    SpecError,
+    SpecOverLimits,
+    UnitLimits,
+    parallel,
+    parse_spec,
+    run_unit,
+    unit_shard,
+)
 from node.engine.data import Sampler, load_corpora
 from node.engine.devices import open_group, place, unit_devices
 from node.engine.parallel import Team, TeamError
@@ -105,6 +115,18 @@ def test_a_model_that_draws_random_numbers_is_refused_on_several_devices():
     trainer = Trainer(spec, sampler, cpu, Team(0, 1, cpu, group))
     with pytest.raises(TeamError, match="dropout"):
         trainer.forward_backward()
+
+
+def test_a_worker_that_dies_fails_the_unit_at_once_rather_than_hanging_it(spec):
+    cpu = torch.device("cpu")
+    sampler = Sampler(load_corpora(spec.data), spec.data.seq_len, spec.training.batch_size, 5)
+    began = time.monotonic()
+    with (
+        pytest.raises(TeamError, match="a worker of the unit failed"),
+        parallel.team([cpu, cpu], sys.exit) as member,  # the other worker exits at once
+    ):
+        Trainer(spec, sampler, cpu, member).forward_backward()
+    assert time.monotonic() - began < parallel.STEP_TIMEOUT.total_seconds() / 10
 
 
 def test_the_spec_asks_for_devices_that_share_its_micro_batches():
