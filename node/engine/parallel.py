@@ -150,10 +150,13 @@ def team(
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="zoo-team-") as folder:
-        store_path = str(Path(folder, "store"))
+        store_path, inputs = str(Path(folder, "store")), str(Path(folder, "inputs.pt"))
+        # on disk, mapped by the others, rather than pickled through shared memory: a corpus or
+        # a training state can be larger than /dev/shm
+        torch.save(args, inputs)
         helpers = mp.start_processes(
             _helper,
-            args=(store_path, devices, follow, args),
+            args=(store_path, devices, follow, inputs),
             nprocs=len(devices) - 1,
             join=False,
             start_method="spawn",
@@ -179,8 +182,10 @@ def _helper(
     store_path: str,
     devices: list[torch.device],
     follow: Callable[..., None],
-    args: tuple[Any, ...],
+    inputs: str,
 ) -> None:
+    # written by worker 0 of this unit into its private folder a moment ago
+    args = torch.load(inputs, mmap=True, weights_only=False)
     store = dist.FileStore(store_path, len(devices))
     store.add(_JOINED, 1)
     with _member(store, index + 1, devices) as member:
