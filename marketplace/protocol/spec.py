@@ -89,6 +89,12 @@ class ModelSpec(BaseModel):
     def check_fits(self, seq_len: int) -> None:
         """Raise SpecError when the model cannot take sequences of `seq_len` tokens."""
 
+    def draws_random_numbers(self) -> bool:
+        """Whether training draws from the random generator (dropout), which keeps a unit's steps
+        from being split across devices with one device's bits. An architecture with dropout
+        says so here; the engine also checks the generator while it trains."""
+        return False
+
 
 ARCHITECTURES: dict[str, type[ModelSpec]] = {}
 _MODULES: dict[str, Callable[[Any, int, int], nn.Module]] = {}
@@ -131,6 +137,9 @@ class GPTSpec(ModelSpec):
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on attention, MLP and embeddings
     bias: bool = True  # biases in Linear and LayerNorm layers
 
+    def draws_random_numbers(self) -> bool:
+        return self.dropout > 0
+
     @field_validator("n_head")
     @classmethod
     def _heads_divide_width(cls, n_head: int, info: ValidationInfo) -> int:
@@ -150,6 +159,9 @@ class MLPSpec(ModelSpec):
     hidden: int = Field(256, ge=1, le=1 << 20)  # width of each hidden layer
     n_layer: int = Field(2, ge=1, le=1024)  # hidden layers
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout after each hidden layer
+
+    def draws_random_numbers(self) -> bool:
+        return self.dropout > 0
 
 
 class HFKey(NamedTuple):
@@ -189,6 +201,7 @@ class HFFamily(NamedTuple):
     width: str  # residual stream width, which the heads divide
     heads: str
     positions: str  # how many positions the model embeds: at least the job's seq_len
+    dropout: Mapping[str, float]  # the dropout keys, with transformers' defaults
 
 
 _LAYERS = HFKey(int, 1, 1024)
@@ -232,6 +245,7 @@ HF_FAMILIES: dict[str, HFFamily] = {
         width="hidden_size",
         heads="num_attention_heads",
         positions="max_position_embeddings",
+        dropout={"attention_dropout": 0.0},
     ),
     "gpt2": HFFamily(
         "GPT2Config",
@@ -257,6 +271,7 @@ HF_FAMILIES: dict[str, HFFamily] = {
         width="n_embd",
         heads="n_head",
         positions="n_positions",
+        dropout={"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
     ),
 }
 
@@ -330,6 +345,10 @@ class HFSpec(ModelSpec, _LeavesOutUnset):
                 "bad_hf_config", "{problems}", {"problems": "; ".join(problems)}
             )
         return config
+
+    def draws_random_numbers(self) -> bool:
+        dropout = HF_FAMILIES[self.family].dropout
+        return any(self.config.get(key, default) > 0 for key, default in dropout.items())
 
     def check_fits(self, seq_len: int) -> None:
         positions = self.config.get(HF_FAMILIES[self.family].positions, seq_len)
@@ -747,6 +766,12 @@ class JobSpec(_Section, _LeavesOutUnset):
                 "devices_in_group",
                 "resources.devices > 1 is for single-node jobs; a group job's ranks train on "
                 "one device each",
+            )
+        if self.model.draws_random_numbers():
+            raise PydanticCustomError(
+                "devices_with_dropout",
+                "resources.devices > 1 needs a model without dropout: each device would draw "
+                "other random numbers than one device does, and the unit could not be verified",
             )
         if self.training.grad_accum_steps % devices:
             raise PydanticCustomError(

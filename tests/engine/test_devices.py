@@ -105,8 +105,22 @@ def test_a_verifier_passes_an_honest_two_device_unit_and_fails_a_cheat(spec, two
 
 def test_a_model_that_draws_random_numbers_is_refused_on_several_devices():
     """Dropout draws from the generator in every micro-batch: a worker that skips the others'
-    micro-batches would draw other numbers than one device, so the split is refused."""
-    spec = parse_spec(merge(TWO_DEVICES, {"model": {"dropout": 0.1}}))
+    micro-batches would draw other numbers than one device, so the split is refused: by the spec
+    where the architecture says it has dropout (transformers' gpt2 has it by default), and by the
+    workers, which watch the generator, whatever the model."""
+    with pytest.raises(SpecError, match="without dropout"):
+        parse_spec(merge(TWO_DEVICES, {"model": {"dropout": 0.1}}))
+    gpt2 = {
+        "architecture": "hf",
+        "family": "gpt2",
+        "config": {"n_embd": 32, "n_layer": 1, "n_head": 2},
+    }
+    with pytest.raises(SpecError, match="without dropout"):
+        parse_spec({**TWO_DEVICES, "model": gpt2})
+    still = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    parse_spec({**TWO_DEVICES, "model": merge(gpt2, {"config": still})})
+    one_device = {key: value for key, value in TWO_DEVICES.items() if key != "resources"}
+    spec = parse_spec(merge(one_device, {"model": {"dropout": 0.1}}))
     corpora = load_corpora(spec.data)
     sampler = Sampler(corpora, spec.data.seq_len, spec.training.batch_size, 5)
     store = dist.HashStore()
