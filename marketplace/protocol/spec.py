@@ -89,6 +89,12 @@ class ModelSpec(BaseModel):
     def check_fits(self, seq_len: int) -> None:
         """Raise SpecError when the model cannot take sequences of `seq_len` tokens."""
 
+    def draws_random_numbers(self) -> bool:
+        """Whether training draws from the random generator (dropout), which keeps a unit's steps
+        from being split across devices with one device's bits. An architecture with dropout
+        says so here; the engine also checks the generator while it trains."""
+        return False
+
 
 ARCHITECTURES: dict[str, type[ModelSpec]] = {}
 _MODULES: dict[str, Callable[[Any, int, int], nn.Module]] = {}
@@ -131,6 +137,9 @@ class GPTSpec(ModelSpec):
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on attention, MLP and embeddings
     bias: bool = True  # biases in Linear and LayerNorm layers
 
+    def draws_random_numbers(self) -> bool:
+        return self.dropout > 0
+
     @field_validator("n_head")
     @classmethod
     def _heads_divide_width(cls, n_head: int, info: ValidationInfo) -> int:
@@ -150,6 +159,9 @@ class MLPSpec(ModelSpec):
     hidden: int = Field(256, ge=1, le=1 << 20)  # width of each hidden layer
     n_layer: int = Field(2, ge=1, le=1024)  # hidden layers
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout after each hidden layer
+
+    def draws_random_numbers(self) -> bool:
+        return self.dropout > 0
 
 
 class HFKey(NamedTuple):
@@ -189,6 +201,7 @@ class HFFamily(NamedTuple):
     width: str  # residual stream width, which the heads divide
     heads: str
     positions: str  # how many positions the model embeds: at least the job's seq_len
+    dropout: Mapping[str, float]  # the dropout keys, with transformers' defaults
 
 
 _LAYERS = HFKey(int, 1, 1024)
@@ -232,6 +245,7 @@ HF_FAMILIES: dict[str, HFFamily] = {
         width="hidden_size",
         heads="num_attention_heads",
         positions="max_position_embeddings",
+        dropout={"attention_dropout": 0.0},
     ),
     "gpt2": HFFamily(
         "GPT2Config",
@@ -257,6 +271,7 @@ HF_FAMILIES: dict[str, HFFamily] = {
         width="n_embd",
         heads="n_head",
         positions="n_positions",
+        dropout={"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
     ),
 }
 
@@ -330,6 +345,10 @@ class HFSpec(ModelSpec, _LeavesOutUnset):
                 "bad_hf_config", "{problems}", {"problems": "; ".join(problems)}
             )
         return config
+
+    def draws_random_numbers(self) -> bool:
+        dropout = HF_FAMILIES[self.family].dropout
+        return any(self.config.get(key, default) > 0 for key, default in dropout.items())
 
     def check_fits(self, seq_len: int) -> None:
         positions = self.config.get(HF_FAMILIES[self.family].positions, seq_len)
@@ -683,13 +702,22 @@ class DistributedSpec(_Section, _LeavesOutUnset):
         return aggregation
 
 
+class ResourcesSpec(_Section):
+    """The hardware one unit trains on inside the provider's node."""
+
+    # devices one unit trains on, data parallel: each takes a fixed share of every step's
+    # grad_accum_steps micro-batches and the gradients are summed in micro-batch order, so the
+    # unit's bits do not depend on how many devices ran it
+    devices: int = Field(1, ge=1, le=64)
+
+
 class ReproducibilitySpec(_Section):
     seed: int = Field(1337, ge=0)  # seeds model init, dropout and the data sampler
     deterministic: bool = True  # torch.use_deterministic_algorithms for bit-identical reruns
     num_threads: int = Field(1, ge=1, le=1024)  # CPU threads; bit-identical only at equal counts
 
 
-class JobSpec(_Section):
+class JobSpec(_Section, _LeavesOutUnset):
     name: str = "job"  # a label for people; not used by training
     model: SerializeAsAny[ModelSpec]  # architecture and sizes, see ARCHITECTURES
     data: DataSpec
@@ -697,6 +725,7 @@ class JobSpec(_Section):
     checkpoint: CheckpointSpec
     distributed: DistributedSpec = DistributedSpec()
     reproducibility: ReproducibilitySpec = ReproducibilitySpec()
+    resources: ResourcesSpec | None = None  # default: one device
 
     @field_validator("model", mode="wrap")
     @classmethod
@@ -728,9 +757,40 @@ class JobSpec(_Section):
         return self
 
     @model_validator(mode="after")
+    def _devices_share_micro_batches(self) -> JobSpec:
+        devices = self.devices
+        if devices == 1:
+            return self
+        if self.distributed.nodes > 1:
+            raise PydanticCustomError(
+                "devices_in_group",
+                "resources.devices > 1 is for single-node jobs; a group job's ranks train on "
+                "one device each",
+            )
+        if self.model.draws_random_numbers():
+            raise PydanticCustomError(
+                "devices_with_dropout",
+                "resources.devices > 1 needs a model without dropout: each device would draw "
+                "other random numbers than one device does, and the unit could not be verified",
+            )
+        if self.training.grad_accum_steps % devices:
+            raise PydanticCustomError(
+                "devices_split_batch",
+                "resources.devices ({devices}) must divide training.grad_accum_steps "
+                "({accum}): every device takes the same number of a step's micro-batches",
+                {"devices": devices, "accum": self.training.grad_accum_steps},
+            )
+        return self
+
+    @model_validator(mode="after")
     def _model_takes_sequences(self) -> JobSpec:
         self.model.check_fits(self.data.seq_len)
         return self
+
+    @property
+    def devices(self) -> int:
+        """Devices one unit trains on (resources.devices; 1 when left out)."""
+        return 1 if self.resources is None else self.resources.devices
 
     @property
     def vocab_size(self) -> int:

@@ -120,7 +120,7 @@ def diloco_rank(
         if round_ == rounds:
             break
         delta, losses = local_round(trainer, steps)
-        global_weights.grad = exchange(delta, round_).value
+        global_weights.grad = exchange(delta, round_).value.to(global_weights.device)
         outer.step()
         outer.zero_grad(set_to_none=True)
         with torch.no_grad():

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from marketplace.protocol.rank_bundle import RecordedRound
+from node.engine.devices import group_device
 
 from .aggregation import Aggregate
 from .compression import Compressor, ErrorFeedback, Payload
@@ -92,6 +93,7 @@ class Exchange:
 
     def __call__(self, update: torch.Tensor, round_: int) -> Aggregate:
         """The aggregate of the round's updates (flat vectors of the same length)."""
+        update = update.detach().cpu()  # payloads are built, sent and aggregated on the CPU
         if self.tamper is not None:
             update = self.tamper(self.rank, update)
         payload = encode_update(self.config.compressor, self.feedback, update, round_)
@@ -170,14 +172,16 @@ def aggregate(config: GroupConfig, payloads: list[Payload], numel: int, round_: 
 
 
 def _all_gather(payload: Payload) -> list[Payload]:
-    """Every rank's payload, by rank; the shapes agree because the settings and sizes do."""
+    """Every rank's payload, by rank; the shapes agree because the settings and sizes do. They
+    travel on the group's device (NCCL's are CUDA tensors) and come back to the CPU."""
     ranks = dist.get_world_size()
+    device = group_device()
     gathered = []
     for tensor in payload.tensors():
         if tensor.numel() == 0:
             gathered.append([tensor] * ranks)
             continue
-        parts = [torch.empty_like(tensor) for _ in range(ranks)]
-        dist.all_gather(parts, tensor.contiguous())
-        gathered.append(parts)
+        parts = [torch.empty_like(tensor, device=device) for _ in range(ranks)]
+        dist.all_gather(parts, tensor.contiguous().to(device))
+        gathered.append([part.cpu() for part in parts])
     return [Payload(*parts) for parts in zip(*gathered, strict=True)]

@@ -1,4 +1,5 @@
-"""A local process group on gloo: its settings, its ranks' trainers, and what they report."""
+"""A process group of ranks, on NCCL when every rank trains on a CUDA device and on gloo
+otherwise: its settings, its ranks' trainers, and what they report."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -22,6 +23,7 @@ from marketplace.errors import ZooError
 from marketplace.processes import free_port
 from marketplace.protocol.spec import JobSpec
 from node.engine.data import Sampler, load_corpora
+from node.engine.devices import group_device, place
 from node.engine.train import Trainer
 
 from .aggregation import Aggregator
@@ -56,6 +58,9 @@ class GroupConfig:
     quorum: int | None = None  # updates a round needs once the deadline passed; None: all ranks
     deadline_s: float | None = None  # seconds a round waits for every rank; None: no deadline
     updates_dir: str | None = None  # where each rank saves its round inputs and updates
+    # where ranks ask to train: on CUDA (over NCCL) only if every rank has a CUDA device. The
+    # CPU by default: a verifier replays a rank's unit on its own CPU, bit for bit
+    device: Literal["cpu", "cuda"] = "cpu"
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -121,7 +126,9 @@ def check_schedule(spec: JobSpec, every: int | None = None) -> None:
 def rank_trainer(spec: JobSpec, rank: int) -> tuple[Trainer, list[Any]]:
     """The engine's trainer on shard `rank`, one thread per rank, and the held-out batches.
 
-    Every rank builds the model from the spec's seed, so all start from the same weights.
+    Every rank builds the model from the spec's seed, so all start from the same weights. It
+    trains where the rank's process group put it (devices.group_device): the CPU unless the
+    group runs on NCCL.
     """
     torch.set_num_threads(1)  # ranks share the machine's cores
     torch.use_deterministic_algorithms(spec.reproducibility.deterministic)
@@ -129,7 +136,7 @@ def rank_trainer(spec: JobSpec, rank: int) -> tuple[Trainer, list[Any]]:
     sampler = Sampler(
         corpora, spec.data.seq_len, spec.training.batch_size, spec.reproducibility.seed
     )
-    trainer = Trainer(spec, sampler, torch.device("cpu"))
+    trainer = Trainer(spec, sampler, group_device())
     trainer.stream, trainer.cursor = rank, 0
     return trainer, sampler.eval_batches(spec.training.eval_batches)
 
@@ -141,7 +148,7 @@ def rank_report(
     eval_losses: list[float],
 ) -> dict[str, Any]:
     """What a rank sends back when it is done."""
-    weights = parameters_to_vector(list(trainer.model.parameters())).detach()
+    weights = parameters_to_vector(list(trainer.model.parameters())).detach().cpu()
     return {
         "train_losses": train_losses,
         "eval_losses": eval_losses,
@@ -221,8 +228,14 @@ def join_and_run(
         report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
         _leave(store, rank, config.ranks)
         return
+    placement = place(store, rank, config.ranks, _asked_device(config, rank))
     dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=config.ranks, timeout=timeout
+        placement.backend,
+        store=store,
+        rank=rank,
+        world_size=config.ranks,
+        timeout=timeout,
+        device_id=placement.device if placement.backend == "nccl" else None,
     )
     try:
         report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
@@ -231,6 +244,14 @@ def join_and_run(
         dist.monitored_barrier(timeout=LEAVE_TIMEOUT)
     finally:
         dist.destroy_process_group()
+
+
+def _asked_device(config: GroupConfig, rank: int) -> torch.device:
+    """Where a rank asks to train: a CUDA device of its machine, by rank, when the group asks
+    for CUDA and the machine has one; else the CPU."""
+    if config.device == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
 
 
 def _leave(store: dist.Store, rank: int, ranks: int) -> None:

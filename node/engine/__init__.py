@@ -11,17 +11,21 @@ hash the provider commits on-chain and a verifier recomputes by running the same
     blob = ckpt.to_bytes(); same = Checkpoint.load(blob); same.state_hash() == state_hash
 
 `run_unit(spec, checkpoint, shard, steps, *, storage=None, local_data=LocalData(),
-limits=UnitLimits(), device=None) -> UnitResult`
-returns `(checkpoint, state_hash, metrics)`. A checkpoint's metadata records the unit that
-made it (shard, start step, steps; `Shard.from_dict(ckpt.metadata["unit"]["shard"])`), so a
-verifier can rerun that unit from the previous checkpoint and compare hashes.
+limits=UnitLimits(), device=None, devices=None) -> UnitResult`
+returns `(checkpoint, state_hash, metrics)`. A spec's `resources.devices` trains each unit on
+that many devices, data parallel, with the bits of one (node/engine/parallel.py); `devices`
+overrides the count, e.g. for a verifier that re-runs on one. A checkpoint's metadata records
+the unit that made it (shard, start step, steps;
+`Shard.from_dict(ckpt.metadata["unit"]["shard"])`), so a verifier can rerun that unit from the
+previous checkpoint and compare hashes.
 
 Errors: `SpecError` (bad spec; names the field), `DataError` (unreadable source, or a shard
 that does not fit; `SpecOverLimits` for a spec that would use more of the machine than `limits`
 allow), `CheckpointError` (unreadable checkpoint, or one from another job),
-`TrainingDiverged` (loss spikes beyond the rollbacks allowed). A spec's `file` sources are read
-only under the directories `LocalData` names: by default none. New architectures plug in
-with `@register("name")` on a `ModelSpec` subclass.
+`TrainingDiverged` (loss spikes beyond the rollbacks allowed), `TeamError` (a unit that cannot
+be split across devices with one device's bits, or whose other workers failed). A spec's `file`
+sources are read only under the directories `LocalData` names: by default none. New
+architectures plug in with `@register("name")` on a `ModelSpec` subclass.
 """
 
 from marketplace.protocol.spec import (
@@ -36,6 +40,7 @@ from marketplace.protocol.spec import (
 
 from .data import ContentStore, DataError, LocalData, Shard
 from .limits import SpecOverLimits, UnitLimits
+from .parallel import TeamError
 from .unit import TrainingDiverged, UnitResult, run_unit, unit_shard
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "Shard",
     "SpecError",
     "SpecOverLimits",
+    "TeamError",
     "TrainingDiverged",
     "UnitLimits",
     "UnitResult",

@@ -31,12 +31,19 @@ class UnitLimits:
     max_source_bytes: int = 4 << 30  # bytes of one data source (downloaded or generated)
     max_threads: int = os.cpu_count() or 1  # CPU threads a unit may ask for
     max_dedup_bytes: int = 2 << 30  # memory of a full dedup window (node.data.dedup)
+    # devices one unit may train on: this machine's CUDA devices, else CPU workers (which the
+    # thread bound holds: every worker runs the spec's threads at once)
+    max_devices: int = torch.cuda.device_count() or 64
 
-    def check(self, spec: JobSpec) -> None:
-        """Raise SpecOverLimits naming the first thing over its limit."""
+    def check(self, spec: JobSpec, devices: int | None = None) -> None:
+        """Raise SpecOverLimits naming the first thing over its limit, for a unit trained on
+        `devices` devices (default: the spec's resources.devices)."""
         training = spec.training
         problems = []
-        threads = spec.reproducibility.num_threads
+        devices = spec.devices if devices is None else devices
+        if devices > self.max_devices:
+            problems.append(f"{devices} devices (at most {self.max_devices} here)")
+        threads = spec.reproducibility.num_threads * devices
         if threads > self.max_threads:
             problems.append(f"{threads} threads (at most {self.max_threads} here)")
         tokens = (

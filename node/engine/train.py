@@ -17,6 +17,7 @@ from marketplace.protocol.spec import JobSpec, LossSpikeSpec, TrainingSpec
 
 from . import models  # noqa: F401  (the built-in architectures' modules, which `spec.model.build` makes)
 from .data import Sampler
+from .parallel import Team
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ def is_spike(loss: float, history: list[float], spec: LossSpikeSpec) -> bool:
 class Trainer:
     """Holds everything that changes during training; `state()`/`load()` capture all of it."""
 
-    def __init__(self, spec: JobSpec, sampler: Sampler, device: torch.device):
+    def __init__(
+        self, spec: JobSpec, sampler: Sampler, device: torch.device, team: Team | None = None
+    ):
         self.spec = spec
         self.sampler = sampler
         self.device = device
@@ -74,6 +77,8 @@ class Trainer:
         # the model's DDP wrapper when it trains as one rank of a group: its communication
         # hook exchanges the gradients in backward
         self.ddp: DistributedDataParallel | None = None
+        # this process's place among the unit's workers when it trains on several devices
+        self.team = team
         self.step = 0  # optimizer steps applied so far
         self.stream = 0  # shard index the cursor belongs to
         self.cursor = 0  # next batch of that shard's stream; runs ahead of step after skips
@@ -87,8 +92,11 @@ class Trainer:
 
         Returns the mean loss and, when clipping is on, the global grad norm before clipping.
         In a ddp group the gradients are the group's aggregate by then, so clipping bounds
-        the aggregate, as one process training on the whole batch would.
+        the aggregate, as one process training on the whole batch would; on a unit's team of
+        devices they are, bit for bit, what this loop accumulates on one (node.engine.parallel).
         """
+        if self.team is not None:
+            return self._clipped(self.team.forward_backward(self))
         accum = self.spec.training.grad_accum_steps
         model = self.model if self.ddp is None else self.ddp
         total = torch.zeros((), device=self.device)
@@ -101,6 +109,10 @@ class Trainer:
                 _, loss = model(x, y)
             (loss / accum).backward()
             total += loss.detach()
+        return self._clipped(float(total) / accum)
+
+    def _clipped(self, loss: float) -> tuple[float, float | None]:
+        """Clip the step's gradient; `loss` with the grad norm before clipping (None: off)."""
         grad_norm = None
         if self.spec.training.grad_clip > 0:
             grad_norm = float(
@@ -108,7 +120,7 @@ class Trainer:
                     self.model.parameters(), self.spec.training.grad_clip
                 )
             )
-        return float(total) / accum, grad_norm
+        return loss, grad_norm
 
     def apply(self, loss: float) -> None:
         """Take the optimizer step for the gradients just accumulated."""
@@ -142,7 +154,11 @@ class Trainer:
             "scheduler": _to_cpu(self.scheduler.state_dict()),
             "rng": {
                 "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if self.device.type == "cuda" else [],
+                # the training device's alone, so the state is the same however many GPUs
+                # the machine has and whichever of them trained
+                "cuda": [torch.cuda.get_rng_state(self.device)]
+                if self.device.type == "cuda"
+                else [],
             },
             "trace": list(self.trace),
             "progress": {
@@ -163,7 +179,7 @@ class Trainer:
         self.scheduler.load_state_dict(_to_cpu(state["scheduler"]))
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"]["cuda"] and self.device.type == "cuda":
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+            torch.cuda.set_rng_state(state["rng"]["cuda"][0], self.device)
         progress = state["progress"]
         self.step = int(progress["step"])
         self.stream = int(progress["stream"])

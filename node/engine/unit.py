@@ -16,17 +16,19 @@ from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 from marketplace.protocol.execution import ExecutionClass
 from marketplace.protocol.spec import HFSpec, JobSpec
 
-from . import environment
+from . import environment, parallel
 from .base import load_base
 from .data import (
     NO_LOCAL_DATA,
     ContentStore,
+    Corpus,
     DataError,
     LocalData,
     Sampler,
     Shard,
     load_corpora,
 )
+from .devices import unit_devices
 from .environment import DEFAULT_HOST, Host
 from .limits import DEFAULT_LIMITS, UnitLimits
 from .train import Trainer, is_spike
@@ -68,6 +70,7 @@ def run_unit(
     device: str | torch.device | None = None,
     host: Host = DEFAULT_HOST,
     on_segment: SegmentSink | None = None,
+    devices: int | None = None,
 ) -> UnitResult:
     """Train `steps` optimizer steps from `checkpoint` (None: a fresh model from the spec's seed).
 
@@ -84,14 +87,23 @@ def run_unit(
     available, else the CPU; `host` holds the settings the spec leaves to the machine (recorded,
     with the device, as the unit's execution class); `on_segment` receives every segment the
     trainer commits to (marketplace.protocol.trace) with its intermediate state, for a provider
-    to keep for disputes.
+    to keep for disputes; `devices` is how many devices train the unit, data parallel (default:
+    the spec's resources.devices). The result's bits do not depend on it (node.engine.parallel),
+    so a verifier may re-run a unit on fewer devices than the provider trained it on.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}")
     if shard.sources != tuple(s.name for s in spec.data.sources):
         raise DataError(f"shard sources {list(shard.sources)} are not the job's data sources")
-    limits.check(spec)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    count = spec.devices if devices is None else devices
+    if count < 1 or spec.training.grad_accum_steps % count:
+        raise ValueError(
+            f"devices must be >= 1 and divide grad_accum_steps "
+            f"({spec.training.grad_accum_steps}); got {count}"
+        )
+    limits.check(spec, count)
+    placed = unit_devices(device, count)
+    device = placed[0]
     repro = spec.reproducibility
     executes = environment.execution_class(spec, device, host)
     with _reproducible(executes):
@@ -115,7 +127,10 @@ def run_unit(
             )
         if trainer.stream != shard.index:
             trainer.stream, trainer.cursor = shard.index, start
-        record = _train(trainer, good, start + steps, on_segment)
+        follow = (spec, corpora, good, trainer.stream, trainer.cursor, start + steps, executes)
+        with parallel.team(placed, _follow, *follow) as trainer.team:
+            record = _train(trainer, good, start + steps, on_segment)
+        trainer.team = None
         eval_loss = None
         if spec.training.eval_batches:
             eval_loss = trainer.evaluate(sampler.eval_batches(spec.training.eval_batches))
@@ -143,7 +158,12 @@ def run_unit(
         "environment": environment.capture(
             repro.seed, executes.num_threads, repro.deterministic, device
         ),
-        "execution": {"class": executes.to_dict(), "class_id": executes.class_id()},
+        # the device count is not part of the class: the bits do not depend on it
+        "execution": {
+            "class": executes.to_dict(),
+            "class_id": executes.class_id(),
+            "devices": count,
+        },
         "trace": {
             "segment_steps": trace.segment_steps(spec),
             "root": trace.merkle_root(trainer.trace),
@@ -170,6 +190,28 @@ def run_unit(
         digest[:12],
     )
     return UnitResult(result, digest, metrics)
+
+
+def _follow(
+    team: parallel.Team,
+    spec: JobSpec,
+    corpora: list[Corpus],
+    good: dict[str, Any],
+    stream: int,
+    cursor: int,
+    end: int,
+    executes: ExecutionClass,
+) -> None:
+    """Another worker's side of a unit trained on several devices: the same steps from the same
+    state as worker 0, on its own share of each batch; worker 0 keeps the result."""
+    with _reproducible(executes):
+        sampler = Sampler(
+            corpora, spec.data.seq_len, spec.training.batch_size, spec.reproducibility.seed
+        )
+        trainer = Trainer(spec, sampler, team.device, team)
+        trainer.load(good)
+        trainer.stream, trainer.cursor = stream, cursor
+        _train(trainer, good, end, None)
 
 
 def _train(

@@ -97,3 +97,12 @@ def test_compressed_ddp_still_learns(spec: JobSpec) -> None:
     result = train_ddp(spec, GroupConfig(ranks=RANKS, compressor=compressor))
     assert result.eval_loss < 0.8 * UNTRAINED_LOSS
     assert result.bytes_sent == [STEPS * compressor.payload_bytes(result.parameters)] * RANKS
+
+
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2, reason="a group on NCCL needs a CUDA device per rank (none here)"
+)
+def test_on_cuda_ranks_ddp_runs_over_nccl_and_keeps_the_ranks_alike(spec: JobSpec) -> None:
+    result = train_ddp(spec, GroupConfig(ranks=2, device="cuda"))
+    assert result.eval_loss < 0.8 * UNTRAINED_LOSS
+    assert len(set(result.weights_sha256)) == 1  # every rank holds the same model
