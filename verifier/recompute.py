@@ -215,7 +215,14 @@ def _judge_checkpoint_unit(
         return _judge_tolerantly(spec, inputs, storage, runner, previous, committed)
     result = _rerun(
         lambda: run_unit(
-            spec, previous, shard, steps, storage=storage, device=runner.device, host=runner.host
+            spec,
+            previous,
+            shard,
+            steps,
+            storage=storage,
+            device=runner.device,
+            devices=1,  # the bits do not depend on how many devices trained the unit
+            host=runner.host,
         )
     )
     if isinstance(result, Verdict):

@@ -202,6 +202,7 @@ def judge(
             shard,
             begin + steps - at,
             device=device,
+            devices=1,  # the bits do not depend on how many devices trained the unit
             host=host,
             on_segment=functools.partial(_keep, mine),
             **run,
@@ -244,7 +245,9 @@ def judge(
         assert isinstance(after, Checkpoint)
         before_state = before if isinstance(before, Checkpoint) else None
         length = int(segments[apart]["step"]) - (before_state.step if before_state else 0)
-        alone = run_unit(spec, before_state, shard, length, device=device, host=host, **run)
+        alone = run_unit(
+            spec, before_state, shard, length, device=device, devices=1, host=host, **run
+        )
         cost += length
         problem = structure_problem(after, alone.checkpoint)
         losses = alone.metrics["losses"]

@@ -79,7 +79,7 @@ def test_two_devices_reach_the_state_of_one_bit_for_bit_and_resume(spec, two_dev
 
 
 def test_a_verifier_passes_an_honest_two_device_unit_and_fails_a_cheat(spec, two_devices, storage):
-    """Through storage, as a verifier worker re-runs it (on the spec's two CPU workers)."""
+    """Through storage, as a verifier worker re-runs it: on one device, to the same bits."""
     spec_cid = storage.add_bytes(yaml.safe_dump(TWO_DEVICES).encode())
     first, second = two_devices
 
