@@ -10,14 +10,18 @@ from pathlib import Path
 import httpx
 import pytest
 from dotenv import dotenv_values
+from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from marketplace.chain.deploy import Deployment
-from marketplace.chain.ledger import Ledger
+from marketplace import jobs
+from marketplace.chain.deploy import ZEN, Deployment
+from marketplace.chain.ledger import Hardware, Ledger
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.network import Devnet, State
+from marketplace.protocol.terms import JobStatus, Tier
 from marketplace.storage import Storage
+from node.daemon import onboarding
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
 
@@ -51,6 +55,40 @@ class Network:
         state = self.state
         name = next(n for n, a in state.accounts.items() if a == address)
         return state.service(name)
+
+    def enlist(self, index: int) -> LocalAccount:
+        """Account `index` of the devnet's mnemonic (one nothing else on the devnet uses) as a
+        provider that runs no daemon: funded, registered with a real benchmark report, staked and
+        admitted. The test acts for it by hand, as a cheater would."""
+        ledger, account = self.ledger, devnet_account(index)
+        ledger.w3.provider.make_request("anvil_setBalance", [account.address, hex(10 * 10**18)])
+        ledger.transfer(devnet_account(0), account.address, 20_000 * ZEN)
+        with self.storage() as storage:
+            _, report = onboarding.publish_benchmark(storage, replicas=3)
+        hardware = Hardware("cpu", 0, 0, 1, f"cheater-{index}")
+        onboarding.register(ledger, account, Tier.COMMUNITY, hardware, report)
+        onboarding.stake_with_permit(ledger, account, 10_000 * ZEN)
+        wait_for(
+            lambda: ledger.staking_account(account.address)["admitted"],
+            60,
+            f"account {index}'s admission",
+        )
+        return account
+
+    def win(self, account: LocalAccount, job_id: int, price: int = ZEN // 2) -> None:
+        """Underbid the honest providers for the open job `job_id` and take its slot 0."""
+        ledger = self.ledger
+        bid = ledger.commit_bid(account, job_id, price)
+        deadline = ledger.job(job_id)["bidDeadline"]
+        wait_for(
+            lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline,
+            30,
+            "the reveal window",
+        )
+        ledger.reveal_bid(account, bid)
+        # it closes the auction itself if no honest provider bid (they bid on one job at a time)
+        jobs.ChainJob(ledger, account, job_id).wait(until=JobStatus.RUNNING)
+        assert ledger.slot(job_id, 0)["provider"] == account.address, "underbid and lost"
 
     def kill(self, address: str) -> None:
         """SIGKILL a provider's daemon and the processes it started (a group job's rank): a
