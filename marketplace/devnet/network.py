@@ -45,6 +45,10 @@ PARAMETERS = Parameters(
     false_report_slash=100 * ZEN,
     governance_delay=60,  # the devnet's governor (account 0 proposes) waits a minute, not days
 )
+# Seconds a verifier asks for a checkpoint its provider committed before the unit fails as
+# withheld: the devnet's checkpoints are pinned on its own nodes in well under a second, and its
+# disputes last 30 s, not the hours a real network's do.
+WITHHELD_AFTER = 10
 INFRASTRUCTURE = ("anvil", "ipfs-", "redis")  # service names of what the other processes use
 BLOCK_TIME = 1  # seconds between blocks once the devnet runs
 REPLICAS = 3
@@ -266,7 +270,12 @@ class Devnet:
             for name in (f"worker-{i}" for i in range(self.workers))
         ]
         verifier_daemons = [
-            self._spawn(state, a.name, cli("verifier", "start"), self._daemon_env(state, a.name))
+            self._spawn(
+                state,
+                a.name,
+                cli("verifier", "start", "--withheld-after", str(WITHHELD_AFTER)),
+                self._daemon_env(state, a.name),
+            )
             for a in verifiers
         ]
         # where the providers post their jobs' log lines

@@ -15,7 +15,7 @@ from web3 import Web3
 
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN, Deployment
-from marketplace.chain.ledger import Hardware, Ledger
+from marketplace.chain.ledger import Hardware, Ledger, SealedBid
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.network import Devnet, State
@@ -56,39 +56,50 @@ class Network:
         name = next(n for n, a in state.accounts.items() if a == address)
         return state.service(name)
 
-    def enlist(self, index: int) -> LocalAccount:
-        """Account `index` of the devnet's mnemonic (one nothing else on the devnet uses) as a
-        provider that runs no daemon: funded, registered with a real benchmark report, staked and
-        admitted. The test acts for it by hand, as a cheater would."""
-        ledger, account = self.ledger, devnet_account(index)
-        ledger.w3.provider.make_request("anvil_setBalance", [account.address, hex(10 * 10**18)])
-        ledger.transfer(devnet_account(0), account.address, 20_000 * ZEN)
+    def enlist(self, *indices: int) -> list[LocalAccount]:
+        """Accounts `indices` of the devnet's mnemonic (ones nothing else on the devnet uses) as
+        providers that run no daemon: funded, registered with a real benchmark report, staked and
+        admitted. The test acts for them by hand, as cheaters would."""
+        ledger, accounts = self.ledger, [devnet_account(i) for i in indices]
         with self.storage() as storage:
-            _, report = onboarding.publish_benchmark(storage, replicas=3)
-        hardware = Hardware("cpu", 0, 0, 1, f"cheater-{index}")
-        onboarding.register(ledger, account, Tier.COMMUNITY, hardware, report)
-        onboarding.stake_with_permit(ledger, account, 10_000 * ZEN)
+            for account in accounts:
+                ledger.w3.provider.make_request(
+                    "anvil_setBalance", [account.address, hex(10 * 10**18)]
+                )
+                ledger.transfer(devnet_account(0), account.address, 20_000 * ZEN)
+                _, report = onboarding.publish_benchmark(storage, replicas=3)
+                hardware = Hardware("cpu", 0, 0, 1, f"by-hand-{account.address}")
+                onboarding.register(ledger, account, Tier.COMMUNITY, hardware, report)
+                onboarding.stake_with_permit(ledger, account, 10_000 * ZEN)
         wait_for(
-            lambda: ledger.staking_account(account.address)["admitted"],
+            lambda: all(ledger.staking_account(a.address)["admitted"] for a in accounts),
             60,
-            f"account {index}'s admission",
+            "the admissions",
         )
-        return account
+        return accounts
 
-    def win(self, account: LocalAccount, job_id: int, price: int = ZEN // 2) -> None:
-        """Underbid the honest providers for the open job `job_id` and take its slot 0."""
+    def underbid(self, account: LocalAccount, job_id: int, price: int = ZEN // 2) -> SealedBid:
+        """Seal a bid under the honest providers' prices for the open job `job_id`, at once:
+        its bid window is a few seconds."""
+        return self.ledger.commit_bid(account, job_id, price)
+
+    def take(self, *bids: tuple[LocalAccount, SealedBid]) -> None:
+        """Reveal each (account, sealed bid) in its window, then see each account hold its
+        job's slot 0, closing the auction itself if no honest provider bid (each bids on one
+        job at a time)."""
         ledger = self.ledger
-        bid = ledger.commit_bid(account, job_id, price)
-        deadline = ledger.job(job_id)["bidDeadline"]
-        wait_for(
-            lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline,
-            30,
-            "the reveal window",
-        )
-        ledger.reveal_bid(account, bid)
-        # it closes the auction itself if no honest provider bid (they bid on one job at a time)
-        jobs.ChainJob(ledger, account, job_id).wait(until=JobStatus.RUNNING)
-        assert ledger.slot(job_id, 0)["provider"] == account.address, "underbid and lost"
+        for account, bid in bids:
+            deadline = ledger.job(bid.job_id)["bidDeadline"]
+            wait_for(
+                lambda deadline=deadline: ledger.w3.eth.get_block("latest")["timestamp"] > deadline,
+                30,
+                "the reveal window",
+                poll=0.2,
+            )
+            ledger.reveal_bid(account, bid)
+        for account, bid in bids:
+            jobs.ChainJob(ledger, account, bid.job_id, poll=0.2).wait(until=JobStatus.RUNNING)
+            assert ledger.slot(bid.job_id, 0)["provider"] == account.address, "outbid"
 
     def kill(self, address: str) -> None:
         """SIGKILL a provider's daemon and the processes it started (a group job's rank): a

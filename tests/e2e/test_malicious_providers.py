@@ -22,6 +22,7 @@ from marketplace.protocol.journey import NoBids
 from marketplace.protocol.terms import JobStatus
 from marketplace.protocol.units import unit_steps
 from node.engine import parse_spec, run_unit, unit_shard
+from node.engine.unit import UnitResult
 
 from .conftest import SPEC, wait_for
 
@@ -38,11 +39,11 @@ ORDER = jobs.Order(
 
 
 def small_spec(seed: int, **data) -> str:
-    """The tiny spec cut to two units of ten steps, seeded `seed`: jobs with different seeds
+    """The tiny spec cut to two units of two steps, seeded `seed`: jobs with different seeds
     reach different states."""
     document = yaml.safe_load(SPEC.read_text())
-    document["training"] |= {"max_steps": 20, "warmup_steps": 4, "eval_batches": 2}
-    document["checkpoint"]["every"] = 10
+    document["training"] |= {"max_steps": 4, "warmup_steps": 1, "eval_batches": 1}
+    document["checkpoint"]["every"] = 2
     document["reproducibility"]["seed"] = seed
     document["data"] |= data
     return yaml.safe_dump(document, sort_keys=False)
@@ -90,32 +91,36 @@ def test_withholder_and_copier_are_slashed_and_honest_successors_paid_to_the_wei
     providers = [network.state.accounts[name] for name in provider_names(network)]
     wait_for(lambda: not _running_jobs(ledger), 300, "the providers to be free")
     wait_for(lambda: all(ledger.owed(p) == 0 for p in providers), 120, "earlier payouts")
-    withholder, copier = network.enlist(WITHHOLDER), network.enlist(COPIER)
-    watched = [user.address, *providers]
-    before = {a: ledger.balance(a) for a in watched}
-    stakes = {p: ledger.staking_account(p)["staked"] for p in providers}
-    first_block = ledger.w3.eth.block_number
-
     specs = {"withheld": small_spec(1), "copied": small_spec(2)}
-    with network.storage() as storage:
-        # The withholder trains and serves unit 0, then commits unit 1 under the CID of bytes it
-        # serves nowhere.
-        withheld = jobs.submit(ledger, user, storage, specs["withheld"], ORDER)
-        network.win(withholder, withheld)
-        spec = parse_spec(specs["withheld"])
-        unit0 = run_unit(spec, None, unit_shard(spec, 0), unit_steps(spec, 0))
-        cid0 = storage.add_bytes(unit0.checkpoint.to_bytes())
-        storage.pin(cid0, replicas=3)
-        ledger.commit_checkpoint(withholder, withheld, 0, cid0, bytes.fromhex(unit0.state_hash))
-        unit1 = run_unit(spec, unit0.checkpoint, unit_shard(spec, 0), unit_steps(spec, 1))
-        hidden = cid_of_bytes(unit1.checkpoint.to_bytes())
-        ledger.commit_checkpoint(withholder, withheld, 0, hidden, bytes.fromhex(unit1.state_hash))
+    with ThreadPoolExecutor(1) as pool:
+        # The withholder trains its two units honestly meanwhile.
+        trained = pool.submit(_train_two_units, specs["withheld"])
+        withholder, copier = network.enlist(WITHHOLDER, COPIER)
+        watched = [user.address, *providers]
+        before = {a: ledger.balance(a) for a in watched}
+        stakes = {p: ledger.staking_account(p)["staked"] for p in providers}
+        first_block = ledger.w3.eth.block_number
+        with network.storage() as storage:
+            withheld = jobs.submit(ledger, user, storage, specs["withheld"], ORDER)
+            withholder_bid = network.underbid(withholder, withheld)
+            copied = jobs.submit(ledger, user, storage, specs["copied"], ORDER)
+            copier_bid = network.underbid(copier, copied)
+            network.take((withholder, withholder_bid), (copier, copier_bid))
+            unit0, unit1 = trained.result()
 
-        # The copier commits, as unit 0 of another job, the withholder's unit 0: a checkpoint
-        # that is served and holds the state committed, of someone else's job.
-        copied = jobs.submit(ledger, user, storage, specs["copied"], ORDER)
-        network.win(copier, copied)
-        ledger.commit_checkpoint(copier, copied, 0, cid0, bytes.fromhex(unit0.state_hash))
+            # The withholder serves unit 0, then commits unit 1 under the CID of bytes it serves
+            # nowhere.
+            cid0 = storage.add_bytes(unit0.checkpoint.to_bytes())
+            storage.pin(cid0, replicas=3)
+            hash0 = bytes.fromhex(unit0.state_hash)
+            ledger.commit_checkpoint(withholder, withheld, 0, cid0, hash0)
+            hidden = cid_of_bytes(unit1.checkpoint.to_bytes())
+            ledger.commit_checkpoint(
+                withholder, withheld, 0, hidden, bytes.fromhex(unit1.state_hash)
+            )
+            # The copier commits the withholder's unit 0 as unit 0 of its own job: a checkpoint
+            # that is served and holds the state committed, of someone else's job.
+            ledger.commit_checkpoint(copier, copied, 0, cid0, hash0)
 
     # A keeper closes the other job's auction rounds and settles it meanwhile, from its own
     # account and connection, so the two waits send no transaction from one account at once.
@@ -164,6 +169,12 @@ def test_withholder_and_copier_are_slashed_and_honest_successors_paid_to_the_wei
         assert not _events(ledger.staking, "Slashed", first_block, account=provider)
     paid = sum(jobs.ChainJob(ledger, user, j).settlement().payment for j in (withheld, copied))
     assert before[user.address] - after[user.address] == paid
+
+
+def _train_two_units(spec_text: str) -> tuple[UnitResult, UnitResult]:
+    spec = parse_spec(spec_text)
+    unit0 = run_unit(spec, None, unit_shard(spec, 0), unit_steps(spec, 0))
+    return unit0, run_unit(spec, unit0.checkpoint, unit_shard(spec, 0), unit_steps(spec, 1))
 
 
 def _net(pay: int) -> int:
