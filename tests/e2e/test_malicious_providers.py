@@ -56,7 +56,8 @@ def honest_state(spec_text: str) -> str:
 
 
 def provider_names(network) -> list[str]:
-    return [n for n in network.state.accounts if n.startswith("provider")]
+    """The providers whose daemons run: an earlier test may have killed one for good."""
+    return [s.name for s in network.state.running() if s.name.startswith("provider-")]
 
 
 def test_a_spec_reading_outside_the_data_directories_gets_no_bid(network):
@@ -169,6 +170,20 @@ def test_withholder_and_copier_are_slashed_and_honest_successors_paid_to_the_wei
         assert not _events(ledger.staking, "Slashed", first_block, account=provider)
     paid = sum(jobs.ChainJob(ledger, user, j).settlement().payment for j in (withheld, copied))
     assert before[user.address] - after[user.address] == paid
+
+    # The verifiers collect their fees and reporters' shares now, not during a later test.
+    verifiers = [s for s in network.state.running() if s.name.startswith("verifier-")]
+    for service in verifiers:
+        _wait_collected(ledger, network.state.accounts[service.name], Path(service.log), withheld)
+        _wait_collected(ledger, network.state.accounts[service.name], Path(service.log), copied)
+
+
+def _wait_collected(ledger: Ledger, verifier: str, log: Path, job_id: int) -> None:
+    """Until the verifier has claimed and withdrawn its fees of the settled job `job_id`."""
+    if ledger.verifications_by(job_id, verifier):
+        line = f"collected verification fees of job {job_id}"
+        wait_for(lambda: line in log.read_text(), 60, line)
+    wait_for(lambda: ledger.owed(verifier) == 0, 60, "the verifier's payout")
 
 
 def _train_two_units(spec_text: str) -> tuple[UnitResult, UnitResult]:
