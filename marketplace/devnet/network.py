@@ -25,7 +25,7 @@ from marketplace.config import Settings
 from marketplace.devnet import STATE_DIR
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.process import Service, ServiceFailed, stop_all
-from marketplace.devnet.redis_server import RedisServer
+from marketplace.devnet.redis_server import RedisServer, RedisUnavailable
 from marketplace.errors import ZooError
 from marketplace.processes import free_port
 from marketplace.protocol.terms import Tier
@@ -45,6 +45,10 @@ PARAMETERS = Parameters(
     false_report_slash=100 * ZEN,
     governance_delay=60,  # the devnet's governor (account 0 proposes) waits a minute, not days
 )
+# Seconds a verifier asks for a checkpoint its provider committed before the unit fails as
+# withheld: the devnet's checkpoints are pinned on its own nodes in well under a second, and its
+# disputes last 30 s, not the hours a real network's do.
+WITHHELD_AFTER = 10
 INFRASTRUCTURE = ("anvil", "ipfs-", "redis")  # service names of what the other processes use
 BLOCK_TIME = 1  # seconds between blocks once the devnet runs
 REPLICAS = 3
@@ -151,6 +155,29 @@ def write_env_file(path: Path, variables: dict[str, str]) -> None:
     path.write_text("".join(f"{key}='{value}'\n" for key, value in variables.items()))
 
 
+def _pin_port(service: Service, address: str) -> None:
+    """Record in `service`'s command line the port it was given (it started on `--port 0`), read
+    from its address (a multiaddr or a URL ending in the port): a restart binds that port again."""
+    port = address.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    at = service.argv.index("--port") + 1
+    service.argv = [*service.argv[:at], port, *service.argv[at + 1 :]]
+
+
+def _wait_listening(service: Service, probe, timeout: float) -> None:
+    """Wait until `probe()` stops raising a connection error: the restarted `service` serves."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            probe()
+            return
+        except (OSError, httpx.TransportError, RedisUnavailable):
+            if not service.alive():
+                raise ServiceFailed(f"{service.name} exited: see {service.log}") from None
+            if time.monotonic() > deadline:
+                raise ServiceFailed(f"{service.name} not serving after {timeout:.0f}s") from None
+            time.sleep(0.1)
+
+
 class Devnet:
     """Starts and stops the whole local network."""
 
@@ -204,7 +231,7 @@ class Devnet:
         verifiers = [a for a in actors if a.name.startswith("verifier")]
         providers = [a for a in actors if a.name.startswith("provider")]
         ipfs = {a.name: self._spawn_ipfs(state, a.name) for a in actors if a not in verifiers}
-        redis = RedisServer(self.root / "redis")
+        redis = RedisServer(self.root / "redis", persist=True)
         redis.folder.mkdir(parents=True)
         redis_service = self._spawn(state, "redis", redis.argv(), os.environ.copy())
         port = anvil.wait_for_log(r"Listening on 127\.0\.0\.1:(\d+)").group(1)
@@ -220,6 +247,8 @@ class Devnet:
         state.ipfs = {
             name: self._ipfs_address(state, name, service) for name, service in ipfs.items()
         }
+        for service in ipfs.values():
+            _pin_port(service, state.ipfs[service.name.removeprefix("ipfs-")])
         redis_service.wait_for_log("(?i)ready to accept connections")
         state.redis_url = redis.url
         for actor in actors:
@@ -241,12 +270,17 @@ class Devnet:
             for name in (f"worker-{i}" for i in range(self.workers))
         ]
         verifier_daemons = [
-            self._spawn(state, a.name, cli("verifier", "start"), self._daemon_env(state, a.name))
+            self._spawn(
+                state,
+                a.name,
+                cli("verifier", "start", "--withheld-after", str(WITHHELD_AFTER)),
+                self._daemon_env(state, a.name),
+            )
             for a in verifiers
         ]
-        state.gateway_url = self.gateway_url_of(
-            gateway[0]
-        )  # where the providers post their jobs' log lines
+        # where the providers post their jobs' log lines
+        state.gateway_url = self.gateway_url_of(gateway[0])
+        _pin_port(gateway[0], state.gateway_url)
         for actor in providers:
             self._spawn_provider(state, actor)
         for worker in workers:
@@ -282,9 +316,9 @@ class Devnet:
         ledger.w3.provider.make_request("anvil_setBalance", [actor.address, hex(ETH_FUNDING)])
         self._fund(ledger, [actor])
         state.accounts[actor.name] = actor.address
-        state.ipfs[actor.name] = self._ipfs_address(
-            state, actor.name, self._spawn_ipfs(state, actor.name)
-        )
+        node = self._spawn_ipfs(state, actor.name)
+        state.ipfs[actor.name] = self._ipfs_address(state, actor.name, node)
+        _pin_port(node, state.ipfs[actor.name])
         wallet.save(self._settings(state, actor.name), devnet_account(actor.index), PASSWORD)
         self._register_provider(state, ledger, actor)
         self._spawn_provider(state, actor).wait_for_log(r"ready:", timeout=120)
@@ -309,10 +343,13 @@ class Devnet:
 
     def _spawn_provider(self, state: State, actor: Actor) -> Service:
         """A provider's daemon; it posts a line to the job's log at the devnet's gateway for each
-        unit it commits."""
+        unit it commits. A job's `file` data sources are read only from its `data` folder."""
+        data = self.root / actor.name / "data"
+        data.mkdir(parents=True, exist_ok=True)
         argv = cli(
             "node", "start", "--cost-floor", "1", "--replicas", str(self._replica_count(state))
         )
+        argv += ["--data-dir", str(data)]
         return self._spawn(state, actor.name, argv, self._daemon_env(state, actor.name))
 
     def _daemon_env(self, state: State, name: str) -> dict[str, str]:
@@ -325,19 +362,37 @@ class Devnet:
             env["ZOO_GATEWAY_URL"] = state.gateway_url
         return env
 
-    def restart(self, name: str) -> Service:
-        """Start the daemon `name` again as `up` started it, after it died (killed, crashed): its
-        journal carries it on from where it stopped. The gateway's API server is not one: it
-        would come back on another port."""
+    def restart(self, name: str, timeout: float = 60.0) -> Service:
+        """Start the process `name` again as `up` started it, after it died (killed, crashed), and
+        wait until it serves again. A daemon's journal carries it on from where it stopped; an
+        IPFS node comes back on its recorded port with its repo, Redis on its socket with its
+        append-only file, the gateway's API server on its recorded port, so every process that
+        knows their addresses reaches them again. Anvil is the chain: it is not restarted."""
         state = State.load(self.root)
         service = state.service(name)
-        if name == "gateway" or name.startswith(INFRASTRUCTURE):
-            raise ZooError(f"{name} is not a daemon `devnet` restarts")
+        if name == "anvil":
+            raise ZooError("anvil holds the chain: a devnet whose Anvil died is started anew")
         if service.alive():
             raise ZooError(f"{name} is running (pid {service.pid})")
-        service.start(self._daemon_env(state, name), PROJECT_ROOT)
+        if name.startswith("ipfs-"):
+            (self.root / "ipfs" / name.removeprefix("ipfs-") / "api").unlink(missing_ok=True)
+        service.start(self._env_of(state, name), PROJECT_ROOT)
         state.save()
+        if name.startswith("ipfs-"):
+            self._ipfs_address(state, name.removeprefix("ipfs-"), service, timeout)
+        elif name == "redis":
+            _wait_listening(service, RedisServer(self.root / "redis").ping, timeout)
+        elif name == "gateway":
+            _wait_listening(service, lambda: httpx.get(f"{state.gateway_url}/health"), timeout)
         return service
+
+    def _env_of(self, state: State, name: str) -> dict[str, str]:
+        """The environment the process `name` runs with."""
+        if name.startswith("ipfs-"):
+            return os.environ.copy() | {"ZOO_IPFS_API_TOKEN": state.ipfs_token}
+        if name == "redis":
+            return os.environ.copy()
+        return self._daemon_env(state, name)
 
     @staticmethod
     def _replica_count(state: State) -> int:
@@ -452,10 +507,12 @@ class Devnet:
             os.environ.copy() | {"ZOO_IPFS_API_TOKEN": state.ipfs_token},
         )
 
-    def _ipfs_address(self, state: State, name: str, service: Service) -> str:
+    def _ipfs_address(
+        self, state: State, name: str, service: Service, timeout: float = 60.0
+    ) -> str:
         """The node's API address, once it has published it."""
         api = self.root / "ipfs" / name / "api"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         while not api.exists():
             if not service.alive() or time.monotonic() > deadline:
                 raise ServiceFailed(f"IPFS node {name} did not start: see {service.log}")

@@ -24,13 +24,16 @@ class RedisUnavailable(ZooError, RuntimeError):
 
 @dataclass
 class RedisServer:
-    """A redis-server listening only on `<folder>/redis.sock` (no TCP port), persisting nothing.
+    """A redis-server listening only on `<folder>/redis.sock` (no TCP port), persisting nothing
+    unless `persist`: then every write goes to an append-only file in the folder (flushed each
+    second), so a server killed and started again keeps its queues, as a devnet's does.
 
     A socket in a folder of our own cannot collide with another server the way a port can, and
     nothing off the machine can reach it. Use as a context manager, or `start()` and `stop()`.
     """
 
     folder: Path
+    persist: bool = False
     process: subprocess.Popen | None = field(default=None, init=False)
 
     @property
@@ -63,7 +66,9 @@ class RedisServer:
             "--save",
             "",
             "--appendonly",
-            "no",
+            "yes" if self.persist else "no",
+            "--appendfsync",
+            "everysec",
             "--dir",
             str(self.folder),
             # Its background tasks (expiry, client timeouts) once a second instead of ten times:
@@ -72,24 +77,31 @@ class RedisServer:
             "1",
         ]
 
+    def ping(self) -> None:
+        """Return once the server answers on its socket; RedisUnavailable if it does not."""
+        client = redis.Redis(unix_socket_path=str(self.socket))
+        try:
+            client.ping()
+        except redis.ConnectionError as exc:
+            raise RedisUnavailable(f"redis-server on {self.socket}: {exc}") from None
+        finally:
+            client.close()
+
     def start(self, timeout: float = 15.0) -> RedisServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.socket.unlink(missing_ok=True)
         with open(self.folder / "redis.log", "ab") as log_file:
             self.process = subprocess.Popen(self.argv(), stdout=log_file, stderr=subprocess.STDOUT)
-        client = redis.Redis(unix_socket_path=str(self.socket))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 break
             try:
-                client.ping()
+                self.ping()
                 log.info("redis-server pid %d on %s", self.process.pid, self.socket)
                 return self
-            except redis.ConnectionError:
+            except RedisUnavailable:
                 time.sleep(0.05)
-            finally:
-                client.close()
         self.stop()
         raise RedisUnavailable(f"redis-server did not start: see {self.folder / 'redis.log'}")
 

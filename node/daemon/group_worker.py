@@ -51,6 +51,7 @@ from node.distributed.exchange import aggregate_path, recorded_round, sent_in, u
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, run_rank
 from node.distributed.rank_unit import unit_path
+from node.engine import DataError
 
 from .journal import Unit
 from .worker import JobUnfit, Worker
@@ -99,6 +100,10 @@ class GroupWorker:
         """Refuse, before bidding, a job this node could not deliver (see `Specs.check_job`), or a
         group job while this node registered no endpoint: it might win slot 0 and host the group."""
         self.worker.specs.check_job(job_id, job)
+        try:
+            self.worker.local_data.check(self.worker.specs.of_job(job_id).data)
+        except DataError as exc:
+            raise JobUnfit(f"its data is not readable here: {exc}") from None
         if is_group_job(self.worker.specs.of_job(job_id)):
             ledger, address = self.worker.ledger, self.worker.account.address
             try:

@@ -59,6 +59,15 @@ class LocalData:
     roots: tuple[Path, ...] = ()
     max_bytes: int = 4 << 30
 
+    def check(self, data: DataSpec) -> None:
+        """Refuse (DataError) a spec with a local source this machine would not read: a provider
+        asks before it bids, since a slot whose units cannot read their data would miss every
+        checkpoint deadline and be slashed for it."""
+        for i, source in enumerate(data.sources):
+            path = source.path if isinstance(source, (FileSource, *DOCUMENT_SOURCES)) else None
+            if path is not None:
+                self.open(path, f"data.sources[{i}]").close()
+
     def read(self, path: str, field: str) -> bytes:
         with self.open(path, field) as f:
             try:

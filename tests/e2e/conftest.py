@@ -10,14 +10,18 @@ from pathlib import Path
 import httpx
 import pytest
 from dotenv import dotenv_values
+from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from marketplace.chain.deploy import Deployment
-from marketplace.chain.ledger import Ledger
+from marketplace import jobs
+from marketplace.chain.deploy import ZEN, Deployment
+from marketplace.chain.ledger import Hardware, Ledger, SealedBid
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.network import Devnet, State
+from marketplace.protocol.terms import JobStatus, Tier
 from marketplace.storage import Storage
+from node.daemon import onboarding
 
 SPEC = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
 
@@ -51,6 +55,51 @@ class Network:
         state = self.state
         name = next(n for n, a in state.accounts.items() if a == address)
         return state.service(name)
+
+    def enlist(self, *indices: int) -> list[LocalAccount]:
+        """Accounts `indices` of the devnet's mnemonic (ones nothing else on the devnet uses) as
+        providers that run no daemon: funded, registered with a real benchmark report, staked and
+        admitted. The test acts for them by hand, as cheaters would."""
+        ledger, accounts = self.ledger, [devnet_account(i) for i in indices]
+        with self.storage() as storage:
+            for account in accounts:
+                ledger.w3.provider.make_request(
+                    "anvil_setBalance", [account.address, hex(10 * 10**18)]
+                )
+                ledger.transfer(devnet_account(0), account.address, 20_000 * ZEN)
+                _, report = onboarding.publish_benchmark(storage, replicas=3)
+                hardware = Hardware("cpu", 0, 0, 1, f"by-hand-{account.address}")
+                onboarding.register(ledger, account, Tier.COMMUNITY, hardware, report)
+                onboarding.stake_with_permit(ledger, account, 10_000 * ZEN)
+        wait_for(
+            lambda: all(ledger.staking_account(a.address)["admitted"] for a in accounts),
+            60,
+            "the admissions",
+        )
+        return accounts
+
+    def underbid(self, account: LocalAccount, job_id: int, price: int = ZEN // 2) -> SealedBid:
+        """Seal a bid under the honest providers' prices for the open job `job_id`, at once:
+        its bid window is a few seconds."""
+        return self.ledger.commit_bid(account, job_id, price)
+
+    def take(self, *bids: tuple[LocalAccount, SealedBid]) -> None:
+        """Reveal each (account, sealed bid) in its window, then see each account hold its
+        job's slot 0, closing the auction itself if no honest provider bid (each bids on one
+        job at a time)."""
+        ledger = self.ledger
+        for account, bid in bids:
+            deadline = ledger.job(bid.job_id)["bidDeadline"]
+            wait_for(
+                lambda deadline=deadline: ledger.w3.eth.get_block("latest")["timestamp"] > deadline,
+                30,
+                "the reveal window",
+                poll=0.2,
+            )
+            ledger.reveal_bid(account, bid)
+        for account, bid in bids:
+            jobs.ChainJob(ledger, account, bid.job_id, poll=0.2).wait(until=JobStatus.RUNNING)
+            assert ledger.slot(bid.job_id, 0)["provider"] == account.address, "outbid"
 
     def kill(self, address: str) -> None:
         """SIGKILL a provider's daemon and the processes it started (a group job's rank): a
