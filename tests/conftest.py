@@ -20,12 +20,13 @@ from marketplace.processes import terminate
 os.environ.setdefault("ZOO_IPFS_API_TOKEN", secrets.token_urlsafe(32))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`-n 2 --dist loadgroup`, as scripts/test.sh runs the suite) a file's
     tests stay on one worker, so its module fixtures are built once, and the end-to-end tests
     all go to one worker, since they share one devnet."""
     for item in items:
-        group = "e2e" if item.path.parent.name == "e2e" else str(item.path)
+        group = "e2e" if item.path.parent.name == "e2e" else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -56,10 +56,11 @@ class Network:
         name = next(n for n, a in state.accounts.items() if a == address)
         return state.service(name)
 
-    def enlist(self, *indices: int) -> list[LocalAccount]:
+    def enlist(self, *indices: int, endpoint: str | None = None) -> list[LocalAccount]:
         """Accounts `indices` of the devnet's mnemonic (ones nothing else on the devnet uses) as
-        providers that run no daemon: funded, registered with a real benchmark report, staked and
-        admitted. The test acts for them by hand, as cheaters would."""
+        providers that run no daemon: funded, registered with a real benchmark report (and
+        `endpoint`, where a group's ranks reach it), staked and admitted. The test acts for them
+        by hand, as cheaters would."""
         ledger, accounts = self.ledger, [devnet_account(i) for i in indices]
         with self.storage() as storage:
             for account in accounts:
@@ -68,7 +69,7 @@ class Network:
                 )
                 ledger.transfer(devnet_account(0), account.address, 20_000 * ZEN)
                 _, report = onboarding.publish_benchmark(storage, replicas=3)
-                hardware = Hardware("cpu", 0, 0, 1, f"by-hand-{account.address}")
+                hardware = Hardware("cpu", 0, 0, 1, endpoint or f"by-hand-{account.address}")
                 onboarding.register(ledger, account, Tier.COMMUNITY, hardware, report)
                 onboarding.stake_with_permit(ledger, account, 10_000 * ZEN)
         wait_for(

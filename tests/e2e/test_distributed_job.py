@@ -16,15 +16,12 @@ import yaml
 
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import Hardware
-from marketplace.devnet.accounts import devnet_account
 from marketplace.processes import free_port
 from marketplace.protocol.checkpoint import state_hash
 from marketplace.protocol.journey import Settlement
 from marketplace.protocol.rank_bundle import RankUnit, load_rank_bundle, rank_bundle, update_sha256
-from marketplace.protocol.terms import JobStatus, Tier
+from marketplace.protocol.terms import JobStatus
 from marketplace.sdk import Client
-from node.daemon import onboarding
 from node.daemon.group_worker import rendezvous
 from node.distributed.exchange import update_path
 from node.distributed.group import rank_trainer
@@ -260,37 +257,14 @@ def test_a_diloco_job_replaces_a_dropped_rank_through_the_market_verifies_and_se
 def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
     ledger = network.ledger
     spec = load_spec(SPEC)
-    cheater = devnet_account(CHEATER)
-    ledger.w3.provider.make_request("anvil_setBalance", [cheater.address, hex(10 * 10**18)])
-    ledger.transfer(devnet_account(0), cheater.address, 20_000 * ZEN)
+    [cheater] = network.enlist(CHEATER, endpoint=f"tcp://127.0.0.1:{free_port()}")
     with network.storage() as storage:
-        _, report = onboarding.publish_benchmark(storage, replicas=3)
-        endpoint = f"tcp://127.0.0.1:{free_port()}"
-        onboarding.register(
-            ledger, cheater, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, endpoint), report
-        )
-        onboarding.stake_with_permit(ledger, cheater, 10_000 * ZEN)
-        wait_for(
-            lambda: ledger.staking_account(cheater.address)["admitted"],
-            60,
-            "the cheater's admission",
-        )
-
         # The cheater underbids two honest providers and wins slot 0: it is rank 0 and hosts the
         # group. Nothing is sampled: the cheater is checked only because the honest ranks flag it.
         job_id = jobs.submit(
             ledger, network.user, storage, SPEC.read_text(), replace(ORDER, sample_rate_bps=0)
         )
-        bid = ledger.commit_bid(cheater, job_id, ZEN // 2)
-        deadline = ledger.job(job_id)["bidDeadline"]
-        wait_for(
-            lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline,
-            30,
-            "the reveal window",
-        )
-        ledger.reveal_bid(cheater, bid)
-        wait_for(lambda: ledger.job(job_id)["status"] == JobStatus.RUNNING, 60, "the auction")
-        assert ledger.slot(job_id, 0)["provider"] == cheater.address
+        network.take((cheater, network.underbid(cheater, job_id)))
 
         # It trains with the group but sends ten times its pseudo-gradient, and commits that.
         config = replace(group_config(spec), updates_dir=str(tmp_path))

@@ -11,12 +11,9 @@ import pytest
 
 from marketplace import jobs
 from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import Hardware
-from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.chaos import Monkey
 from marketplace.protocol.checkpoint import Checkpoint
-from marketplace.protocol.terms import JobStatus, Tier
-from node.daemon import onboarding
+from marketplace.protocol.terms import JobStatus
 from node.engine import load_spec, run_unit, unit_shard
 
 from .conftest import SPEC, wait_for
@@ -166,23 +163,8 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
 
 def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):
     ledger = network.ledger
-    cheater = devnet_account(
-        11
-    )  # an account of the devnet's mnemonic that nothing else on the devnet uses
-    ledger.w3.provider.make_request("anvil_setBalance", [cheater.address, hex(10 * 10**18)])
-    ledger.transfer(devnet_account(0), cheater.address, 20_000 * ZEN)
+    [cheater] = network.enlist(11)
     with network.storage() as storage:
-        _, report = onboarding.publish_benchmark(storage, replicas=3)
-        onboarding.register(
-            ledger, cheater, Tier.COMMUNITY, Hardware("cpu", 0, 0, 1, "cheater"), report
-        )
-        onboarding.stake_with_permit(ledger, cheater, 10_000 * ZEN)
-        wait_for(
-            lambda: ledger.staking_account(cheater.address)["admitted"],
-            60,
-            "the cheater's admission",
-        )
-
         # Every unit is sampled, and the cheater underbids the honest providers.
         order = jobs.Order(
             max_budget=5_000 * ZEN,
@@ -191,17 +173,7 @@ def test_cheater_is_caught_slashed_and_replaced(network, uninterrupted):
             checkpoint_interval=300,
         )
         job_id = jobs.submit(ledger, network.user, storage, SPEC.read_text(), order)
-        bid = ledger.commit_bid(cheater, job_id, ZEN // 2)
-        deadline = ledger.job(job_id)["bidDeadline"]
-        wait_for(
-            lambda: ledger.w3.eth.get_block("latest")["timestamp"] > deadline,
-            30,
-            "the reveal window",
-        )
-        ledger.reveal_bid(cheater, bid)
-        wait_for(
-            lambda: ledger.slot(job_id, 0)["provider"] == cheater.address, 60, "the cheater's win"
-        )
+        network.take((cheater, network.underbid(cheater, job_id)))
 
         # It commits a unit whose state it did not compute: one step instead of the unit's.
         spec = load_spec(SPEC)
