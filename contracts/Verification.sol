@@ -232,6 +232,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         }
         c.challenger = msg.sender;
         c.openedAt = uint40(block.timestamp);
+        c.openedBlock = uint64(block.number);
         ++c.count;
         ++openDisputes[jobId];
         emit BandwidthComplaint(jobId, provider, msg.sender, evidenceCid);
@@ -246,6 +247,8 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         _checkVerifier(provider);
         uint256 endsAt = uint256(c.openedAt) + disputeWindow;
         if (block.timestamp > endsAt) revert DisputeWindow(endsAt);
+        (address drawn, uint256 turn) = _complaintJudge(jobId, provider, c);
+        if (msg.sender != drawn) revert NotDrawn(msg.sender, drawn, turn);
 
         _closeComplaint(jobId, c);
         emit BandwidthComplaintClosed(jobId, provider, msg.sender, confirmed);
@@ -313,6 +316,13 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         uint256 turn
     ) external view returns (address) {
         return _draw(jobId, slot, index, blockNumber, challenger, turn);
+    }
+
+    /// @inheritdoc IVerification
+    function drawnComplaintJudge(uint256 jobId, address provider) external view returns (address drawn) {
+        Complaint storage c = _complaints[jobId][provider];
+        if (c.challenger == address(0)) revert NoOpenDispute();
+        (drawn,) = _complaintJudge(jobId, provider, c);
     }
 
     /// @inheritdoc IVerification
@@ -389,6 +399,22 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     {
         uint256 entropy = uint256(keccak256(abi.encode(_seed(blockNumber), jobId, slot, index, challenger, turn)));
         return staking.drawVerifier(blockNumber, entropy, market.job(jobId).user, challenger);
+    }
+
+    /// @dev The judge of complaint `c` for the turn running now, drawn as a dispute's is (see
+    /// `_draw`) from the seed of the complaint's block; a lost seed draws nobody.
+    function _complaintJudge(uint256 jobId, address provider, Complaint storage c)
+        internal
+        view
+        returns (address drawn, uint256 turn)
+    {
+        uint64 openedBlock = c.openedBlock;
+        bytes32 seed = _seed(openedBlock);
+        if (seed == 0) revert SeedLost(openedBlock);
+        address challenger = c.challenger;
+        turn = (block.timestamp - c.openedAt) / _turnLength(disputeWindow);
+        uint256 entropy = uint256(keccak256(abi.encode(seed, jobId, provider, challenger, turn)));
+        drawn = staking.drawVerifier(openedBlock, entropy, market.job(jobId).user, challenger);
     }
 
     /// @dev The window over TURNS, rounded up so that no turn is empty (a window is at least 1 s).

@@ -73,6 +73,7 @@ interface IVerification {
         uint40 openedAt;
         uint40 closedAt;
         uint8 count; // opened so far, at most MAX_COMPLAINTS
+        uint64 openedBlock; // its judge is drawn from this block's seed and stake
     }
 
     /// @notice Thrown when the caller is not an active verifier.
@@ -182,9 +183,19 @@ interface IVerification {
     /// slashes of a provider in a job at that job's collateral.
     function complainBandwidth(uint256 jobId, address provider, string calldata evidenceCid) external;
 
-    /// @notice A second verifier settles a bandwidth complaint; `confirmed` slashes the provider,
-    /// otherwise the complaining verifier is slashed.
+    /// @notice The verifier drawn to judge the open complaint settles it, after assessing its
+    /// evidence: `confirmed` slashes the provider, otherwise the complaining verifier is slashed.
+    /// The judge is drawn like a dispute's: by stake at the complaint's block, from the seed of the
+    /// block after it (which the challenger could not know when it complained), never the job's
+    /// user or the challenger, one per turn of the dispute window; a lost seed draws nobody and the
+    /// complaint expires. So colluding verifiers confirm a false complaint only when the draw
+    /// falls on them (probability f / (1 - c), as for a dispute).
     function resolveBandwidthComplaint(uint256 jobId, address provider, bool confirmed) external;
+
+    /// @notice The verifier drawn for the turn running now to judge the open complaint against
+    /// `provider` in job `jobId`. Reverts with SampleNotReady before the seed exists and SeedLost
+    /// after it was lost unrecorded.
+    function drawnComplaintJudge(uint256 jobId, address provider) external view returns (address);
 
     /// @notice Closes a bandwidth complaint nobody answered within the dispute window.
     function expireBandwidthComplaint(uint256 jobId, address provider) external;
