@@ -17,7 +17,8 @@ import {IJobMarket} from "./IJobMarket.sol";
 /// seed on-chain in that time (`recordSeed`; every verifier daemon records the seed of each unit
 /// it finds sampled), and a recorded seed is permanent, so verification may take the whole
 /// window. A seed nobody recorded in time is lost, and the outcome is explicit: the unit counts as
-/// not sampled (a provider of the job can still flag it). It never counts as sampled, which would
+/// not sampled (a provider of the job can still flag it, and its verifier is then drawn from the
+/// seed and stake of the flag's block, which the flagger could not know). It never counts as sampled, which would
 /// let any verifier dispute any unit; and a cheater cannot cause the loss, since anyone can
 /// record, only every verifier staying offline for 256 blocks can. A failed result opens a dispute that a second
 /// verifier settles: a confirmed failure slashes the provider, a refuted one slashes the first
@@ -64,6 +65,12 @@ interface IVerification {
     struct Review {
         uint64 unitBlock; // the commitment reviewed: a unit redone after a rollback is a new one
         uint40 openedAt; // its verification window opened again then
+    }
+
+    /// @notice A unit a provider of the job flagged for verification.
+    struct Flag {
+        uint64 unitBlock; // the commitment flagged: a unit redone after a rollback is a new one
+        uint64 flagBlock; // drawn for from this block's seed if the unit's own was lost
     }
 
     /// @notice Bandwidth complaints against one provider in one job: the open one, if any, and
@@ -227,6 +234,8 @@ interface IVerification {
     /// @notice The verifier drawn for turn `turn` of unit `index` of `slot`, committed in block
     /// `blockNumber`: of its result when `challenger` is zero, else of the dispute `challenger`
     /// opened on it. Zero when nobody is eligible. Reverts with SampleNotReady before the seed exists.
+    /// A flagged unit whose seed was lost is drawn for from the seed and stake of the flag's block;
+    /// with that lost too, it reverts with SeedLost: no draw is ever made from a zero seed.
     function drawnVerifier(
         uint256 jobId,
         uint16 slot,

@@ -136,15 +136,25 @@ contract AttackInvariantTest is BaseTest {
         targetContract(address(attacker));
     }
 
+    /// @dev One campaign checks every property after each call (Forge runs a campaign per
+    /// invariant function, and this suite's calls are heavy).
+    function invariant_theLedgerUnderAttack() public view {
+        _honestStakeMovesOnlyByItsOwnerOrDrawnCollusion();
+        _noForbiddenCallSucceeds();
+        _noSlotPaidAboveItsUnitsWorth();
+        _zenIsConservedAndTheLedgerSolvent();
+    }
+
     /// No account loses stake except through a rule it broke: an honest account's stake moves only
     /// by its own withdrawals, or by a verdict that attackers gave when the ledger's draw had put
     /// them in the judge's seat (the collusion bound of IVerification, probability f or f^2).
-    function invariant_honestStakeMovesOnlyByItsOwnerOrDrawnCollusion() public view {
+    function _honestStakeMovesOnlyByItsOwnerOrDrawnCollusion() internal view {
         address[] memory hs = honest.honest();
         for (uint256 i; i < hs.length; ++i) {
             assertEq(
                 honest.stakeOf(hs[i]) + honest.ghost_withdrawn(hs[i]) + honest.ghost_collusionLoss(hs[i]),
-                honest.ghost_deposited(hs[i])
+                honest.ghost_deposited(hs[i]),
+                "an honest account lost stake by no rule it broke"
             );
         }
     }
@@ -152,13 +162,13 @@ contract AttackInvariantTest is BaseTest {
     /// What only the protocol's contracts or governance may do (slash, lock, reject a unit, set a
     /// parameter, grant a role, pay from the treasury) never succeeds for the attacker, and the
     /// timelock itself cannot slash or grant roles.
-    function invariant_noForbiddenCallSucceeds() public view {
-        assertEq(attacker.ghost_forbiddenSuccesses(), 0);
+    function _noForbiddenCallSucceeds() internal view {
+        assertEq(attacker.ghost_forbiddenSuccesses(), 0, "a forbidden call succeeded");
     }
 
     /// No provider is paid more than its units' agreed worth (units × unitGpuSeconds × its price),
     /// and no slot more than its share of the budget.
-    function invariant_noSlotPaidAboveItsUnitsWorth() public view {
+    function _noSlotPaidAboveItsUnitsWorth() internal view {
         for (uint256 i; i < honest.jobCount(); ++i) {
             uint256 jobId = honest.jobIds(i);
             IJobMarket.Job memory j = market.job(jobId);
@@ -166,7 +176,7 @@ contract AttackInvariantTest is BaseTest {
             address[] memory list = market.participants(jobId);
             for (uint256 k; k < list.length; ++k) {
                 uint256 earned = market.earned(jobId, list[k]);
-                assertLe(earned, honest.ghost_worth(jobId, list[k]));
+                assertLe(earned, honest.ghost_worth(jobId, list[k]), "paid above its units' worth");
                 paid[market.participant(jobId, list[k]).slot] += earned;
             }
             for (uint16 s; s < j.nodes; ++s) {
@@ -177,7 +187,7 @@ contract AttackInvariantTest is BaseTest {
 
     /// No ZEN is created or lost, staking holds exactly every account's stake, and the market can
     /// always pay every open escrow and every debt at once.
-    function invariant_zenIsConservedAndTheLedgerSolvent() public view {
+    function _zenIsConservedAndTheLedgerSolvent() internal view {
         uint256 total;
         uint256 staked;
         uint256 owed;
@@ -196,7 +206,7 @@ contract AttackInvariantTest is BaseTest {
                 escrow += j.budget;
             }
         }
-        assertGe(zen.balanceOf(address(market)), escrow + owed);
+        assertGe(zen.balanceOf(address(market)), escrow + owed, "the market is insolvent");
     }
 
     /// Liveness: whatever the run did, honest parties acting on their own from here end every job

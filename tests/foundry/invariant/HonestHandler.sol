@@ -183,8 +183,8 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
     /// @notice Honest parties alone, on time, until every honest user's job has ended; false as
     /// soon as one is still open `bound_` seconds after it was created. Not a fuzz target: the
     /// test calls it after each run, from wherever the run left the ledger.
-    function drain(uint256 bound_) external returns (bool) {
-        while (true) {
+    function drain(uint256 bound_) external returns (bool ended) {
+        while (!ended) {
             bool open;
             for (uint256 k; k < jobIds.length; ++k) {
                 uint256 created = createdAt[jobIds[k]];
@@ -192,7 +192,8 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
                 if (block.timestamp > created + bound_) return false;
                 open = true;
             }
-            if (!open) return true;
+            ended = !open;
+            if (ended) break;
             vm.warp(block.timestamp + MAX_TICK);
             vm.roll(block.number + 1);
             _duties();
@@ -371,6 +372,8 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
             if (r.good || r.unit.provider == slot.provider || _flaggedBy[jobId][s][r.index] == r.unit.blockNumber) {
                 return;
             }
+            // Reviewed already (by an earlier holder): a unit is reviewed once.
+            if (verification.resultWindowOpensAt(jobId, s, r.index, r.unit) != r.unit.committedAt) return;
             _flaggedBy[jobId][s][r.index] = r.unit.blockNumber;
             vm.prank(slot.provider);
             verification.flagUnit(jobId, s, r.index, r.unit);
@@ -410,9 +413,8 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
             if (res.verdict != IVerification.Verdict.None && res.unitBlock == r.unit.blockNumber) continue;
             uint256 opensAt = verification.resultWindowOpensAt(r.jobId, r.slot, r.index, r.unit);
             if (block.timestamp >= opensAt + vw) continue;
-            if (!verification.isSampled(r.jobId, r.slot, r.index, r.unit.blockNumber)) {
-                if (_flaggedBy[r.jobId][r.slot][r.index] != r.unit.blockNumber) continue;
-            }
+            // Sampled, or flagged by a provider of the job.
+            if (!verification.isSampled(r.jobId, r.slot, r.index, r.unit.blockNumber)) continue;
             uint256 t = (block.timestamp - opensAt) / verification.turnLength(false);
             address drawn = verification.drawnVerifier(r.jobId, r.slot, r.index, r.unit.blockNumber, address(0), t);
             if (!isHonest[drawn]) continue;
