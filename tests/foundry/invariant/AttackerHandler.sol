@@ -125,7 +125,9 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
             _try(caller, address(market), abi.encodeCall(market.reportDowntime, (jobId, slot)));
         } else if (fn == 11) {
             IJobMarket.Unit memory u = _someUnit(c);
-            _forbidden(caller, address(market), abi.encodeCall(market.rejectUnit, (jobId, slot, uint32(b % 4), u, caller)));
+            _forbidden(
+                caller, address(market), abi.encodeCall(market.rejectUnit, (jobId, slot, uint32(b % 4), u, caller))
+            );
         } else if (fn == 12) {
             _forbidden(
                 caller,
@@ -147,7 +149,11 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
         if (fn < 4) {
             _unitCall(fn, caller, a, c % 2 == 0);
         } else if (fn == 4) {
-            _try(caller, address(verification), abi.encodeCall(verification.recordSeed, (uint64(bound(b, 0, block.number)))));
+            _try(
+                caller,
+                address(verification),
+                abi.encodeCall(verification.recordSeed, (uint64(bound(b, 0, block.number))))
+            );
         } else if (fn == 5) {
             _complain(caller, bound(b, 0, honest.jobCount() + 1), _anyone(c), c % 3 == 0 ? "" : "bafy-measures");
         } else if (fn == 6) {
@@ -167,9 +173,7 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
         } else if (fn == 8) {
             _forbidden(caller, address(verification), abi.encodeCall(verification.setParameters, (1, 1, 0)));
         } else {
-            _forbidden(
-                caller, address(verification), abi.encodeCall(verification.grantRole, (bytes32(0), caller))
-            );
+            _forbidden(caller, address(verification), abi.encodeCall(verification.grantRole, (bytes32(0), caller)));
         }
         ++calls["anyVerificationCall"];
     }
@@ -218,7 +222,9 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
             _forbidden(
                 caller,
                 address(staking),
-                abi.encodeCall(staking.slash, (_anyone(a), bound(b, 1, 30_000e18), IStaking.SlashReason.Downtime, caller))
+                abi.encodeCall(
+                    staking.slash, (_anyone(a), bound(b, 1, 30_000e18), IStaking.SlashReason.Downtime, caller)
+                )
             );
         } else if (fn == 7) {
             _forbidden(caller, address(staking), abi.encodeCall(staking.lock, (_anyone(a), bound(b, 1, 1e18))));
@@ -246,7 +252,9 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
         address p = _providers[who % _providers.length];
         bytes32 salt = keccak256(abi.encode("sybil", jobId, j.round, p));
         if (block.timestamp <= j.bidDeadline) {
-            _try(p, address(market), abi.encodeCall(market.commitBid, (jobId, market.bidCommitmentOf(1, salt, p, jobId))));
+            _try(
+                p, address(market), abi.encodeCall(market.commitBid, (jobId, market.bidCommitmentOf(1, salt, p, jobId)))
+            );
         } else if (reveal) {
             _try(p, address(market), abi.encodeCall(market.revealBid, (jobId, 1, salt)));
         }
@@ -320,11 +328,7 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
         HonestHandler.Complaint memory c = honest.complaintAt(i % n);
         address judge = _complaintJudge(c.jobId, c.provider);
         if (judge == address(0) || honest.isHonest(judge)) return;
-        _judge(
-            judge,
-            abi.encodeCall(verification.resolveBandwidthComplaint, (c.jobId, c.provider, true)),
-            judge
-        );
+        _judge(judge, abi.encodeCall(verification.resolveBandwidthComplaint, (c.jobId, c.provider, true)), judge);
         ++calls["sybilJudgeComplaint"];
     }
 
@@ -347,7 +351,8 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
         bytes memory data;
         fn = fn % 8;
         if (fn == 0) {
-            (target, data) = (
+            (target, data) =
+            (
                 address(market),
                 abi.encodeCall(
                     market.setParameters,
@@ -362,9 +367,13 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
             );
         } else if (fn == 1) {
             (target, data) =
-                (address(market), abi.encodeCall(market.setSlashBps, (IStaking.SlashReason(a % 3), uint16(bound(b, 0, 11_000)))));
+            (
+                address(market),
+                abi.encodeCall(market.setSlashBps, (IStaking.SlashReason(a % 3), uint16(bound(b, 0, 11_000))))
+            );
         } else if (fn == 2) {
-            (target, data) = (
+            (target, data) =
+            (
                 address(verification),
                 abi.encodeCall(
                     verification.setParameters,
@@ -372,19 +381,22 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
                 )
             );
         } else if (fn == 3) {
-            (target, data) = (
+            (target, data) =
+            (
                 address(staking),
                 abi.encodeCall(staking.setParameters, (uint64(bound(a, 0, 60 days)), uint16(bound(b, 0, 10_000)), 1e18))
             );
         } else if (fn == 4) {
-            (target, data) = (
+            (target, data) =
+            (
                 address(staking),
                 abi.encodeCall(staking.setTier, (0, IStaking.Tier("Community", bound(a, 0, 30_000e18), 1, 1, 1, 9_000)))
             );
         } else if (fn == 5) {
             (target, data) = (address(treasury), abi.encodeCall(treasury.grant, (user, bound(a, 1, 1_000e18), "grant")));
         } else if (fn == 6) {
-            (target, data) = (
+            (target, data) =
+            (
                 address(staking),
                 abi.encodeCall(staking.slash, (_anyone(a), bound(b, 1, 30_000e18), IStaking.SlashReason.Downtime, user))
             );
@@ -410,7 +422,9 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
         bytes4 sel = bytes4(op.data);
         bool forbidden = sel == staking.slash.selector || sel == market.grantRole.selector;
         (bool ok,) = _try(
-            _caller(i), address(timelock), abi.encodeCall(timelock.execute, (op.target, 0, op.data, bytes32(0), op.salt))
+            _caller(i),
+            address(timelock),
+            abi.encodeCall(timelock.execute, (op.target, 0, op.data, bytes32(0), op.salt))
         );
         if (ok && forbidden) ++ghost_forbiddenSuccesses;
         if (ok) ++calls["governed"];
@@ -445,9 +459,8 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
     }
 
     function _complain(address caller, uint256 jobId, address provider, string memory cid) internal {
-        (bool ok,) = _try(
-            caller, address(verification), abi.encodeCall(verification.complainBandwidth, (jobId, provider, cid))
-        );
+        (bool ok,) =
+            _try(caller, address(verification), abi.encodeCall(verification.complainBandwidth, (jobId, provider, cid)));
         if (ok) honest.noteComplaint(jobId, provider);
         ++calls["complain"];
     }

@@ -295,7 +295,9 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
         if (block.timestamp <= j.bidDeadline) {
             // Only a round whose reveal window an honest daemon cannot miss, for a job whose
             // checkpoint deadline it can keep.
-            if (j.revealDeadline - j.bidDeadline < MAX_TICK || j.checkpointInterval < INTERVAL || j.tier != 0) return j;
+            if (j.revealDeadline - j.bidDeadline < MAX_TICK || j.checkpointInterval < INTERVAL || j.tier != 0) {
+                return j;
+            }
             for (uint256 i; i < _honestProviders; ++i) {
                 address p = _honest[i];
                 if (
