@@ -66,6 +66,7 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
 
     uint256[] public jobIds;
     mapping(uint256 jobId => uint256) public createdAt;
+    mapping(uint256 jobId => bool) internal _ended;
     Record[] internal _records;
     Complaint[] internal _complaints;
     SealedBid[] internal _sealed;
@@ -271,8 +272,12 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
     function _duties() internal {
         for (uint256 k; k < jobIds.length; ++k) {
             uint256 jobId = jobIds[k];
+            if (_ended[jobId]) continue;
             IJobMarket.Job memory j = market.job(jobId);
-            if (j.status == IJobMarket.JobStatus.Settled || j.status == IJobMarket.JobStatus.Cancelled) continue;
+            if (j.status == IJobMarket.JobStatus.Settled || j.status == IJobMarket.JobStatus.Cancelled) {
+                _noteEnded(jobId);
+                continue;
+            }
             if (j.openSlots != 0) j = _auction(jobId, j);
             if (j.status == IJobMarket.JobStatus.Running) _work(jobId, j);
         }
@@ -391,7 +396,7 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
         uint256 dw = verification.disputeWindow();
         for (uint256 i; i < _records.length; ++i) {
             Record memory r = _records[i];
-            if (!_open(r.jobId) || block.number < r.unit.blockNumber + 2) continue;
+            if (_ended[r.jobId] || block.number < r.unit.blockNumber + 2) continue;
             if (verification.recordedSeed(r.unit.blockNumber) == 0 && verification.seedOf(r.unit.blockNumber) != 0) {
                 verification.recordSeed(r.unit.blockNumber);
             }
@@ -448,6 +453,7 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
     }
 
     function _settleOrNote(uint256 jobId) internal {
+        if (_ended[jobId]) return;
         IJobMarket.Job memory j = market.job(jobId);
         if (j.status == IJobMarket.JobStatus.Completed) {
             if (
@@ -458,14 +464,17 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
             ++calls["settle"];
             j.status = IJobMarket.JobStatus.Settled;
         }
-        if (
-            (j.status == IJobMarket.JobStatus.Settled || j.status == IJobMarket.JobStatus.Cancelled)
-                && createdAt[jobId] != 0
-        ) {
-            uint256 took = block.timestamp - createdAt[jobId];
-            if (took > ghost_longestJob) ghost_longestJob = took;
-            createdAt[jobId] = 0;
-        }
+        if (j.status == IJobMarket.JobStatus.Settled || j.status == IJobMarket.JobStatus.Cancelled) _noteEnded(jobId);
+    }
+
+    /// @dev A job Settled or Cancelled stays so: its records are skipped from now on, and an honest
+    /// user's job's time to end is noted.
+    function _noteEnded(uint256 jobId) internal {
+        _ended[jobId] = true;
+        if (createdAt[jobId] == 0) return;
+        uint256 took = block.timestamp - createdAt[jobId];
+        if (took > ghost_longestJob) ghost_longestJob = took;
+        createdAt[jobId] = 0;
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -482,11 +491,6 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
     {
         _records.push(Record(jobId, s, index, good, unit));
         ghost_worth[jobId][unit.provider] += worth;
-    }
-
-    function _open(uint256 jobId) internal view returns (bool) {
-        IJobMarket.JobStatus st = market.status(jobId);
-        return st != IJobMarket.JobStatus.Settled && st != IJobMarket.JobStatus.Cancelled;
     }
 
     function _liveUserJobs() internal view returns (uint256 n) {
