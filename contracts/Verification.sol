@@ -52,9 +52,10 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
 
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Result))) private _results;
     mapping(uint256 jobId => mapping(address provider => Complaint)) private _complaints;
-    /// @dev The block of the commitment a unit was flagged in: a unit replaced after a rollback is
-    /// a new commitment, not flagged.
-    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => uint64 unitBlock))) private _flagged;
+    /// @dev The block of the commitment a unit was flagged in (a unit replaced after a rollback is
+    /// a new commitment, not flagged), and the block of the flag: a flagged unit whose own seed was
+    /// lost is drawn for from the flag's.
+    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Flag))) private _flagged;
     /// @dev A unit a successor flagged as its input: its verification window opened again then.
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Review))) private _reviewOpenedAt;
     /// @inheritdoc IVerification
@@ -139,19 +140,25 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
             revert NotInTheJob(msg.sender);
         }
         _checkUnit(jobId, slot, index, unit);
-        if (_flagged[jobId][slot][index] == unit.blockNumber) revert AlreadyFlagged(jobId, slot, index);
+        bool flagged = _flagged[jobId][slot][index].unitBlock == unit.blockNumber;
         IJobMarket.Slot memory held = market.slot(jobId, slot);
         if (held.provider == msg.sender && unit.provider != msg.sender && index + 1 == held.unitsDone) {
             // The holder names the unit it must resume from, another provider's, which it cannot
             // build on: however old the unit, its verification window opens again now, and the
             // holder waits unslashed until a rejection could still land (result, then dispute).
+            // Another participant's flag of the unit does not take this from it; a review does.
+            if (_reviewOpenedAt[jobId][slot][index].unitBlock == unit.blockNumber) {
+                revert AlreadyFlagged(jobId, slot, index);
+            }
             _reviewOpenedAt[jobId][slot][index] = Review(unit.blockNumber, uint40(block.timestamp));
             inputUnderReviewUntil[jobId][slot] = block.timestamp + verificationWindow + disputeWindow;
         } else {
+            if (flagged) revert AlreadyFlagged(jobId, slot, index);
             uint256 closesAt = uint256(unit.committedAt) + verificationWindow;
             if (block.timestamp >= closesAt) revert VerificationWindowClosed(closesAt);
         }
-        _flagged[jobId][slot][index] = unit.blockNumber;
+        // The first flag's block stays: a second flag cannot draw the unit's judges again.
+        if (!flagged) _flagged[jobId][slot][index] = Flag(unit.blockNumber, uint64(block.number));
         emit UnitFlagged(jobId, slot, index, msg.sender);
     }
 
@@ -232,6 +239,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         }
         c.challenger = msg.sender;
         c.openedAt = uint40(block.timestamp);
+        c.openedBlock = uint64(block.number);
         ++c.count;
         ++openDisputes[jobId];
         emit BandwidthComplaint(jobId, provider, msg.sender, evidenceCid);
@@ -246,6 +254,8 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
         _checkVerifier(provider);
         uint256 endsAt = uint256(c.openedAt) + disputeWindow;
         if (block.timestamp > endsAt) revert DisputeWindow(endsAt);
+        (address drawn, uint256 turn) = _complaintJudge(jobId, provider, c);
+        if (msg.sender != drawn) revert NotDrawn(msg.sender, drawn, turn);
 
         _closeComplaint(jobId, c);
         emit BandwidthComplaintClosed(jobId, provider, msg.sender, confirmed);
@@ -316,6 +326,13 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IVerification
+    function drawnComplaintJudge(uint256 jobId, address provider) external view returns (address drawn) {
+        Complaint storage c = _complaints[jobId][provider];
+        if (c.challenger == address(0)) revert NoOpenDispute();
+        (drawn,) = _complaintJudge(jobId, provider, c);
+    }
+
+    /// @inheritdoc IVerification
     function turnLength(bool dispute) external view returns (uint256) {
         return _turnLength(dispute ? disputeWindow : verificationWindow);
     }
@@ -336,7 +353,7 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
 
     /// @dev Sampled, or flagged; the sample first, as most units are never flagged.
     function _toVerify(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber) internal view returns (bool) {
-        return _sampled(jobId, slot, index, blockNumber) || _flagged[jobId][slot][index] == blockNumber;
+        return _sampled(jobId, slot, index, blockNumber) || _flagged[jobId][slot][index].unitBlock == blockNumber;
     }
 
     /// @dev The seed is the hash of the block after the commitment (see the threat model in
@@ -381,14 +398,41 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
 
     /// @dev Draws from the unit's seed, which nobody knew when the unit was committed, among the
     /// stake of the unit's block, which nobody can change after it; the job's user and the
-    /// challenger never judge.
+    /// challenger never judge. A flagged unit whose seed was lost (a review long after the unit)
+    /// is drawn for from the seed and stake of the flag's block instead, which nobody knew when it
+    /// flagged; never from a zero seed, whose draws anyone could foresee and stake for.
     function _draw(uint256 jobId, uint16 slot, uint32 index, uint64 blockNumber, address challenger, uint256 turn)
         internal
         view
         returns (address)
     {
-        uint256 entropy = uint256(keccak256(abi.encode(_seed(blockNumber), jobId, slot, index, challenger, turn)));
+        bytes32 seed = _seed(blockNumber);
+        if (seed == 0) {
+            Flag memory flag = _flagged[jobId][slot][index];
+            if (flag.unitBlock == blockNumber) {
+                blockNumber = flag.flagBlock;
+                seed = _seed(blockNumber);
+            }
+            if (seed == 0) revert SeedLost(blockNumber);
+        }
+        uint256 entropy = uint256(keccak256(abi.encode(seed, jobId, slot, index, challenger, turn)));
         return staking.drawVerifier(blockNumber, entropy, market.job(jobId).user, challenger);
+    }
+
+    /// @dev The judge of complaint `c` for the turn running now, drawn as a dispute's is (see
+    /// `_draw`) from the seed of the complaint's block; a lost seed draws nobody.
+    function _complaintJudge(uint256 jobId, address provider, Complaint storage c)
+        internal
+        view
+        returns (address drawn, uint256 turn)
+    {
+        uint64 openedBlock = c.openedBlock;
+        bytes32 seed = _seed(openedBlock);
+        if (seed == 0) revert SeedLost(openedBlock);
+        address challenger = c.challenger;
+        turn = (block.timestamp - c.openedAt) / _turnLength(disputeWindow);
+        uint256 entropy = uint256(keccak256(abi.encode(seed, jobId, provider, challenger, turn)));
+        drawn = staking.drawVerifier(openedBlock, entropy, market.job(jobId).user, challenger);
     }
 
     /// @dev The window over TURNS, rounded up so that no turn is empty (a window is at least 1 s).

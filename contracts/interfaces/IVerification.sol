@@ -17,7 +17,8 @@ import {IJobMarket} from "./IJobMarket.sol";
 /// seed on-chain in that time (`recordSeed`; every verifier daemon records the seed of each unit
 /// it finds sampled), and a recorded seed is permanent, so verification may take the whole
 /// window. A seed nobody recorded in time is lost, and the outcome is explicit: the unit counts as
-/// not sampled (a provider of the job can still flag it). It never counts as sampled, which would
+/// not sampled (a provider of the job can still flag it, and its verifier is then drawn from the
+/// seed and stake of the flag's block, which the flagger could not know). It never counts as sampled, which would
 /// let any verifier dispute any unit; and a cheater cannot cause the loss, since anyone can
 /// record, only every verifier staying offline for 256 blocks can. A failed result opens a dispute that a second
 /// verifier settles: a confirmed failure slashes the provider, a refuted one slashes the first
@@ -66,6 +67,12 @@ interface IVerification {
         uint40 openedAt; // its verification window opened again then
     }
 
+    /// @notice A unit a provider of the job flagged for verification.
+    struct Flag {
+        uint64 unitBlock; // the commitment flagged: a unit redone after a rollback is a new one
+        uint64 flagBlock; // drawn for from this block's seed if the unit's own was lost
+    }
+
     /// @notice Bandwidth complaints against one provider in one job: the open one, if any, and
     /// how many were opened and when the last closed (for the cap and the cooldown).
     struct Complaint {
@@ -73,6 +80,7 @@ interface IVerification {
         uint40 openedAt;
         uint40 closedAt;
         uint8 count; // opened so far, at most MAX_COMPLAINTS
+        uint64 openedBlock; // its judge is drawn from this block's seed and stake
     }
 
     /// @notice Thrown when the caller is not an active verifier.
@@ -182,9 +190,19 @@ interface IVerification {
     /// slashes of a provider in a job at that job's collateral.
     function complainBandwidth(uint256 jobId, address provider, string calldata evidenceCid) external;
 
-    /// @notice A second verifier settles a bandwidth complaint; `confirmed` slashes the provider,
-    /// otherwise the complaining verifier is slashed.
+    /// @notice The verifier drawn to judge the open complaint settles it, after assessing its
+    /// evidence: `confirmed` slashes the provider, otherwise the complaining verifier is slashed.
+    /// The judge is drawn like a dispute's: by stake at the complaint's block, from the seed of the
+    /// block after it (which the challenger could not know when it complained), never the job's
+    /// user or the challenger, one per turn of the dispute window; a lost seed draws nobody and the
+    /// complaint expires. So colluding verifiers confirm a false complaint only when the draw
+    /// falls on them (probability f / (1 - c), as for a dispute).
     function resolveBandwidthComplaint(uint256 jobId, address provider, bool confirmed) external;
+
+    /// @notice The verifier drawn for the turn running now to judge the open complaint against
+    /// `provider` in job `jobId`. Reverts with SampleNotReady before the seed exists and SeedLost
+    /// after it was lost unrecorded.
+    function drawnComplaintJudge(uint256 jobId, address provider) external view returns (address);
 
     /// @notice Closes a bandwidth complaint nobody answered within the dispute window.
     function expireBandwidthComplaint(uint256 jobId, address provider) external;
@@ -216,6 +234,8 @@ interface IVerification {
     /// @notice The verifier drawn for turn `turn` of unit `index` of `slot`, committed in block
     /// `blockNumber`: of its result when `challenger` is zero, else of the dispute `challenger`
     /// opened on it. Zero when nobody is eligible. Reverts with SampleNotReady before the seed exists.
+    /// A flagged unit whose seed was lost is drawn for from the seed and stake of the flag's block;
+    /// with that lost too, it reverts with SeedLost: no draw is ever made from a zero seed.
     function drawnVerifier(
         uint256 jobId,
         uint16 slot,

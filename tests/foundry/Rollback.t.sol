@@ -325,6 +325,74 @@ contract RollbackTest is BaseTest {
         assertEq(uint8(verification.result(jobId, 0, 1).verdict), uint8(IVerification.Verdict.Rejected));
     }
 
+    /// A reviewed unit whose seed was lost (flagged more than 256 blocks after it, nobody having
+    /// recorded its seed) was drawn for from a zero seed: anyone could foresee its judges and stake
+    /// Sybils to be them. Now it is drawn for from the seed and stake of the flag's block, which the
+    /// flagger could not know, and is judged in its reopened window like any unit.
+    function test_attack_reviewedUnitWithLostSeed_isDrawnFromTheFlagsSeed() public {
+        uint256 jobId = _createJob();
+        IJobMarket.Unit memory handed = _succeedOnto(jobId);
+        vm.roll(block.number + 300);
+        assertEq(verification.seedOf(handed.blockNumber), 0, "nobody recorded the unit's seed");
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SeedLost.selector, handed.blockNumber));
+        verification.drawnVerifier(jobId, 0, 1, handed.blockNumber, address(0), 0);
+
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, handed);
+        uint64 flagBlock = uint64(block.number);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SampleNotReady.selector, uint256(flagBlock) + 2));
+        verification.drawnVerifier(jobId, 0, 1, handed.blockNumber, address(0), 0);
+        vm.roll(block.number + 2);
+
+        // The judge follows the hash of the block after the flag: each verifier for some hash.
+        bool drewVerifier1;
+        bool drewVerifier2;
+        for (uint256 i; i < 64 && !(drewVerifier1 && drewVerifier2); ++i) {
+            vm.setBlockhash(flagBlock + 1, keccak256(abi.encode("after the flag", i)));
+            address drawn = verification.drawnVerifier(jobId, 0, 1, handed.blockNumber, address(0), 0);
+            drewVerifier1 = drewVerifier1 || drawn == verifier1;
+            drewVerifier2 = drewVerifier2 || drawn == verifier2;
+        }
+        assertTrue(drewVerifier1 && drewVerifier2, "the draw depends on the flag's seed");
+
+        address first = verification.drawnVerifier(jobId, 0, 1, handed.blockNumber, address(0), 0);
+        _sendResult(first, jobId, 0, 1, handed, false);
+        address second = verification.drawnVerifier(jobId, 0, 1, handed.blockNumber, first, 0);
+        assertTrue(second != first && second != address(0));
+        vm.prank(second);
+        verification.resolveDispute(jobId, 0, 1, handed, false, "bafyevidence");
+        assertEq(uint8(verification.result(jobId, 0, 1).verdict), uint8(IVerification.Verdict.Rejected));
+        assertEq(market.slot(jobId, 0).unitsDone, 1, "the successor resumes from the last good unit");
+    }
+
+    /// A participant flags the unit a successor will have to resume from while the unit's window
+    /// is open (here its own provider, which then goes silent): that flag used to take the
+    /// successor's later review from it (AlreadyFlagged), leaving it to be slashed for downtime on
+    /// an input it cannot build on. The holder's review is its own; it is taken once.
+    function test_attack_aParticipantsEarlierFlag_doesNotDenyTheSuccessorItsReview() public {
+        uint256 jobId = _createJob();
+        _auction(jobId, cheater, PRICE);
+        _checkpoint(jobId, 0);
+        IJobMarket.Unit memory handed = _checkpoint(jobId, 0);
+        vm.prank(cheater);
+        verification.flagUnit(jobId, 0, 1, handed);
+        _rollToSample();
+        vm.warp(handed.committedAt + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        _auction(jobId, successor, SUCCESSOR_PRICE);
+
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, handed);
+        assertEq(
+            verification.inputUnderReviewUntil(jobId, 0), block.timestamp + VERIFICATION_WINDOW + DISPUTE_WINDOW
+        );
+        assertEq(verification.resultWindowOpensAt(jobId, 0, 1, handed), block.timestamp);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyFlagged.selector, jobId, 0, 1));
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, handed);
+    }
+
     /// A holder flagging its own unit, or one that is not its input, buys no time.
     function test_flagUnit_onlyTheHoldersInputFromAnotherProviderDefersDowntime() public {
         uint256 jobId = _createJob();

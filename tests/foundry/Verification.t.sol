@@ -407,6 +407,7 @@ contract VerificationTest is BaseTest {
         assertEq(verification.openDisputes(jobId), 1);
         vm.expectEmit(address(verification));
         emit IVerification.BandwidthComplaintClosed(jobId, provider1, verifier2, true);
+        vm.roll(block.number + 2); // the judge is drawn from the seed of the block after the complaint's
         vm.prank(verifier2);
         verification.resolveBandwidthComplaint(jobId, provider1, true);
         uint256 slash = COLLATERAL * 1_000 / BPS;
@@ -417,6 +418,7 @@ contract VerificationTest is BaseTest {
 
     function test_resolveBandwidthComplaint_refuteSlashesChallenger() public {
         _complain();
+        vm.roll(block.number + 2); // the judge is drawn from the seed of the block after the complaint's
         vm.prank(verifier2);
         verification.resolveBandwidthComplaint(jobId, provider1, false);
         assertEq(staking.account(verifier1).staked, VERIFIER_STAKE - FALSE_REPORT_SLASH);
@@ -453,6 +455,7 @@ contract VerificationTest is BaseTest {
     function _complainAndConfirm() internal {
         vm.prank(verifier1);
         verification.complainBandwidth(jobId, provider1, "bafyiperf");
+        vm.roll(block.number + 2); // the judge is drawn from the seed of the block after the complaint's
         vm.prank(verifier2);
         verification.resolveBandwidthComplaint(jobId, provider1, true);
     }
@@ -553,8 +556,47 @@ contract VerificationTest is BaseTest {
         verification.resolveBandwidthComplaint(jobId, provider1, true);
         skip(DISPUTE_WINDOW + 1);
         vm.expectRevert(abi.encodeWithSelector(IVerification.DisputeWindow.selector, endsAt));
+        vm.roll(block.number + 2); // the judge is drawn from the seed of the block after the complaint's
         vm.prank(verifier2);
         verification.resolveBandwidthComplaint(jobId, provider1, true);
+    }
+
+    /// Finding 3: a complaint was judged by whichever verifier answered first, so a Sybil pair
+    /// could open and confirm one against an honest provider in one block. Now only the verifier
+    /// drawn from the seed of the block after the complaint judges it, in its turn; the colluder
+    /// drawn in no turn is refused, and the honest one drawn refutes it (the challenger pays).
+    function test_attack_sybilPairConfirmingAFalseComplaint_isNotDrawn() public {
+        address sybil = makeAddr("sybil judge");
+        _registerVerifier(sybil);
+        vm.roll(block.number + 1);
+        _complain(); // verifier1 is the attacker's challenger
+        vm.expectRevert(); // the seed does not exist yet: nobody can be drawn
+        verification.drawnComplaintJudge(jobId, provider1);
+        uint64 opened = verification.complaint(jobId, provider1).openedBlock;
+        vm.roll(block.number + 2);
+        // A seed (the hash of the block after the complaint's) under which turn 0 draws verifier2.
+        for (uint256 i; verification.drawnComplaintJudge(jobId, provider1) != verifier2; ++i) {
+            vm.setBlockhash(opened + 1, keccak256(abi.encode(i)));
+        }
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotDrawn.selector, sybil, verifier2, 0));
+        vm.prank(sybil);
+        verification.resolveBandwidthComplaint(jobId, provider1, true);
+        vm.prank(verifier2);
+        verification.resolveBandwidthComplaint(jobId, provider1, false);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE);
+        assertEq(staking.account(verifier1).staked, VERIFIER_STAKE - FALSE_REPORT_SLASH);
+    }
+
+    /// A complaint whose seed was lost draws nobody (no foreseeable judge): it can only expire.
+    function test_attack_complaintWithLostSeed_drawsNobodyAndExpires() public {
+        _complain();
+        vm.roll(block.number + 300);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.SeedLost.selector, uint64(block.number - 300)));
+        vm.prank(verifier2);
+        verification.resolveBandwidthComplaint(jobId, provider1, true);
+        skip(DISPUTE_WINDOW + 1);
+        verification.expireBandwidthComplaint(jobId, provider1);
+        assertEq(staking.account(provider1).staked, PROVIDER_STAKE);
     }
 
     /*//////////////////////////////////////////////////////////////
