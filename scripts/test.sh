@@ -19,5 +19,14 @@ grep -q "^Ran [0-9]* test suites" "$forge_log" || { echo "forge test ran no suit
 rm -f "$forge_log"
 echo "== halmos"
 bash scripts/halmos.sh
-echo "== pytest"  # two workers: a file's tests stay together, the end-to-end tests share one
-.venv/bin/pytest -n "${ZOO_TEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"
+echo "== pytest"
+# Two workers, a file's tests on one (its fixtures built once). The end-to-end tests run after,
+# alone: they time real windows on a whole devnet, which a second worker's training would slow.
+workers=(-n "${ZOO_TEST_WORKERS:-2}" --dist loadgroup)
+if [ $# -eq 0 ]; then
+  .venv/bin/pytest "${workers[@]}" --ignore=tests/e2e --durations=10
+  echo "== pytest: end to end"
+  .venv/bin/pytest tests/e2e --durations=10
+else
+  .venv/bin/pytest "${workers[@]}" "$@"  # the end-to-end tests among them share one worker
+fi
