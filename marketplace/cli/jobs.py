@@ -4,6 +4,7 @@ people or scripts."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import click
@@ -170,12 +171,21 @@ def logs_command(ctx, job_id: int, follow: bool, as_json: bool) -> None:
         if as_json:
             emit(line)
         else:
-            click.echo(f"{line['author'][:10]}  {line['line']}")
+            click.echo(f"{printable(str(line['author'])[:10])}  {printable(str(line['line']))}")
 
     if not client.logs(job_id):
         click.echo(no_lines(job_id, client.job(job_id)["status"]), err=True)
     for line in client.handle(job_id).logs(follow=follow):
         show(line)
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters shown as escapes: a line a gateway hands back is
+    printed on this terminal, where an escape sequence would rewrite what the user sees."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def no_lines(job_id: int, status: str) -> str:

@@ -7,6 +7,8 @@ import os
 import re
 import shlex
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import click
@@ -289,3 +291,32 @@ def test_jobs_logs_says_why_a_log_is_empty_then_shows_what_a_provider_posted(
         f"{provider.address[:10]}  slot 0 unit 0: committed\n",
         "",
     )
+
+
+def test_jobs_logs_shows_a_hostile_gateways_escape_sequences_as_text():
+    """A gateway (or anyone on its plain-http path) that hands back a line carrying terminal
+    escape sequences does not get to clear the user's screen or retitle the terminal."""
+    hostile = {"id": 1, "author": "0x\x1b]0;pwned\x07", "posted_at": 0, "line": "ok\x1b[2J\x9b"}
+
+    class Gateway(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps([] if "since=1" in self.path else [hostile]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        shown = CliRunner(mix_stderr=False).invoke(main, ["jobs", "--gateway", url, "logs", "7"])
+    finally:
+        server.shutdown()
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout == "0x\\x1b]0;pwne  ok\\x1b[2J\\x9b\n"
+    assert not any(c in shown.stdout for c in "\x1b\x07\x9b")

@@ -230,6 +230,24 @@ def test_bad_signed_transactions_are_refused_with_a_message(client, ledger, cast
     assert client.get("/transactions/status/0x" + "ab" * 32).status_code == 404
 
 
+def test_the_status_route_replays_only_the_markets_own_transactions(client, ledger, cast):
+    """Anyone may ask about any transaction; only one to the market's contracts is replayed for
+    its reason. A call that reverts elsewhere (here a contract that always reverts, sent with a
+    block's worth of gas) is reported as reverted, and costs the gateway no replay."""
+    w3 = ledger.w3
+    init = bytes.fromhex("6005600c60003960056000f3" + "60006000fd")  # deploys PUSH 0 PUSH 0 REVERT
+    user = cast.user
+    deployed = w3.eth.wait_for_transaction_receipt(
+        w3.eth.send_transaction({"from": user.address, "data": init})
+    )
+    sent = w3.eth.send_transaction(
+        {"from": user.address, "to": deployed["contractAddress"], "gas": 10_000_000}
+    )
+    assert w3.eth.wait_for_transaction_receipt(sent)["status"] == 0
+    said = client.get(f"/transactions/status/{sent.to_0x_hex()}").json()
+    assert (said["status"], said["error"]) == ("reverted", None)
+
+
 def test_logs_are_written_by_the_jobs_user_and_providers_only(client, cast, story, indexer):
     index_all(indexer)
     job = story.job_id
@@ -244,6 +262,13 @@ def test_logs_are_written_by_the_jobs_user_and_providers_only(client, cast, stor
         f"/jobs/{job}/logs", json={"lines": ["spam"]}, headers=bearer(client, stranger)
     )
     assert refused.status_code == 403
+    # A line that would rewrite its readers' terminals is refused whole.
+    escapes = client.post(
+        f"/jobs/{job}/logs",
+        json={"lines": ["fine", "done\x1b[2J\x1b]0;pwned\x07"]},
+        headers=bearer(client, provider),
+    )
+    assert escapes.status_code == 422 and "pattern" in escapes.text
     lines = client.get(f"/jobs/{job}/logs").json()
     assert [(entry["author"], entry["line"]) for entry in lines] == [
         (cast.user.address, "queued"),

@@ -240,8 +240,15 @@ class LogLine(BaseModel):
     line: str
 
 
+# No control characters: a line is printed on its readers' terminals, where escape sequences
+# would rewrite what they see.
+PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"
+
+
 class LogPost(Request):
-    lines: list[Annotated[str, Field(max_length=1024)]] = Field(min_length=1, max_length=100)
+    lines: list[Annotated[str, Field(max_length=1024, pattern=PRINTABLE)]] = Field(
+        min_length=1, max_length=100
+    )
 
 
 class LogsPosted(BaseModel):

@@ -56,6 +56,8 @@ def builds(path: str, responses: dict = REFUSED, **kwargs: Any) -> Callable[[Cal
     )
 
 
+MAX_REASON_CHARS = 500  # our contracts' sentences are far shorter
+
 TxHash = Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{64}$", description="A transaction hash.")]
 
 
@@ -239,12 +241,15 @@ def transaction_status(tx_hash: TxHash, ledger: LedgerDep):
         }
     created = ledger.created_jobs(receipt)
     reverted = receipt["status"] != 1
-    reason = tx.revert_reason(ledger.w3, receipt["transactionHash"]) if reverted else None
+    # Only a call to the market's own contracts is replayed for its reason: anyone's transaction
+    # could be asked about, and replaying one that burns a block's gas would cost this gateway.
+    ours = receipt["to"] in ledger.deployment.addresses.values()
+    reason = tx.revert_reason(ledger.w3, receipt["transactionHash"]) if reverted and ours else None
     return {
         "tx_hash": HexBytes(receipt["transactionHash"]).to_0x_hex(),
         "status": "reverted" if reverted else "succeeded",
         "block_number": receipt["blockNumber"],
         "gas_used": receipt["gasUsed"],
         "job_id": created[0] if created else None,
-        "error": None if reason is None else str(reason),
+        "error": None if reason is None else str(reason)[:MAX_REASON_CHARS],
     }
