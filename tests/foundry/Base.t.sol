@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
 import {Test} from "forge-std/Test.sol";
 
 import {JobMarket} from "../../contracts/JobMarket.sol";
@@ -103,6 +104,25 @@ abstract contract BaseTest is Test {
     /// @dev A consumer GPU node: what the Community tier admits.
     function _communityHardware() internal pure returns (IStaking.Hardware memory) {
         return IStaking.Hardware("RTX 4090", 1, 24, 10, "https://node.example:8443", keccak256("hardware report"));
+    }
+
+    /// @dev The hand-over marketplace/chain/deploy.py performs once the ledger is wired: `timelock`
+    /// takes every governor role, and the deployer keeps no role at all.
+    function _handOverTo(address timelock) internal {
+        IAccessControl[4] memory governed = [
+            IAccessControl(address(treasury)),
+            IAccessControl(address(staking)),
+            IAccessControl(address(market)),
+            IAccessControl(address(verification))
+        ];
+        bytes32 governorRole = staking.GOVERNOR_ROLE();
+        vm.startPrank(governor);
+        for (uint256 i; i < governed.length; ++i) {
+            governed[i].grantRole(governorRole, address(timelock));
+            governed[i].renounceRole(governorRole, governor);
+            governed[i].renounceRole(bytes32(0), governor);
+        }
+        vm.stopPrank();
     }
 
     function _fund(address to, uint256 amount) internal {

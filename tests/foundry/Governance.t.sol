@@ -29,21 +29,7 @@ contract GovernanceTest is BaseTest {
         address[] memory executors = new address[](1); // zero: anyone executes
         timelock = new Timelock(DELAY, proposers, executors);
 
-        // The hand-over marketplace/chain/deploy.py performs once the ledger is wired.
-        IAccessControl[4] memory governed = [
-            IAccessControl(address(treasury)),
-            IAccessControl(address(staking)),
-            IAccessControl(address(market)),
-            IAccessControl(address(verification))
-        ];
-        bytes32 governorRole = staking.GOVERNOR_ROLE();
-        vm.startPrank(governor);
-        for (uint256 i; i < governed.length; ++i) {
-            governed[i].grantRole(governorRole, address(timelock));
-            governed[i].renounceRole(governorRole, governor);
-            governed[i].renounceRole(bytes32(0), governor);
-        }
-        vm.stopPrank();
+        _handOverTo(address(timelock));
     }
 
     /*//////////////////////////////////////////////////////////////

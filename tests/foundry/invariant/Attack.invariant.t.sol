@@ -2,7 +2,6 @@
 pragma solidity 0.8.28;
 
 import {console} from "forge-std/console.sol";
-import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
 
 import {Timelock} from "../../../contracts/governance/Timelock.sol";
 import {IJobMarket} from "../../../contracts/interfaces/IJobMarket.sol";
@@ -56,20 +55,7 @@ contract AttackInvariantTest is BaseTest {
         address[] memory proposers = new address[](1);
         proposers[0] = council;
         timelock = new Timelock(TIMELOCK_DELAY, proposers, new address[](1));
-        IAccessControl[4] memory governed = [
-            IAccessControl(address(treasury)),
-            IAccessControl(address(staking)),
-            IAccessControl(address(market)),
-            IAccessControl(address(verification))
-        ];
-        bytes32 governorRole = staking.GOVERNOR_ROLE();
-        vm.startPrank(governor);
-        for (uint256 i; i < governed.length; ++i) {
-            governed[i].grantRole(governorRole, address(timelock));
-            governed[i].renounceRole(governorRole, governor);
-            governed[i].renounceRole(bytes32(0), governor);
-        }
-        vm.stopPrank();
+        _handOverTo(address(timelock));
         _fund(address(treasury), 10_000 * ZEN);
 
         address[] memory providers = new address[](3);
