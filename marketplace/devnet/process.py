@@ -43,18 +43,7 @@ class Service:
         return self
 
     def alive(self) -> bool:
-        if self.pid is None:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        # A child of ours that exited stays a zombie until reaped: reap it to tell.
-        try:
-            pid, _ = os.waitpid(self.pid, os.WNOHANG)
-            return pid == 0
-        except ChildProcessError:  # someone else's child: a zombie until its parent reaps it
-            return not _zombie(self.pid)
+        return self.pid is not None and _alive(self.pid)
 
     def terminate(self) -> None:
         """Ask it to stop (SIGTERM); `stop_all` waits."""
@@ -65,16 +54,25 @@ class Service:
         if self.alive():
             os.kill(self.pid, signal.SIGKILL)
 
-    def kill_tree(self) -> None:
+    def kill_tree(self, timeout: float = 10.0) -> None:
         """SIGKILL it and every process it started (a group job's ranks): a machine that
-        vanishes."""
+        vanishes. Returns once it is gone (a signal is delivered later than `kill` returns), so
+        whatever follows, a restart on its port say, finds it dead."""
         if self.pid is None:
             return
-        for pid in [*descendants(self.pid), self.pid]:
+        tree = [*descendants(self.pid), self.pid]
+        for pid in tree:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:  # it ended meanwhile
                 pass
+        deadline = time.monotonic() + timeout
+        while any(_alive(pid) for pid in tree):
+            if time.monotonic() > deadline:
+                raise ServiceFailed(
+                    f"{self.name} (pid {self.pid}) outlived SIGKILL by {timeout:.0f}s"
+                )
+            time.sleep(0.02)
 
     def wait_for_log(self, pattern: str, timeout: float = 60.0) -> re.Match[str]:
         """Wait until the service's log matches `pattern` (how services announce readiness)."""
@@ -112,6 +110,19 @@ def _wait_gone(services: list[Service], timeout: float) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A child of ours that exited stays a zombie until reaped: reap it to tell.
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        return reaped == 0
+    except ChildProcessError:  # someone else's child: a zombie until its parent reaps it
+        return not _zombie(pid)
 
 
 def _zombie(pid: int) -> bool:
