@@ -12,6 +12,7 @@ if [ "$(cat .venv-halmos/.installed 2>/dev/null)" != "$want" ]; then
   echo "$want" > .venv-halmos/.installed
 fi
 
-# halmos calls a bare `forge`; the halmos profile builds with the AST into out-halmos/.
-export PATH="$PWD/node_modules/.bin:$PATH" FOUNDRY_PROFILE=halmos
-exec .venv-halmos/bin/halmos --forge-build-out out-halmos --match-contract 'Proofs$' "$@"
+# halmos calls a bare `forge build`; the ci profile's build (out-ci/, the one scripts/test.sh's
+# Forge tests made) holds the AST and storage layouts it reads, so it compiles nothing again.
+export PATH="$PWD/node_modules/.bin:$PATH" FOUNDRY_PROFILE=ci
+exec .venv-halmos/bin/halmos --forge-build-out out-ci --match-contract 'Proofs$' "$@"
