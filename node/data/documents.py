@@ -8,7 +8,9 @@ import logging
 from collections.abc import Iterator
 from typing import BinaryIO, Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import PipelineError
@@ -24,8 +26,9 @@ DocumentKind = Literal["jsonl", "parquet", "text"]
 
 class Documents:
     """The documents of one file, in file order; `skipped` counts the JSONL lines that were not
-    an object with a string in `field` (or longer than MAX_DOCUMENT_BYTES), which are passed
-    over rather than ending a job over one bad record."""
+    an object with a string in `field` and the JSONL lines or Parquet rows longer than
+    MAX_DOCUMENT_BYTES, which are passed over rather than ending a job over one bad record. The
+    debug log names each by where an editor or Arrow finds it: a line from 1, a row from 0."""
 
     def __init__(self, kind: DocumentKind, file: BinaryIO, field: str = "text"):
         self.kind = kind
@@ -43,29 +46,29 @@ class Documents:
     def _jsonl(self) -> Iterator[str]:
         for number, line in enumerate(_lines(self.file), start=1):
             if line is None:
-                self._skip(number, f"longer than {MAX_DOCUMENT_BYTES} bytes")
+                self._skip(f"line {number}", f"longer than {MAX_DOCUMENT_BYTES} bytes")
                 continue
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, deep nesting, a
-                self._skip(number, f"not JSON ({exc})")  # number past int's digit limit
+                self._skip(f"line {number}", f"not JSON ({exc})")  # number past int's digit limit
                 continue
             text = record.get(self.field) if isinstance(record, dict) else None
             if not isinstance(text, str):
-                self._skip(number, f"no string field {self.field!r}")
+                self._skip(f"line {number}", f"no string field {self.field!r}")
                 continue
             yield text
 
-    def _skip(self, number: int, why: str) -> None:
+    def _skip(self, where: str, why: str) -> None:
         self.skipped += 1
-        logger.debug("%s record %d skipped: %s", self.kind, number, why)
+        logger.debug("%s %s skipped: %s", self.kind, where, why)
 
     def _parquet(self) -> Iterator[str]:
         """The column's strings, a batch at a time. The column is read dictionary-encoded, so a
-        batch that repeats one long string holds it once; each chunk's pages are checked to
-        decompress within MAX_PARQUET_CHUNK_BYTES before any is read."""
+        batch that repeats one long string holds it once (see `_batch_strings`); each chunk's
+        pages are checked to decompress within MAX_PARQUET_CHUNK_BYTES before any is read."""
         try:
             table = pq.ParquetFile(self.file)
         except (pa.ArrowException, OSError) as exc:
@@ -80,16 +83,18 @@ class Documents:
         self._check_chunks(table.metadata)
         try:
             table = pq.ParquetFile(self.file, metadata=table.metadata, read_dictionary=[self.field])
+            first = 0  # the file row of the batch's first row
             for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[self.field]):
-                column = batch.column(0)
-                for row in range(len(column)):
-                    text = column[row].as_py()
-                    if text is None:
+                entries, strings = _batch_strings(batch.column(0))
+                for row, entry in enumerate(entries, start=first):
+                    if entry == _NULL_ROW:
                         continue
-                    if len(text.encode()) > MAX_DOCUMENT_BYTES:
-                        self._skip(row, f"longer than {MAX_DOCUMENT_BYTES} bytes")
+                    text = strings.get(entry)
+                    if text is None:
+                        self._skip(f"row {row}", f"longer than {MAX_DOCUMENT_BYTES} bytes")
                         continue
                     yield text
+                first += batch.num_rows
         except (pa.ArrowException, OSError) as exc:
             raise PipelineError(f"unreadable Parquet file ({exc})") from None
 
@@ -120,6 +125,30 @@ class Documents:
             size += len(line)
         if paragraph:
             yield "".join(paragraph)
+
+
+_NULL_ROW = -1
+
+
+def _batch_strings(column: pa.DictionaryArray) -> tuple[list[int], dict[int, str]]:
+    """A dictionary-encoded batch in Python: each row's dictionary entry (_NULL_ROW for a null),
+    and the string of each entry the rows use that is at most MAX_DOCUMENT_BYTES long.
+
+    Arrow converts the batch's strings at once, where a scalar per row costs several times as
+    much, and only those the batch uses: the reader's dictionary grows over a row group, so
+    converting all of it on each batch would cost the square of the group's rows. A string the
+    batch repeats is converted once and shared, and an over-long one is measured in Arrow and
+    never converted, so the batch holds no more than its distinct strings, which lie within its
+    row group's MAX_PARQUET_CHUNK_BYTES.
+    """
+    entries = column.indices.fill_null(_NULL_ROW).to_numpy()
+    used = np.unique(entries[entries != _NULL_ROW])
+    values = column.dictionary.take(used)
+    fits = pc.less_equal(pc.binary_length(values), MAX_DOCUMENT_BYTES).to_numpy(
+        zero_copy_only=False
+    )
+    texts = values.filter(fits).to_numpy(zero_copy_only=False).tolist()
+    return entries.tolist(), dict(zip(used[fits].tolist(), texts, strict=True))
 
 
 def _lines(file: BinaryIO) -> Iterator[bytes | None]:
