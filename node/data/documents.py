@@ -105,6 +105,8 @@ class Documents:
         leaf = leaves.index(self.field)
         for group in range(metadata.num_row_groups):
             chunk = metadata.row_group(group).column(leaf)
+            if chunk.num_values == 0:  # the reader reads no page of a chunk declaring no values,
+                continue  # and an empty one's data page offset is 0, the file's magic
             start = chunk.data_page_offset
             if chunk.has_dictionary_page and 0 < (chunk.dictionary_page_offset or 0) < start:
                 start = chunk.dictionary_page_offset

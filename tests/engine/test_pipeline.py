@@ -448,6 +448,15 @@ def test_parquet_documents_are_the_columns_strings_in_file_order_across_batches_
     assert source.skipped == 1
 
 
+def test_an_empty_parquet_file_has_no_documents():
+    """A file of no rows (a filtered-out shard, say) keeps a row group whose chunk has a
+    dictionary page but no data page; it is read as empty, not refused."""
+    raw = io.BytesIO()
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), raw)
+    raw.seek(0)
+    assert list(documents("parquet", raw)) == []
+
+
 def test_the_skip_log_names_an_over_long_documents_row_in_the_file(caplog):
     over_long = "c" * (MAX_DOCUMENT_BYTES + 1)
     texts = ["a"] * 3_000
