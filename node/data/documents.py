@@ -8,7 +8,6 @@ import logging
 from collections.abc import Iterator
 from typing import BinaryIO, Literal
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -87,7 +86,7 @@ class Documents:
             for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[self.field]):
                 entries, strings = _batch_strings(batch.column(0))
                 for row, entry in enumerate(entries, start=first):
-                    if entry == _NULL_ROW:
+                    if entry is None:  # a null row
                         continue
                     text = strings.get(entry)
                     if text is None:
@@ -129,28 +128,24 @@ class Documents:
             yield "".join(paragraph)
 
 
-_NULL_ROW = -1
-
-
-def _batch_strings(column: pa.DictionaryArray) -> tuple[list[int], dict[int, str]]:
-    """A dictionary-encoded batch in Python: each row's dictionary entry (_NULL_ROW for a null),
-    and the string of each entry the rows use that is at most MAX_DOCUMENT_BYTES long.
+def _batch_strings(column: pa.DictionaryArray) -> tuple[list[int | None], dict[int, str]]:
+    """A dictionary-encoded batch in Python: each row's dictionary entry (None for a null row),
+    and the string of each entry the rows name that is at most MAX_DOCUMENT_BYTES long.
 
     Arrow converts the batch's strings at once, where a scalar per row costs several times as
-    much, and only those the batch uses: the reader's dictionary grows over a row group, so
+    much, and only those the batch names: the reader's dictionary grows over a row group, so
     converting all of it on each batch would cost the square of the group's rows. A string the
     batch repeats is converted once and shared, and an over-long one is measured in Arrow and
     never converted, so the batch holds no more than its distinct strings, which lie within its
     row group's MAX_PARQUET_CHUNK_BYTES.
     """
-    entries = column.indices.fill_null(_NULL_ROW).to_numpy()
-    used = np.unique(entries[entries != _NULL_ROW])
+    used = pc.unique(column.indices).drop_null()
     values = column.dictionary.take(used)
-    fits = pc.less_equal(pc.binary_length(values), MAX_DOCUMENT_BYTES).to_numpy(
-        zero_copy_only=False
-    )
-    texts = values.filter(fits).to_numpy(zero_copy_only=False).tolist()
-    return entries.tolist(), dict(zip(used[fits].tolist(), texts, strict=True))
+    fits = [size <= MAX_DOCUMENT_BYTES for size in pc.binary_length(values).to_pylist()]
+    if not all(fits):
+        used, values = used.filter(fits), values.filter(fits)
+    strings = dict(zip(used.to_pylist(), values.to_pylist(), strict=True))
+    return column.indices.to_pylist(), strings
 
 
 def _lines(file: BinaryIO) -> Iterator[bytes | None]:
