@@ -4,7 +4,6 @@ people or scripts."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import click
@@ -17,6 +16,7 @@ from marketplace.devnet import STATE_DIR
 from marketplace.devnet.network import State
 from marketplace.errors import ZooError
 from marketplace.protocol.terms import JOB_STATUSES
+from marketplace.protocol.text import printable
 from marketplace.sdk import Client
 from marketplace.wallet import load_account
 
@@ -177,15 +177,6 @@ def logs_command(ctx, job_id: int, follow: bool, as_json: bool) -> None:
         click.echo(no_lines(job_id, client.job(job_id)["status"]), err=True)
     for line in client.handle(job_id).logs(follow=follow):
         show(line)
-
-
-def printable(text: str) -> str:
-    """`text` with its control characters shown as escapes: a line a gateway hands back is
-    printed on this terminal, where an escape sequence would rewrite what the user sees."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def no_lines(job_id: int, status: str) -> str:

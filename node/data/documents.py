@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import BinaryIO, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import PipelineError
@@ -24,8 +25,9 @@ DocumentKind = Literal["jsonl", "parquet", "text"]
 
 class Documents:
     """The documents of one file, in file order; `skipped` counts the JSONL lines that were not
-    an object with a string in `field` (or longer than MAX_DOCUMENT_BYTES), which are passed
-    over rather than ending a job over one bad record."""
+    an object with a string in `field` and the JSONL lines or Parquet rows longer than
+    MAX_DOCUMENT_BYTES, which are passed over rather than ending a job over one bad record. The
+    debug log names each by where an editor or Arrow finds it: a line from 1, a row from 0."""
 
     def __init__(self, kind: DocumentKind, file: BinaryIO, field: str = "text"):
         self.kind = kind
@@ -43,29 +45,29 @@ class Documents:
     def _jsonl(self) -> Iterator[str]:
         for number, line in enumerate(_lines(self.file), start=1):
             if line is None:
-                self._skip(number, f"longer than {MAX_DOCUMENT_BYTES} bytes")
+                self._skip(f"line {number}", f"longer than {MAX_DOCUMENT_BYTES} bytes")
                 continue
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, deep nesting, a
-                self._skip(number, f"not JSON ({exc})")  # number past int's digit limit
+                self._skip(f"line {number}", f"not JSON ({exc})")  # number past int's digit limit
                 continue
             text = record.get(self.field) if isinstance(record, dict) else None
             if not isinstance(text, str):
-                self._skip(number, f"no string field {self.field!r}")
+                self._skip(f"line {number}", f"no string field {self.field!r}")
                 continue
             yield text
 
-    def _skip(self, number: int, why: str) -> None:
+    def _skip(self, where: str, why: str) -> None:
         self.skipped += 1
-        logger.debug("%s record %d skipped: %s", self.kind, number, why)
+        logger.debug("%s %s skipped: %s", self.kind, where, why)
 
     def _parquet(self) -> Iterator[str]:
         """The column's strings, a batch at a time. The column is read dictionary-encoded, so a
-        batch that repeats one long string holds it once; each chunk's pages are checked to
-        decompress within MAX_PARQUET_CHUNK_BYTES before any is read."""
+        batch that repeats one long string holds it once (see `_batch_strings`); each chunk's
+        pages are checked to decompress within MAX_PARQUET_CHUNK_BYTES before any is read."""
         try:
             table = pq.ParquetFile(self.file)
         except (pa.ArrowException, OSError) as exc:
@@ -80,16 +82,18 @@ class Documents:
         self._check_chunks(table.metadata)
         try:
             table = pq.ParquetFile(self.file, metadata=table.metadata, read_dictionary=[self.field])
+            first = 0  # the file row of the batch's first row
             for batch in table.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[self.field]):
-                column = batch.column(0)
-                for row in range(len(column)):
-                    text = column[row].as_py()
-                    if text is None:
+                entries, strings = _batch_strings(batch.column(0))
+                for row, entry in enumerate(entries, start=first):
+                    if entry is None:  # a null row
                         continue
-                    if len(text.encode()) > MAX_DOCUMENT_BYTES:
-                        self._skip(row, f"longer than {MAX_DOCUMENT_BYTES} bytes")
+                    text = strings.get(entry)
+                    if text is None:
+                        self._skip(f"row {row}", f"longer than {MAX_DOCUMENT_BYTES} bytes")
                         continue
                     yield text
+                first += batch.num_rows
         except (pa.ArrowException, OSError) as exc:
             raise PipelineError(f"unreadable Parquet file ({exc})") from None
 
@@ -100,6 +104,8 @@ class Documents:
         leaf = leaves.index(self.field)
         for group in range(metadata.num_row_groups):
             chunk = metadata.row_group(group).column(leaf)
+            if chunk.num_values == 0:  # the reader reads no page of a chunk declaring no values,
+                continue  # and an empty one's data page offset is 0, the file's magic
             start = chunk.data_page_offset
             if chunk.has_dictionary_page and 0 < (chunk.dictionary_page_offset or 0) < start:
                 start = chunk.dictionary_page_offset
@@ -120,6 +126,26 @@ class Documents:
             size += len(line)
         if paragraph:
             yield "".join(paragraph)
+
+
+def _batch_strings(column: pa.DictionaryArray) -> tuple[list[int | None], dict[int, str]]:
+    """A dictionary-encoded batch in Python: each row's dictionary entry (None for a null row),
+    and the string of each entry the rows name that is at most MAX_DOCUMENT_BYTES long.
+
+    Arrow converts the batch's strings at once, where a scalar per row costs several times as
+    much, and only those the batch names: the reader's dictionary grows over a row group, so
+    converting all of it on each batch would cost the square of the group's rows. A string the
+    batch repeats is converted once and shared, and an over-long one is measured in Arrow and
+    never converted, so the batch holds no more than its distinct strings, which lie within its
+    row group's MAX_PARQUET_CHUNK_BYTES.
+    """
+    used = pc.unique(column.indices).drop_null()
+    values = column.dictionary.take(used)
+    fits = [size <= MAX_DOCUMENT_BYTES for size in pc.binary_length(values).to_pylist()]
+    if not all(fits):
+        used, values = used.filter(fits), values.filter(fits)
+    strings = dict(zip(used.to_pylist(), values.to_pylist(), strict=True))
+    return column.indices.to_pylist(), strings
 
 
 def _lines(file: BinaryIO) -> Iterator[bytes | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import io
 import json
+import logging
 import math
 import random
 import tracemalloc
@@ -423,3 +424,48 @@ def test_a_long_text_repeated_on_every_row_is_held_once_and_an_over_long_one_ski
         peak = max(peak, pa.total_allocated_bytes() - base)
     assert source.skipped == 1
     assert peak < 16 * MAX_DOCUMENT_BYTES  # a batch of 1,024 expanded rows would be 512 MiB
+
+
+def test_parquet_documents_are_the_columns_strings_in_file_order_across_batches_and_groups():
+    """Rows repeated and unique, nulls and an over-long row, in row groups of 700 whose
+    dictionaries overflow into plain pages, read in batches cut at 1,024 rows and at each group's
+    end: the documents are exactly the column's strings in file order, nulls and the over-long
+    row left out."""
+    rng = random.Random(7)
+    texts: list[str | None] = [
+        rng.choice(["same", "again", f"unique {i} " + "é漢🦓" * rng.randint(0, 40)])
+        for i in range(5_000)
+    ]
+    for row in (0, 699, 700, 1023, 1024, 4999):
+        texts[row] = None
+    texts[2100] = "x" * (MAX_DOCUMENT_BYTES + 1)
+    raw = io.BytesIO()
+    pq.write_table(
+        pa.table({"text": texts}), raw, row_group_size=700, dictionary_pagesize_limit=4096
+    )
+    source = documents("parquet", io.BytesIO(raw.getvalue()))
+    assert list(source) == [t for t in texts if t is not None and len(t) <= MAX_DOCUMENT_BYTES]
+    assert source.skipped == 1
+
+
+def test_an_empty_parquet_file_has_no_documents():
+    """A file of no rows (a filtered-out shard, say) keeps a row group whose chunk has a
+    dictionary page but no data page; it is read as empty, not refused."""
+    raw = io.BytesIO()
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), raw)
+    raw.seek(0)
+    assert list(documents("parquet", raw)) == []
+
+
+def test_the_skip_log_names_an_over_long_documents_row_in_the_file(caplog):
+    over_long = "c" * (MAX_DOCUMENT_BYTES + 1)
+    texts = ["a"] * 3_000
+    texts[5] = texts[1_030] = texts[2_500] = over_long  # in the first, second and third batches
+    with caplog.at_level(logging.DEBUG, logger="node.data.documents"):
+        source = documents("parquet", zstd_parquet(texts))
+        assert list(source) == ["a"] * 2_997
+    assert source.skipped == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        f"parquet row {row} skipped: longer than {MAX_DOCUMENT_BYTES} bytes"
+        for row in (5, 1_030, 2_500)
+    ]

@@ -10,6 +10,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from marketplace.protocol import terms
 from marketplace.protocol.spec import MAX_SPEC_BYTES
+from marketplace.protocol.text import PRINTABLE
 
 Wei = Annotated[int, PlainSerializer(str, return_type=str, when_used="json")]
 # The API names the ledger's job statuses and roles by their labels, not by the ids the chain
@@ -238,11 +239,6 @@ class LogLine(BaseModel):
     author: str
     posted_at: int  # unix seconds
     line: str
-
-
-# No control characters: a line is printed on its readers' terminals, where escape sequences
-# would rewrite what they see.
-PRINTABLE = r"^[^\x00-\x1f\x7f-\x9f]*$"
 
 
 class LogPost(Request):
