@@ -56,7 +56,8 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
     /// a new commitment, not flagged), and the block of the flag: a flagged unit whose own seed was
     /// lost is drawn for from the flag's.
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Flag))) private _flagged;
-    /// @dev A unit a successor flagged as its input: its verification window opened again then.
+    /// @dev A unit a successor flagged as its input: its verification window opened again then,
+    /// by the latest holder to flag it.
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => Review))) private _reviewOpenedAt;
     /// @inheritdoc IVerification
     mapping(uint256 jobId => mapping(uint16 slot => uint256)) public inputUnderReviewUntil;
@@ -146,11 +147,16 @@ contract Verification is IVerification, AccessControl, ReentrancyGuard {
             // The holder names the unit it must resume from, another provider's, which it cannot
             // build on: however old the unit, its verification window opens again now, and the
             // holder waits unslashed until a rejection could still land (result, then dispute).
-            // Another participant's flag of the unit does not take this from it; a review does.
-            if (_reviewOpenedAt[jobId][slot][index].unitBlock == unit.blockNumber) {
+            // Each holder opens this review once, so it cannot extend its wait; neither another
+            // participant's flag nor an earlier holder's review (a Sybil of the unit's provider
+            // that flagged, then left) takes it from the next holder. A provider holds a slot of
+            // a job at most once (the auction passes over former participants): the address
+            // names the tenure.
+            Review storage review = _reviewOpenedAt[jobId][slot][index];
+            if (review.unitBlock == unit.blockNumber && review.holder == msg.sender) {
                 revert AlreadyFlagged(jobId, slot, index);
             }
-            _reviewOpenedAt[jobId][slot][index] = Review(unit.blockNumber, uint40(block.timestamp));
+            _reviewOpenedAt[jobId][slot][index] = Review(unit.blockNumber, uint40(block.timestamp), msg.sender);
             inputUnderReviewUntil[jobId][slot] = block.timestamp + verificationWindow + disputeWindow;
         } else {
             if (flagged) revert AlreadyFlagged(jobId, slot, index);

@@ -65,6 +65,7 @@ interface IVerification {
     struct Review {
         uint64 unitBlock; // the commitment reviewed: a unit redone after a rollback is a new one
         uint40 openedAt; // its verification window opened again then
+        address holder; // the holder that opened it: each holder of the slot opens it once
     }
 
     /// @notice A unit a provider of the job flagged for verification.
@@ -212,7 +213,9 @@ interface IVerification {
     /// excluded, so a verifier re-runs that rank's round. Only a provider holding a slot of the
     /// job may flag, and only within the unit's verification window, except the holder of `slot`
     /// naming the unit it must resume from, another provider's, which it cannot build on: that
-    /// opens the unit's verification window again (see `inputUnderReviewUntil`).
+    /// opens the unit's verification window again (see `inputUnderReviewUntil`). Each holder of
+    /// `slot` opens that review once (AlreadyFlagged after), whoever flagged or reviewed the unit
+    /// before it; a later review cannot draw the unit's judges again.
     function flagUnit(uint256 jobId, uint16 slot, uint32 index, IJobMarket.Unit calldata unit) external;
 
     /// @notice Records, for good, the seed of units committed in block `blockNumber` (the hash of
@@ -274,6 +277,13 @@ interface IVerification {
     /// the holder flagged it, as another provider's last unit of the slot, and a downtime report
     /// counts its deadline from then, so a successor handed a bad input is never slashed for not
     /// building on it. Zero when nothing is under review.
+    /// What bounds the wait: a holder reviews its input once, which defers its deadline by at most
+    /// verificationWindow + disputeWindow (at most 2 × MAX_WINDOW). A further review needs a new holder:
+    /// this one removed (a downtime report, which slashes it, a full checkpoint interval after
+    /// its review ends) and an auction round won by a provider that never took part in the job,
+    /// with the tier's stake and the job's collateral. The market caps no slot's replacements, so
+    /// the total wait is one review and one auction per holder, each holder's leaving paid by its
+    /// downtime slash; the job's user may cancel while the slot is up for auction.
     function inputUnderReviewUntil(uint256 jobId, uint16 slot) external view returns (uint256);
 
     /// @notice Disputes and complaints open on job `jobId`; settlement waits for zero.

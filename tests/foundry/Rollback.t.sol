@@ -19,6 +19,7 @@ contract RollbackTest is BaseTest {
     address internal cheater = provider1;
     address internal successor = provider2;
     address internal watcher = makeAddr("watcher");
+    address internal nextHolder = provider3;
 
     /// @dev provider1 (the cheater) commits units 0..2, unit 1 faked, and a verifier fails unit 1
     /// late in its window; provider1 goes down, provider2 (the successor) wins the slot and commits
@@ -391,6 +392,124 @@ contract RollbackTest is BaseTest {
         vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyFlagged.selector, jobId, 0, 1));
         vm.prank(successor);
         verification.flagUnit(jobId, 0, 1, handed);
+    }
+
+    /// @dev The successor of `_succeedOnto`, a Sybil of the provider of the unit it is handed,
+    /// flags that unit, lets its review pass unjudged and is replaced once late: the next holder,
+    /// honest, must resume from the same unit. Returns the unit's record.
+    function _sybilReviewsThenLeaves(uint256 jobId) internal returns (IJobMarket.Unit memory bad) {
+        bad = _succeedOnto(jobId);
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, bad);
+        uint256 sybilReviewEnds = block.timestamp + VERIFICATION_WINDOW + DISPUTE_WINDOW;
+        vm.warp(sybilReviewEnds + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        vm.roll(block.number + 10);
+        _auction(jobId, nextHolder, SUCCESSOR_PRICE);
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.provider, nextHolder);
+        assertEq(s.unitsDone, 2, "the next holder is handed the same unit");
+        assertLt(verification.inputUnderReviewUntil(jobId, 0), block.timestamp, "the Sybil's review is over");
+    }
+
+    /// Issue 18: a cheater's Sybil wins the slot after it, flags the bad unit it is handed (the one
+    /// review a unit had) and leaves once the review passed unjudged. The honest holder after it
+    /// was refused the review of the same input (AlreadyFlagged): it had to build on the bad
+    /// checkpoint or be slashed for downtime. Each holder now reviews its input once: the honest
+    /// holder waits unslashed until a rejection could no longer land.
+    function test_attack_aSybilHoldersReview_doesNotDenyTheNextHolderItsReview() public {
+        uint256 jobId = _createJob();
+        IJobMarket.Unit memory bad = _sybilReviewsThenLeaves(jobId);
+
+        vm.prank(nextHolder);
+        verification.flagUnit(jobId, 0, 1, bad);
+        uint256 reviewEnds = block.timestamp + VERIFICATION_WINDOW + DISPUTE_WINDOW;
+        assertEq(verification.inputUnderReviewUntil(jobId, 0), reviewEnds);
+        assertEq(verification.resultWindowOpensAt(jobId, 0, 1, bad), block.timestamp, "its window opens again");
+
+        vm.warp(reviewEnds + INTERVAL);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotOverdue.selector, reviewEnds + INTERVAL));
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        assertEq(market.slashedIn(jobId, nextHolder), 0);
+        assertGt(market.slashedIn(jobId, successor), 0, "the Sybil paid for leaving late");
+    }
+
+    /// The bad unit the Sybil's review let through is failed in the honest holder's review, and
+    /// the failure confirmed: the slot resumes from the last good unit with the honest holder
+    /// still holding it, unslashed.
+    function test_attack_aSybilHoldersReview_theNextHoldersReviewRollsTheBadUnitBack() public {
+        uint256 jobId = _createJob();
+        IJobMarket.Unit memory bad = _sybilReviewsThenLeaves(jobId);
+        vm.prank(nextHolder);
+        verification.flagUnit(jobId, 0, 1, bad);
+
+        vm.warp(block.timestamp + VERIFICATION_WINDOW / 2);
+        _postResult(verifier1, jobId, 0, 1, bad, false);
+        _resolveDispute(verifier2, jobId, 0, 1, bad, false);
+        IJobMarket.Slot memory s = market.slot(jobId, 0);
+        assertEq(s.provider, nextHolder, "the honest holder keeps the slot");
+        assertEq(s.unitsDone, 1, "and resumes from the last good checkpoint");
+        assertEq(market.slashedIn(jobId, nextHolder), 0);
+        assertEq(uint8(verification.result(jobId, 0, 1).verdict), uint8(IVerification.Verdict.Rejected));
+    }
+
+    /// A holder opens the review of its input once: flagging it again, however late, is refused
+    /// and moves no deadline, for the Sybil and for the holder after it alike.
+    function test_flagUnit_eachHolderReviewsItsInputOnce() public {
+        uint256 jobId = _createJob();
+        IJobMarket.Unit memory handed = _succeedOnto(jobId);
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, handed);
+        uint256 until = verification.inputUnderReviewUntil(jobId, 0);
+        vm.warp(until - 1);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyFlagged.selector, jobId, 0, 1));
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, handed);
+        assertEq(verification.inputUnderReviewUntil(jobId, 0), until, "no second delay");
+
+        vm.warp(until + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        _auction(jobId, nextHolder, SUCCESSOR_PRICE);
+        vm.prank(nextHolder);
+        verification.flagUnit(jobId, 0, 1, handed);
+        until = verification.inputUnderReviewUntil(jobId, 0);
+        vm.warp(until - 1);
+        vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyFlagged.selector, jobId, 0, 1));
+        vm.prank(nextHolder);
+        verification.flagUnit(jobId, 0, 1, handed);
+        assertEq(verification.inputUnderReviewUntil(jobId, 0), until, "no second delay");
+    }
+
+    /// A later holder's review of a unit whose seed was lost draws its judges from the first
+    /// flag's block, as the first review did: no holder can flag again to draw them again.
+    function test_flagUnit_aLaterHoldersReviewKeepsTheFirstFlagsDraw() public {
+        uint256 jobId = _createJob();
+        IJobMarket.Unit memory handed = _succeedOnto(jobId);
+        vm.roll(block.number + 300);
+        assertEq(verification.seedOf(handed.blockNumber), 0, "nobody recorded the unit's seed");
+        vm.prank(successor);
+        verification.flagUnit(jobId, 0, 1, handed);
+        uint64 firstFlag = uint64(block.number);
+        vm.roll(block.number + 2);
+        verification.recordSeed(firstFlag);
+        address drawn = verification.drawnVerifier(jobId, 0, 1, handed.blockNumber, address(0), 0);
+
+        vm.warp(verification.inputUnderReviewUntil(jobId, 0) + INTERVAL + 1);
+        vm.prank(watcher);
+        market.reportDowntime(jobId, 0);
+        _auction(jobId, nextHolder, SUCCESSOR_PRICE);
+        vm.roll(block.number + 10);
+        vm.prank(nextHolder);
+        verification.flagUnit(jobId, 0, 1, handed);
+        uint64 laterFlag = uint64(block.number);
+        vm.roll(block.number + 2);
+        for (uint256 i; i < 16; ++i) {
+            vm.setBlockhash(laterFlag + 1, keccak256(abi.encode("after the later flag", i)));
+            assertEq(verification.drawnVerifier(jobId, 0, 1, handed.blockNumber, address(0), 0), drawn);
+        }
     }
 
     /// A holder flagging its own unit, or one that is not its input, buys no time.

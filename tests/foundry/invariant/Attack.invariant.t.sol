@@ -208,6 +208,7 @@ contract AttackInvariantTest is BaseTest {
         console.log("honest results", honest.calls("honestResult"), "honest judgements", honest.calls("honestResolve"));
         console.log("sybil commits", attacker.calls("sybilCommit"), "sybil verdicts", attacker.calls("sybilVerdict"));
         console.log("collusion wins", attacker.calls("collusionWins"), "governed", attacker.calls("governed"));
+        console.log("honest flags", honest.calls("flag"), "sybil flags", attacker.calls("sybilFlag"));
         console.log("longest job (s)", honest.ghost_longestJob());
     }
 }

@@ -70,7 +70,10 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
     Record[] internal _records;
     Complaint[] internal _complaints;
     SealedBid[] internal _sealed;
-    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => uint64 unitBlock))) internal _flaggedBy;
+    /// @dev The unit each holder flagged as its input, by its commitment's block: a holder reviews
+    /// its input once, whoever reviewed it before.
+    mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 index => mapping(address holder => uint64))))
+        internal _reviewedBy;
 
     // Stake of honest accounts: what went in, what their owners took out, and what collusion
     // (attackers drawn both to report and to judge) took. Nothing else may ever move it.
@@ -376,12 +379,9 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
         for (uint256 i = _records.length; i > 0; --i) {
             Record memory r = _records[i - 1];
             if (r.jobId != jobId || r.slot != s || r.index != slot.unitsDone - 1 || !live(r)) continue;
-            if (r.good || r.unit.provider == slot.provider || _flaggedBy[jobId][s][r.index] == r.unit.blockNumber) {
-                return;
-            }
-            // Reviewed already (by an earlier holder): a unit is reviewed once.
-            if (verification.resultWindowOpensAt(jobId, s, r.index, r.unit) != r.unit.committedAt) return;
-            _flaggedBy[jobId][s][r.index] = r.unit.blockNumber;
+            mapping(address => uint64) storage reviewed = _reviewedBy[jobId][s][r.index];
+            if (r.good || r.unit.provider == slot.provider || reviewed[slot.provider] == r.unit.blockNumber) return;
+            reviewed[slot.provider] = r.unit.blockNumber;
             vm.prank(slot.provider);
             verification.flagUnit(jobId, s, r.index, r.unit);
             ++calls["flag"];
