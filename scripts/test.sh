@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# Every test: lint and types, the ledger's Foundry suite, then pytest (Anvil, IPFS node, training engine, Ape).
+# Every test: ruff, mypy and pytest (Anvil, IPFS node, training engine, Ape) with the ledger's
+# Foundry suites and halmos proofs beside them, then pytest's end-to-end tests alone.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 export SOLCX_BINARY_PATH="$PWD/.solcx"
+
+# The ledger's suites are deterministic, whatever their pace: they run beside lint, types and pytest's
+# first step at the lowest priority (nice 19), on the CPU those leave idle; their output follows.
+# pytest's end-to-end tests then run alone, since they time real windows on a whole devnet.
+ledger_log=$(mktemp)
+nice -n 19 bash scripts/test_ledger.sh > "$ledger_log" 2>&1 &
+ledger=$!
+echo "== forge test and halmos: started beside what follows; their output comes after pytest"
+trap 'kill "$ledger" 2>/dev/null || true; rm -f "$ledger_log"' EXIT
 
 echo "== ruff"
 .venv/bin/ruff check .
@@ -11,22 +21,21 @@ echo "== ruff"
 echo "== mypy"  # [tool.mypy]'s files (pyproject.toml): the foundation and the roles
 .venv/bin/mypy
 
-echo "== forge test"  # foundry.toml's ci profile: fuzz 512 runs, invariants 256 runs x 128 calls
-# forge exits 0 when the compiler itself dies, having run nothing: the summary line is the proof.
-forge_log=$(mktemp)
-FOUNDRY_PROFILE=ci node_modules/.bin/forge test | tee "$forge_log"
-grep -q "^Ran [0-9]* test suites" "$forge_log" || { echo "forge test ran no suite" >&2; exit 1; }
-rm -f "$forge_log"
-echo "== halmos"
-bash scripts/halmos.sh
-echo "== pytest"
-# Two workers, a file's tests on one (its fixtures built once). The end-to-end tests run after,
-# alone: they time real windows on a whole devnet, which a second worker's training would slow.
+echo "== pytest (the ledger's suites beside it)"
+# Two workers, a file's tests on one (its fixtures built once).
 workers=(-n "${ZOO_TEST_WORKERS:-2}" --dist loadgroup)
+status=0
 if [ $# -eq 0 ]; then
-  .venv/bin/pytest "${workers[@]}" --ignore=tests/e2e --durations=10
+  .venv/bin/pytest "${workers[@]}" --ignore=tests/e2e --durations=10 || status=$?
+else
+  .venv/bin/pytest "${workers[@]}" "$@" || status=$?  # the end-to-end tests among them share one worker
+fi
+ledger_status=0
+wait "$ledger" || ledger_status=$?
+cat "$ledger_log"
+[ "$ledger_status" -eq 0 ] || { echo "the ledger's suites failed" >&2; exit "$ledger_status"; }
+[ "$status" -eq 0 ] || exit "$status"
+if [ $# -eq 0 ]; then
   echo "== pytest: end to end"
   .venv/bin/pytest tests/e2e --durations=10
-else
-  .venv/bin/pytest "${workers[@]}" "$@"  # the end-to-end tests among them share one worker
 fi
