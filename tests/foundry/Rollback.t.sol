@@ -275,6 +275,23 @@ contract RollbackTest is BaseTest {
         _auction(jobId, successor, SUCCESSOR_PRICE);
     }
 
+    /// @dev `holder` flags unit 1, its input; the unit is failed and the failure confirmed in the
+    /// reopened window. The slot resumes from unit 0 with `holder` still holding it, unslashed.
+    function _flaggedInputRejected(uint256 jobId, address holder, IJobMarket.Unit memory input)
+        internal
+        returns (IJobMarket.Slot memory s)
+    {
+        vm.prank(holder);
+        verification.flagUnit(jobId, 0, 1, input);
+        vm.warp(block.timestamp + VERIFICATION_WINDOW / 2);
+        _postResult(verifier1, jobId, 0, 1, input, false);
+        _resolveDispute(verifier2, jobId, 0, 1, input, false);
+        s = market.slot(jobId, 0);
+        assertEq(s.provider, holder, "the holder keeps the slot");
+        assertEq(s.unitsDone, 1, "and resumes from the last good checkpoint");
+        assertEq(market.slashedIn(jobId, holder), 0);
+    }
+
     /// Finding 1 of issue 19: a successor handed a checkpoint it cannot build on (withheld, or not
     /// the committed state) flags it, though the unit's verification window has closed: the window
     /// opens again, and the successor waits unslashed until a rejection could no longer land; it
@@ -308,19 +325,8 @@ contract RollbackTest is BaseTest {
     /// committed the bad unit loses its pay for it.
     function test_attack_successorsBadInputIsRejectedInItsReopenedWindow() public {
         uint256 jobId = _createJob();
-        IJobMarket.Unit memory handed = _succeedOnto(jobId);
-        vm.prank(successor);
-        verification.flagUnit(jobId, 0, 1, handed);
-
-        vm.warp(block.timestamp + VERIFICATION_WINDOW / 2);
-        _postResult(verifier1, jobId, 0, 1, handed, false);
-        _resolveDispute(verifier2, jobId, 0, 1, handed, false);
-
-        IJobMarket.Slot memory s = market.slot(jobId, 0);
-        assertEq(s.provider, successor, "the successor keeps the slot");
-        assertEq(s.unitsDone, 1, "and resumes from the last good checkpoint");
+        IJobMarket.Slot memory s = _flaggedInputRejected(jobId, successor, _succeedOnto(jobId));
         assertEq(s.lastCheckpointAt, block.timestamp, "with a full interval");
-        assertEq(market.slashedIn(jobId, successor), 0);
         assertEq(staking.account(successor).staked, PROVIDER_STAKE);
         assertEq(market.earned(jobId, cheater), CHEATER_UNIT_PAY, "the bad unit is not paid");
         assertEq(uint8(verification.result(jobId, 0, 1).verdict), uint8(IVerification.Verdict.Rejected));
@@ -441,17 +447,7 @@ contract RollbackTest is BaseTest {
     /// still holding it, unslashed.
     function test_attack_aSybilHoldersReview_theNextHoldersReviewRollsTheBadUnitBack() public {
         uint256 jobId = _createJob();
-        IJobMarket.Unit memory bad = _sybilReviewsThenLeaves(jobId);
-        vm.prank(nextHolder);
-        verification.flagUnit(jobId, 0, 1, bad);
-
-        vm.warp(block.timestamp + VERIFICATION_WINDOW / 2);
-        _postResult(verifier1, jobId, 0, 1, bad, false);
-        _resolveDispute(verifier2, jobId, 0, 1, bad, false);
-        IJobMarket.Slot memory s = market.slot(jobId, 0);
-        assertEq(s.provider, nextHolder, "the honest holder keeps the slot");
-        assertEq(s.unitsDone, 1, "and resumes from the last good checkpoint");
-        assertEq(market.slashedIn(jobId, nextHolder), 0);
+        _flaggedInputRejected(jobId, nextHolder, _sybilReviewsThenLeaves(jobId));
         assertEq(uint8(verification.result(jobId, 0, 1).verdict), uint8(IVerification.Verdict.Rejected));
     }
 
