@@ -260,8 +260,7 @@ class Storage:
             api_addr = api_addr or settings.ipfs_api
             replicas = settings.ipfs_replicas if replicas is None else replicas
             if api_token is None:
-                secret = settings.ipfs_api_token
-                api_token = secret.get_secret_value() if secret else ""
+                api_token = _api_token(settings)
         self._token = api_token
         primary = api_addr
         self.nodes = list(dict.fromkeys([primary, *replicas]))
@@ -271,6 +270,12 @@ class Storage:
         self._local = threading.local()
         self._thread_clients()  # fails early on a bad address
         self._pool = ThreadPoolExecutor(_READ_AHEAD, thread_name_prefix="ipfs-read")
+
+    @classmethod
+    def of(cls, settings: Settings) -> Self:
+        """A client of the nodes `settings` names, with its API token (settings read from
+        another file than the environment's, a devnet's user.env say)."""
+        return cls(settings.ipfs_api, settings.ipfs_replicas, _api_token(settings))
 
     @property
     def api_addr(self) -> str:
@@ -453,3 +458,9 @@ class Storage:
         stored = _parse(answer["Key"])
         if (stored.codec, stored.multihash) != (cid.codec, cid.multihash):
             raise CidMismatch(f"{node} stored block {cid} as {stored}")
+
+
+def _api_token(settings: Settings) -> str:
+    """The token `settings` holds for the nodes' RPC API; empty (send none) when it holds none."""
+    secret = settings.ipfs_api_token
+    return secret.get_secret_value() if secret else ""

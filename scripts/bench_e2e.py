@@ -93,8 +93,7 @@ def on_market(text: str, sample_rate: int, root: Path) -> MarketRun:
         settings = Settings(_env_file=root / "user.env")
         user = devnet_account(1)
         order = jobs.Order(max_budget=5_000 * ZEN, max_price=100 * ZEN, sample_rate_bps=sample_rate)
-        token = settings.ipfs_api_token.get_secret_value() if settings.ipfs_api_token else ""
-        with Storage(settings.ipfs_api, settings.ipfs_replicas, token) as storage:
+        with Storage.of(settings) as storage:
             with Timer() as trained:  # this process is the devnet's parent: its CPU counts too
                 start = time.perf_counter()
                 job_id = jobs.submit(ledger, user, storage, text, order)
