@@ -62,11 +62,11 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     mapping(uint256 jobId => address[]) private _participantList;
     /// @dev Two 128-bit unit commitments per slot: unit `index` is half `index % 2` of pair `index / 2`.
     mapping(uint256 jobId => mapping(uint16 slot => mapping(uint32 pair => bytes32))) private _units;
-    mapping(uint256 jobId => mapping(uint16 round => mapping(address provider => bytes32))) private _commitments;
+    mapping(uint256 jobId => mapping(uint32 round => mapping(address provider => bytes32))) private _commitments;
     /// @dev The round's `2 * openSlots` lowest revealed bids, lowest first: winners, then fallbacks.
     mapping(uint256 jobId => mapping(uint256 place => Bid)) private _winners;
     /// @dev Rounds that ended before their reveal window did: their sealed bids forfeit nothing.
-    mapping(uint256 jobId => mapping(uint16 round => bool)) private _cutShort;
+    mapping(uint256 jobId => mapping(uint32 round => bool)) private _cutShort;
     mapping(uint256 jobId => mapping(address verifier => bool)) private _feesClaimed;
     mapping(address account => uint256) private _owed;
     /// @notice ZEN wei slashed from `provider` for faults in job `jobId`: never above the job's
@@ -232,7 +232,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         if (block.timestamp <= j.bidDeadline || block.timestamp > j.revealDeadline) {
             revert NotInRevealWindow(j.bidDeadline, j.revealDeadline);
         }
-        uint16 round = j.round;
+        uint32 round = j.round;
         bytes32 committed = _commitments[jobId][round][msg.sender];
         if (committed == 0 || committed != bidCommitmentOf(price, salt, msg.sender, jobId)) {
             revert CommitmentMismatch();
@@ -319,7 +319,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IJobMarket
-    function expireBid(uint256 jobId, uint16 round, address bidder) external nonReentrant {
+    function expireBid(uint256 jobId, uint32 round, address bidder) external nonReentrant {
         Job storage j = _job(jobId);
         bool cutShort = _cutShort[jobId][round];
         if (!cutShort && round == j.round && block.timestamp <= j.revealDeadline) {
@@ -590,7 +590,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     }
 
     function _openRound(Job storage j, uint256 jobId) internal {
-        uint16 round = j.round + 1;
+        uint32 round = j.round + 1;
         j.round = round;
         j.bidDeadline = uint40(block.timestamp + bidWindow);
         j.revealDeadline = uint40(block.timestamp + bidWindow + revealWindow);

@@ -48,7 +48,7 @@ interface IJobMarket {
         uint16 nodes;
         uint16 openSlots; // slots waiting for an auction winner
         JobStatus status;
-        uint16 round;
+        uint32 round;
         uint32 unitsPerNode;
         uint32 checkpointInterval;
         uint16 doneSlots;
@@ -156,7 +156,7 @@ interface IJobMarket {
     /// @notice Thrown when verification fees for a job were already claimed.
     error AlreadyClaimed();
     /// @notice Thrown when a bidder holds no sealed (unrevealed, unexpired) bid in the round.
-    error NoSealedBid(uint256 jobId, uint16 round, address bidder);
+    error NoSealedBid(uint256 jobId, uint32 round, address bidder);
     /// @notice Thrown when a parameter is outside its allowed range.
     error ParameterOutOfRange();
 
@@ -174,19 +174,19 @@ interface IJobMarket {
         uint32 unitGpuSeconds
     );
     /// @notice Emitted when an auction round opens.
-    event AuctionOpened(uint256 indexed jobId, uint16 round, uint16 slots, uint40 bidDeadline, uint40 revealDeadline);
+    event AuctionOpened(uint256 indexed jobId, uint32 round, uint16 slots, uint40 bidDeadline, uint40 revealDeadline);
     /// @notice Emitted when a sealed bid is committed.
     event BidCommitted(uint256 indexed jobId, address indexed provider);
     /// @notice Emitted when a bid is revealed.
     event BidRevealed(uint256 indexed jobId, address indexed provider, uint96 price);
     /// @notice Emitted when an auction round fills its slots at a uniform clearing price.
-    event AuctionCleared(uint256 indexed jobId, uint16 round, uint96 clearingPrice, uint16 winners);
+    event AuctionCleared(uint256 indexed jobId, uint32 round, uint96 clearingPrice, uint16 winners);
     /// @notice Emitted when a sealed bid left unrevealed expires: its collateral is released and
     /// `bond` slashed (Downtime; what was actually taken is in Staking's `Slashed` event), zero
     /// when its round ended before its reveal window did.
-    event BidExpired(uint256 indexed jobId, uint16 round, address indexed bidder, uint256 bond);
+    event BidExpired(uint256 indexed jobId, uint32 round, address indexed bidder, uint256 bond);
     /// @notice Emitted when a round ends with too few valid bids; a new round opens.
-    event AuctionFailed(uint256 indexed jobId, uint16 round, uint16 validBids);
+    event AuctionFailed(uint256 indexed jobId, uint32 round, uint16 validBids);
     /// @notice Emitted when a provider takes a slot.
     event SlotAssigned(uint256 indexed jobId, uint16 indexed slot, address indexed provider, uint96 price);
     /// @notice Emitted for every committed checkpoint (one work unit).
@@ -268,7 +268,7 @@ interface IJobMarket {
     /// collateral), which Staking slashes as Downtime with the caller as reporter. A round that
     /// ended before its reveal window did (the job cancelled, or the round restarted) forfeits no
     /// bond, and its sealed bids expire at once. Anyone may call, once per sealed bid.
-    function expireBid(uint256 jobId, uint16 round, address bidder) external;
+    function expireBid(uint256 jobId, uint32 round, address bidder) external;
 
     /// @notice Commits unit `index` of `slot`, which must be its next (`unitsDone`): its checkpoint
     /// CID and state hash. Accrues the unit's fixed pay, `price * unitGpuSeconds / 3600`, capped by

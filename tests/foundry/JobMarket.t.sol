@@ -700,6 +700,29 @@ contract JobMarketTest is BaseTest {
         assertEq(market.earned(jobId, provider2), (UNITS - 2) * _pay(UNIT_SECONDS, PRICE + 1));
     }
 
+    /// A slot whose replacement rounds draw no bids 65,535 times over (a 16-bit counter's worth:
+    /// about 36 hours at 1-second windows) is still refilled by the next round that does.
+    function test_attack_roundsPastSixteenBitsStillReplaceAProvider() public {
+        uint256 jobId = _startJob();
+        _workThenGoDown(jobId, 2);
+        vm.pauseGasMetering();
+        while (this.failRound(jobId) <= type(uint16).max) {}
+        vm.resumeGasMetering();
+
+        _auction(jobId, provider2, PRICE);
+        assertEq(market.job(jobId).round, uint32(type(uint16).max) + 1);
+        assertEq(market.slot(jobId, 0).provider, provider2);
+        assertEq(uint8(market.status(jobId)), uint8(IJobMarket.JobStatus.Running));
+    }
+
+    /// @dev Lets the running round end without bids; returns the round opened after it. External,
+    /// so each round's memory is freed when it returns.
+    function failRound(uint256 jobId) external returns (uint32) {
+        _toAuctionEnd(jobId);
+        market.closeAuction(jobId);
+        return market.job(jobId).round;
+    }
+
     function test_RevertWhen_reportBeforeDeadline() public {
         uint256 jobId = _startJob();
         uint256 deadline = block.timestamp + INTERVAL;

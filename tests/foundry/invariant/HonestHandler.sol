@@ -49,7 +49,7 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
     /// @dev An honest provider's sealed bid.
     struct SealedBid {
         uint256 jobId;
-        uint16 round;
+        uint32 round;
         address bidder;
         uint96 price;
     }
@@ -504,7 +504,7 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
         _sealed.pop();
     }
 
-    function _salt(uint256 jobId, uint16 round, address bidder) internal pure returns (bytes32) {
+    function _salt(uint256 jobId, uint32 round, address bidder) internal pure returns (bytes32) {
         return keccak256(abi.encode("honest salt", jobId, round, bidder));
     }
 }

@@ -62,7 +62,7 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
     /// @dev A bid sealed and left unrevealed, until someone expires it.
     struct Sealed {
         uint256 jobId;
-        uint16 round;
+        uint32 round;
         address bidder;
     }
 
