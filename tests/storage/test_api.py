@@ -171,6 +171,18 @@ def test_a_client_gone_mid_body_leaves_the_node_serving(shared_node: Node, clien
     assert client.add_bytes(b"still serving") == str(only_hash(b"still serving"))
 
 
+def test_a_head_without_end_is_refused_431_and_the_connection_closed(shared_node: Node, client):
+    """httptools holds a header whole however long it grows; the node stops at its bound.
+    tests/storage/test_http_protocol.py feeds the protocol heads, bodies and pipelines of every
+    shape."""
+    with _connect(shared_node) as sock:
+        sock.sendall(b"GET /api/v0/version HTTP/1.1\r\nHost: x\r\nX-Long: " + b"v" * 70_000)
+        [(status, message)] = _responses(sock, 1)
+        assert sock.recv(1) == b""  # closed
+    assert status == 431 and b"over 65536 bytes" in message
+    assert client.add_bytes(b"still serving") == str(only_hash(b"still serving"))
+
+
 def test_cid_version_1_implies_raw_leaves_like_kubo(client):
     cid = client.add_bytes(b"hello\n", opts={"cid-version": 1})
     assert cid == str(CID.of(b"hello\n", RAW))
