@@ -2,6 +2,7 @@
 
 import asyncio
 import io
+import itertools
 import json
 import socket
 import time
@@ -10,6 +11,8 @@ from pathlib import Path
 import ipfshttpclient
 import pytest
 import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from marketplace.ipfs import car, dagpb, reader, unixfs
 from marketplace.ipfs.api import files
@@ -139,6 +142,33 @@ def test_a_large_body_read_past_the_parser_ends_where_the_next_request_begins(
     assert [json.loads(body)["Hash"] for _, body in answers] == [
         client.add_bytes(large),
         client.add_bytes(small),
+    ]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    size=st.integers(MIB, 3 * MIB),
+    cuts=st.lists(st.integers(0, 4 * MIB), max_size=8),
+    second=st.binary(max_size=2_000),
+)
+def test_a_large_body_sent_in_any_pieces_ends_where_the_next_request_begins(
+    shared_node: Node, size, cuts, second
+):
+    """The body reader past the parser, over a real socket, with the request cut where
+    hypothesis says (each piece its own send, so reads tend to end there): it reads exactly
+    the body's bytes, whatever the cuts, and the next request parses from its first byte."""
+    data = random_bytes(size, seed=size)
+    request = _add_request(data, b"?only-hash=true") + _add_request(
+        second, b"?only-hash=true", close=True
+    )
+    points = sorted({0, len(request), *(c % len(request) for c in cuts)})
+    with _connect(shared_node) as sock:
+        for start, end in itertools.pairwise(points):
+            sock.sendall(request[start:end])
+        answers = _responses(sock, 2)
+    assert [(status, json.loads(body)["Hash"]) for status, body in answers] == [
+        (200, str(only_hash(data))),
+        (200, str(only_hash(second))),
     ]
 
 
