@@ -7,9 +7,17 @@ from typing import cast
 
 import httptools
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 _READ_SIZE = 1024 * 1024
+# Bytes read while the parser makes no progress (no head ends, no body byte comes): a request's
+# line and headers, or a chunked body's trailers, held whole by httptools and uvicorn, which
+# bound neither. Four times what uvicorn's h11 protocol allows a head.
+MAX_HEAD_BYTES = 64 * 1024
+# Requests parsed ahead of the one being answered. A client that keeps sending without reading
+# the answers would otherwise have a read's worth of requests (thousands of small ones) queued
+# for every answer it gets.
+MAX_PIPELINED = 16
 # A body with at least this much still to come after a read is read past the parser, up to
 # _BODY_READ_SIZE at a time: as much as the add pipeline hands a worker at once, so a read
 # is one batch and one pass through the app's loop.
@@ -34,17 +42,29 @@ class _BodyPassingProtocol(HttpToolsProtocol):
     upstream does, so what the app receives, and the flow control, are unchanged.
 
     `body_left` counts down what a Content-Length body still owes (None for other bodies),
-    so the rest of a large one can be read without the parser."""
+    so the rest of a large one can be read without the parser. `progressed` says whether the
+    parser passed a head's end or a body byte since it was last cleared, which is how the node
+    bounds what a head may hold."""
 
     body_left: int | None = None
+    progressed = False
+    refusal: tuple[int, str] | None = None  # why the parser was stopped, for its answer
 
     def on_headers_complete(self) -> None:
+        answering = self.cycle is not None and not self.cycle.response_complete
+        if answering and len(self.pipeline) >= MAX_PIPELINED:
+            # Raised in a callback, this stops the parser; upstream answers its error.
+            message = f"more than {MAX_PIPELINED} requests sent ahead of answers"
+            self.refusal = (429, message)
+            raise OverflowError(message)
+        self.progressed = True
         super().on_headers_complete()
         headers = dict(self.headers)
         sized = b"content-length" in headers and b"transfer-encoding" not in headers
         self.body_left = int(headers[b"content-length"]) if sized else None
 
     def on_body(self, body: bytes) -> None:
+        self.progressed = True
         if self.body_left is not None:
             self.body_left -= len(body)
         cycle = self.cycle
@@ -58,6 +78,27 @@ class _BodyPassingProtocol(HttpToolsProtocol):
         if len(body) > HIGH_WATER_LIMIT:
             self.flow.pause_reading()
         cycle.message_event.set()
+
+    def send_400_response(self, msg: str) -> None:
+        """Upstream's answer to a request the parser refused, with the status of our own
+        refusals."""
+        status, message = self.refusal or (400, msg)
+        self.refuse(status, message)
+
+    def refuse(self, status: int, message: str) -> None:
+        """Answer `status` with `message` and close the connection, as upstream answers what
+        it cannot parse."""
+        body = message.encode("ascii")
+        head = [STATUS_LINE[status]]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [
+            b"content-type: text/plain; charset=utf-8\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
 
     def end_body_read_past_parser(self) -> None:
         """The body's last bytes were read without the parser, which still waits for them: end
@@ -104,13 +145,19 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
     control pauses and resumes that reader as it would the transport. Meanwhile the socket's
     receive low-water mark is the piece the reader wants (up to _BODY_READ_SIZE, never more
     than the body owes), so the loop wakes it once per full piece, not for every part of one
-    that arrives; it is back at one byte before the transport reads again."""
+    that arrives; it is back at one byte before the transport reads again.
+
+    What httptools and uvicorn hold for a client is bounded here too: a head (or a chunked
+    body's trailers) over MAX_HEAD_BYTES is answered 431, more than MAX_PIPELINED requests ahead
+    of their answers 429, and the connection closed; a body the app has not read yet is held up
+    to uvicorn's HIGH_WATER_LIMIT and one read, then reading pauses."""
 
     _transport: asyncio.Transport  # set by connection_made, before any other call
 
     def __init__(self, **uvicorn_args) -> None:
         self._http = _BodyPassingProtocol(**uvicorn_args)
         self._reading = True  # what the flow control last asked for
+        self._stalled = 0  # bytes read since the parser last made progress
         self._body_socket: socket.socket | None = None  # while reading a body past the parser
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -135,12 +182,20 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
         return _read_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        # httptools parses any buffer; uvicorn's signature says bytes.
-        self._http.data_received(_read_buffer()[:nbytes])  # type: ignore[arg-type]
         http = self._http
+        http.progressed = False
+        # httptools parses any buffer; uvicorn's signature says bytes.
+        http.data_received(_read_buffer()[:nbytes])  # type: ignore[arg-type]
+        # A read without progress went whole into a head (or trailers), so a head holds at most
+        # MAX_HEAD_BYTES and what it began with in the read that ended the message before it.
+        self._stalled = 0 if http.progressed else self._stalled + nbytes
+        if self._stalled > MAX_HEAD_BYTES and not self._transport.is_closing():
+            http.refuse(431, f"request head or trailers over {MAX_HEAD_BYTES} bytes")
+            return
         if (
             http.body_left is not None
             and http.body_left >= _DIRECT_BODY_MIN
+            and not self._transport.is_closing()
             and http.parser is not None
             and not http.parser.should_upgrade()
         ):

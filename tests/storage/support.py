@@ -16,6 +16,7 @@ from pathlib import Path
 
 import ipfshttpclient
 import pytest
+import requests
 
 from marketplace.ipfs import dagpb, unixfs, varint
 from marketplace.ipfs.cid import CID, DAG_PB, RAW
@@ -190,3 +191,20 @@ def dag_bomb(
         size, tsize = size * MAX_LINKS, tsize * MAX_LINKS + len(block)
         blocks[cid] = block
     return cid, blocks
+
+
+def put_blocks(url: str, blocks: dict[CID, bytes]) -> None:
+    """block/put to the node at `url`, as an attacker would, one request per codec, checking
+    each block came back under its own name."""
+    for codec, name in ((RAW, "raw"), (DAG_PB, "dag-pb")):
+        ours = [(cid, data) for cid, data in blocks.items() if cid.codec == codec]
+        response = requests.post(
+            f"{url}/api/v0/block/put",
+            headers=AUTH,
+            params={"cid-codec": name},
+            files=[("file", (str(cid), data)) for cid, data in ours],
+            timeout=30,
+        )
+        response.raise_for_status()
+        keys = [line for line in response.text.splitlines() if line]
+        assert len(keys) == len(ours)

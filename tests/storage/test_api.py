@@ -2,6 +2,7 @@
 
 import asyncio
 import io
+import itertools
 import json
 import socket
 import time
@@ -10,6 +11,8 @@ from pathlib import Path
 import ipfshttpclient
 import pytest
 import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from marketplace.ipfs import car, dagpb, reader, unixfs
 from marketplace.ipfs.api import files
@@ -142,6 +145,33 @@ def test_a_large_body_read_past_the_parser_ends_where_the_next_request_begins(
     ]
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    size=st.integers(MIB, 3 * MIB),
+    cuts=st.lists(st.integers(0, 4 * MIB), max_size=8),
+    second=st.binary(max_size=2_000),
+)
+def test_a_large_body_sent_in_any_pieces_ends_where_the_next_request_begins(
+    shared_node: Node, size, cuts, second
+):
+    """The body reader past the parser, over a real socket, with the request cut where
+    hypothesis says (each piece its own send, so reads tend to end there): it reads exactly
+    the body's bytes, whatever the cuts, and the next request parses from its first byte."""
+    data = random_bytes(size, seed=size)
+    request = _add_request(data, b"?only-hash=true") + _add_request(
+        second, b"?only-hash=true", close=True
+    )
+    points = sorted({0, len(request), *(c % len(request) for c in cuts)})
+    with _connect(shared_node) as sock:
+        for start, end in itertools.pairwise(points):
+            sock.sendall(request[start:end])
+        answers = _responses(sock, 2)
+    assert [(status, json.loads(body)["Hash"]) for status, body in answers] == [
+        (200, str(only_hash(data))),
+        (200, str(only_hash(second))),
+    ]
+
+
 def test_a_large_body_refused_before_it_is_read_is_still_drained(shared_node: Node, client):
     """An add refused on its options answers before reading its body; the connection goes on
     to the next request once the rest of the body has been read off it."""
@@ -168,6 +198,18 @@ def test_a_client_gone_mid_body_leaves_the_node_serving(shared_node: Node, clien
             break
         time.sleep(0.05)
     assert len(list(fds.iterdir())) <= before
+    assert client.add_bytes(b"still serving") == str(only_hash(b"still serving"))
+
+
+def test_a_head_without_end_is_refused_431_and_the_connection_closed(shared_node: Node, client):
+    """httptools holds a header whole however long it grows; the node stops at its bound.
+    tests/storage/test_http_protocol.py feeds the protocol heads, bodies and pipelines of every
+    shape."""
+    with _connect(shared_node) as sock:
+        sock.sendall(b"GET /api/v0/version HTTP/1.1\r\nHost: x\r\nX-Long: " + b"v" * 70_000)
+        [(status, message)] = _responses(sock, 1)
+        assert sock.recv(1) == b""  # closed
+    assert status == 431 and b"over 65536 bytes" in message
     assert client.add_bytes(b"still serving") == str(only_hash(b"still serving"))
 
 

@@ -19,25 +19,9 @@ from marketplace.ipfs.pinstore import RECURSIVE
 from marketplace.ipfs.repo import Repo
 from marketplace.storage import ContentTooLarge, ReplicationError, Storage, StorageError
 
-from .support import AUTH, CHUNK, MAX_LINKS, Node, dag_bomb, file_node
+from .support import AUTH, CHUNK, MAX_LINKS, Node, dag_bomb, file_node, put_blocks
 
 FAST_S = 5.0  # what "at once" means here, on a loaded machine; an unbounded walk takes years
-
-
-def put_blocks(node: Node, blocks: dict[CID, bytes]) -> None:
-    """block/put, one request per codec, checking each block came back under its own name."""
-    for codec, name in ((RAW, "raw"), (DAG_PB, "dag-pb")):
-        ours = [(cid, data) for cid, data in blocks.items() if cid.codec == codec]
-        response = requests.post(
-            f"{node.url}/api/v0/block/put",
-            headers=AUTH,
-            params={"cid-codec": name},
-            files=[("file", (str(cid), data)) for cid, data in ours],
-            timeout=30,
-        )
-        response.raise_for_status()
-        keys = [line for line in response.text.splitlines() if line]
-        assert len(keys) == len(ours)
 
 
 def rpc(node: Node, command: str, **params) -> requests.Response:
@@ -55,7 +39,7 @@ def timed(action, *args, **kwargs):
 def bomb(node: Node) -> CID:
     root, blocks = dag_bomb()
     assert sum(map(len, blocks.values())) < 64 * 1024  # a few KB describing 174**5 KiB
-    put_blocks(node, blocks)
+    put_blocks(node.url, blocks)
     return root
 
 
@@ -107,7 +91,7 @@ def test_sizes_that_do_not_add_up_are_refused(node: Node):
     inner, blocks = dag_bomb(levels=4)
     root_block = file_node([(inner, 1, 1)] * MAX_LINKS)
     root = CID.of(root_block, DAG_PB)
-    put_blocks(node, blocks | {root: root_block})
+    put_blocks(node.url, blocks | {root: root_block})
     response, elapsed = timed(rpc, node, "pin/add", arg=str(root))
     assert response.status_code == 400
     assert "its parent's link says 1" in response.json()["Message"]
@@ -120,7 +104,7 @@ def test_sizes_that_do_not_add_up_are_refused(node: Node):
 
 def test_a_leaf_holding_other_than_its_declared_size_ends_the_read(node: Node):
     root, blocks = dag_bomb(levels=2, leaf=b"x" * 10, leaf_size=1)
-    put_blocks(node, blocks)
+    put_blocks(node.url, blocks)
     with Storage(node.multiaddr, []) as storage, pytest.raises(StorageError, match="says 1"):
         storage.cat(str(root))
 
@@ -130,7 +114,7 @@ def test_a_walk_stops_at_its_bound_on_blocks_visited(node_factory):
     bound on blocks one walk visits stops the read."""
     node = node_factory.start(env={"ZOO_IPFS_MAX_DAG_BLOCKS": "10000"})
     root, blocks = dag_bomb(leaf=b"x")
-    put_blocks(node, blocks)
+    put_blocks(node.url, blocks)
     started = time.monotonic()
     with requests.post(
         f"{node.url}/api/v0/cat", headers=AUTH, params={"arg": str(root)}, stream=True, timeout=60

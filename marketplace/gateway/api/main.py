@@ -21,6 +21,7 @@ from marketplace.gateway.api.routes import (
     uploads,
 )
 from marketplace.gateway.api.schemas import BOUNDED
+from marketplace.gateway.checkpoints import PassedOver
 from marketplace.gateway.connection import LedgerConnection
 from marketplace.gateway.db import database_url, open_database
 from marketplace.gateway.web import mount_docs, mount_pages
@@ -46,6 +47,7 @@ def create_app(settings: Settings, url: str | None = None) -> FastAPI:
     app.state.sessions = open_database(url or database_url(settings))
     app.state.ledger = LedgerConnection(settings)
     app.state.cache = IndexCache()
+    app.state.passed_over = PassedOver()
     for module in (
         jobs,
         providers,

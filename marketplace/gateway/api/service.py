@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from marketplace.errors import ZooError
 from marketplace.gateway import db
 from marketplace.gateway.api import schemas
-from marketplace.gateway.checkpoints import checkpoint_facts
+from marketplace.gateway.checkpoints import PassedOver, checkpoint_facts
 
 
 class NotFound(ZooError, LookupError):
@@ -282,18 +282,19 @@ def _void(unit: db.Unit, rollbacks: list[db.Rollback]) -> bool:
     )
 
 
-def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
+def job_metrics(session: Session, storage, job_id: int, passed_over: PassedOver) -> dict[str, Any]:
     job = get_job(session, job_id)
     units = _live_units(session, job_id)
-    # The job's units may name thousands of checkpoints nobody read yet: a request reads a few,
-    # and the rest show their figures once later requests have read them.
+    # The job's units may name thousands of checkpoints nobody read yet: a request reads a few
+    # (none that failed lately), and the rest show their figures once later requests read them.
     cids = {unit.cid for unit in units}
     known = {
         f.cid: f
         for f in session.scalars(select(db.CheckpointFacts).where(db.CheckpointFacts.cid.in_(cids)))
     }
-    for cid in sorted(cids - known.keys())[:FETCHES_PER_REQUEST]:
-        facts = checkpoint_facts(session, storage, cid)
+    unread = sorted(cid for cid in cids - known.keys() if cid not in passed_over)
+    for cid in unread[:FETCHES_PER_REQUEST]:
+        facts = checkpoint_facts(session, storage, cid, passed_over)
         if facts is not None:
             known[cid] = facts
     shown = []
@@ -314,7 +315,7 @@ def job_metrics(session: Session, storage, job_id: int) -> dict[str, Any]:
     }
 
 
-def job_result(session: Session, storage, job_id: int) -> dict[str, Any]:
+def job_result(session: Session, storage, job_id: int, passed_over: PassedOver) -> dict[str, Any]:
     job = get_job(session, job_id)
     live = _live_units(session, job_id)
     last = [
@@ -324,7 +325,7 @@ def job_result(session: Session, storage, job_id: int) -> dict[str, Any]:
     unit = last[0]
     if unit is None:
         raise NotFound(f"job {job_id} has no committed checkpoint yet")
-    facts = checkpoint_facts(session, storage, unit.cid)
+    facts = checkpoint_facts(session, storage, unit.cid, passed_over)
     results = session.scalars(
         select(db.Result)
         .where(db.Result.job_id == job_id, db.Result.slot == 0, db.Result.index == unit.index)

@@ -112,13 +112,13 @@ def post_job_logs(session: SessionDep, job_id: JobId, body: LogPost, author: Sig
 
 
 @router.get("/{job_id}/metrics", response_model=JobMetrics, responses=NOT_FOUND)
-def job_metrics(session: SessionDep, storage: StorageDep, job_id: JobId):
+def job_metrics(request: Request, session: SessionDep, storage: StorageDep, job_id: JobId):
     """Units done, pay accrued, and each unit's loss and steps from its checkpoint's metadata."""
-    return service.job_metrics(session, storage, job_id)
+    return service.job_metrics(session, storage, job_id, request.app.state.passed_over)
 
 
 @router.get("/{job_id}/result", response_model=JobResultPublic, responses=NOT_FOUND)
-def job_result(session: SessionDep, storage: StorageDep, job_id: JobId):
+def job_result(request: Request, session: SessionDep, storage: StorageDep, job_id: JobId):
     """The trained weights' checkpoint (the last of slot 0), its committed state hash, and whether
     it checks out."""
-    return service.job_result(session, storage, job_id)
+    return service.job_result(session, storage, job_id, request.app.state.passed_over)
