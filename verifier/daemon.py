@@ -110,7 +110,8 @@ class VerifierDaemon:
             self._handle,
             start_block=ledger.deployment.deploy_block,
             confirmations=confirmations,
-            on_reorg=self.outbox.resend_after,
+            outbox=self.outbox,
+            on_reorg=lambda fork: self._specs.clear(),  # a job id may name another job now
         )
         self._handlers = {
             "JobCreated": self._on_job_created,

@@ -121,3 +121,16 @@ def mine(w3: Web3, blocks: int = 1) -> None:
     """Mine `blocks` blocks on a devnet now, with no transactions (Anvil and Hardhat only)."""
     for _ in range(blocks):
         w3.provider.make_request(RPCEndpoint("evm_mine"), [])
+
+
+def reorganize(w3: Web3, from_block: int, transactions: list[dict] | None = None) -> None:
+    """Replace a devnet's blocks from `from_block` to its head with as many new ones, as a reorg
+    would (Anvil only): the first new block holds `transactions` (requests from accounts Anvil
+    holds the keys of), else a transfer of 1 wei, so that it differs from the block it replaces.
+    The replaced blocks' transactions are gone, not back in the pool: their senders must send
+    them again."""
+    if transactions is None:
+        someone = w3.eth.accounts[0]
+        transactions = [{"from": someone, "to": someone, "value": "0x1"}]
+    depth = w3.eth.block_number - from_block + 1
+    w3.provider.make_request(RPCEndpoint("anvil_reorg"), [depth, [[tx, 0] for tx in transactions]])

@@ -14,6 +14,7 @@ from marketplace.chain.events import ChainReorganized, EventCursor
 from .heads import HeadFeed
 from .journal import JournalDB
 from .loop import TRANSIENT
+from .outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,13 @@ class EventFollower:
     logged with the error and kept in the journal's quarantine table, and the events after it
     are handled. One bad event costs its sender a transaction, never the daemon its progress.
 
-    When the chain drops a block already read, reading resumes after the newest read block the
-    chain still has, and `on_reorg` hears of it (the daemons send again what the dropped blocks
-    held of theirs); what the role recorded from the dropped blocks stays, so it is logged as an
-    error.
+    When the chain drops a block already read, what the role recorded from the dropped blocks'
+    events is taken back (the journal logs how, `JournalDB.handling`), reading resumes after the
+    newest read block the chain still has, so the events of the branch the chain kept are
+    handled afresh, the role's `outbox` sends again what the dropped blocks held of its own, and
+    `on_reorg` hears of it: the role's hook for what it keeps outside the journal. Each poll also
+    tells the outbox how far the chain was read, so a transaction of ours dropped with blocks
+    the follower never read is found and sent again too.
     """
 
     def __init__(
@@ -51,11 +55,13 @@ class EventFollower:
         start_block: int,
         confirmations: int = 0,
         heads: HeadFeed | None = None,
+        outbox: Outbox | None = None,
         on_reorg: Callable[[int], None] = lambda fork: None,
     ):
         self.journal = journal
         self.handle = handle
-        self.on_reorg = on_reorg  # told the newest block the chain kept (e.g. Outbox.resend_after)
+        self.outbox = outbox
+        self.on_reorg = on_reorg  # told the newest block the chain kept
         self.start_block = start_block
         next_block, last = journal.cursor(start_block)
         self.cursor = EventCursor(w3, contracts, next_block, confirmations, last=last, heads=heads)
@@ -78,12 +84,14 @@ class EventFollower:
         except BaseException:
             self.cursor.seek(*position)
             raise
+        if self.outbox is not None and self.cursor.last is not None:
+            self.outbox.confirm(self.cursor.last.number)
         return len(events)
 
     def _handle(self, event: EventData) -> None:
         identity = (event["blockNumber"], event["logIndex"], event["transactionHash"].hex())
         try:
-            with self.journal.savepoint():
+            with self.journal.savepoint(), self.journal.handling(event["blockNumber"]):
                 self.handle(event)
         except TRANSIENT as exc:
             failures = self._failures[identity] = self._failures.get(identity, 0) + 1
@@ -108,12 +116,17 @@ class EventFollower:
     def _reorganized(self, reorg: ChainReorganized) -> None:
         fork = self.cursor.fork(self.journal.read_blocks())
         next_block = fork.number + 1 if fork is not None else self.start_block
-        self.journal.set_cursor(next_block, fork)
+        with self.journal.transaction():
+            undone = self.journal.undo_after(next_block - 1)
+            self.journal.set_cursor(next_block, fork)
         self.cursor.seek(next_block, fork)
-        log.error(
-            "%s; reading events again from block %d and sending again what the dropped blocks "
-            "held of ours",
+        log.warning(
+            "%s; took back %d records of the dropped blocks' events, reading events again from "
+            "block %d and sending again what the dropped blocks held of ours",
             reorg,
+            undone,
             next_block,
         )
+        if self.outbox is not None:
+            self.outbox.resend_after(next_block - 1)
         self.on_reorg(next_block - 1)

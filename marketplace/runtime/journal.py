@@ -1,5 +1,6 @@
 """A daemon's SQLite journal: the event cursor, the transaction outbox and the payouts every role
-keeps, under the tables of the role's own state."""
+keeps, under the tables of the role's own state, and the undo log that takes back what events of
+blocks a reorg dropped recorded there."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- the last block of each poll
 CREATE TABLE IF NOT EXISTS blocks (number INTEGER PRIMARY KEY, hash TEXT NOT NULL);
--- block: where a done transaction was mined, so a reorg that drops that block finds it
+-- done: 0 sent, 1 mined (its receipt in hand), 2 confirmed (the event follower read its block
+-- and the chain still held it); block: where it was mined, so a reorg dropping that block finds it
 CREATE TABLE IF NOT EXISTS outbox (
     key TEXT PRIMARY KEY, tx_hash TEXT NOT NULL, raw BLOB NOT NULL, done INTEGER NOT NULL DEFAULT 0,
     block INTEGER
@@ -29,7 +31,15 @@ CREATE TABLE IF NOT EXISTS quarantine (
     block INTEGER, log_index INTEGER, tx_hash TEXT, event TEXT, error TEXT,
     PRIMARY KEY (block, log_index, tx_hash)
 );
+-- what takes back each change an event handler made: the statement, and the event's block
+CREATE TABLE IF NOT EXISTS undo (seq INTEGER PRIMARY KEY, block INTEGER NOT NULL, statement TEXT);
 """
+# The runtime's own bookkeeping, which a reorg moves by other means (the cursor is set back, the
+# outbox re-sends): every other table holds what events meant, so handlers' changes to it are
+# logged for undoing.
+BOOKKEEPING = ("meta", "blocks", "outbox", "quarantine", "undo")
+# An outbox record's `done`: mined (its receipt in hand), then confirmed.
+MINED, CONFIRMED = 1, 2
 # How far back the cursor's read blocks are kept: a reorg deeper than this reads again from the
 # start.
 KEEP_BLOCKS = 256
@@ -37,6 +47,31 @@ KEEP_BLOCKS = 256
 
 class JournalError(ZooError):
     """A journal file this version cannot read."""
+
+
+def _undo_statements(table: str, columns: list[str]) -> dict[str, str]:
+    """For each kind of change to `table`, an SQL expression, evaluated in its trigger, that
+    gives the statement taking that change back: an insert is deleted, a deleted row put back,
+    and an update puts back only the columns it changed (others may have changed since, outside
+    any handler)."""
+    names = ", ".join(f'"{c}"' for c in columns)
+    values = " || ', ' || ".join(f'quote(old."{c}")' for c in columns)
+    changed = " || ".join(
+        f"""CASE WHEN old."{c}" IS new."{c}" THEN '' """
+        f"""ELSE '"{c}" = ' || quote(old."{c}") || ', ' END"""
+        for c in columns
+    )
+    return {
+        "INSERT": f"""'DELETE FROM "{table}" WHERE rowid = ' || new.rowid""",
+        "UPDATE": (
+            f"""'UPDATE "{table}" SET ' || {changed} || 'rowid = rowid WHERE rowid = ' """
+            "|| old.rowid"
+        ),
+        "DELETE": (
+            f"""'INSERT OR REPLACE INTO "{table}" (rowid, {names}) VALUES (' || old.rowid """
+            f"|| ', ' || {values} || ')'"
+        ),
+    }
 
 
 @dataclass(frozen=True)
@@ -56,6 +91,14 @@ class JournalDB:
     `transaction()` groups records that must land together (events and the cursor past them).
     Subclasses add their role's tables in `ROLE_SCHEMA`; `LAYOUT` numbers the shape of all the
     tables, so a journal of another shape is refused when opened rather than failing mid-run.
+
+    What an event handler records (inside `handling(block)`) in any table but the runtime's
+    bookkeeping is logged with the statement that takes it back, by triggers on every table, so
+    a role writes its handlers as if blocks were final: when a reorg drops blocks, `undo_after`
+    takes back what their events recorded, newest first, and the events of the branch the chain
+    kept are handled afresh. Changes made outside handlers (a unit trained, a verdict posted) are
+    the role's own and stay, unless undoing deletes their record (the event that made it is
+    gone) or puts back a column the handler changed.
     """
 
     ROLE_SCHEMA = ""
@@ -71,6 +114,29 @@ class JournalDB:
         self._db.executescript(SCHEMA + self.ROLE_SCHEMA)
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('layout', ?)", (str(self.LAYOUT),))
         self._lock = threading.RLock()
+        self._event_block: int | None = None  # the block of the event being handled, if any
+        self._log_changes()
+
+    def _log_changes(self) -> None:
+        """Triggers that log how to take back each change an event handler makes to the role's
+        tables. TEMP triggers live with this connection, so the file holds none that calls a
+        function only this class defines. With recursive triggers on, the row an INSERT OR
+        REPLACE deletes is logged too, and comes back when the insert is undone."""
+        self._db.create_function("zoo_event_block", 0, lambda: self._event_block)
+        self._db.execute("PRAGMA recursive_triggers = ON")
+        tables = [
+            row[0]
+            for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if row[0] not in BOOKKEEPING
+        ]
+        for table in tables:
+            columns = [row[1] for row in self._db.execute(f'PRAGMA table_info("{table}")')]
+            for change, undo in _undo_statements(table, columns).items():
+                self._db.execute(
+                    f'CREATE TEMP TRIGGER IF NOT EXISTS "undo_{change.lower()}_{table}" '
+                    f'AFTER {change} ON "{table}" WHEN zoo_event_block() IS NOT NULL BEGIN '
+                    f"INSERT INTO undo (block, statement) VALUES (zoo_event_block(), {undo}); END"
+                )
 
     def _check_layout(self) -> None:
         tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
@@ -126,6 +192,27 @@ class JournalDB:
                 raise
             self._db.execute("RELEASE handling")
 
+    @contextmanager
+    def handling(self, block: int) -> Iterator[None]:
+        """What is recorded inside is what an event of `block` means: logged, so that a reorg
+        dropping the block can take it back."""
+        with self._lock:
+            self._event_block = block
+            try:
+                yield
+            finally:
+                self._event_block = None
+
+    def undo_after(self, block: int) -> int:
+        """Take back, newest first, what the events of the blocks after `block` recorded (a reorg
+        dropped those blocks); returns how many changes were taken back."""
+        with self.transaction():
+            rows = self._run("SELECT statement FROM undo WHERE block > ? ORDER BY seq DESC", block)
+            for (statement,) in rows:
+                self._run(statement)
+            self._run("DELETE FROM undo WHERE block > ?", block)
+        return len(rows)
+
     def quarantine(self, block: int, log_index: int, tx_hash: str, event: str, error: str) -> None:
         self._run(
             "INSERT OR REPLACE INTO quarantine VALUES (?, ?, ?, ?, ?)",
@@ -158,6 +245,8 @@ class JournalDB:
                 next_block,
                 next_block - KEEP_BLOCKS,
             )
+            # a reorg deeper than the blocks kept is not traced to where it forked: nothing to undo
+            self._run("DELETE FROM undo WHERE block < ?", next_block - KEEP_BLOCKS)
             if last is not None:
                 self._run("INSERT OR REPLACE INTO blocks VALUES (?, ?)", last.number, last.hash)
 
@@ -181,18 +270,36 @@ class JournalDB:
             "INSERT OR REPLACE INTO outbox (key, tx_hash, raw) VALUES (?, ?, ?)", key, tx_hash, raw
         )
 
-    def finish_outgoing(self, key: str, block: int | None = None) -> None:
-        self._run("UPDATE outbox SET done = 1, block = ? WHERE key = ?", block, key)
+    def finish_outgoing(self, key: str, block: int | None = None, done: int = MINED) -> None:
+        self._run("UPDATE outbox SET done = ?, block = ? WHERE key = ?", done, block, key)
+
+    def unconfirmed(self, through: int) -> list[Outgoing]:
+        """In the order signed: the transactions mined up to block `through` and not confirmed
+        yet, and those a reorg dropped (they keep the block they were mined in) whose sending
+        again has not been seen mined."""
+        rows = self._run(
+            "SELECT key, tx_hash, raw, done FROM outbox "
+            "WHERE (done = ? AND block <= ?) OR (done = 0 AND block IS NOT NULL) ORDER BY rowid",
+            MINED,
+            through,
+        )
+        return [Outgoing(key, tx_hash, bytes(raw), bool(done)) for key, tx_hash, raw, done in rows]
+
+    def reopen(self, dropped: list[Outgoing]) -> None:
+        """Mark transactions a reorg dropped as not done: sent again, they are waited for."""
+        with self.transaction():
+            for outgoing in dropped:
+                self._run("UPDATE outbox SET done = 0 WHERE key = ?", outgoing.key)
 
     def reopen_outgoing(self, after_block: int) -> list[Outgoing]:
         """Mark the transactions mined after `after_block` (dropped by a reorg) as not done, and
         return them in the order they were signed (their nonces' order)."""
         with self.transaction():
             rows = self._run(
-                "SELECT key, tx_hash, raw FROM outbox WHERE done = 1 AND block > ? ORDER BY rowid",
+                "SELECT key, tx_hash, raw FROM outbox WHERE done > 0 AND block > ? ORDER BY rowid",
                 after_block,
             )
-            self._run("UPDATE outbox SET done = 0 WHERE done = 1 AND block > ?", after_block)
+            self._run("UPDATE outbox SET done = 0 WHERE done > 0 AND block > ?", after_block)
         return [Outgoing(key, tx_hash, bytes(raw), False) for key, tx_hash, raw in rows]
 
     def forget_outgoing(self, key: str) -> None:

@@ -18,7 +18,7 @@ from web3.types import TxReceipt
 from marketplace.chain.errors import ChainError, TransactionReverted
 from marketplace.chain.tx import build, revert_reason
 
-from .journal import JournalDB, Outgoing
+from .journal import CONFIRMED, MINED, JournalDB, Outgoing
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,13 @@ class Outbox:
     same key finds the journaled transaction and waits for it (or broadcasts the very same bytes
     again), so a commitment or checkpoint cannot land twice under two nonces. One lock orders
     every send, so the loop and the training thread never race for a nonce.
+
+    A receipt is not the end: a reorg may drop the block that holds it. The event follower tells
+    the outbox which blocks it read on the chain as it is now (`confirm`) and from which block a
+    reorg replaced them (`resend_after`); a transaction of ours that the chain no longer holds is
+    sent again, the very same bytes in the order they were signed, so each lands once on the
+    branch the chain kept (or, if that branch already holds it, is found there). One that now
+    fails frees its key, as any mined failure does: the role's next tick decides anew.
     """
 
     def __init__(
@@ -67,30 +74,52 @@ class Outbox:
 
     def resend_after(self, fork: int) -> None:
         """A reorg dropped the blocks after `fork`: every transaction of ours mined in them is
-        sent again, the very same bytes in the order they were signed, so each lands once on the
-        branch the chain kept (or, if that branch already holds it, is found there). One that now
-        fails frees its key, as any mined failure does; the role's next tick decides anew."""
+        sent again."""
         with self._lock:
-            dropped = self.journal.reopen_outgoing(fork)
-            for outgoing in dropped:
-                if not self._known(outgoing):
-                    log.warning("a reorg dropped %s; sending it again", outgoing.key)
-                    try:
-                        self._broadcast(outgoing)
-                    except Web3RPCError as exc:  # its nonce went to another transaction
-                        log.warning("%s cannot be sent again: %s", outgoing.key, exc)
-                        self.journal.forget_outgoing(outgoing.key)
-            for outgoing in dropped:
-                if self.journal.outgoing(outgoing.key) is None:
-                    continue
-                receipt = self.w3.eth.wait_for_transaction_receipt(
-                    HexStr(outgoing.tx_hash), timeout=self.receipt_timeout
-                )
-                if receipt["status"] == 1:
-                    self.journal.finish_outgoing(outgoing.key, receipt["blockNumber"])
-                else:
+            self._send_again(self.journal.reopen_outgoing(fork))
+
+    def confirm(self, through: int) -> None:
+        """The follower read the chain up to block `through`: each transaction of ours mined up
+        to there is confirmed if the chain still holds it, and sent again if a reorg the follower
+        did not see (it replaced blocks before they were read) dropped it; so is one a reorg
+        dropped whose sending again failed on the way (the RPC node down)."""
+        with self._lock:
+            dropped = []
+            for outgoing in self.journal.unconfirmed(through):
+                receipt = self._receipt(outgoing)
+                if receipt is None:
+                    dropped.append(outgoing)
+                elif receipt["status"] != 1:  # sent again after a reorg, and failed there
                     log.warning("%s failed once sent again after the reorg", outgoing.key)
                     self.journal.forget_outgoing(outgoing.key)
+                else:  # one mined again above `through` waits its turn
+                    block = receipt["blockNumber"]
+                    done = CONFIRMED if block <= through else MINED
+                    self.journal.finish_outgoing(outgoing.key, block, done)
+            if dropped:
+                self.journal.reopen(dropped)
+                self._send_again(dropped)
+
+    def _send_again(self, dropped: list[Outgoing]) -> None:
+        for outgoing in dropped:
+            if not self._known(outgoing):
+                log.warning("a reorg dropped %s; sending it again", outgoing.key)
+                try:
+                    self._broadcast(outgoing)
+                except Web3RPCError as exc:  # its nonce went to another transaction
+                    log.warning("%s cannot be sent again: %s", outgoing.key, exc)
+                    self.journal.forget_outgoing(outgoing.key)
+        for outgoing in dropped:
+            if self.journal.outgoing(outgoing.key) is None:
+                continue
+            receipt = self.w3.eth.wait_for_transaction_receipt(
+                HexStr(outgoing.tx_hash), timeout=self.receipt_timeout
+            )
+            if receipt["status"] == 1:
+                self.journal.finish_outgoing(outgoing.key, receipt["blockNumber"])
+            else:
+                log.warning("%s failed once sent again after the reorg", outgoing.key)
+                self.journal.forget_outgoing(outgoing.key)
 
     def _sign(self, key: str, fn: ContractFunction) -> Outgoing:
         # eth-account types a transaction as a plain dict of the same fields (web3 casts alike).
@@ -103,6 +132,12 @@ class Outbox:
         self.journal.add_outgoing(key, outgoing.tx_hash, outgoing.raw)
         self._broadcast(outgoing)
         return outgoing
+
+    def _receipt(self, outgoing: Outgoing) -> TxReceipt | None:
+        try:
+            return self.w3.eth.get_transaction_receipt(HexStr(outgoing.tx_hash))
+        except TransactionNotFound:
+            return None
 
     def _known(self, outgoing: Outgoing) -> bool:
         try:

@@ -123,7 +123,8 @@ class ProviderDaemon:
                     start_block=self.ledger.deployment.deploy_block,
                     confirmations=self.config.confirmations,
                     heads=heads,
-                    on_reorg=self.outbox.resend_after,
+                    outbox=self.outbox,
+                    on_reorg=self.worker.reorganized,
                 )
                 message = (
                     f"provider {self.account.address} ready: tier {tier}, watching JobMarket "

@@ -230,6 +230,12 @@ class Worker:
         if self._last is not None and self._last[0][:2] == (job_id, slot_id):
             self._last = None  # a voided state, or one also on chain
 
+    def reorganized(self, fork: int) -> None:
+        """A reorg that dropped commits of ours lowers their slots' `unitsDone` with no rollback:
+        the outbox sends those commits again and the journal keeps their units, so the values
+        read before the reorg are forgotten rather than taken for a rollback."""
+        self._reached.clear()
+
     def _committed(self, job_id: int, slot_id: int, index: int) -> bool:
         outgoing = self.journal.outgoing(unit_key(job_id, slot_id, index))
         return outgoing is not None and outgoing.done

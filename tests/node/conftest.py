@@ -18,6 +18,7 @@ from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, onboard
+from marketplace.storage import Storage
 from marketplace.wallet import import_key
 
 # Windows in seconds of chain time, which runs a block a second while a daemon runs. The tests
@@ -41,6 +42,14 @@ def ipfs_nodes(tmp_path_factory) -> Iterator[list[IpfsNode]]:
         node.process.terminate()
     for node in nodes:
         node.stop()
+
+
+@pytest.fixture(scope="module")
+def storage(ipfs_nodes) -> Iterator[Storage]:
+    """A client of the daemon's own IPFS node, where a test puts job specs and reads
+    checkpoints."""
+    with Storage(ipfs_nodes[0].multiaddr, []) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

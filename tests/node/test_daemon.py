@@ -37,12 +37,6 @@ def expected_hashes() -> list[str]:
     return hashes
 
 
-@pytest.fixture(scope="module")
-def storage(ipfs_nodes):
-    with Storage(ipfs_nodes[0].multiaddr, []) as client:
-        yield client
-
-
 def create_job(ledger: Ledger, cast: Cast, storage: Storage) -> int:
     request = JobRequest(
         spec_cid=storage.add_bytes(SPEC.read_bytes()),

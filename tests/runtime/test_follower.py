@@ -167,12 +167,75 @@ def test_the_follower_reads_again_after_the_newest_block_the_chain_still_has(
 
     revert(w3, before)
     ledger.transfer(GOVERNOR, USER.address, 3)
-    with caplog.at_level(logging.ERROR, logger="marketplace.runtime.follower"):
+    with caplog.at_level(logging.WARNING, logger="marketplace.runtime.follower"):
         assert follower.follow() == 0
     (logged,) = caplog.records
     assert f"chain reorganised: block {kept.number + 1}" in logged.getMessage()
+    assert "took back 1 records" in logged.getMessage()
     assert follower.cursor.position == journal.cursor(start) == (kept.number + 1, kept)
+    assert journal.amounts() == [1]  # the dropped transfer's record is gone with its block
 
     assert follower.follow() == 1
-    assert journal.amounts()[-1] == 3
+    assert journal.amounts() == [1, 3]
     assert journal.cursor(start) == follower.cursor.position
+
+
+class Tally(JournalDB):
+    """A role whose state is what its handler replaced, updated and deleted: the last transfer,
+    the sum of transfers, and a mark the transfer of 2 wipes, a blob it was given before."""
+
+    ROLE_SCHEMA = """
+    CREATE TABLE IF NOT EXISTS last (token TEXT PRIMARY KEY, amount INTEGER, seen REAL);
+    CREATE TABLE IF NOT EXISTS total (token TEXT PRIMARY KEY, amount INTEGER, note TEXT);
+    CREATE TABLE IF NOT EXISTS marks (name TEXT PRIMARY KEY, data BLOB);
+    """
+
+    def record(self, event) -> None:
+        value = event["args"]["value"]
+        self._run("INSERT OR REPLACE INTO last VALUES ('zen', ?, ?)", value, value / 4)
+        self._run("UPDATE total SET amount = amount + ? WHERE token = 'zen'", value)
+        if value == 2:
+            self._run("DELETE FROM marks WHERE name = 'kept'")
+
+    def state(self) -> tuple:
+        return (
+            self._run("SELECT * FROM last"),
+            self._run("SELECT * FROM total"),
+            self._run("SELECT * FROM marks"),
+        )
+
+
+def test_a_reorg_takes_back_what_the_dropped_events_replaced_updated_and_deleted(
+    w3, ledger, tmp_path
+):
+    """The dropped transfer of 2 replaced the last transfer, added to the sum and deleted a mark:
+    all three are as before it once the reorg is seen, while a change made outside a handler
+    (the sum's note) stays, and the kept branch's transfer of 3 is recorded on top."""
+    start = w3.eth.block_number + 1
+    journal = Tally(tmp_path / "journal.sqlite3")
+    journal._run("INSERT INTO total VALUES ('zen', 0, NULL)")
+    journal._run("INSERT INTO marks VALUES ('kept', ?)", b"\x00\xff'")
+    follower = EventFollower(w3, [ledger.zen], journal, journal.record, start_block=start)
+    ledger.transfer(GOVERNOR, USER.address, 1)
+    follower.follow()
+    before = snapshot(w3)
+    ledger.transfer(GOVERNOR, USER.address, 2)
+    follower.follow()
+    journal._run("UPDATE total SET note = 'looked at'")
+    assert journal.state() == ([("zen", 2, 0.5)], [("zen", 3, "looked at")], [])
+
+    revert(w3, before)
+    ledger.transfer(GOVERNOR, USER.address, 3)
+    follower.follow()
+    assert journal.state() == (
+        [("zen", 1, 0.25)],
+        [("zen", 1, "looked at")],
+        [("kept", b"\x00\xff'")],
+    )
+
+    follower.follow()
+    assert journal.state() == (
+        [("zen", 3, 0.75)],
+        [("zen", 4, "looked at")],
+        [("kept", b"\x00\xff'")],
+    )

@@ -84,7 +84,7 @@ def test_a_transaction_a_reorg_dropped_is_sent_again(w3, ledger, tmp_path):
         journal,
         lambda event: None,
         start_block=w3.eth.block_number + 1,
-        on_reorg=outbox.resend_after,
+        outbox=outbox,
     )
     allowance = ledger.zen.functions.allowance(account.address, ledger.market.address)
     first = outbox.send("approve", ledger.zen.functions.approve(ledger.market.address, 7))
@@ -109,3 +109,42 @@ def test_a_transaction_a_reorg_dropped_is_sent_again(w3, ledger, tmp_path):
         from_block=first["blockNumber"], argument_filters={"owner": account.address}
     )
     assert len(approvals) == 1
+
+
+def test_a_transaction_dropped_before_the_follower_read_its_block_is_sent_again(
+    w3, ledger, tmp_path
+):
+    """Mined, and its block replaced before the follower read it: no block the follower read
+    changed, so it sees no reorg, but the outbox hears how far the chain was read and finds its
+    transaction gone. Sent again, it is confirmed only once the follower has read its block."""
+    account = devnet_account(9)
+    journal = JournalDB(tmp_path / "journal.sqlite3")
+    outbox = Outbox(w3, account, journal)
+    follower = EventFollower(
+        w3,
+        [ledger.zen],
+        journal,
+        lambda event: None,
+        start_block=w3.eth.block_number + 1,
+        outbox=outbox,
+    )
+    allowance = ledger.zen.functions.allowance(account.address, ledger.market.address)
+    first = outbox.send("approve", ledger.zen.functions.approve(ledger.market.address, 7))
+    assert journal.outgoing("approve").done
+
+    someone = w3.eth.accounts[0]
+    filler = {"from": someone, "to": someone, "value": "0x1"}
+    w3.provider.make_request("anvil_reorg", [1, [[filler, 0]]])
+    assert allowance.call() == 0
+
+    follower.follow()
+
+    assert allowance.call() == 7
+    approvals = ledger.zen.events.Approval().get_logs(
+        from_block=first["blockNumber"], argument_filters={"owner": account.address}
+    )
+    assert len(approvals) == 1
+    assert approvals[0]["blockNumber"] > follower.cursor.last.number  # not read yet
+    assert journal.unconfirmed(approvals[0]["blockNumber"])  # so not confirmed yet
+    follower.follow()
+    assert not journal.unconfirmed(approvals[0]["blockNumber"])
