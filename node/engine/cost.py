@@ -1,16 +1,15 @@
 """What one unit of a job spec costs: its peak memory and its work, counted without running it.
 
-The model is built on PyTorch's meta device (shapes only, no memory) and one micro-batch goes
-forward and backward on it, under a dispatch mode that counts each operator and its FLOPs
-(`torch.utils.flop_counter`'s formulas) and a saved-tensors hook that adds up what autograd keeps
-for the backward pass: the activations, whatever the architecture. A unit is then that micro-batch
-`grad_accum_steps x checkpoint.every` times over, plus the optimizer, the held-out batches and
-the copies and hashes of the training state the trace needs (marketplace/protocol/trace.py).
-A machine's measured speed (`node.engine.speed`) turns the work into seconds.
-
-The meta device runs attention as PyTorch's math kernel, which keeps the T x T attention weights
-that a fused kernel (what a CPU or GPU runs) does not: for long sequences the memory estimate is
-high, so a provider errs towards refusing a job it could have served, never the other way.
+The model is built under PyTorch's fake tensor mode (shapes and devices, no memory) and one
+micro-batch goes forward and backward on it, under a dispatch mode that counts each operator and
+its FLOPs (`torch.utils.flop_counter`'s formulas) and a saved-tensors hook that adds up what
+autograd keeps for the backward pass: the activations, whatever the architecture. Fake tensors
+on the CPU take the kernels a CPU runs (a fused attention that keeps no T x T weights), and
+libraries that branch on their data (`transformers`' masks) take their tracing path. A unit is
+then that micro-batch `grad_accum_steps x checkpoint.every` times over, plus the optimizer, the
+held-out batches and the copies, hashes and sketches of the training state the trace needs
+(marketplace/protocol/trace.py). A machine's measured speed (`node.engine.speed`) turns the work
+into seconds.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ class UnitCost:
 
 @dataclass(frozen=True)
 class _Pass:
-    """One micro-batch forward and backward on the meta device."""
+    """One micro-batch forward and backward on fake tensors."""
 
     forward_flops: int
     forward_ops: int
@@ -103,7 +102,7 @@ def model_sizes(spec: JobSpec) -> tuple[int, int, int]:
 
 
 def _micro_batch(spec: JobSpec) -> _Pass:
-    """Trace one micro-batch of `spec` on the meta device, remembered per shape: a bidder asks for
+    """Trace one micro-batch of `spec` on fake tensors, remembered per shape: a bidder asks for
     every job it sees, and a verifier for every unit."""
     batch, seq_len = spec.training.batch_size, spec.data.seq_len
     key = (spec.model.model_dump_json(), seq_len, spec.vocab_size, batch)
@@ -176,7 +175,7 @@ class OpCounter(TorchDispatchMode):
 def _optimizer_ops_per_tensor() -> int:
     """Operators one optimizer step dispatches per parameter tensor (clipping, AdamW, zeroing the
     gradients), counted on a two-tensor model: the count depends on the tensors, not their
-    sizes, and AdamW cannot step on the meta device."""
+    sizes."""
     from .train import build_optimizer  # here: the trainer's modules import the limits
 
     model = fixed_weights(torch.nn.Linear(2, 2, device="meta"), torch.device("cpu"))

@@ -2,8 +2,8 @@
 
 A spec is written by whoever pays for the job, so the model it builds, the data it reads and the
 threads it asks for are bounded before anything is allocated: the parameter count and the unit's
-peak memory come from the model built on PyTorch's meta device (shapes only, no memory; see
-`node.engine.cost`), its seconds on this machine from that cost and the machine's measured speed
+peak memory come from the model built without memory (PyTorch's meta device and fake tensors;
+see `node.engine.cost`), its seconds on this machine from that cost and the machine's measured speed
 (`node.engine.speed`), the rest from the spec's own numbers. A provider sets the limits (`node
 start --max-parameters ...`) and its bidder refuses a job beyond them before bidding; the engine
 checks them again before it trains or re-runs a unit.
