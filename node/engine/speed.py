@@ -67,8 +67,14 @@ class MachineSpeed:
     by_threads: dict[int, Speed]
 
     def at(self, threads: int) -> Speed:
-        """The speed at `threads` threads, or at the most measured below it (no faster)."""
-        return self.by_threads[max(n for n in self.by_threads if n <= max(threads, 1))]
+        """The speed at `threads` threads: the best measured at that many or fewer (more threads
+        make no step slower on a machine of its own, whatever a busy moment timed)."""
+        fewer = [speed for n, speed in self.by_threads.items() if n <= max(threads, 1)]
+        return Speed(
+            flops_per_s=max(speed.flops_per_s for speed in fewer),
+            seconds_per_op=min(speed.seconds_per_op for speed in fewer),
+            bytes_per_s=max(speed.bytes_per_s for speed in fewer),
+        )
 
 
 @functools.cache
