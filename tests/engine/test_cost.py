@@ -16,7 +16,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from node.engine import JobSpec, SpecOverLimits, UnitLimits, load_spec, run_unit, unit_shard
 from node.engine.cost import unit_cost
-from node.engine.speed import measure_speed
+from node.engine.speed import MachineSpeed, Speed, measure_speed
 
 from .conftest import SPECS
 
@@ -110,3 +110,20 @@ def test_every_shipped_spec_is_costed_and_fits_a_machine_with_enough_cores(path)
     UnitLimits(max_threads=1024, max_devices=64).check(spec)
     cost = unit_cost(spec)
     assert cost.memory_bytes > 16 * cost.parameters and cost.flops > 0 and cost.ops > 0
+
+
+def test_costing_a_spec_leaves_the_generators_and_threads_of_a_training_unit_alone(small_spec):
+    """A bidder costs a job while this process may train a unit, whose bits depend on the random
+    generators' state and the thread count: costing touches neither."""
+    rng, threads = torch.get_rng_state(), torch.get_num_threads()
+    spec = small_spec(model={"n_embd": 48, "n_head": 3}, training={"batch_size": 5})
+    UnitLimits().check(spec)
+    assert unit_cost(spec).flops > 0
+    assert torch.equal(torch.get_rng_state(), rng) and torch.get_num_threads() == threads
+
+
+def test_a_unit_takes_the_best_speed_measured_at_its_threads_or_fewer():
+    slow, fast = Speed(1e9, 1e-4, 1e8), Speed(4e9, 2e-5, 3e8)
+    machine = MachineSpeed({1: fast, 2: slow, 4: Speed(8e9, 1e-5, 1e8)})
+    assert machine.at(1) == fast and machine.at(2) == fast and machine.at(3) == fast
+    assert machine.at(64) == Speed(8e9, 1e-5, 3e8)
