@@ -171,6 +171,46 @@ def stake_command(wei: int) -> None:
     help="Largest data source (downloaded or generated) one job may use, in MB.",
 )
 @click.option(
+    "--max-memory-mb",
+    default=None,
+    type=click.IntRange(1),
+    help="Peak memory one unit may take, estimated from its spec before bidding, in MB "
+    "[default: this machine's RAM].",
+)
+@click.option(
+    "--max-unit-seconds",
+    default=None,
+    type=click.IntRange(1),
+    help="Seconds one unit may take here, estimated from its spec and this machine's measured "
+    "speed; a unit must also fit three times in the job's checkpoint interval [default: 3600].",
+)
+@click.option(
+    "--max-unit-tokens",
+    default=None,
+    type=click.IntRange(1),
+    help="Tokens one unit may train on (steps x batch x accumulation x sequence length) "
+    "[default: 2**32].",
+)
+@click.option(
+    "--max-threads",
+    default=None,
+    type=click.IntRange(1),
+    help="CPU threads one unit may ask for [default: this machine's cores].",
+)
+@click.option(
+    "--max-devices",
+    default=None,
+    type=click.IntRange(1),
+    help="Devices one unit may train on (resources.devices) [default: this machine's CUDA "
+    "devices, else 64 CPU workers, which --max-threads bounds].",
+)
+@click.option(
+    "--max-dedup-mb",
+    default=None,
+    type=click.IntRange(1),
+    help="Memory of a job's full dedup window, in MB [default: 2048].",
+)
+@click.option(
     "--min-checkpoint-interval",
     default=30,
     show_default=True,
@@ -192,6 +232,12 @@ def start_command(
     data_dirs: tuple[Path, ...],
     max_parameters: int,
     max_source_mb: int,
+    max_memory_mb: int | None,
+    max_unit_seconds: int | None,
+    max_unit_tokens: int | None,
+    max_threads: int | None,
+    max_devices: int | None,
+    max_dedup_mb: int | None,
     min_checkpoint_interval: int,
     replicas: int,
     device: str | None,
@@ -215,6 +261,15 @@ def start_command(
     settings = Settings()
     account = load_account(settings)
     ledger = open_ledger(settings)
+    # the limits set here; the engine's defaults (node/engine/limits.py) for the rest
+    chosen = {
+        "max_memory_bytes": None if max_memory_mb is None else max_memory_mb << 20,
+        "max_unit_seconds": max_unit_seconds,
+        "max_unit_tokens": max_unit_tokens,
+        "max_threads": max_threads,
+        "max_devices": max_devices,
+        "max_dedup_bytes": None if max_dedup_mb is None else max_dedup_mb << 20,
+    }
     config = NodeConfig(
         pricing=Pricing(cost_floor, margin_bps),
         journal_path=journal_path(settings),
@@ -225,7 +280,11 @@ def start_command(
         poll_interval=settings.poll_interval,
         confirmations=settings.confirmations,
         min_checkpoint_interval=min_checkpoint_interval,
-        limits=UnitLimits(max_parameters=max_parameters, max_source_bytes=max_source_mb << 20),
+        limits=UnitLimits(
+            max_parameters=max_parameters,
+            max_source_bytes=max_source_mb << 20,
+            **{name: value for name, value in chosen.items() if value is not None},
+        ),
         local_data=LocalData(data_dirs, max_bytes=max_source_mb << 20),
     )
     stop = threading.Event()

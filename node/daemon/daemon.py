@@ -82,7 +82,7 @@ class ProviderDaemon:
                 f"{len(self._main_storage.nodes)} are known: name the others in "
                 "ZOO_IPFS_REPLICAS"
             )
-        specs = Specs(ledger, self._main_storage, config.limits)
+        specs = Specs(ledger, self._main_storage, config.limits, config.device)
         self.worker = Worker(
             ledger,
             account,
@@ -114,6 +114,7 @@ class ProviderDaemon:
             tier = self._await_admission(stop)
             if stop.is_set():
                 return
+            self._measure_speed()
             with HeadFeed.of(self.ledger.w3) as heads:
                 follower = EventFollower(
                     self.ledger.w3,
@@ -157,6 +158,19 @@ class ProviderDaemon:
         while not account["admitted"] and not stop.wait(self.config.poll_interval):
             account = self.ledger.staking_account(self.account.address)
         return account["tier"]
+
+    def _measure_speed(self) -> None:
+        """Time this machine before bidding: a job's unit must fit the limits and its checkpoint
+        interval at this speed, and a bid window may close in seconds."""
+        for threads, speed in self.worker.specs.machine_speed().by_threads.items():
+            log.info(
+                "speed on %s at %d threads: %.1f GFLOP/s, %.1f us an operator, %.0f MB/s of state",
+                self.worker.specs.device,
+                threads,
+                speed.flops_per_s / 1e9,
+                speed.seconds_per_op * 1e6,
+                speed.bytes_per_s / 1e6,
+            )
 
     def _tick(self, follower: EventFollower, stop: threading.Event) -> None:
         follower.follow()

@@ -31,8 +31,10 @@ from node.engine import (
     run_unit,
     unit_shard,
 )
+from node.engine.cost import unit_cost
 from node.engine.data import NO_LOCAL_DATA
 from node.engine.limits import DEFAULT_LIMITS, checkpoint_bytes
+from node.engine.speed import MachineSpeed, Speed, default_device, machine_speed
 
 from .journal import Journal, Unit
 
@@ -52,9 +54,16 @@ class BadInput(ZooError):
     trained on it."""
 
 
+# A unit estimated to take more than 1/UNIT_TIME_MARGIN of the job's checkpoint interval is not
+# bid on: the estimate is within a factor of about two of what a unit takes (tests/engine/
+# test_cost.py), and the unit's checkpoint is still to be pinned and committed in the interval.
+UNIT_TIME_MARGIN = 3
+
+
 class JobUnfit(ZooError, ValueError):
-    """A job this node cannot deliver: its spec does not parse, has fewer units than asked or
-    asks more of this machine than its limits allow."""
+    """A job this node cannot deliver: its spec does not parse, has fewer units than asked, asks
+    more of this machine than its limits allow, or has units that would not fit its checkpoint
+    interval here."""
 
 
 class Specs:
@@ -62,10 +71,17 @@ class Specs:
     training read them from different threads, and a Storage serves one thread, so reads go through
     a lock."""
 
-    def __init__(self, ledger: Ledger, storage: Storage, limits: UnitLimits = DEFAULT_LIMITS):
+    def __init__(
+        self,
+        ledger: Ledger,
+        storage: Storage,
+        limits: UnitLimits = DEFAULT_LIMITS,
+        device: str | None = None,
+    ):
         self._ledger = ledger
         self._storage = storage
         self.limits = limits
+        self.device = str(device or default_device())  # where units train: what is timed
         self._parsed: dict[int, JobSpec] = {}
         self._lock = threading.Lock()
 
@@ -86,8 +102,9 @@ class Specs:
         base = spec.model.base if isinstance(spec.model, HFSpec) else None
         if base is not None and base.cid is None:
             raise JobUnfit(f"model.from names {base.name} but not its folder's CID")
+        speed = self.speed(spec)
         try:
-            self.limits.check(spec)
+            self.limits.check(spec, speed=speed)
         except SpecOverLimits as exc:
             raise JobUnfit(str(exc)) from None
         if job["unitsPerNode"] > units_per_node(spec):
@@ -95,6 +112,20 @@ class Specs:
                 f"the job asks {job['unitsPerNode']} units per node; its spec has "
                 f"{units_per_node(spec)}"
             )
+        seconds, interval = speed.seconds(unit_cost(spec)), job["checkpointInterval"]
+        if seconds * UNIT_TIME_MARGIN > interval:
+            raise JobUnfit(
+                f"a unit takes ~{seconds:,.1f} s on this machine: a checkpoint every {interval} s "
+                f"leaves less than the {UNIT_TIME_MARGIN}x margin it needs"
+            )
+
+    def machine_speed(self) -> MachineSpeed:
+        """This machine's speed on the training device, measured the first time it is asked."""
+        return machine_speed(self.device, self.limits.max_threads)
+
+    def speed(self, spec: JobSpec) -> Speed:
+        """This machine's speed at the threads `spec` asks for."""
+        return self.machine_speed().at(spec.reproducibility.num_threads)
 
 
 def unit_key(job_id: int, slot_id: int, index: int) -> str:
@@ -264,6 +295,7 @@ class Worker:
             local_data=self.local_data,
             limits=self.specs.limits,
             device=self.device,
+            speed=self.specs.speed(spec),
             on_segment=self._keep_segment,
         )
         trained = time.monotonic()

@@ -23,9 +23,11 @@ Errors: `SpecError` (bad spec; names the field), `DataError` (unreadable source,
 that does not fit; `SpecOverLimits` for a spec that would use more of the machine than `limits`
 allow), `CheckpointError` (unreadable checkpoint, or one from another job),
 `TrainingDiverged` (loss spikes beyond the rollbacks allowed), `TeamError` (a unit that cannot
-be split across devices with one device's bits, or whose other workers failed). A spec's `file`
-sources are read only under the directories `LocalData` names: by default none. New
-architectures plug in with `@register("name")` on a `ModelSpec` subclass.
+be split across devices with one device's bits, or whose other workers failed). What a unit
+costs (peak memory, FLOPs, operators; `cost.unit_cost(spec)`) is counted from its spec on fake
+tensors, and `speed.machine_speed(device, max_threads)` turns it into seconds on this machine. A
+spec's `file` sources are read only under the directories `LocalData` names: by default none.
+New architectures plug in with `@register("name")` on a `ModelSpec` subclass.
 """
 
 from marketplace.protocol.spec import (

@@ -1,23 +1,30 @@
 """How much of a machine one unit of a stranger's job spec may use.
 
 A spec is written by whoever pays for the job, so the model it builds, the data it reads and the
-threads it asks for are bounded before anything is allocated: the parameter count is taken from
-the model built on PyTorch's meta device (shapes only, no memory), the rest from the spec's own
-numbers. A provider sets the limits (`node start --max-parameters ...`) and its bidder refuses a
-job beyond them before bidding; the engine checks them again before it trains or re-runs a unit.
+threads it asks for are bounded before anything is allocated: the parameter count and the unit's
+peak memory come from the model built without memory (PyTorch's meta device and fake tensors;
+see `node.engine.cost`), its seconds on this machine from that cost and the machine's measured speed
+(`node.engine.speed`), the rest from the spec's own numbers. A provider sets the limits (`node
+start --max-parameters ...`) and its bidder refuses a job beyond them before bidding; the engine
+checks them again before it trains or re-runs a unit.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from marketplace.protocol.spec import JobSpec, SyntheticSource
 from node.data.dedup import window_bytes
 
+from .cost import model_sizes, unit_cost
 from .data import DataError
+
+if TYPE_CHECKING:
+    from .speed import Speed
 
 
 class SpecOverLimits(DataError):
@@ -34,10 +41,14 @@ class UnitLimits:
     # devices one unit may train on: this machine's CUDA devices, else CPU workers (which the
     # thread bound holds: every worker runs the spec's threads at once)
     max_devices: int = torch.cuda.device_count() or 64
+    # peak memory of one unit, all its devices together (node.engine.cost): this machine's RAM
+    max_memory_bytes: int = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    max_unit_seconds: float = 3600.0  # one unit's estimated time on this machine
 
-    def check(self, spec: JobSpec, devices: int | None = None) -> None:
-        """Raise SpecOverLimits naming the first thing over its limit, for a unit trained on
-        `devices` devices (default: the spec's resources.devices)."""
+    def check(self, spec: JobSpec, devices: int | None = None, speed: Speed | None = None) -> None:
+        """Raise SpecOverLimits naming each thing over its limit, for a unit trained on `devices`
+        devices (default: the spec's resources.devices); its time is checked when this machine's
+        `speed` is given."""
         training = spec.training
         problems = []
         devices = spec.devices if devices is None else devices
@@ -70,6 +81,22 @@ class UnitLimits:
                 problems.append(
                     f"a model of {parameters:,} parameters (at most {self.max_parameters:,})"
                 )
+        if not problems:  # and only a model within bounds is traced
+            try:
+                cost = unit_cost(spec, devices)
+            except (RuntimeError, ValueError, TypeError, IndexError) as exc:  # a stranger's model
+                raise SpecOverLimits(f"the job's unit cannot be costed here: {exc}") from None
+            if cost.memory_bytes > self.max_memory_bytes:
+                problems.append(
+                    f"~{cost.memory_bytes >> 20:,} MiB of memory per unit "
+                    f"(at most {self.max_memory_bytes >> 20:,})"
+                )
+            seconds = None if speed is None else speed.seconds(cost)
+            if seconds is not None and seconds > self.max_unit_seconds:
+                problems.append(
+                    f"~{seconds:,.0f} s per unit on this machine "
+                    f"(at most {self.max_unit_seconds:,.0f})"
+                )
         if problems:
             raise SpecOverLimits("the job asks for " + ", ".join(problems))
 
@@ -82,32 +109,13 @@ def checkpoint_bytes(spec: JobSpec) -> int:
     state in fp32 (a tied weight once for each of its names, as a unit file stores it) and the
     AdamW moments of every parameter (two fp32 tensors, 8 bytes), plus room for the rest (RNG
     states, metadata, the container). Reading one stops past this, whoever committed it."""
-    parameters, weights = _model_sizes(spec)
+    parameters, weights, _ = model_sizes(spec)
     return 4 * weights + 8 * parameters + (64 << 20)
 
 
 def parameter_count(spec: JobSpec) -> int:
     """The parameters of the model `spec` builds (shared tensors once), without allocating it."""
-    return _model_sizes(spec)[0]
-
-
-def _model_sizes(spec: JobSpec) -> tuple[int, int]:
-    """The parameters of the model `spec` builds and the elements of its state's tensors (a tied
-    weight once for each of its names), measured on the meta device and remembered per model: a
-    bidder asks for every job it sees, and a verifier for every unit."""
-    key = (spec.model.model_dump_json(), spec.data.seq_len, spec.vocab_size)
-    if key not in _MODEL_SIZES:
-        with torch.device("meta"):
-            model = spec.build_model()
-        if len(_MODEL_SIZES) >= _REMEMBERED_MODELS:  # the oldest goes: strangers write specs
-            del _MODEL_SIZES[next(iter(_MODEL_SIZES))]
-        parameters = sum(p.numel() for p in model.parameters())
-        _MODEL_SIZES[key] = (parameters, sum(t.numel() for t in model.state_dict().values()))
-    return _MODEL_SIZES[key]
-
-
-_REMEMBERED_MODELS = 256
-_MODEL_SIZES: dict[tuple[str, int, int], tuple[int, int]] = {}
+    return model_sizes(spec)[0]
 
 
 def _declared_bytes(source: object) -> int | None:

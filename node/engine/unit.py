@@ -31,6 +31,7 @@ from .data import (
 from .devices import unit_devices
 from .environment import DEFAULT_HOST, Host
 from .limits import DEFAULT_LIMITS, UnitLimits
+from .speed import Speed
 from .train import Trainer, is_spike
 
 logger = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ def run_unit(
     host: Host = DEFAULT_HOST,
     on_segment: SegmentSink | None = None,
     devices: int | None = None,
+    speed: Speed | None = None,
 ) -> UnitResult:
     """Train `steps` optimizer steps from `checkpoint` (None: a fresh model from the spec's seed).
 
@@ -83,13 +85,14 @@ def run_unit(
 
     `storage` serves ipfs data sources (default: marketplace.storage.Storage()); `local_data` says
     which local files `file` sources may read (default: none); `limits` bound what the spec may
-    use of this machine (SpecOverLimits before anything is built); `device` defaults to CUDA when
-    available, else the CPU; `host` holds the settings the spec leaves to the machine (recorded,
-    with the device, as the unit's execution class); `on_segment` receives every segment the
-    trainer commits to (marketplace.protocol.trace) with its intermediate state, for a provider
-    to keep for disputes; `devices` is how many devices train the unit, data parallel (default:
-    the spec's resources.devices). The result's bits do not depend on it (node.engine.parallel),
-    so a verifier may re-run a unit on fewer devices than the provider trained it on.
+    use of this machine (SpecOverLimits before anything is built; its time when this machine's
+    `speed` is given); `device` defaults to CUDA when available, else the CPU; `host` holds the
+    settings the spec leaves to the machine (recorded, with the device, as the unit's execution
+    class); `on_segment` receives every segment the trainer commits to (marketplace.protocol.trace)
+    with its intermediate state, for a provider to keep for disputes; `devices` is how many devices
+    train the unit, data parallel (default: the spec's resources.devices). The result's bits do not
+    depend on it (node.engine.parallel), so a verifier may re-run a unit on fewer devices than the
+    provider trained it on.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}")
@@ -101,7 +104,7 @@ def run_unit(
             f"devices must be >= 1 and divide grad_accum_steps "
             f"({spec.training.grad_accum_steps}); got {count}"
         )
-    limits.check(spec, count)
+    limits.check(spec, count, speed)
     placed = unit_devices(device, count)
     device = placed[0]
     repro = spec.reproducibility

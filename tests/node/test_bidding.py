@@ -1,16 +1,27 @@
 """The bidder's decisions on their own, over a real journal: a unit's pay is known before a bid is
-sealed, and a sealed bid that could not be revealed is expired so its collateral comes back."""
+sealed, a sealed bid that could not be revealed is expired so its collateral comes back, and a
+job whose unit would take more memory or time than this machine's limits allow, or would not fit
+its checkpoint interval here, gets no bid (the node's own spec checks, on specs it reads)."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
+import yaml
+from daemon_support import SPEC
+
 from marketplace.chain.deploy import ZEN
+from marketplace.protocol.units import units_per_node
 from node.daemon.bidding import Bidder
 from node.daemon.journal import Auction, Bid, Journal
 from node.daemon.pricing import Pricing
+from node.daemon.worker import Specs
+from node.engine import UnitLimits, parse_spec
+from node.engine.cost import unit_cost
 
 ADDRESS = "0x" + "ab" * 20
+SPEC_CID = "QmSpecSpecSpecSpecSpecSpecSpecSpecSpecSpecSpecSp"
 
 
 class FakeLedger:
@@ -22,6 +33,9 @@ class FakeLedger:
 
     def job(self, job_id: int) -> dict:
         return self._job
+
+    def spec_cid(self, job_id: int) -> str:
+        return SPEC_CID
 
     def free_stake(self, address: str) -> int:
         return self._free_stake
@@ -154,3 +168,79 @@ def test_a_bid_out_in_one_auction_holds_off_a_second(tmp_path):
     b.tick(50)
     assert [key for key, _ in outbox.sent_calls] == ["bid:1:1"]
     assert journal.bid(2, 1) is None
+
+
+class SpecStore:
+    """The one spec the job names, as IPFS serves it."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def cat(self, cid: str, max_bytes: int) -> bytes:
+        assert cid == SPEC_CID
+        return self.text.encode()[:max_bytes]
+
+
+def spec_text(**sections) -> str:
+    """The node tests' spec with whole sections' fields replaced."""
+    document = yaml.safe_load(SPEC.read_text())
+    for name, fields in sections.items():
+        document[name] |= fields
+    return yaml.safe_dump(document)
+
+
+# A model of 1.6 million parameters on 2,048-token batches: tens of MiB and about a second a step
+# on a CPU core, where the node tests' spec takes a few MiB and milliseconds.
+WIDE = {
+    "model": {"n_layer": 2, "n_embd": 256, "n_head": 4},
+    "data": {"seq_len": 128},
+    "training": {"batch_size": 16, "max_steps": 400},
+}
+# 400 such steps in one unit: minutes on a CPU core
+SLOW = WIDE | {"checkpoint": {"every": 400}}
+
+
+def bid_on(tmp_path, text: str, limits: UnitLimits, checkpoint_interval: int = 300) -> bool:
+    """Whether a bidder whose node checks jobs with `limits` bids on a job of spec `text`."""
+    tmp_path.mkdir()
+    spec = parse_spec(text)
+    terms = job(unitsPerNode=units_per_node(spec), checkpointInterval=checkpoint_interval)
+    b, journal, outbox = bidder(tmp_path, terms)
+    b.check_job = Specs(b.ledger, SpecStore(text), limits).check_job
+    journal.add_auction(Auction(1, 1, 100, 200))
+    b.tick(50)
+    journal.close()
+    return [key for key, _ in outbox.sent_calls] == ["bid:1:1"]
+
+
+def test_a_job_over_the_memory_limit_gets_no_bid(tmp_path, caplog):
+    wide = spec_text(**WIDE)
+    limit = unit_cost(parse_spec(wide)).memory_bytes // 2
+    assert bid_on(tmp_path / "small", SPEC.read_text(), UnitLimits(max_memory_bytes=limit))
+    with caplog.at_level(logging.INFO, "node.daemon.bidding"):
+        assert not bid_on(tmp_path / "wide", wide, UnitLimits(max_memory_bytes=limit))
+    (refusal,) = [r.getMessage() for r in caplog.records if "not bidding" in r.getMessage()]
+    assert f"MiB of memory per unit (at most {limit >> 20:,})" in refusal
+
+
+def test_a_job_over_the_seconds_per_unit_limit_gets_no_bid(tmp_path, caplog):
+    """A unit of 400 wide steps takes minutes on a CPU core; the node allows 10 s."""
+    slow = spec_text(**SLOW)
+    limits = UnitLimits(max_unit_seconds=10)
+    assert bid_on(tmp_path / "small", SPEC.read_text(), limits, checkpoint_interval=10**6)
+    with caplog.at_level(logging.INFO, "node.daemon.bidding"):
+        assert not bid_on(tmp_path / "slow", slow, limits, checkpoint_interval=10**6)
+    (refusal,) = [r.getMessage() for r in caplog.records if "not bidding" in r.getMessage()]
+    assert "s per unit on this machine (at most 10)" in refusal
+
+
+def test_a_job_whose_unit_would_not_fit_its_checkpoint_interval_gets_no_bid(tmp_path, caplog):
+    """The same unit of minutes under the default limits, but a checkpoint due every 60 s: the
+    node would miss its deadlines and be slashed, so it does not bid; with an interval of days
+    it does."""
+    slow = spec_text(**SLOW)
+    with caplog.at_level(logging.INFO, "node.daemon.bidding"):
+        assert not bid_on(tmp_path / "tight", slow, UnitLimits(), checkpoint_interval=60)
+    (refusal,) = [r.getMessage() for r in caplog.records if "not bidding" in r.getMessage()]
+    assert "a checkpoint every 60 s leaves less than the 3x margin" in refusal
+    assert bid_on(tmp_path / "loose", slow, UnitLimits(), checkpoint_interval=10**6)
