@@ -177,7 +177,8 @@ def node_protocol(bounds: ConnectionBounds) -> Callable[..., "NodeHttpProtocol"]
 
 class _ReadSwitch:
     """The transport as uvicorn's protocol sees it: its flow control's pause_reading and
-    resume_reading go to whichever reader has the socket, the transport or the body reader."""
+    resume_reading go to whichever reader has the socket, the transport or the body reader,
+    and what it writes tells the node's bound on a body's silence that the node spoke."""
 
     def __init__(self, owner: "NodeHttpProtocol", transport: asyncio.Transport) -> None:
         self._owner = owner
@@ -188,6 +189,10 @@ class _ReadSwitch:
 
     def resume_reading(self) -> None:
         self._owner.set_reading(True)
+
+    def write(self, data: bytes) -> None:
+        self._owner.node_spoke()
+        self._transport.write(data)
 
     def __getattr__(self, name: str):
         return getattr(self._transport, name)
@@ -287,12 +292,12 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
                 f"request head not whole in {self._bounds.head_s:g} s",
             )
             answer = not in_flight  # else the answer to the request before is still to come
-        elif http.phase == _BODY and self._reading:
+        elif http.phase == _BODY and self._reading and not cycle.waiting_for_100_continue:
             if self._body_socket is not None:
                 self._note_body_bytes_waiting(now)
             bound = self._bounds.body_silence_s
             refusal = f"no request body bytes for {self._bounds.body_silence_s:g} s"
-            answer = not (in_flight and cycle.response_started)
+            answer = not cycle.response_started  # else the app's answer is, or was, under way
         elif http.phase == _IDLE and not in_flight and not http.pipeline:
             bound = http.timeout_keep_alive if http.served else self._bounds.idle_s
             refusal, answer = None, False  # nothing asked, nothing to answer: closed quietly
@@ -351,6 +356,8 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
 
     def set_reading(self, reading: bool) -> None:
         self._reading = reading
+        if reading:
+            self.node_spoke()
         if self._body_socket is None:
             if reading:
                 self._transport.resume_reading()
@@ -360,6 +367,13 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
             asyncio.get_running_loop().add_reader(self._body_socket, self._read_body)
         else:
             asyncio.get_running_loop().remove_reader(self._body_socket)
+
+    def node_spoke(self) -> None:
+        """The node resumed reading or wrote (a `100 Continue`, an early answer): a body's
+        silence counts from now, the client having waited on the node until then."""
+        http = self._http
+        if http.phase == _BODY:
+            http.since = http.loop.time()
 
     def _open_body_reader(self) -> None:
         if self._reading:
