@@ -1,13 +1,21 @@
 """The node's HTTP/1.1 protocol: uvicorn's httptools one, with fewer copies of request bodies."""
 
 import asyncio
+import collections
+import fcntl
+import functools
 import socket
+import struct
+import termios
 import threading
+from collections.abc import Callable
 from typing import cast
 
 import httptools
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from marketplace.ipfs.limits import DEFAULT_CONNECTION_BOUNDS, ConnectionBounds
 
 _READ_SIZE = 1024 * 1024
 # Bytes read while the parser makes no progress (no head ends, no body byte comes): a request's
@@ -24,6 +32,9 @@ MAX_PIPELINED = 16
 _DIRECT_BODY_MIN = _READ_SIZE
 _BODY_READ_SIZE = 2 * 1024 * 1024
 _read_buffers = threading.local()
+# Where a connection is, for the bound on its silence: before a request's first byte, inside a
+# head, or owing body bytes.
+_IDLE, _HEAD, _BODY = "idle", "head", "body"
 
 
 def _read_buffer() -> memoryview:
@@ -49,6 +60,17 @@ class _BodyPassingProtocol(HttpToolsProtocol):
     body_left: int | None = None
     progressed = False
     refusal: tuple[int, str] | None = None  # why the parser was stopped, for its answer
+    phase = _IDLE  # where the parser is: between requests, in a head, or in a body
+    since = 0.0  # the loop's time when the phase began, or (in a body) its last byte came
+    served = False  # whether a request's head has come whole on this connection
+
+    def enter(self, phase: str) -> None:
+        self.phase = phase
+        self.since = self.loop.time()
+
+    def on_message_begin(self) -> None:
+        self.enter(_HEAD)
+        super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         answering = self.cycle is not None and not self.cycle.response_complete
@@ -58,6 +80,8 @@ class _BodyPassingProtocol(HttpToolsProtocol):
             self.refusal = (429, message)
             raise OverflowError(message)
         self.progressed = True
+        self.served = True
+        self.enter(_BODY)
         super().on_headers_complete()
         headers = dict(self.headers)
         sized = b"content-length" in headers and b"transfer-encoding" not in headers
@@ -65,6 +89,7 @@ class _BodyPassingProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self.progressed = True
+        self.since = self.loop.time()
         if self.body_left is not None:
             self.body_left -= len(body)
         cycle = self.cycle
@@ -78,6 +103,15 @@ class _BodyPassingProtocol(HttpToolsProtocol):
         if len(body) > HIGH_WATER_LIMIT:
             self.flow.pause_reading()
         cycle.message_event.set()
+
+    def on_message_complete(self) -> None:
+        self.enter(_IDLE)
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        if self.phase == _IDLE:
+            self.enter(_IDLE)  # idle from now, not from when the request ended
+        super().on_response_complete()
 
     def send_400_response(self, msg: str) -> None:
         """Upstream's answer to a request the parser refused, with the status of our own
@@ -109,9 +143,42 @@ class _BodyPassingProtocol(HttpToolsProtocol):
         self.on_message_complete()
 
 
+class Admission:
+    """The connections a server holds open, by client address: each is a socket, a task and
+    buffers, so one client (or all) may hold only so many at once."""
+
+    def __init__(self, bounds: ConnectionBounds) -> None:
+        self._bounds = bounds
+        self._by_client: collections.Counter[str] = collections.Counter()
+        self._total = 0
+
+    def admit(self, client: str) -> str | None:
+        """Count a connection in, or say why it is refused."""
+        if self._total >= self._bounds.total:
+            return f"the node holds its most connections ({self._bounds.total})"
+        if self._by_client[client] >= self._bounds.per_client:
+            return f"more than {self._bounds.per_client} connections from {client}"
+        self._by_client[client] += 1
+        self._total += 1
+        return None
+
+    def release(self, client: str) -> None:
+        self._total -= 1
+        self._by_client[client] -= 1
+        if not self._by_client[client]:
+            del self._by_client[client]
+
+
+def node_protocol(bounds: ConnectionBounds) -> Callable[..., "NodeHttpProtocol"]:
+    """The protocol class as uvicorn builds one per connection: all of them with `bounds` and
+    one count of the connections open."""
+    return functools.partial(NodeHttpProtocol, bounds=bounds, admission=Admission(bounds))
+
+
 class _ReadSwitch:
     """The transport as uvicorn's protocol sees it: its flow control's pause_reading and
-    resume_reading go to whichever reader has the socket, the transport or the body reader."""
+    resume_reading go to whichever reader has the socket, the transport or the body reader,
+    and what it writes tells the node's bound on a body's silence that the node spoke."""
 
     def __init__(self, owner: "NodeHttpProtocol", transport: asyncio.Transport) -> None:
         self._owner = owner
@@ -122,6 +189,10 @@ class _ReadSwitch:
 
     def resume_reading(self) -> None:
         self._owner.set_reading(True)
+
+    def write(self, data: bytes) -> None:
+        self._owner.node_spoke()
+        self._transport.write(data)
 
     def __getattr__(self, name: str):
         return getattr(self._transport, name)
@@ -150,24 +221,106 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
     What httptools and uvicorn hold for a client is bounded here too: a head (or a chunked
     body's trailers) over MAX_HEAD_BYTES is answered 431, more than MAX_PIPELINED requests ahead
     of their answers 429, and the connection closed; a body the app has not read yet is held up
-    to uvicorn's HIGH_WATER_LIMIT and one read, then reading pauses."""
+    to uvicorn's HIGH_WATER_LIMIT and one read, then reading pauses.
+
+    So is what a client holds by keeping still (a slowloris, `ConnectionBounds`): a connection
+    silent for `idle_s` before a request (or uvicorn's keep-alive timeout between requests) is
+    closed, a head not whole `head_s` after its first byte is answered 408, as is a body silent
+    for `body_silence_s` while the node is ready to read it; while the app holds the request
+    (reading paused, or the answer not yet given) the client's silence is not its fault and is
+    not counted. One timer a connection, re-armed when it fires, keeps this off the read path.
+    A connection past `Admission`'s bounds is answered 503 and closed before anything is read."""
 
     _transport: asyncio.Transport  # set by connection_made, before any other call
 
-    def __init__(self, **uvicorn_args) -> None:
+    def __init__(
+        self,
+        bounds: ConnectionBounds = DEFAULT_CONNECTION_BOUNDS,
+        admission: Admission | None = None,
+        **uvicorn_args,
+    ) -> None:
         self._http = _BodyPassingProtocol(**uvicorn_args)
         self._reading = True  # what the flow control last asked for
         self._stalled = 0  # bytes read since the parser last made progress
         self._body_socket: socket.socket | None = None  # while reading a body past the parser
+        self._body_waiting = 0  # bytes the body reader's socket held when last looked at
+        self._bounds = bounds
+        self._admission = admission or Admission(bounds)
+        self._client: str | None = None  # the address admitted, released when the connection goes
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # a stream's, typed as the base
         switch = _ReadSwitch(self, self._transport)
-        self._http.connection_made(switch)  # type: ignore[arg-type]  # stands in for the transport
+        http = self._http
+        http.connection_made(switch)  # type: ignore[arg-type]  # stands in for the transport
+        client = http.client[0] if http.client else ""
+        refusal = self._admission.admit(client)
+        if refusal is not None:
+            http.refuse(503, refusal)
+            return
+        self._client = client
+        http.enter(_IDLE)
+        self._arm(http.since + self._bounds.idle_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._client is not None:
+            self._admission.release(self._client)
+            self._client = None
         self._close_body_reader()
         self._http.connection_lost(exc)
+
+    def _arm(self, when: float) -> None:
+        self._timer = self._http.loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Close the connection if the client has kept still past its bound, else look again
+        when the bound would next run out."""
+        self._timer = None
+        http = self._http
+        if self._transport.is_closing():
+            return
+        now = http.loop.time()
+        cycle = http.cycle
+        in_flight = cycle is not None and not cycle.response_complete
+        if http.phase == _HEAD:
+            bound, refusal = (
+                self._bounds.head_s,
+                f"request head not whole in {self._bounds.head_s:g} s",
+            )
+            answer = not in_flight  # else the answer to the request before is still to come
+        elif http.phase == _BODY and self._reading and not cycle.waiting_for_100_continue:
+            if self._body_socket is not None:
+                self._note_body_bytes_waiting(now)
+            bound = self._bounds.body_silence_s
+            refusal = f"no request body bytes for {self._bounds.body_silence_s:g} s"
+            answer = not cycle.response_started  # else the app's answer is, or was, under way
+        elif http.phase == _IDLE and not in_flight and not http.pipeline:
+            bound = http.timeout_keep_alive if http.served else self._bounds.idle_s
+            refusal, answer = None, False  # nothing asked, nothing to answer: closed quietly
+        else:  # the app holds the request, or paused reading: look again later
+            self._arm(now + self._bounds.idle_s)
+            return
+        if now < http.since + bound:
+            self._arm(http.since + bound)
+        elif refusal is not None and answer:
+            http.refuse(408, refusal)
+        else:
+            self._transport.close()
+
+    def _note_body_bytes_waiting(self, now: float) -> None:
+        """The body reader wakes once a whole piece has come (the socket's low-water mark), so
+        a slow body arrives unseen by it: bytes waiting in the socket that were not there when
+        last looked at count as the client's progress."""
+        assert self._body_socket is not None
+        raw = fcntl.ioctl(self._body_socket.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        waiting = struct.unpack("i", raw)[0]
+        if waiting > self._body_waiting:
+            self._http.since = now
+        self._body_waiting = waiting
 
     def eof_received(self) -> None:
         self._http.eof_received()
@@ -203,6 +356,8 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
 
     def set_reading(self, reading: bool) -> None:
         self._reading = reading
+        if reading:
+            self.node_spoke()
         if self._body_socket is None:
             if reading:
                 self._transport.resume_reading()
@@ -212,6 +367,13 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
             asyncio.get_running_loop().add_reader(self._body_socket, self._read_body)
         else:
             asyncio.get_running_loop().remove_reader(self._body_socket)
+
+    def node_spoke(self) -> None:
+        """The node resumed reading or wrote (a `100 Continue`, an early answer): a body's
+        silence counts from now, the client having waited on the node until then."""
+        http = self._http
+        if http.phase == _BODY:
+            http.since = http.loop.time()
 
     def _open_body_reader(self) -> None:
         if self._reading:
@@ -249,6 +411,7 @@ class NodeHttpProtocol(asyncio.BufferedProtocol):
         if not piece:  # the client closed or failed: the transport finds out and reports it
             self._hand_back()
             return
+        self._body_waiting = 0
         http.on_body(piece)
         if http.body_left:
             self._wake_for_next_piece()

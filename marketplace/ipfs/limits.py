@@ -28,3 +28,19 @@ class Quotas:
 
 DEFAULT_WALK_LIMITS = WalkLimits()
 DEFAULT_QUOTAS = Quotas()
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionBounds:
+    """What one client may hold of the node's sockets and time (a slowloris holds a socket, a
+    task and buffers for each connection it opens and then leaves silent). Silence is bounded,
+    not totals: a multi-GiB add that keeps sending is never cut off."""
+
+    idle_s: float = 10.0  # from connecting to a request's first byte
+    head_s: float = 20.0  # from a request's first byte to its head's end
+    body_silence_s: float = 30.0  # between two reads of a body the node is ready to read
+    per_client: int = 64  # connections open at once from one IP address
+    total: int = 1024  # connections open at once from anyone (each holds a file descriptor)
+
+
+DEFAULT_CONNECTION_BOUNDS = ConnectionBounds()

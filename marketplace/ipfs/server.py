@@ -19,7 +19,7 @@ from marketplace.ipfs.api import blocks, files, gateway, node, pins
 from marketplace.ipfs.api.access import RpcAccess, require_rpc_access
 from marketplace.ipfs.blockstore import CorruptBlock
 from marketplace.ipfs.errors import AddTooLarge, BlockNotFound, IpfsError, RepoFull
-from marketplace.ipfs.http_protocol import NodeHttpProtocol
+from marketplace.ipfs.http_protocol import node_protocol
 from marketplace.ipfs.pinstore import NotPinned
 from marketplace.ipfs.repo import Repo
 from marketplace.ipfs.settings import NodeSettings
@@ -113,7 +113,7 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
     """Run the node until SIGINT/SIGTERM. Once `<repo>/api` exists the port accepts requests
     (the socket is listening before the file is written), which is the readiness signal.
-    Its token, origins, quotas and walk bounds come from the ZOO_IPFS_* settings."""
+    Its token, origins, quotas, walk and connection bounds come from the ZOO_IPFS_* settings."""
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _exit_on_signal)
@@ -141,7 +141,7 @@ def serve(host: str, port: int, repo_path: str | os.PathLike) -> None:
         # uvicorn's signature asks for an asyncio.Protocol; a BufferedProtocol serves the same.
         config = uvicorn.Config(
             create_app(repo, access),
-            http=NodeHttpProtocol,  # type: ignore[arg-type]
+            http=node_protocol(settings.connection_bounds()),  # type: ignore[arg-type]
             ws="none",
             log_level="warning",
             access_log=False,

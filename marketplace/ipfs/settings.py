@@ -3,7 +3,14 @@
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from marketplace.ipfs.limits import DEFAULT_QUOTAS, DEFAULT_WALK_LIMITS, Quotas, WalkLimits
+from marketplace.ipfs.limits import (
+    DEFAULT_CONNECTION_BOUNDS,
+    DEFAULT_QUOTAS,
+    DEFAULT_WALK_LIMITS,
+    ConnectionBounds,
+    Quotas,
+    WalkLimits,
+)
 
 
 class NodeSettings(BaseSettings):
@@ -22,9 +29,23 @@ class NodeSettings(BaseSettings):
     max_repo_bytes: int = Field(DEFAULT_QUOTAS.max_repo_bytes, gt=0)  # all blocks stored
     max_dag_blocks: int = Field(DEFAULT_WALK_LIMITS.max_blocks, gt=0)  # visited in one walk
     max_dag_bytes: int = Field(DEFAULT_WALK_LIMITS.max_bytes, gt=0)  # a DAG may declare
+    idle_timeout_s: float = Field(DEFAULT_CONNECTION_BOUNDS.idle_s, gt=0)
+    head_timeout_s: float = Field(DEFAULT_CONNECTION_BOUNDS.head_s, gt=0)
+    body_silence_timeout_s: float = Field(DEFAULT_CONNECTION_BOUNDS.body_silence_s, gt=0)
+    max_connections_per_client: int = Field(DEFAULT_CONNECTION_BOUNDS.per_client, gt=0)
+    max_connections: int = Field(DEFAULT_CONNECTION_BOUNDS.total, gt=0)
 
     def quotas(self) -> Quotas:
         return Quotas(self.max_add_bytes, self.max_repo_bytes)
 
     def walk_limits(self) -> WalkLimits:
         return WalkLimits(self.max_dag_blocks, self.max_dag_bytes)
+
+    def connection_bounds(self) -> ConnectionBounds:
+        return ConnectionBounds(
+            self.idle_timeout_s,
+            self.head_timeout_s,
+            self.body_silence_timeout_s,
+            self.max_connections_per_client,
+            self.max_connections,
+        )
