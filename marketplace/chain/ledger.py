@@ -300,7 +300,7 @@ class Ledger:
         """The job as stored, plus its spec CID (which only the JobCreated event carries)."""
         return self.struct(self.market, "job", job_id) | {"specCid": self.spec_cid(job_id)}
 
-    @functools.cache  # noqa: B019 - a ledger lives as long as its process; job specs never change
+    @functools.cache  # noqa: B019 - a ledger lives as long as its process; a job's spec never changes
     def spec_cid(self, job_id: int) -> str:
         logs = self.market.events.JobCreated().get_logs(
             from_block=self.deployment.deploy_block, argument_filters={"jobId": job_id}
@@ -308,6 +308,10 @@ class Ledger:
         if not logs:
             raise ChainError(f"job {job_id} does not exist")
         return logs[0]["args"]["specCid"]
+
+    def forget_specs(self) -> None:
+        """Forget the spec CIDs read by job id: after a reorg a job id may name another job."""
+        self.spec_cid.cache_clear()
 
     def slot(self, job_id: int, slot: int) -> dict:
         return self.struct(self.market, "slot", job_id, slot)

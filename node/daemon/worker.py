@@ -85,6 +85,12 @@ class Specs:
         self._parsed: dict[int, JobSpec] = {}
         self._lock = threading.Lock()
 
+    def forget(self) -> None:
+        """Drop every spec read by job id (after a reorg, a job id may name another job)."""
+        with self._lock:
+            self._parsed.clear()
+        self._ledger.forget_specs()
+
     def of_job(self, job_id: int) -> JobSpec:
         with self._lock:
             if job_id not in self._parsed:
@@ -264,8 +270,10 @@ class Worker:
     def reorganized(self, fork: int) -> None:
         """A reorg that dropped commits of ours lowers their slots' `unitsDone` with no rollback:
         the outbox sends those commits again and the journal keeps their units, so the values
-        read before the reorg are forgotten rather than taken for a rollback."""
+        read before the reorg are forgotten rather than taken for a rollback. A job id may name
+        another job on the chain kept, so the specs read by job id are forgotten too."""
         self._reached.clear()
+        self.specs.forget()
 
     def _committed(self, job_id: int, slot_id: int, index: int) -> bool:
         outgoing = self.journal.outgoing(unit_key(job_id, slot_id, index))
