@@ -100,10 +100,16 @@ contract AttackInvariantTest is BaseTest {
             HonestHandler.unstake.selector,
             HonestHandler.withdraw.selector
         ];
+        // A Sybil bid wins a slot only if it is sealed in the round's bid window and revealed in
+        // its reveal window (ten minutes each, a tick or two): bids come often enough that Sybils
+        // hold slots, go silent and leave wrong units to honest successors, whose flags of them
+        // the campaign must reach.
         _attackSelectors = [
             AttackerHandler.anyMarketCall.selector,
             AttackerHandler.anyVerificationCall.selector,
             AttackerHandler.anyStakingCall.selector,
+            AttackerHandler.sybilBid.selector,
+            AttackerHandler.sybilBid.selector,
             AttackerHandler.sybilBid.selector,
             AttackerHandler.sybilBid.selector,
             AttackerHandler.sybilCommit.selector,
@@ -208,6 +214,8 @@ contract AttackInvariantTest is BaseTest {
         console.log("honest results", honest.calls("honestResult"), "honest judgements", honest.calls("honestResolve"));
         console.log("sybil commits", attacker.calls("sybilCommit"), "sybil verdicts", attacker.calls("sybilVerdict"));
         console.log("collusion wins", attacker.calls("collusionWins"), "governed", attacker.calls("governed"));
+        console.log("sybil bids sealed", attacker.calls("sybilSealed"), "revealed", attacker.calls("sybilRevealed"));
+        console.log("sybil wrong units left behind", attacker.calls("vanished"));
         console.log("honest flags", honest.calls("flag"), "sybil flags", attacker.calls("sybilFlag"));
         console.log("longest job (s)", honest.ghost_longestJob());
     }

@@ -21,9 +21,10 @@ import {HonestHandler} from "./HonestHandler.sol";
 /// @notice One attacker holding Sybil providers, Sybil verifiers, a user account and the seat of
 /// the timelock's proposer. It calls every external function of the ledger with any arguments
 /// (its reverts are caught: they are the ledger refusing it), and plays the colluding moves on
-/// purpose: bidding low and going silent, committing wrong states, passing its own bad units and
-/// failing honest ones when drawn, confirming false failures and false complaints when drawn,
-/// flagging good inputs to win time, unstaking mid-job, and governance changes mid-job.
+/// purpose: bidding low and going silent, committing wrong states (and abandoning the slot to a
+/// successor that must resume from one), passing its own bad units and failing honest ones when
+/// drawn, confirming false failures and false complaints when drawn, flagging good inputs to win
+/// time, unstaking mid-job, and governance changes mid-job.
 /// @dev Never warps time: time is the honest handler's, so every honest party is on time.
 contract AttackerHandler is CommonBase, StdCheats, StdUtils {
     uint256 internal constant MAX_WINDOW = 1 hours; // windows governance sets here (see the test)
@@ -49,6 +50,8 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
 
     Op[] internal _ops;
     uint256 internal _nonce;
+    /// @dev The Sybil that abandoned each slot after a wrong unit: it commits there no more.
+    mapping(uint256 jobId => mapping(uint16 slot => address)) internal _vanished;
 
     /// @notice A call only the protocol or governance may make that succeeded for the attacker.
     uint256 public ghost_forbiddenSuccesses;
@@ -246,31 +249,33 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
 
     /// @notice A Sybil provider bids low on a job in its bid window, and reveals it (or not).
     function sybilBid(uint256 jobSeed, uint256 who, bool reveal) external {
-        uint256 jobId = _someJob(jobSeed);
+        uint256 jobId = _someAuction(jobSeed);
         if (jobId == 0) return;
         IJobMarket.Job memory j = market.job(jobId);
         address p = _providers[who % _providers.length];
         bytes32 salt = keccak256(abi.encode("sybil", jobId, j.round, p));
         if (block.timestamp <= j.bidDeadline) {
-            _try(
+            (bool ok,) = _try(
                 p, address(market), abi.encodeCall(market.commitBid, (jobId, market.bidCommitmentOf(1, salt, p, jobId)))
             );
+            if (ok) ++calls["sybilSealed"];
         } else if (reveal) {
-            _try(p, address(market), abi.encodeCall(market.revealBid, (jobId, 1, salt)));
+            (bool ok,) = _try(p, address(market), abi.encodeCall(market.revealBid, (jobId, 1, salt)));
+            if (ok) ++calls["sybilRevealed"];
         }
         ++calls["sybilBid"];
     }
 
-    /// @notice A Sybil provider holding a slot commits its next unit, right or wrong.
-    function sybilCommit(uint256 jobSeed, uint256 slotSeed, bool wrong) external {
-        uint256 jobId = _someJob(jobSeed);
-        if (jobId == 0) return;
-        IJobMarket.Job memory j = market.job(jobId);
-        if (j.nodes == 0) return;
-        uint16 s = uint16(slotSeed % j.nodes);
-        IJobMarket.Slot memory slot = market.slot(jobId, s);
-        if (slot.provider == address(0) || honest.isHonest(slot.provider)) return;
-        _commit(slot.provider, jobId, s, slot.unitsDone, !wrong);
+    /// @notice A Sybil provider holding a slot commits its next unit, right or wrong; after a wrong
+    /// one it may vanish: it never commits for that slot again, and whoever takes the slot over
+    /// must resume from the wrong state.
+    function sybilCommit(uint256 seed, bool wrong, bool vanish) external {
+        (uint256 jobId, uint16 s, address holder, uint32 next) = _someSybilSlot(seed);
+        if (holder == address(0)) return;
+        if (_commit(holder, jobId, s, next, !wrong) && wrong && vanish) {
+            _vanished[jobId][s] = holder;
+            ++calls["vanished"];
+        }
         ++calls["sybilCommit"];
     }
 
@@ -446,12 +451,12 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
 
     /// @dev Commits a unit for `caller` and, when the market takes it, files it with the honest
     /// handler's records (what it is worth at the slot's price, whether its state is right).
-    function _commit(address caller, uint256 jobId, uint16 s, uint32 index, bool right) internal {
+    function _commit(address caller, uint256 jobId, uint16 s, uint32 index, bool right) internal returns (bool ok) {
         IJobMarket.Slot memory slot = market.slot(jobId, s);
         uint256 worth = uint256(slot.unitGpuSeconds) * slot.price / 1 hours;
         bytes32 state = right ? honest.goodState(jobId, s, index) : keccak256(abi.encode("wrong", jobId, s, index));
         vm.recordLogs();
-        (bool ok,) = _try(
+        (ok,) = _try(
             caller, address(market), abi.encodeCall(market.commitCheckpoint, (jobId, s, index, "bafy-sybil", state))
         );
         Vm.Log[] memory logs = vm.getRecordedLogs();
@@ -518,6 +523,48 @@ contract AttackerHandler is CommonBase, StdCheats, StdUtils {
     function _someJob(uint256 seed) internal view returns (uint256) {
         uint256 n = honest.jobCount();
         return n == 0 ? 0 : honest.jobIds(seed % n);
+    }
+
+    /// @dev Some job with an auction running (0 if none): where a Sybil's bid can land. Bids on any
+    /// job at any time are anyMarketCall's.
+    function _someAuction(uint256 seed) internal view returns (uint256) {
+        uint256 n = honest.jobCount();
+        uint256[] memory open = new uint256[](n);
+        uint256 k;
+        for (uint256 i; i < n; ++i) {
+            uint256 jobId = honest.jobIds(i);
+            if (market.job(jobId).openSlots != 0) open[k++] = jobId;
+        }
+        return k == 0 ? 0 : open[seed % k];
+    }
+
+    /// @dev Some unfinished slot a Sybil holds and has not abandoned, with the index of its next
+    /// unit (holder 0 if none). Commits by anyone for any slot are anyMarketCall's.
+    function _someSybilSlot(uint256 seed)
+        internal
+        view
+        returns (uint256 jobId, uint16 slot, address holder, uint32 next)
+    {
+        uint256 n = honest.jobCount();
+        // A job here has at most 3 nodes (the attacker's requests; the honest user asks for 2).
+        uint256[] memory jobs = new uint256[](3 * n);
+        uint16[] memory slots = new uint16[](3 * n);
+        uint256 k;
+        for (uint256 i; i < n; ++i) {
+            uint256 id = honest.jobIds(i);
+            uint16 nodes = market.job(id).nodes;
+            for (uint16 s; s < nodes && s < 3; ++s) {
+                IJobMarket.Slot memory held = market.slot(id, s);
+                if (held.provider == address(0) || held.done || honest.isHonest(held.provider)) continue;
+                if (_vanished[id][s] == held.provider) continue;
+                (jobs[k], slots[k]) = (id, s);
+                ++k;
+            }
+        }
+        if (k == 0) return (0, 0, address(0), 0);
+        (jobId, slot) = (jobs[seed % k], slots[seed % k]);
+        IJobMarket.Slot memory chosen = market.slot(jobId, slot);
+        return (jobId, slot, chosen.provider, chosen.unitsDone);
     }
 
     /// @dev An attacker account: a Sybil provider, a Sybil verifier, the user, or the council.
