@@ -37,9 +37,10 @@ def expected_hashes() -> list[str]:
     return hashes
 
 
-def create_job(ledger: Ledger, cast: Cast, storage: Storage) -> int:
+def create_job(ledger: Ledger, cast: Cast, storage: Storage, spec: bytes | None = None) -> int:
+    """A one-slot job of three units of `spec` (by default the node tests' own)."""
     request = JobRequest(
-        spec_cid=storage.add_bytes(SPEC.read_bytes()),
+        spec_cid=storage.add_bytes(SPEC.read_bytes() if spec is None else spec),
         tier=Tier.COMMUNITY,
         nodes=1,
         units_per_node=3,

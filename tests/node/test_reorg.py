@@ -8,9 +8,6 @@ from daemon_support import SPEC, wait_for
 from test_daemon import assert_units, bids_in, create_job, events, reveals_in, wait_paid
 
 from marketplace.chain.anvil import reorganize
-from marketplace.chain.deploy import ZEN
-from marketplace.chain.ledger import JobRequest
-from marketplace.protocol.terms import Tier
 from node.daemon.journal import Journal
 from node.daemon.worker import Specs
 
@@ -112,17 +109,7 @@ def test_a_job_id_a_reorg_gave_another_job_is_read_with_its_own_spec(
     reorganize(ledger.w3, created["blockNumber"])
     assert events(ledger, "JobCreated", job_id) == []
     other = SPEC.read_text().replace(f"name: {first.name}", "name: another-job", 1)
-    request = JobRequest(
-        spec_cid=storage.add_bytes(other.encode()),
-        tier=Tier.COMMUNITY,
-        nodes=1,
-        units_per_node=3,
-        checkpoint_interval=300,
-        sample_rate_bps=0,
-        max_price=100 * ZEN,
-        budget=1_000 * ZEN,
-    )
-    assert ledger.create_job(cast.user, request) == job_id
+    assert create_job(ledger, cast, storage, other.encode()) == job_id
 
     specs.forget()  # what the worker does when its follower reports the reorg
     assert specs.of_job(job_id).name == "another-job"

@@ -72,9 +72,9 @@ def test_a_mined_failure_names_the_contracts_error_and_frees_its_key(
     assert journal.outgoing("pull") is None
 
 
-def test_a_transaction_a_reorg_dropped_is_sent_again(w3, ledger, tmp_path):
-    """Mined, then dropped with its block by a reorg: the follower notices the reorg, and the
-    outbox sends the very same transaction again, which lands once on the kept branch."""
+def watched_outbox(w3, ledger, tmp_path):
+    """An outbox of a fresh account and the follower that tells it of reorgs, from the next
+    block on."""
     account = devnet_account(9)
     journal = JournalDB(tmp_path / "journal.sqlite3")
     outbox = Outbox(w3, account, journal)
@@ -86,6 +86,13 @@ def test_a_transaction_a_reorg_dropped_is_sent_again(w3, ledger, tmp_path):
         start_block=w3.eth.block_number + 1,
         outbox=outbox,
     )
+    return account, journal, outbox, follower
+
+
+def test_a_transaction_a_reorg_dropped_is_sent_again(w3, ledger, tmp_path):
+    """Mined, then dropped with its block by a reorg: the follower notices the reorg, and the
+    outbox sends the very same transaction again, which lands once on the kept branch."""
+    account, journal, outbox, follower = watched_outbox(w3, ledger, tmp_path)
     allowance = ledger.zen.functions.allowance(account.address, ledger.market.address)
     first = outbox.send("approve", ledger.zen.functions.approve(ledger.market.address, 7))
     follower.follow()
@@ -117,17 +124,7 @@ def test_a_transaction_dropped_before_the_follower_read_its_block_is_sent_again(
     """Mined, and its block replaced before the follower read it: no block the follower read
     changed, so it sees no reorg, but the outbox hears how far the chain was read and finds its
     transaction gone. Sent again, it is confirmed only once the follower has read its block."""
-    account = devnet_account(9)
-    journal = JournalDB(tmp_path / "journal.sqlite3")
-    outbox = Outbox(w3, account, journal)
-    follower = EventFollower(
-        w3,
-        [ledger.zen],
-        journal,
-        lambda event: None,
-        start_block=w3.eth.block_number + 1,
-        outbox=outbox,
-    )
+    account, journal, outbox, follower = watched_outbox(w3, ledger, tmp_path)
     allowance = ledger.zen.functions.allowance(account.address, ledger.market.address)
     first = outbox.send("approve", ledger.zen.functions.approve(ledger.market.address, 7))
     assert journal.outgoing("approve").done
