@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -18,6 +20,21 @@ from marketplace.processes import terminate
 # Every IPFS node the tests start, and every client (Storage reads it from the settings), share
 # one RPC API token, as a devnet's processes do; the nodes inherit it from this environment.
 os.environ.setdefault("ZOO_IPFS_API_TOKEN", secrets.token_urlsafe(32))
+
+
+_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One cache folder for the run (a provider's measured speed, node.engine.speed), not the
+    user's: every process the tests start inherits it, pytest-xdist's workers included."""
+    if not hasattr(config, "workerinput"):
+        os.environ["XDG_CACHE_HOME"] = config.stash[_CACHE] = tempfile.mkdtemp(prefix="zoo-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if (folder := config.stash.get(_CACHE, None)) is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

@@ -217,6 +217,13 @@ def stake_command(wei: int) -> None:
     type=click.IntRange(1),
     help="Seconds: jobs asking a checkpoint more often than this are not bid on.",
 )
+@click.option(
+    "--measure-speed",
+    is_flag=True,
+    help="Time this machine again at start rather than use the speed remembered under "
+    "$XDG_CACHE_HOME/zoo-compute (~/.cache/zoo-compute) from an earlier start; the hardware, "
+    "torch and the engine are the key, so a change of any of them is measured anyway.",
+)
 @replicas_option
 @device_option
 @click.option(
@@ -239,6 +246,7 @@ def start_command(
     max_devices: int | None,
     max_dedup_mb: int | None,
     min_checkpoint_interval: int,
+    measure_speed: bool,
     replicas: int,
     device: str | None,
     log_level: str,
@@ -254,6 +262,7 @@ def start_command(
     from marketplace.sdk.joblog import JobLog
     from node.daemon import NodeConfig, Pricing, ProviderDaemon
     from node.engine import LocalData, UnitLimits
+    from node.engine.speed import forget_speed, speed_folder
 
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -287,6 +296,8 @@ def start_command(
         ),
         local_data=LocalData(data_dirs, max_bytes=max_source_mb << 20),
     )
+    if measure_speed:
+        forget_speed(speed_folder())
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

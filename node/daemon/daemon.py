@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
@@ -23,6 +23,7 @@ from marketplace.storage import Storage, StorageError
 from node.engine import LocalData, UnitLimits
 from node.engine.data import NO_LOCAL_DATA
 from node.engine.limits import DEFAULT_LIMITS
+from node.engine.speed import speed_folder
 
 from .bidding import MIN_CHECKPOINT_INTERVAL, Bidder
 from .group_worker import GroupWorker
@@ -52,6 +53,8 @@ class NodeConfig:
     min_checkpoint_interval: int = MIN_CHECKPOINT_INTERVAL  # seconds; tighter jobs are not bid on
     limits: UnitLimits = DEFAULT_LIMITS  # what one unit of a job may use of this machine
     local_data: LocalData = NO_LOCAL_DATA  # directories `file` data sources may read; none
+    # where this machine's measured speed is remembered between starts; None: timed each start
+    speed_folder: Path | None = field(default_factory=speed_folder)
 
 
 class ProviderDaemon:
@@ -82,7 +85,7 @@ class ProviderDaemon:
                 f"{len(self._main_storage.nodes)} are known: name the others in "
                 "ZOO_IPFS_REPLICAS"
             )
-        specs = Specs(ledger, self._main_storage, config.limits, config.device)
+        specs = Specs(ledger, self._main_storage, config.limits, config.device, config.speed_folder)
         self.worker = Worker(
             ledger,
             account,

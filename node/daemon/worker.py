@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from eth_account.signers.local import LocalAccount
@@ -77,11 +78,13 @@ class Specs:
         storage: Storage,
         limits: UnitLimits = DEFAULT_LIMITS,
         device: str | None = None,
+        speed_folder: Path | None = None,
     ):
         self._ledger = ledger
         self._storage = storage
         self.limits = limits
         self.device = str(device or default_device())  # where units train: what is timed
+        self._speed_folder = speed_folder
         self._parsed: dict[int, JobSpec] = {}
         self._lock = threading.Lock()
 
@@ -126,8 +129,9 @@ class Specs:
             )
 
     def machine_speed(self) -> MachineSpeed:
-        """This machine's speed on the training device, measured the first time it is asked."""
-        return machine_speed(self.device, self.limits.max_threads)
+        """This machine's speed on the training device, measured the first time it is asked (or
+        read from where it was remembered)."""
+        return machine_speed(self.device, self.limits.max_threads, self._speed_folder)
 
     def speed(self, spec: JobSpec) -> Speed:
         """This machine's speed at the threads `spec` asks for."""

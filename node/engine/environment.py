@@ -70,7 +70,7 @@ def capture(
 ) -> dict[str, Any]:
     """What a verifier needs to judge whether it can reproduce a unit's bits."""
     return {
-        "code": _code_version(),
+        "code": code_version(),
         "packages": _package_versions(),
         "python": platform.python_version(),
         "torch": {
@@ -80,7 +80,7 @@ def capture(
             if torch.backends.cudnn.is_available()
             else None,
         },
-        "hardware": _hardware(device),
+        "hardware": hardware(device),
         "seed": seed,
         "num_threads": num_threads,
         "deterministic": deterministic,
@@ -95,7 +95,7 @@ def _unit_sources() -> list[Path]:
 
 
 @functools.cache
-def _code_version() -> dict[str, Any]:
+def code_version() -> dict[str, Any]:
     """The digest of the sources that decide a unit's bytes (the engine's, and the protocol's spec
     and checkpoint format) always; the git commit too when running from a checkout."""
     here = Path(__file__).parent
@@ -143,7 +143,8 @@ def _package_versions() -> dict[str, str | None]:
     return versions
 
 
-def _hardware(device: torch.device) -> dict[str, Any]:
+def hardware(device: torch.device) -> dict[str, Any]:
+    """The machine `device` is on: CPU, its count, and the GPU when it is one."""
     info: dict[str, Any] = {
         "machine": platform.machine(),
         "system": platform.system(),

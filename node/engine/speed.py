@@ -8,20 +8,30 @@ the job's checkpoint interval before bidding."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
 import math
 import multiprocessing
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
+from pydantic import BaseModel, ConfigDict, PositiveFloat, ValidationError
 
 from marketplace.protocol import trace
 from marketplace.protocol.checkpoint import Checkpoint, state_hash
 from marketplace.protocol.spec import JobSpec, parse_spec
 
 from .cost import UnitCost, fixed_weights, unit_cost
+from .environment import code_version, hardware
+
+log = logging.getLogger(__name__)
 
 _REPEATS = 3  # each figure is the best of this many timings: a busy moment is not the machine
 _STEPS = 3  # training steps timed each time
@@ -78,17 +88,98 @@ class MachineSpeed:
 
 
 @functools.cache
-def machine_speed(device: str, max_threads: int) -> MachineSpeed:
+def machine_speed(device: str, max_threads: int, remembered: Path | None = None) -> MachineSpeed:
     """This machine's speed on `device` up to `max_threads` threads, measured once and remembered
-    for the process: a provider measures it as it starts, since a bid window may be over in
-    seconds. The measuring runs in a process of its own (a few seconds, most of them loading
-    torch): the thread count it sets is a whole process's, and a unit may be training in this
-    one, whose bits depend on its thread count."""
+    for the process, and in the folder `remembered` when given: a provider knows it as it starts,
+    since a bid window may be over in seconds. The measuring runs in a process of its own (a few
+    seconds, most of them loading torch): the thread count it sets is a whole process's, and a
+    unit may be training in this one, whose bits depend on its thread count."""
     counts = sorted({max_threads} | {1 << i for i in range(max_threads.bit_length())})
+    key = _machine_key(device, counts)
+    path = None if remembered is None else remembered / f"speed-{_digest(key)}.json"
+    if path is not None and (known := _read_speed(path, key)) is not None:
+        return known
+    speed = _measure_apart(device, counts)
+    if path is not None:
+        try:
+            _write_speed(path, key, speed)
+        except OSError as exc:
+            log.warning("this machine's speed is not remembered for the next start: %s", exc)
+    return speed
+
+
+def _measure_apart(device: str, counts: list[int]) -> MachineSpeed:
+    """The speed at each thread count in `counts`, measured in a process of its own."""
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=spawn) as measuring:
         measured = measuring.submit(_measure_each, torch.device(device), counts).result()
     return MachineSpeed(dict(zip(counts, measured)))
+
+
+def speed_folder() -> Path:
+    """Where a machine's speed is remembered between starts: the user's cache folder (XDG)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "zoo-compute"
+
+
+def forget_speed(folder: Path) -> None:
+    """Forget every speed remembered in `folder`: the next start measures this machine again."""
+    for path in folder.glob("speed-*.json"):
+        path.unlink(missing_ok=True)
+
+
+def _machine_key(device: str, counts: list[int]) -> dict:
+    """What a remembered speed holds for: the hardware, the torch and engine code that time it,
+    and the thread counts timed. Any change is another machine, measured anew."""
+    return {
+        "hardware": hardware(torch.device(device)),
+        "device": device,
+        "torch": str(torch.__version__),
+        "engine_sha256": code_version()["engine_sha256"],
+        "threads": counts,
+    }
+
+
+def _digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
+
+
+class _SpeedFigures(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    flops_per_s: PositiveFloat
+    seconds_per_op: PositiveFloat
+    bytes_per_s: PositiveFloat
+
+
+class _RememberedSpeed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: dict
+    by_threads: dict[int, _SpeedFigures]
+
+
+def _read_speed(path: Path, key: dict) -> MachineSpeed | None:
+    """The speed remembered at `path` for `key`, or None (no file, or one unreadable, of another
+    machine, or without a finite positive figure for each count: all mean measuring again)."""
+    try:
+        with path.open("rb") as f:
+            saved = _RememberedSpeed.model_validate_json(f.read(1 << 16))
+    except (OSError, ValidationError):
+        return None
+    if saved.key != key or sorted(saved.by_threads) != key["threads"]:
+        return None
+    return MachineSpeed({n: Speed(**f.model_dump()) for n, f in saved.by_threads.items()})
+
+
+def _write_speed(path: Path, key: dict, speed: MachineSpeed) -> None:
+    """Remember `speed` at `path`, whole or not at all (a provider starting beside may read it)."""
+    figures = {n: asdict(s) for n, s in speed.by_threads.items()}
+    text = json.dumps({"key": key, "by_threads": figures})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
+        f.write(text)
+    os.replace(f.name, path)
 
 
 def _measure_each(device: torch.device, counts: list[int]) -> list[Speed]:
