@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,12 +61,35 @@ def sketch(model: Mapping[str, torch.Tensor]) -> list[float]:
         if not tensor.is_floating_point():
             continue
         flat = tensor.detach().to("cpu", torch.float64).reshape(-1)
-        seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:6], "big") ^ _SKETCH_SEED
-        gen = torch.Generator().manual_seed(seed)
-        buckets = torch.randint(SKETCH_DIM, (flat.numel(),), generator=gen)
-        signs = torch.randint(2, (flat.numel(),), generator=gen, dtype=torch.float64) * 2 - 1
+        buckets, signs = _hashing(name, flat.numel())
         out.index_add_(0, buckets, flat * signs)
     return [float(x) for x in out]
+
+
+def _hashing(name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The buckets and signs of a tensor's entries, drawn from a generator seeded by its name.
+    A trainer sketches the same tensors every segment, so they are kept (as int32 and int8, 5
+    bytes an entry) up to _HASHING_CACHE_BYTES in all; drawing them is most of a sketch's time."""
+    key = (name, numel)
+    if (kept := _hashings.get(key)) is not None:
+        return kept
+    seed = int.from_bytes(hashlib.sha256(name.encode()).digest()[:6], "big") ^ _SKETCH_SEED
+    gen = torch.Generator().manual_seed(seed)
+    buckets = torch.randint(SKETCH_DIM, (numel,), generator=gen)
+    signs = torch.randint(2, (numel,), generator=gen, dtype=torch.int8) * 2 - 1
+    hashing = buckets.to(torch.int32), signs
+    with _hashings_lock:
+        global _hashings_bytes
+        if _hashings_bytes + 5 * numel <= _HASHING_CACHE_BYTES:
+            _hashings[key] = hashing
+            _hashings_bytes += 5 * numel
+    return hashing
+
+
+_HASHING_CACHE_BYTES = 64 << 20
+_hashings: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
+_hashings_bytes = 0
+_hashings_lock = threading.Lock()
 
 
 def record(step: int, state_hash: str, loss: float, model: Mapping[str, torch.Tensor]) -> dict:
