@@ -98,6 +98,7 @@ def machine_speed(device: str, max_threads: int, remembered: Path | None = None)
     key = _machine_key(device, counts)
     path = None if remembered is None else remembered / f"speed-{_digest(key)}.json"
     if path is not None and (known := _read_speed(path, key)) is not None:
+        log.info("this machine's speed as measured before, from %s (--measure-speed: again)", path)
         return known
     speed = _measure_apart(device, counts)
     if path is not None:
