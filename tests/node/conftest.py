@@ -12,12 +12,15 @@ from click.testing import CliRunner
 from daemon_support import PASSWORD, Daemon, IpfsNode
 from eth_account.signers.local import LocalAccount
 
+from marketplace.chain.anvil import advance_time
 from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
 from marketplace.chain.ledger import Ledger
 from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, onboard
+from marketplace.protocol.terms import JobStatus
+from marketplace.runtime.clock import chain_time
 from marketplace.storage import Storage
 from marketplace.wallet import import_key
 
@@ -161,8 +164,9 @@ def real_time_chain(w3) -> Iterator[None]:
 
 
 @pytest.fixture
-def start_daemon(onboarded, real_time_chain, node_env, tmp_path) -> Iterator:
+def start_daemon(ledger, onboarded, real_time_chain, node_env, tmp_path) -> Iterator:
     """Starts daemons sharing one home (one journal) per test; kills leftovers at teardown."""
+    end_open_auctions(ledger)
     started: list[Daemon] = []
     env = node_env.with_home(tmp_path / "home")
 
@@ -175,3 +179,17 @@ def start_daemon(onboarded, real_time_chain, node_env, tmp_path) -> Iterator:
     yield start
     for daemon in started:
         daemon.stop()
+
+
+def end_open_auctions(ledger: Ledger) -> None:
+    """Move the chain's clock past every auction earlier tests left open on it: a daemon bids on
+    any auction it sees, one at a time, so a leftover one could hold off the test's own bid."""
+    market = ledger.market.functions
+    jobs = (ledger.struct(ledger.market, "job", j) for j in range(1, market.jobCount().call() + 1))
+    open_until = [
+        job["revealDeadline"]
+        for job in jobs
+        if job["status"] in (JobStatus.OPEN, JobStatus.RUNNING)
+    ]
+    if open_until and max(open_until) >= chain_time(ledger.w3):
+        advance_time(ledger.w3, max(open_until) + 1 - chain_time(ledger.w3))
