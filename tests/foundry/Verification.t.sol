@@ -713,6 +713,32 @@ contract VerificationTest is BaseTest {
         assertEq(verification.result(jobId, 0, 0).second, verifier3);
     }
 
+    /// The draw weighs stakes as they were at the unit's seed, so a verifier that has unstaked
+    /// below the minimum since can still be drawn; it can no longer answer, and its turn passes
+    /// to the next draw, as a silent verifier's does.
+    function test_aDrawnVerifierThatUnstakedSinceLosesItsTurn() public {
+        address verifier3 = makeAddr("verifier3");
+        _registerVerifier(verifier3);
+        IJobMarket.Unit memory unit = _units(1)[0];
+        uint256 seedBlock = uint256(unit.blockNumber) + 1;
+        for (uint256 i; _drawnIn(unit, address(0), 0) != verifier1 || _drawnIn(unit, address(0), 1) == verifier1; ++i) {
+            vm.setBlockhash(seedBlock, keccak256(abi.encode("seed", i)));
+        }
+        vm.prank(verifier1);
+        staking.requestUnstake(VERIFIER_STAKE);
+        vm.roll(block.number + 1);
+
+        assertEq(_drawnIn(unit, address(0), 0), verifier1, "drawn on its stake at the seed");
+        vm.expectRevert(abi.encodeWithSelector(IVerification.NotAnActiveVerifier.selector, verifier1));
+        _sendResult(verifier1, jobId, 0, 0, unit, true);
+
+        vm.warp(unit.committedAt + verification.turnLength(false));
+        address next = _drawnIn(unit, address(0), 1);
+        _sendResult(next, jobId, 0, 0, unit, true);
+        assertEq(uint8(_verdict(0)), uint8(IVerification.Verdict.Passed));
+        assertEq(verification.verificationsBy(jobId, verifier1), 0, "a lost turn earns nothing");
+    }
+
     /// The job's user may stake as a verifier, even most of all verifier stake, and is never
     /// drawn for its own job; a provider cannot be a verifier at all; a challenger never settles
     /// its own dispute. Whatever the turn.

@@ -410,7 +410,7 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
                 uint256 turn = (block.timestamp - res.disputedAt) / verification.turnLength(true);
                 address judge =
                     verification.drawnVerifier(r.jobId, r.slot, r.index, r.unit.blockNumber, res.first, turn);
-                if (!isHonest[judge]) continue;
+                if (!_canAnswer(judge)) continue;
                 vm.prank(judge);
                 verification.resolveDispute(r.jobId, r.slot, r.index, r.unit, r.good, "bafy-honest-evidence");
                 ++calls["honestResolve"];
@@ -424,11 +424,18 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
             if (!verification.isSampled(r.jobId, r.slot, r.index, r.unit.blockNumber)) continue;
             uint256 t = (block.timestamp - opensAt) / verification.turnLength(false);
             address drawn = verification.drawnVerifier(r.jobId, r.slot, r.index, r.unit.blockNumber, address(0), t);
-            if (!isHonest[drawn]) continue;
+            if (!_canAnswer(drawn)) continue;
             vm.prank(drawn);
             verification.postResult(r.jobId, r.slot, r.index, r.unit, r.good, "bafy-honest-evidence");
             ++calls["honestResult"];
         }
+    }
+
+    /// @dev Whether `drawn` is honest and may answer now. The draw weighs stakes as they were at
+    /// the unit's block; a verifier that has since unstaked below the minimum cannot answer, and
+    /// its turn passes to the next draw, as a silent verifier's does.
+    function _canAnswer(address drawn) internal view returns (bool) {
+        return isHonest[drawn] && staking.isActiveVerifier(drawn);
     }
 
     /// @dev A complaint is judged by the verifier drawn for it: an honest one refutes one against
@@ -445,7 +452,7 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
             }
             if (block.number < uint256(open.openedBlock) + 2) continue;
             address judge = verification.drawnComplaintJudge(c.jobId, c.provider);
-            if (!isHonest[judge]) continue;
+            if (!_canAnswer(judge)) continue;
             vm.prank(judge);
             verification.resolveBandwidthComplaint(c.jobId, c.provider, !isHonest[c.provider]);
             ++calls["honestComplaintJudged"];
