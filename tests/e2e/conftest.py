@@ -148,3 +148,20 @@ def wait_for(condition, timeout: float, what: str, poll: float = 0.5):
             return value
         time.sleep(poll)
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def wait_for_fee_claims(ledger, job_id: int, verifiers: list[str], timeout: float = 120) -> None:
+    """Until every verifier that verified units of the settled job has claimed its fees. A claim
+    moves them into what the market owes the verifier, so `owed` is 0 before it as after the
+    withdrawal that follows: only the claim events tell the two apart."""
+    owed_fees = {
+        v for v in verifiers if ledger.verification.functions.verificationsBy(job_id, v).call()
+    }
+
+    def claimed() -> bool:
+        logs = ledger.market.events.VerificationFeesClaimed().get_logs(
+            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
+        )
+        return {log["args"]["verifier"] for log in logs} >= owed_fees
+
+    wait_for(claimed, timeout, "the verifiers' fee claims")

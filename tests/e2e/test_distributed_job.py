@@ -29,7 +29,7 @@ from node.distributed.job import group_config, run_rank
 from node.distributed.rank_unit import unit_path
 from node.engine import load_spec, parse_spec
 
-from .conftest import wait_for
+from .conftest import wait_for, wait_for_fee_claims
 
 pytestmark = pytest.mark.slow
 
@@ -77,17 +77,7 @@ def settle_and_pay_out(network, job_id: int, gone: tuple[str, ...] = ()) -> Sett
     job.wait()
     settlement = job.settlement()
     verifiers = [a for n, a in network.state.accounts.items() if n.startswith("verifier")]
-    owed_fees = {
-        v for v in verifiers if ledger.verification.functions.verificationsBy(job_id, v).call()
-    }
-
-    def claimed() -> bool:
-        logs = ledger.market.events.VerificationFeesClaimed().get_logs(
-            from_block=ledger.deployment.deploy_block, argument_filters={"jobId": job_id}
-        )
-        return {log["args"]["verifier"] for log in logs} >= owed_fees
-
-    wait_for(claimed, 60, "the verifiers' fee claims")
+    wait_for_fee_claims(ledger, job_id, verifiers, timeout=60)
     payees = [
         p
         for p in [*ledger.market.functions.participants(job_id).call(), *verifiers]

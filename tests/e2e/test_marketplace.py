@@ -16,7 +16,7 @@ from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import JobStatus
 from node.engine import load_spec, run_unit, unit_shard
 
-from .conftest import SPEC, wait_for
+from .conftest import SPEC, wait_for, wait_for_fee_claims
 
 pytestmark = pytest.mark.slow
 
@@ -104,6 +104,7 @@ def test_honest_job_settles_every_balance_to_the_wei(network, tmp_path, uninterr
     counts = {v: ledger.verification.functions.verificationsBy(job_id, v).call() for v in verifiers}
     each = ledger.job(job_id)["verifierFeeEach"]
     # The daemons collect on their own: providers withdraw, verifiers claim their share.
+    wait_for_fee_claims(ledger, job_id, verifiers)
     wait_for(lambda: all(ledger.owed(a) == 0 for a in [*earned, *verifiers]), 120, "payouts")
 
     assert s["payment"] == sum(earned.values())
