@@ -70,6 +70,7 @@ def _hashing(name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The buckets and signs of a tensor's entries, drawn from a generator seeded by its name.
     A trainer sketches the same tensors every segment, so they are kept (as int32 and int8, 5
     bytes an entry) up to _HASHING_CACHE_BYTES in all; drawing them is most of a sketch's time."""
+    global _hashings_bytes
     key = (name, numel)
     if (kept := _hashings.get(key)) is not None:
         return kept
@@ -79,7 +80,6 @@ def _hashing(name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
     signs = torch.randint(2, (numel,), generator=gen, dtype=torch.int8) * 2 - 1
     hashing = buckets.to(torch.int32), signs
     with _hashings_lock:
-        global _hashings_bytes
         if _hashings_bytes + 5 * numel <= _HASHING_CACHE_BYTES:
             _hashings[key] = hashing
             _hashings_bytes += 5 * numel

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from daemon_support import PASSWORD, Daemon, IpfsNode
+from daemon_support import PASSWORD, Daemon, IpfsNode, skip_past
 from eth_account.signers.local import LocalAccount
 
-from marketplace.chain.anvil import advance_time
 from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
 from marketplace.chain.ledger import Ledger
 from marketplace.cli import main
@@ -20,7 +19,6 @@ from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, onboard
 from marketplace.protocol.terms import JobStatus
-from marketplace.runtime.clock import chain_time
 from marketplace.storage import Storage
 from marketplace.wallet import import_key
 
@@ -186,10 +184,7 @@ def end_open_auctions(ledger: Ledger) -> None:
     any auction it sees, one at a time, so a leftover one could hold off the test's own bid."""
     market = ledger.market.functions
     jobs = (ledger.struct(ledger.market, "job", j) for j in range(1, market.jobCount().call() + 1))
-    open_until = [
-        job["revealDeadline"]
-        for job in jobs
-        if job["status"] in (JobStatus.OPEN, JobStatus.RUNNING)
-    ]
-    if open_until and max(open_until) >= chain_time(ledger.w3):
-        advance_time(ledger.w3, max(open_until) + 1 - chain_time(ledger.w3))
+    running = (JobStatus.OPEN, JobStatus.RUNNING)
+    open_until = [job["revealDeadline"] for job in jobs if job["status"] in running]
+    if open_until:
+        skip_past(ledger, max(open_until))

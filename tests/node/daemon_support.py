@@ -9,6 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+from marketplace.chain.anvil import advance_time
+from marketplace.chain.ledger import Ledger
+from marketplace.runtime.clock import chain_time
+
 PASSWORD = "correct horse battery staple"
 ZOO_COMPUTE = str(Path(sys.executable).with_name("zoo-compute"))
 SPEC = Path(__file__).with_name("spec.yaml")
@@ -108,3 +112,10 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def skip_past(ledger: Ledger, deadline: int) -> None:
+    """The chain's clock moved just past `deadline` now, instead of a wait in real time."""
+    now = chain_time(ledger.w3)
+    if now <= deadline:
+        advance_time(ledger.w3, deadline + 1 - now)

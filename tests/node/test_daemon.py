@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
-from daemon_support import PASSWORD, SPEC, wait_for
+from daemon_support import PASSWORD, SPEC, skip_past, wait_for
 
-from marketplace.chain.anvil import advance_time
 from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import JobRequest, Ledger
 from marketplace.cli import main
@@ -14,7 +13,6 @@ from marketplace.devnet.scripted_job import Cast
 from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.terms import Tier
 from marketplace.protocol.units import unit_steps, units_per_node
-from marketplace.runtime.clock import chain_time
 from marketplace.storage import Storage
 from node.daemon.journal import Journal
 from node.engine import load_spec, run_unit, unit_shard
@@ -50,13 +48,6 @@ def create_job(ledger: Ledger, cast: Cast, storage: Storage, spec: bytes | None 
         budget=1_000 * ZEN,
     )
     return ledger.create_job(cast.user, request)
-
-
-def skip_past(ledger: Ledger, deadline: int) -> None:
-    """The chain's clock moved just past `deadline` now, instead of a wait in real time."""
-    now = chain_time(ledger.w3)
-    if now <= deadline:
-        advance_time(ledger.w3, deadline + 1 - now)
 
 
 def bids_in(ledger: Ledger, cast: Cast, job_id: int, provider: str) -> list:
