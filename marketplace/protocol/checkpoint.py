@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 import hashlib
 import json
 import os
@@ -91,20 +92,30 @@ def state_hash(state: Mapping[str, Any]) -> str:
         if isinstance(leaf, torch.Tensor):
             flat = leaf.detach().to("cpu").contiguous()
             nbytes = flat.numel() * flat.element_size()
-            header = [
-                path,
-                "tensor",
-                str(flat.dtype).removeprefix("torch."),
-                list(flat.shape),
-                nbytes,
-            ]
-            digest.update(json.dumps(header).encode() + b"\n")
+            digest.update(_tensor_line(path, flat.dtype, tuple(flat.shape), nbytes))
             if nbytes:
                 # hash the tensor's memory in place rather than copying it out
                 digest.update((ctypes.c_char * nbytes).from_address(flat.data_ptr()))
         else:
-            digest.update(json.dumps([path, "value", leaf]).encode() + b"\n")
+            line = _value_line if isinstance(leaf, float) else _kept_value_line
+            digest.update(line(path, leaf))
     return digest.hexdigest()
+
+
+# A state's paths, shapes and most of its values repeat from one state to the next, and a unit
+# hashes one at every segment, so their header lines are kept. Floats are not: -0.0 == 0.0, and
+# they would share a line. `typed` keeps 1 and True apart.
+@functools.lru_cache(maxsize=8192)
+def _tensor_line(path: str, dtype: torch.dtype, shape: tuple[int, ...], nbytes: int) -> bytes:
+    header = [path, "tensor", str(dtype).removeprefix("torch."), list(shape), nbytes]
+    return json.dumps(header).encode() + b"\n"
+
+
+def _value_line(path: str, leaf: float | str | None) -> bytes:
+    return json.dumps([path, "value", leaf]).encode() + b"\n"
+
+
+_kept_value_line = functools.lru_cache(maxsize=8192, typed=True)(_value_line)
 
 
 def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:

@@ -146,12 +146,14 @@ class Trainer:
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
 
-    def state(self) -> dict[str, Any]:
-        """A detached CPU copy of the full training state (the `state` of a Checkpoint)."""
+    def state(self, copy: bool = True) -> dict[str, Any]:
+        """A detached CPU copy of the full training state (the `state` of a Checkpoint); with
+        `copy` off, the live tensors themselves, the same bits until the next step, to hash."""
+        tensors = _to_cpu if copy else _as_is
         return {
-            "model": _to_cpu(self.model.state_dict()),
-            "optimizer": _to_cpu(self.optimizer.state_dict()),
-            "scheduler": _to_cpu(self.scheduler.state_dict()),
+            "model": tensors(self.model.state_dict()),
+            "optimizer": tensors(self.optimizer.state_dict()),
+            "scheduler": tensors(self.scheduler.state_dict()),
             "rng": {
                 "torch": torch.get_rng_state(),
                 # the training device's alone, so the state is the same however many GPUs
@@ -187,14 +189,21 @@ class Trainer:
         self.loss_history = [float(x) for x in progress["loss_history"]]
         self.trace = [str(x) for x in state.get("trace", [])]
 
-    def commit_segment(self, loss: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    def commit_segment(
+        self, loss: float, keep: bool
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """Record the segment that ends at the current step, with `loss` its mean loss: its digest
-        joins the trace (and so every later state hash). Returns the record and the state it
-        names, the intermediate state a dispute re-runs the next segment from."""
-        state = self.state()
+        joins the trace (and so every later state hash). Returns the record and, when `keep`, a
+        copy of the state it names, the intermediate state a dispute re-runs the next segment
+        from (without it the live state is hashed in place: no copy is made)."""
+        state = self.state(copy=keep)
         segment = trace.record(self.step, state_hash(state), loss, state["model"])
         self.trace.append(trace.leaf(segment))
-        return segment, state
+        return segment, state if keep else None
+
+
+def _as_is(node: Any) -> Any:
+    return node
 
 
 def _to_cpu(node: Any) -> Any:

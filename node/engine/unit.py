@@ -262,10 +262,10 @@ def _train(
         losses.append(loss)
         if trace.is_boundary(spec, trainer.step):
             mean = sum(losses[segment_from:]) / len(losses[segment_from:])
-            segment, state = trainer.commit_segment(mean)
+            segment, state = trainer.commit_segment(mean, keep=on_segment is not None)
             segments.append(segment)
             segment_from = len(losses)
-            if on_segment is not None:
+            if on_segment is not None and state is not None:
                 on_segment(segment, Checkpoint(state))
         if trainer.step % every == 0 and trainer.step < end:
             good = trainer.state()

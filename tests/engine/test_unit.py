@@ -54,6 +54,22 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(small_spec):
         assert torch.equal(tensor, resumed.checkpoint.state["model"][name])
 
 
+def test_kept_segment_states_are_the_states_their_records_name(small_spec):
+    """A sink gets a copy of each segment's state; without one the live state is hashed in
+    place. Either way the unit's bits are the same, and a kept state is not moved by training."""
+    spec = small_spec()
+    shard = Shard.of(spec, 0, 0, 40)
+    kept: list[tuple[dict, Checkpoint]] = []
+    with_sink = run_unit(spec, None, shard, 10, on_segment=lambda s, c: kept.append((s, c)))
+    without = run_unit(spec, None, shard, 10)
+    assert with_sink.state_hash == without.state_hash
+    assert [s for s, _ in kept] == with_sink.checkpoint.metadata["trace"]["segments"]
+    assert len(kept) > 1
+    for segment, state in kept:
+        assert state.state_hash() == segment["state_hash"]
+        assert state.step == segment["step"]
+
+
 def test_a_different_shard_gives_a_different_hash(small_spec):
     spec = small_spec()
     a = run_unit(spec, None, Shard.of(spec, 0, 0, 40), 5)
