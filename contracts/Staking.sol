@@ -97,7 +97,9 @@ contract Staking is IStaking, AccessControl, ReentrancyGuard {
         uint16 reporterBps_,
         uint256 minVerifierStake_
     ) {
-        if (address(zen_) == address(0) || treasury_ == address(0) || governor == address(0)) revert ZeroAddress();
+        if (address(zen_) == address(0) || treasury_ == address(0) || governor == address(0)) {
+            revert ZeroAddress();
+        }
         zen = zen_;
         treasury = treasury_;
         _grantRole(DEFAULT_ADMIN_ROLE, governor);

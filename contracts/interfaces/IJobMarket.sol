@@ -273,8 +273,7 @@ interface IJobMarket {
     /// @notice Commits unit `index` of `slot`, which must be its next (`unitsDone`): its checkpoint
     /// CID and state hash. Accrues the unit's fixed pay, `price * unitGpuSeconds / 3600`, capped by
     /// the slot's remaining budget.
-    function commitCheckpoint(uint256 jobId, uint16 slot, uint32 index, string calldata cid, bytes32 stateHash)
-        external;
+    function commitCheckpoint(uint256 jobId, uint16 slot, uint32 index, string calldata cid, bytes32 stateHash) external;
 
     /// @notice Reports a slot whose provider missed its checkpoint deadline: slashes it (Downtime,
     /// the caller as reporter) and re-auctions the slot from its last accepted checkpoint.

@@ -138,7 +138,12 @@ interface IVerification {
 
     /// @notice Emitted when a verifier posts a result for a sampled unit.
     event ResultPosted(
-        uint256 indexed jobId, uint16 indexed slot, uint32 indexed index, address verifier, bool pass, string evidenceCid
+        uint256 indexed jobId,
+        uint16 indexed slot,
+        uint32 indexed index,
+        address verifier,
+        bool pass,
+        string evidenceCid
     );
     /// @notice Emitted when a failed result opens a dispute.
     event DisputeOpened(uint256 indexed jobId, uint16 indexed slot, uint32 indexed index, address challenger);

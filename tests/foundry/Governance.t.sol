@@ -56,9 +56,7 @@ contract GovernanceTest is BaseTest {
     }
 
     function _noAdmin(bytes32 role) internal view returns (bytes memory) {
-        return abi.encodeWithSelector(
-            IAccessControl.AccessControlUnauthorizedAccount.selector, address(timelock), role
-        );
+        return abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, address(timelock), role);
     }
 
     /*//////////////////////////////////////////////////////////////
@@ -113,9 +111,7 @@ contract GovernanceTest is BaseTest {
             abi.encodeWithSelector(IStaking.AlreadyBound.selector)
         );
         _governReverts(
-            address(staking),
-            abi.encodeCall(IAccessControl.grantRole, (governorRole, attacker)),
-            _noAdmin(bytes32(0))
+            address(staking), abi.encodeCall(IAccessControl.grantRole, (governorRole, attacker)), _noAdmin(bytes32(0))
         );
         _governReverts(
             address(market),

@@ -249,8 +249,8 @@ contract RollbackTest is BaseTest {
 
         if (s.provider == address(0)) _auction(jobId, provider3, PRICE);
         _completeSlot(jobId, 0);
-        uint256 payment = market.earned(jobId, cheater) + market.earned(jobId, successor)
-            + market.earned(jobId, provider3);
+        uint256 payment =
+            market.earned(jobId, cheater) + market.earned(jobId, successor) + market.earned(jobId, provider3);
         assertLe(payment, budget, "no slot is paid more than its share");
         uint256 userBefore = zen.balanceOf(user);
         _settle(jobId);
@@ -391,9 +391,7 @@ contract RollbackTest is BaseTest {
 
         vm.prank(successor);
         verification.flagUnit(jobId, 0, 1, handed);
-        assertEq(
-            verification.inputUnderReviewUntil(jobId, 0), block.timestamp + VERIFICATION_WINDOW + DISPUTE_WINDOW
-        );
+        assertEq(verification.inputUnderReviewUntil(jobId, 0), block.timestamp + VERIFICATION_WINDOW + DISPUTE_WINDOW);
         assertEq(verification.resultWindowOpensAt(jobId, 0, 1, handed), block.timestamp);
         vm.expectRevert(abi.encodeWithSelector(IVerification.AlreadyFlagged.selector, jobId, 0, 1));
         vm.prank(successor);

@@ -693,8 +693,12 @@ contract VerificationTest is BaseTest {
         _registerVerifier(verifier3);
         IJobMarket.Unit memory unit = _units(1)[0];
         uint256 seedBlock = uint256(unit.blockNumber) + 1;
-        for (uint256 i; _drawnIn(unit, address(0), 0) != verifier1 || _drawnIn(unit, address(0), 1) != verifier2
-                || _drawnIn(unit, verifier2, 0) != verifier1 || _drawnIn(unit, verifier2, 1) != verifier3; ++i) {
+        for (
+            uint256 i;
+            _drawnIn(unit, address(0), 0) != verifier1 || _drawnIn(unit, address(0), 1) != verifier2
+                || _drawnIn(unit, verifier2, 0) != verifier1 || _drawnIn(unit, verifier2, 1) != verifier3;
+            ++i
+        ) {
             vm.setBlockhash(seedBlock, keccak256(abi.encode("seed", i)));
         }
 

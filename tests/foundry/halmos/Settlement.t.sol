@@ -35,7 +35,9 @@ contract SettlementProofs is Test {
         (uint256 feeB, uint256 netB) = Settlement.split(payB, feeBps);
         (uint256 feeC, uint256 netC) = Settlement.split(payC, feeBps);
         uint256 fee = feeA + feeB + feeC;
-        assert(fee == uint256(payA) * feeBps / 10_000 + uint256(payB) * feeBps / 10_000 + uint256(payC) * feeBps / 10_000);
+        assert(
+            fee == uint256(payA) * feeBps / 10_000 + uint256(payB) * feeBps / 10_000 + uint256(payC) * feeBps / 10_000
+        );
         assert(netA + netB + netC + fee + (budget - payment) == budget);
     }
 }

@@ -71,68 +71,98 @@ contract LedgerInvariantTest is BaseTest {
         }
     }
 
+    /// Every property below, after every call of one campaign. Forge 1.7.1 runs a campaign per
+    /// invariant function, each checking only its own: nine functions cost nine campaigns' calls.
+    function invariant_theLedgerKeepsItsBooks() public view {
+        _escrowIsPayoutsPlusFeesPlusRefunds();
+        _marketHoldsEscrowPlusOwed();
+        _stakingHoldsStakePlusUnbonding();
+        _feeIsFivePercentOfEveryPayment();
+        _noSlashWithoutAuthorizedCaller();
+        _slashesInAJobNeverExceedItsCollateral();
+        _slotPayIsItsBudgetShare();
+        _rejectedUnitRollsItsSlotBack();
+        _noWithdrawalAboveOwed();
+    }
+
     /// Every wei a user escrowed is, to the wei, provider pay, a fee to the treasury, the verifier
     /// pool, a refund, or still escrowed in a job that has not settled: in every path (cancel,
     /// stop, downtime, slash, rollback, re-auction).
-    function invariant_escrowIsPayoutsPlusFeesPlusRefunds() public view {
+    function _escrowIsPayoutsPlusFeesPlusRefunds() internal view {
         assertEq(
             handler.ghost_escrowed(),
             handler.ghost_providerPaid() + handler.ghost_feesToTreasury() + handler.ghost_verifierPools()
-                + handler.ghost_refunded() + _openEscrow()
+                + handler.ghost_refunded() + _openEscrow(),
+            "escrowIsPayoutsPlusFeesPlusRefunds"
         );
     }
 
     /// The ZEN the market holds is exactly open escrow, plus what it owes, plus verifier pools
     /// not yet claimed.
-    function invariant_marketHoldsEscrowPlusOwed() public view {
+    function _marketHoldsEscrowPlusOwed() internal view {
         uint256 unclaimedPools = handler.ghost_verifierPools() - handler.ghost_verifierClaimed();
-        assertEq(zen.balanceOf(address(market)), _openEscrow() + _sumOwed() + unclaimedPools);
+        assertEq(
+            zen.balanceOf(address(market)), _openEscrow() + _sumOwed() + unclaimedPools, "marketHoldsEscrowPlusOwed"
+        );
     }
 
     /// The ZEN staking holds is exactly the sum of every account's stake and unbonding stake.
-    function invariant_stakingHoldsStakePlusUnbonding() public view {
+    function _stakingHoldsStakePlusUnbonding() internal view {
         address[] memory accounts = handler.stakers();
         uint256 sum;
         for (uint256 i; i < accounts.length; ++i) {
             IStaking.Account memory a = staking.account(accounts[i]);
             sum += a.staked + a.unbonding;
         }
-        assertEq(zen.balanceOf(address(staking)), sum);
+        assertEq(zen.balanceOf(address(staking)), sum, "stakingHoldsStakePlusUnbonding");
     }
 
     /// The network fee is exactly 5% (rounded down) of every provider's payment, and the treasury
     /// receives exactly the fees less the verifier pool.
-    function invariant_feeIsFivePercentOfEveryPayment() public view {
-        assertEq(handler.ghost_feeMismatches(), 0);
-        assertEq(handler.ghost_providerPaid() + handler.ghost_expectedFees(), handler.ghost_settledEarnings());
-        assertEq(handler.ghost_feesToTreasury() + handler.ghost_verifierPools(), handler.ghost_expectedFees());
+    function _feeIsFivePercentOfEveryPayment() internal view {
+        assertEq(handler.ghost_feeMismatches(), 0, "feeIsFivePercentOfEveryPayment");
+        assertEq(
+            handler.ghost_providerPaid() + handler.ghost_expectedFees(),
+            handler.ghost_settledEarnings(),
+            "feeIsFivePercentOfEveryPayment"
+        );
+        assertEq(
+            handler.ghost_feesToTreasury() + handler.ghost_verifierPools(),
+            handler.ghost_expectedFees(),
+            "feeIsFivePercentOfEveryPayment"
+        );
     }
 
     /// Nobody but the market and the verification contract can slash: every other attempt fails,
     /// and stake leaves staking only by its owner's withdrawal or a slash made by them.
-    function invariant_noSlashWithoutAuthorizedCaller() public view {
-        assertEq(handler.ghost_unauthorizedSlashSuccesses(), 0);
+    function _noSlashWithoutAuthorizedCaller() internal view {
+        assertEq(handler.ghost_unauthorizedSlashSuccesses(), 0, "noSlashWithoutAuthorizedCaller");
         assertEq(
             zen.balanceOf(address(staking)),
-            handler.ghost_stakeDeposited() - handler.ghost_stakeWithdrawn() - handler.ghost_slashedByProtocol()
+            handler.ghost_stakeDeposited() - handler.ghost_stakeWithdrawn() - handler.ghost_slashedByProtocol(),
+            "noSlashWithoutAuthorizedCaller"
         );
     }
 
     /// However many faults are reported in a job, a provider's slashes there add up to at most the
     /// collateral that job asked of it.
-    function invariant_slashesInAJobNeverExceedItsCollateral() public view {
+    function _slashesInAJobNeverExceedItsCollateral() internal view {
         for (uint256 i; i < handler.jobCount(); ++i) {
             uint256 jobId = handler.jobIds(i);
             address[] memory list = market.participants(jobId);
             for (uint256 k; k < list.length; ++k) {
-                assertLe(market.slashedIn(jobId, list[k]), market.job(jobId).collateral);
+                assertLe(
+                    market.slashedIn(jobId, list[k]),
+                    market.job(jobId).collateral,
+                    "slashesInAJobNeverExceedItsCollateral"
+                );
             }
         }
     }
 
     /// No slot is ever paid more than its share of the budget: what its providers earned plus what it
     /// has left is exactly that share, to the wei, through every rollback and re-auction.
-    function invariant_slotPayIsItsBudgetShare() public view {
+    function _slotPayIsItsBudgetShare() internal view {
         for (uint256 i; i < handler.jobCount(); ++i) {
             uint256 jobId = handler.jobIds(i);
             IJobMarket.Job memory j = market.job(jobId);
@@ -142,25 +172,27 @@ contract LedgerInvariantTest is BaseTest {
                 paid[market.participant(jobId, list[k]).slot] += market.earned(jobId, list[k]);
             }
             for (uint16 s; s < j.nodes; ++s) {
-                assertEq(paid[s] + market.slot(jobId, s).remaining, j.budget / j.nodes);
+                assertEq(paid[s] + market.slot(jobId, s).remaining, j.budget / j.nodes, "slotPayIsItsBudgetShare");
             }
         }
     }
 
     /// A confirmed failure always rolls its slot back to the failed unit, whoever holds the slot.
-    function invariant_rejectedUnitRollsItsSlotBack() public view {
-        assertEq(handler.ghost_rollbackMisses(), 0);
+    function _rejectedUnitRollsItsSlotBack() internal view {
+        assertEq(handler.ghost_rollbackMisses(), 0, "rejectedUnitRollsItsSlotBack");
     }
 
     /// No withdrawal pays more than is owed: the market pays out at most what it credited, staking
     /// at most what was requested out.
-    function invariant_noWithdrawalAboveOwed() public view {
-        assertEq(handler.ghost_marketOverpaid(), 0);
-        assertEq(handler.ghost_stakeOverpaid(), 0);
+    function _noWithdrawalAboveOwed() internal view {
+        assertEq(handler.ghost_marketOverpaid(), 0, "noWithdrawalAboveOwed");
+        assertEq(handler.ghost_stakeOverpaid(), 0, "noWithdrawalAboveOwed");
         assertEq(
-            handler.ghost_marketWithdrawn() + _sumOwed(), handler.ghost_providerPaid() + handler.ghost_verifierClaimed()
+            handler.ghost_marketWithdrawn() + _sumOwed(),
+            handler.ghost_providerPaid() + handler.ghost_verifierClaimed(),
+            "noWithdrawalAboveOwed"
         );
-        assertLe(handler.ghost_stakeWithdrawn(), handler.ghost_unbondRequested());
+        assertLe(handler.ghost_stakeWithdrawn(), handler.ghost_unbondRequested(), "noWithdrawalAboveOwed");
     }
 
     /// @dev With -vv: how far the last run drove the lifecycle.

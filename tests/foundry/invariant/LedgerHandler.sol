@@ -228,7 +228,9 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
         _sealed.pop();
         IJobMarket.Job memory j = market.job(b.jobId);
         if (b.round == j.round && block.timestamp <= j.revealDeadline) vm.warp(j.revealDeadline + 1);
-        _protocolSlash(abi.encodeCall(market.expireBid, (b.jobId, b.round, b.bidder)), _actor(callerSeed), address(market));
+        _protocolSlash(
+            abi.encodeCall(market.expireBid, (b.jobId, b.round, b.bidder)), _actor(callerSeed), address(market)
+        );
         ++calls["expireBid"];
     }
 
@@ -298,8 +300,7 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
         Record memory rec = _records[i];
         if (block.timestamp > r.disputedAt + verification.disputeWindow() || !_live(rec)) return;
         uint256 turn = (block.timestamp - r.disputedAt) / verification.turnLength(true);
-        address resolver =
-            verification.drawnVerifier(rec.jobId, rec.slot, rec.index, r.unitBlock, r.first, turn);
+        address resolver = verification.drawnVerifier(rec.jobId, rec.slot, rec.index, r.unitBlock, r.first, turn);
         if (!staking.isActiveVerifier(resolver)) return;
         bool replaced = market.slot(rec.jobId, rec.slot).provider != rec.unit.provider;
 
@@ -475,10 +476,7 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
     //////////////////////////////////////////////////////////////*/
 
     /// @dev The slot's provider commits its next unit; returns the unit as a verifier rebuilds it.
-    function _commit(uint256 jobId, uint16 slotId, IJobMarket.Slot memory s)
-        internal
-        returns (IJobMarket.Unit memory)
-    {
+    function _commit(uint256 jobId, uint16 slotId, IJobMarket.Slot memory s) internal returns (IJobMarket.Unit memory) {
         string memory cid = string.concat("bafyckpt-", vm.toString(_records.length));
         vm.recordLogs();
         vm.prank(s.provider);

@@ -102,9 +102,16 @@ contract RegistryInvariantTest is BaseTest {
         targetContract(address(handler));
     }
 
+    /// Every property below after every call, in one campaign (see the ledger suite).
+    function invariant_theRegistryKeepsItsNames() public view {
+        _versionsNeverChange();
+        _onlyOwnersActAndOwnersAlwaysCan();
+        _ownerIsFirstPublisherOrTransferee();
+    }
+
     /// Versions are append-only: every version ever published reads back exactly as it was stored,
     /// and a name has exactly as many versions as were published under it.
-    function invariant_versionsNeverChange() public view {
+    function _versionsNeverChange() internal view {
         for (uint256 d; d < 2; ++d) {
             IRegistry.Kind kind = IRegistry.Kind(d);
             for (uint256 i; i < 3; ++i) {
@@ -112,25 +119,33 @@ contract RegistryInvariantTest is BaseTest {
                 bytes32 k = handler.key(kind, name);
                 uint32 count = registry.versionCount(kind, name);
                 for (uint32 n = 1; n <= count; ++n) {
-                    assertEq(keccak256(abi.encode(registry.version(kind, name, n))), handler.ghostVersions(k, n - 1));
+                    assertEq(
+                        keccak256(abi.encode(registry.version(kind, name, n))),
+                        handler.ghostVersions(k, n - 1),
+                        "versionsNeverChange"
+                    );
                 }
-                assertEq(count, handler.ghostCount(k));
+                assertEq(count, handler.ghostCount(k), "versionsNeverChange");
             }
         }
     }
 
     /// Only a name's owner publishes under it or hands it on, and an owner always can.
-    function invariant_onlyOwnersActAndOwnersAlwaysCan() public view {
-        assertEq(handler.violationCount(), 0);
+    function _onlyOwnersActAndOwnersAlwaysCan() internal view {
+        assertEq(handler.violationCount(), 0, "onlyOwnersActAndOwnersAlwaysCan");
     }
 
     /// A name's owner is its first publisher, or whom an owner handed it to; nobody else.
-    function invariant_ownerIsFirstPublisherOrTransferee() public view {
+    function _ownerIsFirstPublisherOrTransferee() internal view {
         for (uint256 d; d < 2; ++d) {
             IRegistry.Kind kind = IRegistry.Kind(d);
             for (uint256 i; i < 3; ++i) {
                 string memory name = handler.nameAt(i);
-                assertEq(registry.ownerOf(kind, name), handler.ghostOwner(handler.key(kind, name)));
+                assertEq(
+                    registry.ownerOf(kind, name),
+                    handler.ghostOwner(handler.key(kind, name)),
+                    "ownerIsFirstPublisherOrTransferee"
+                );
             }
         }
     }
