@@ -11,8 +11,9 @@ The ledger draws who judges each sampled unit and each dispute, by stake, turn b
 an answer only from the verifier drawn for the turn running; a later turn matters only when the
 verifier drawn before stayed silent. The draws of every turn are known once the unit's seed is, so
 the daemon re-runs a unit or a dispute only when it is drawn for the turn running or the next one
-(so that the verdict is in hand when its turn comes) and nobody answered yet, and posts each
-verdict in its own turn.
+(so that the verdict is in hand when its turn comes), nobody answered yet and it is an active
+verifier (the draw weighs stakes as they were at the seed; the ledger takes verdicts only from
+verifiers staked at least the minimum now), and posts each verdict in its own turn.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class VerifierDaemon:
         self.downtime_every = downtime_every
         self.withheld_patience = withheld_patience
         self._last_downtime_check = 0.0
+        self._was_active: bool | None = None  # as last read from the ledger
         self._specs: dict[int, JobSpec | None] = {}  # job -> its spec, None when unreadable
         self.outbox = Outbox(ledger.w3, account, journal)
         contracts = [ledger.market, ledger.staking, ledger.verification]
@@ -249,6 +251,7 @@ class VerifierDaemon:
             return
         latest = self.ledger.w3.eth.get_block("latest")
         head = latest["number"]
+        active = self._active()
         for work in new:
             unit = work.unit
             if self._window_closed(work, latest["timestamp"]):
@@ -269,6 +272,8 @@ class VerifierDaemon:
                 continue
             if turns[0] > latest["timestamp"] + self.ledger.turn_length(work.kind == j.DISPUTE):
                 continue  # drawn for a later turn only: the verifiers drawn before may answer
+            if not active:
+                continue  # its verdict would be refused: nothing is re-run until it is active
             inputs = self._inputs(unit, self._withheld_after(work, turns, latest["timestamp"]))
             if inputs is None:
                 log.warning(
@@ -287,6 +292,22 @@ class VerifierDaemon:
                 unit.index,
                 task.id,
             )
+
+    def _active(self) -> bool:
+        """Whether the ledger takes this verifier's verdicts now; logged when that changes."""
+        active = self.ledger.is_active_verifier(self.address)
+        if active != self._was_active:
+            log.log(
+                logging.INFO if active else logging.WARNING,
+                "%s: %s",
+                self.address,
+                "an active verifier, re-running units it is drawn for"
+                if active
+                else "not an active verifier (unregistered or staked below the minimum): "
+                "units it is drawn for are not re-run, their turns pass to the next draw",
+            )
+            self._was_active = active
+        return active
 
     def _record_seed(self, unit: CommittedUnit) -> None:
         """Record the seed that sampled `unit` while the EVM still serves it, so the sample holds

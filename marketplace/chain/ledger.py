@@ -211,6 +211,11 @@ class Ledger:
     def staking_account(self, address: str, block: BlockIdentifier | None = None) -> dict:
         return self.struct(self.staking, "account", address, block=block)
 
+    def is_active_verifier(self, address: str) -> bool:
+        """Whether `address` is a registered verifier staked at least the minimum: the ledger
+        takes no verdict from any other, even one drawn on its stake at a unit's seed."""
+        return call(self.staking.functions.isActiveVerifier(address))
+
     def free_stake(self, address: str) -> int:
         """Stake `address` could lock as new collateral now."""
         return self.staking.functions.freeStake(address).call()

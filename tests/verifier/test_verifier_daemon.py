@@ -296,3 +296,28 @@ def test_unit_past_its_verification_window_is_not_rerun(job, make_daemon, cast):
 
     assert daemon.journal.states() == {(j.RESULT, unit.job_id, 0, 0): j.DROPPED}
     assert results(ledger, unit.job_id) == []
+
+
+def test_a_drawn_verifier_that_unstaked_re_runs_nothing_until_it_is_active(job, make_daemon, cast):
+    """Drawn on its stake at the unit's seed, a verifier that has since unstaked below the
+    minimum would re-run the unit for a verdict the ledger refuses: it queues nothing, and takes
+    the unit up again once it is staked back."""
+    provider = job(ALWAYS, judges=(0,))  # the only staked verifier: drawn for every turn
+    unit = provider.honest(0)
+    verifier = cast.verifiers[0]
+    daemon = make_daemon(verifier)
+    ledger = daemon.ledger
+    staked = ledger.staking_account(verifier.address)["staked"]
+    ledger.send(ledger.request_unstake_call(staked), verifier)
+    mine(ledger.w3, 2)
+    assert ledger.result_turns(unit, verifier.address, unit.committed_at)  # still drawn
+
+    for _ in range(3):
+        daemon.tick()
+    assert daemon.journal.work(j.QUEUED) == []
+    assert daemon.journal.states() == {(j.RESULT, unit.job_id, 0, 0): j.NEW}
+
+    ledger.transfer(cast.governor, verifier.address, staked)
+    ledger.stake(verifier, staked)
+    daemon.tick()
+    assert [w.unit.index for w in daemon.journal.work(j.QUEUED)] == [0]
