@@ -9,6 +9,7 @@ played back.
 # Without `from __future__ import annotations`: DDP checks a hook's annotations at run time.
 import itertools
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -95,11 +96,15 @@ def ddp_group() -> Iterator[None]:
     if dist.is_initialized():
         yield
         return
+    # every init wraps sys.excepthook in one more layer, which destroying the group leaves in
+    # place: a long-lived worker would nest one per re-run
+    excepthook = sys.excepthook
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        sys.excepthook = excepthook
 
 
 def wrap(trainer: Trainer, exchange: Exchange | ReplayExchange) -> None:

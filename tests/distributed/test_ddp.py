@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -106,3 +107,14 @@ def test_on_cuda_ranks_ddp_runs_over_nccl_and_keeps_the_ranks_alike(spec: JobSpe
     result = train_ddp(spec, GroupConfig(ranks=2, device="cuda"))
     assert result.eval_loss < 0.8 * UNTRAINED_LOSS
     assert len(set(result.weights_sha256)) == 1  # every rank holds the same model
+
+
+def test_a_re_run_group_leaves_the_process_excepthook_as_it_was():
+    """A verifier worker forms a one-process group for every rank unit it re-runs: torch wraps
+    sys.excepthook at each, and without restoring it a long-lived worker nests one per re-run."""
+    before = sys.excepthook
+    for _ in range(3):
+        with ddp_group():
+            assert dist.is_initialized()
+    assert sys.excepthook is before
+    assert not dist.is_initialized()
