@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import functools
 import hashlib
 import json
 import os
@@ -92,30 +91,47 @@ def state_hash(state: Mapping[str, Any]) -> str:
         if isinstance(leaf, torch.Tensor):
             flat = leaf.detach().to("cpu").contiguous()
             nbytes = flat.numel() * flat.element_size()
-            digest.update(_tensor_line(path, flat.dtype, tuple(flat.shape), nbytes))
+            digest.update(_tensor_line(path, flat.dtype, flat.shape, nbytes))
             if nbytes:
                 # hash the tensor's memory in place rather than copying it out
                 digest.update((ctypes.c_char * nbytes).from_address(flat.data_ptr()))
         else:
-            line = _value_line if isinstance(leaf, float) else _kept_value_line
-            digest.update(line(path, leaf))
+            digest.update(_value_line(path, leaf))
     return digest.hexdigest()
 
 
 # A state's paths, shapes and most of its values repeat from one state to the next, and a unit
-# hashes one at every segment, so their header lines are kept. Floats are not: -0.0 == 0.0, and
-# they would share a line. `typed` keeps 1 and True apart.
-@functools.lru_cache(maxsize=8192)
-def _tensor_line(path: str, dtype: torch.dtype, shape: tuple[int, ...], nbytes: int) -> bytes:
-    header = [path, "tensor", str(dtype).removeprefix("torch."), list(shape), nbytes]
-    return json.dumps(header).encode() + b"\n"
+# hashes one at every segment, so their header lines are kept: short ones only, and a bounded
+# number, since a checkpoint may come from anyone. Floats are not kept: -0.0 == 0.0, and they
+# would share a line; the key's type keeps 1 and True apart.
+_KEPT_LINES = 8192
+_KEPT_LINE_BYTES = 512
+_kept: dict[tuple[Any, ...], bytes] = {}
+
+
+def _tensor_line(path: str, dtype: torch.dtype, shape: torch.Size, nbytes: int) -> bytes:
+    key = (path, dtype, shape, nbytes)
+    if (line := _kept.get(key)) is None:
+        header = [path, "tensor", str(dtype).removeprefix("torch."), list(shape), nbytes]
+        line = _keep(key, json.dumps(header).encode() + b"\n")
+    return line
 
 
 def _value_line(path: str, leaf: float | str | None) -> bytes:
-    return json.dumps([path, "value", leaf]).encode() + b"\n"
+    if isinstance(leaf, float):
+        return json.dumps([path, "value", leaf]).encode() + b"\n"
+    key = (path, type(leaf), leaf)
+    if (line := _kept.get(key)) is None:
+        line = _keep(key, json.dumps([path, "value", leaf]).encode() + b"\n")
+    return line
 
 
-_kept_value_line = functools.lru_cache(maxsize=8192, typed=True)(_value_line)
+def _keep(key: tuple[Any, ...], line: bytes) -> bytes:
+    if len(line) <= _KEPT_LINE_BYTES:
+        if len(_kept) >= _KEPT_LINES:
+            _kept.clear()
+        _kept[key] = line
+    return line
 
 
 def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:

@@ -66,6 +66,26 @@ def test_hash_covers_dtype_and_shape_not_just_bytes():
     assert state_hash({"a": 1}) != state_hash({"a": 1.0})
 
 
+def test_kept_header_lines_tell_equal_values_of_other_types_apart():
+    """The hash keeps the header lines it has seen; a value equal to a kept one but of another
+    type, or a float of another sign, still hashes as itself, however often it is hashed."""
+    for _ in range(2):
+        hashes = {state_hash({"a": v}) for v in (1, True, 1.0, 0.0, -0.0, "1", None, 0, False)}
+        assert len(hashes) == 9
+
+
+def test_a_hostile_state_cannot_fill_the_kept_header_lines():
+    """A checkpoint may come from anyone: long values are hashed but never kept, and however many
+    distinct short ones arrive, the kept lines stay bounded."""
+    from marketplace.protocol import checkpoint
+
+    long_value = "x" * 100_000
+    assert state_hash({"a": long_value}) != state_hash({"a": long_value + "y"})
+    assert all(len(line) <= checkpoint._KEPT_LINE_BYTES for line in checkpoint._kept.values())
+    state_hash({f"k{i}": i for i in range(3 * checkpoint._KEPT_LINES)})
+    assert len(checkpoint._kept) <= checkpoint._KEPT_LINES
+
+
 def test_metadata_records_the_environment(unit):
     meta = unit.checkpoint.metadata
     env = meta["environment"]
