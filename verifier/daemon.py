@@ -251,7 +251,7 @@ class VerifierDaemon:
             return
         latest = self.ledger.w3.eth.get_block("latest")
         head = latest["number"]
-        active = self._active()
+        active: bool | None = None  # read from the ledger once a piece of work is due
         for work in new:
             unit = work.unit
             if self._window_closed(work, latest["timestamp"]):
@@ -272,6 +272,8 @@ class VerifierDaemon:
                 continue
             if turns[0] > latest["timestamp"] + self.ledger.turn_length(work.kind == j.DISPUTE):
                 continue  # drawn for a later turn only: the verifiers drawn before may answer
+            if active is None:
+                active = self._active()
             if not active:
                 continue  # its verdict would be refused: nothing is re-run until it is active
             inputs = self._inputs(unit, self._withheld_after(work, turns, latest["timestamp"]))
