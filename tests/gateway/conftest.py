@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from gateway_support import UNLIMITED, gateway_env, wait_for_http
+from gateway_support import UNLIMITED, gateway_env, wait_for_http, wait_until_caught_up
 from web3.logs import DISCARD
 
 from marketplace.chain.anvil import advance_time
@@ -156,6 +156,7 @@ def served_gateway(ledger, story, ipfs_api, tmp_path_factory) -> Iterator[str]:
     try:
         url = f"http://127.0.0.1:{port}"
         wait_for_http(f"{url}/health", server)
+        wait_until_caught_up(url, ledger.w3.eth.block_number, indexer)
         yield url
     finally:
         terminate(server)

@@ -42,3 +42,15 @@ def wait_for_http(url: str, process: subprocess.Popen, timeout: float = 30) -> N
             if time.monotonic() > deadline or process.poll() is not None:
                 pytest.fail(f"nothing answers at {url}")
             time.sleep(0.2)
+
+
+def wait_until_caught_up(
+    url: str, head: int, indexer: subprocess.Popen, timeout: float = 60
+) -> None:
+    """Wait until the gateway at `url` says it has indexed block `head`: a test that reads a job
+    the fixtures made must not race the indexer's first pass (a 404 on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while (httpx.get(f"{url}/health").json()["indexed_block"] or -1) < head:
+        if time.monotonic() > deadline or indexer.poll() is not None:
+            pytest.fail(f"the gateway at {url} did not index block {head} in {timeout}s")
+        time.sleep(0.2)
