@@ -31,7 +31,8 @@ from node.engine.environment import Host
 from verifier import casebook
 from verifier.trajectory import MEASURES, TOLERANCE_FILE, TOLERANCE_FORMAT, ratio
 
-MAX_STEPS = 16  # the table's length: units up to this many steps are measured directly
+# the table's length: the longest segment, which a dispute re-runs alone and judges by the table
+MAX_STEPS = trace.MAX_SEGMENT_STEPS
 
 
 def trajectory(
@@ -103,9 +104,12 @@ def main() -> int:
         start = run_unit(spec, None, shard, every, device="cpu", host=classes[0][1]).checkpoint
         for origin in (None, start):
             # each class as the provider once, judged by the next (the last by the first)
-            for (_, *a), (_, *b) in zip(classes, classes[1:] + classes[:1], strict=True):
+            for (_, host_a, device_a), (_, host_b, device_b) in zip(
+                classes, classes[1:] + classes[:1], strict=True
+            ):
                 pairs += 1
-                for n, found in drift(spec, origin, shard, steps, (a[0], a[1]), (b[0], b[1])):
+                provider, verifier = (host_a, device_a), (host_b, device_b)
+                for n, found in drift(spec, origin, shard, steps, provider, verifier):
                     for m, d in found.items():
                         measured[m][n - 1] = max(measured[m][n - 1], d)
         print(f"{name} seed {seed}: {pairs} class pairs so far", file=sys.stderr, flush=True)

@@ -34,11 +34,18 @@ _BASE: dict[str, Any] = {
     "reproducibility": {"seed": 7, "num_threads": 1},
 }
 
-# Small specs of both built-in architectures; every (H) 8 gives one-step segments, 16 two-step.
+# Small specs of both built-in architectures; every (H) 8 gives one-step segments, 16 two-step,
+# and 48 six-step ones in a unit three times as long as the table measures, as shipped specs'
+# units are (honest drift grows larger later in training, which short units never reach).
 SPECS: dict[str, dict[str, Any]] = {
     "gpt-1x32": {
         "model": {"architecture": "gpt", "n_layer": 1, "n_embd": 32, "n_head": 2},
         "checkpoint": {"every": 8},
+    },
+    "gpt-1x32-h48": {
+        "model": {"architecture": "gpt", "n_layer": 1, "n_embd": 32, "n_head": 2},
+        "checkpoint": {"every": 48},
+        "training": {"max_steps": 144},
     },
     "gpt-2x48": {
         "model": {"architecture": "gpt", "n_layer": 2, "n_embd": 48, "n_head": 4},
@@ -176,7 +183,10 @@ def bf16(
         return honest(spec, start, shard, steps, host)
 
 
-NOISE_RATIO = 0.01  # the noise's norm over the norm of what the unit's steps moved the weights
+# The noise's norm over the norm of what the unit's steps moved the weights: past the bound (5x
+# the largest honest drift measured, about 2% of a unit's movement in tolerance.json), since
+# noise inside it is by construction no larger than what honest hardware differs by.
+NOISE_RATIO = 0.05
 
 
 def noise(

@@ -13,7 +13,6 @@ cheater gains nothing inside them: docs/verification.md.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -45,29 +44,24 @@ StateSource = Callable[[Mapping[str, Any]], Checkpoint | None]
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Bounds on honest cross-class distances by steps since the common start, per measure.
+    """Bounds on honest cross-class distances, per measure.
 
     `measured[m][n - 1]` is the largest honest distance of measure m seen n steps after a shared
     start. Honest drift comes mostly from rare events (a last-bit difference flipping the sign
     of an AdamW update whose gradient is near zero), which a finite calibration under-samples at
-    any one step count; so the bound pools the table: `margin` times its largest entry for any
-    count it covers, and past its end that grown at the steepest measured per-step rate. Never
-    below `floor`.
+    any one step count; so the bound pools the table: `margin` times its largest entry, whatever
+    the steps, and never below `floor`. Past the table's end it is not grown: a re-run that
+    drifts further is narrowed to its first segment out of bounds, which is re-run alone from
+    the provider's state, and a segment is never longer than the table
+    (trace.MAX_SEGMENT_STEPS), so the decisive comparison is always one the table measured.
     """
 
     measured: Mapping[str, tuple[float, ...]]
     margin: float
     floor: float
 
-    def bound(self, measure: str, steps: int) -> float:
-        table = self.measured[measure]
-        worst = max(table)
-        if steps > len(table):
-            growth = max(
-                (b / a for a, b in itertools.pairwise(table) if a > 0 and b > a), default=1.0
-            )
-            worst *= growth ** (steps - len(table))
-        return max(self.floor, self.margin * worst)
+    def bound(self, measure: str) -> float:
+        return max(self.floor, self.margin * max(self.measured[measure]))
 
     @classmethod
     def load(cls, path: Path = TOLERANCE_FILE) -> Tolerance:
@@ -222,7 +216,7 @@ def judge(
                 distances["weights"] = ratio(
                     committed.state["model"], result.checkpoint.state["model"], _model(origin, spec)
                 )
-            share = _share(distances, tolerance, int(ours["step"]) - at, worst)
+            share = _share(distances, tolerance, worst)
             if not share <= 1.0:  # NaN is out of bounds
                 apart = i
                 break
@@ -257,7 +251,7 @@ def judge(
             ),
             "loss": _loss_ratio(segments[apart]["loss"], sum(losses) / len(losses)),
         }
-        share = _share(distances, tolerance, length, worst)
+        share = _share(distances, tolerance, worst)
         if problem or not share <= 1.0:
             return Judgement(
                 False,
@@ -313,12 +307,10 @@ def _loss_ratio(theirs: float, ours: float) -> float:
     return abs(theirs - ours) / max(abs(ours), _TINY)
 
 
-def _share(
-    distances: Mapping[str, float], tolerance: Tolerance, steps: int, worst: dict[str, float]
-) -> float:
+def _share(distances: Mapping[str, float], tolerance: Tolerance, worst: dict[str, float]) -> float:
     """The largest of the distances over its bound (NaN if any is NaN); `worst` keeps each
     measure's largest."""
-    shares = {m: d / tolerance.bound(m, steps) for m, d in distances.items()}
+    shares = {m: d / tolerance.bound(m) for m, d in distances.items()}
     for measure, share in shares.items():
         worst[measure] = max(worst.get(measure, 0.0), share)
     if any(math.isnan(x) for x in shares.values()):

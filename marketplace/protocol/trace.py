@@ -31,13 +31,17 @@ _SKETCH_SEED = 0x5EED_2026
 _LEAF_PREFIX = b"zoo-segment/1\n"
 _NODE_PREFIX = b"zoo-merkle/1\n"
 _SEGMENTS_PER_UNIT = 8  # aim: about this many segments in a full unit
+# and none longer than this: the honest cross-class drift a dispute's one-segment re-run is
+# judged by is measured up to this many steps (scripts/calibrate_verification.py)
+MAX_SEGMENT_STEPS = 16
 
 
 def segment_steps(spec: JobSpec) -> int:
-    """k: the largest divisor of `checkpoint.every` at most ceil(every / 8), so every unit
-    boundary is a segment boundary and a full unit has about eight segments."""
+    """k: the largest divisor of `checkpoint.every` at most ceil(every / 8) and at most
+    MAX_SEGMENT_STEPS, so every unit boundary is a segment boundary, a full unit has about eight
+    segments or more, and none is longer than the calibration measured."""
     every = spec.checkpoint.every
-    target = max(1, math.ceil(every / _SEGMENTS_PER_UNIT))
+    target = min(MAX_SEGMENT_STEPS, max(1, math.ceil(every / _SEGMENTS_PER_UNIT)))
     return max(d for d in range(1, target + 1) if every % d == 0)
 
 

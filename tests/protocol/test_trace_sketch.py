@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from marketplace.protocol import trace
+from marketplace.protocol.spec import parse_spec
 
+TINY = Path(__file__).resolve().parents[2] / "node" / "specs" / "tiny.yaml"
 # sha256 of the JSON of _model()'s sketch, as the protocol has defined it since records began
 PINNED = "e36f52272446456667c79df8c53a8290ed4c05b58821e3c5d7157a6e894fc4d7"
 
@@ -42,3 +46,17 @@ def test_the_sketch_is_linear():
     difference = {k: b[k].double() - a[k].double() for k in b}
     expected = [y - x for x, y in zip(trace.sketch(a), trace.sketch(b), strict=True)]
     assert trace.sketch(difference) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("every", "k"),
+    [(8, 1), (16, 2), (50, 5), (48, 6), (100, 10), (250, 10), (97, 1)],
+)
+def test_a_unit_has_about_eight_segments_and_none_longer_than_the_calibration(every, k):
+    """k divides H, so unit boundaries are segment boundaries; past 8 x 16 steps a unit has more
+    segments rather than ones longer than the honest drift the tolerance measured."""
+    raw = yaml.safe_load(TINY.read_text())
+    raw["checkpoint"]["every"], raw["training"]["max_steps"] = every, 4 * every
+    spec = parse_spec(raw)
+    assert trace.segment_steps(spec) == k <= trace.MAX_SEGMENT_STEPS
+    assert trace.boundaries(spec, every, every)[-1] == 2 * every

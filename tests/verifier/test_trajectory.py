@@ -27,14 +27,24 @@ from verifier.trajectory import Tolerance, judge, trace_problem
 PROVIDER, VERIFIER = casebook.HOSTS["t2"], casebook.HOSTS["t1-nodnn"]
 
 
-@pytest.fixture(scope="module")
-def unit():
-    """A gpt spec, the checkpoint its unit 1 starts from, the shard, and H."""
-    spec = casebook.spec("gpt-1x32", seed=11)
+def _unit(name: str):
+    """A casebook spec, the checkpoint its unit 1 starts from, the shard, and H."""
+    spec = casebook.spec(name, seed=11)
     shard = Shard.of(spec, 0, 0, spec.training.max_steps)
     every = spec.checkpoint.every
     start = run_unit(spec, None, shard, every, device="cpu", host=PROVIDER).checkpoint
     return spec, start, shard, every
+
+
+@pytest.fixture(scope="module")
+def unit():
+    return _unit("gpt-1x32")
+
+
+@pytest.fixture(scope="module")
+def long_unit():
+    """A unit three times as long as the calibration measures, as every shipped spec's is."""
+    return _unit("gpt-1x32-h48")
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +110,30 @@ def test_a_disagreement_is_narrowed_to_the_segment_of_the_skipped_step(unit, tol
     bounds = trace.boundaries(spec, start.step, every)
     assert verdict.segment == next(i for i, b in enumerate(bounds) if b > skipped)
     assert "re-run alone from the provider's own state" in verdict.reason
+
+
+def test_past_the_calibrated_steps_an_honest_unit_passes_and_a_skipped_step_still_fails(
+    long_unit, tolerance
+):
+    """The bound is not stretched for steps the calibration never measured: a re-run that drifts
+    further is narrowed to one segment, which is never longer than the calibration. (Grown past
+    the table, it passed every cheat in the second half of a 48-step unit.)"""
+    spec, start, shard, every = long_unit
+    assert every > len(tolerance.measured["weights"]) >= trace.segment_steps(spec)
+    honest = _judge(long_unit, tolerance, casebook.honest(spec, start, shard, every, PROVIDER))
+    assert honest.passed, honest.reason
+    assert honest.steps_run <= 2 * every
+    skipped = casebook.skip_one_step(spec, start, shard, every, PROVIDER)
+    verdict = _judge(long_unit, tolerance, skipped)
+    bounds = trace.boundaries(spec, start.step, every)
+    assert verdict.passed is False and verdict.segment == next(
+        i for i, b in enumerate(bounds) if b > start.step + every // 2
+    ), verdict.reason
+    for cheat in ("noise", "fewer_tokens"):
+        verdict = _judge(
+            long_unit, tolerance, casebook.CHEATS[cheat](spec, start, shard, every, PROVIDER)
+        )
+        assert verdict.passed is False, f"{cheat}: {verdict.reason}"
 
 
 def test_withheld_intermediate_states_fail_a_disputed_unit(unit, tolerance):
