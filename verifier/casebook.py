@@ -119,6 +119,23 @@ def skip_one_step(
 
         return run
 
+    with _patched(Trainer, "forward_backward", forward), _skipped_update(skip):
+        return honest(spec, start, shard, steps, host)
+
+
+def skip_last_update(
+    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+) -> Committed:
+    """Reports every loss honestly but leaves out the unit's last update: the skip a re-run that
+    weighs the end against the whole unit's movement would not see."""
+    with _skipped_update((start.step if start else 0) + steps - 1):
+        return honest(spec, start, shard, steps, host)
+
+
+@contextmanager
+def _skipped_update(skip: int) -> Iterator[None]:
+    """Optimizer step `skip + 1` leaves the weights as they were; every counter moves on."""
+
     def apply(original: Any) -> Any:
         def run(self: Trainer, loss: float) -> None:
             if self.step == skip:
@@ -132,8 +149,8 @@ def skip_one_step(
 
         return run
 
-    with _patched(Trainer, "forward_backward", forward), _patched(Trainer, "apply", apply):
-        return honest(spec, start, shard, steps, host)
+    with _patched(Trainer, "apply", apply):
+        yield
 
 
 def fewer_tokens(
@@ -246,6 +263,7 @@ def smaller_model(
 
 CHEATS: dict[str, Cheat] = {
     "skip_one_step": skip_one_step,
+    "skip_last_update": skip_last_update,
     "fewer_tokens": fewer_tokens,
     "other_shard": other_shard,
     "bf16": bf16,

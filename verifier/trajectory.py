@@ -177,7 +177,8 @@ def judge(
     bounds it re-runs that segment alone from the provider's committed state before it (what a
     dispute verifier does) and fails the unit if that lands out of bounds too; a segment that
     lands inside was honest rounding that piled up, and the comparison starts again from the
-    provider's state after it. `run` goes to run_unit (storage, local data, limits).
+    provider's state after it. The last segment is always re-run alone as well. `run` goes to
+    run_unit (storage, local data, limits).
     """
     begin = start.step if start is not None else 0
     problem = trace_problem(spec, committed, begin, steps)
@@ -221,16 +222,20 @@ def judge(
                 apart = i
                 break
             largest = max(largest, share)
-        if apart is None:
-            decisive = max(decisive, largest)
+        decisive = max(decisive, largest) if apart is None else decisive
+        if apart is None and first == len(segments) - 1:  # the last segment was re-run alone
             return Judgement(True, "the re-run stays within bounds", None, cost, decisive, worst)
+        if apart is None:
+            # a whole re-run weighs the last segment's work against the whole unit's movement,
+            # in which one step skipped at its end is small; so it is re-run alone as well
+            apart = len(segments) - 1
         last = apart == len(segments) - 1
         before = _state_at(segments, apart - 1, first, origin, states)
         after = committed if last else _state_at(segments, apart, 0, None, states)
         if before is _MISSING or after is _MISSING:
             return Judgement(
                 False,
-                f"segment {apart} is out of bounds and the provider's state around it "
+                f"segment {apart} is to be re-run alone and the provider's state around it "
                 "is not available or not what it committed",
                 apart,
                 cost,

@@ -27,9 +27,9 @@ from verifier.trajectory import Tolerance, judge, trace_problem
 PROVIDER, VERIFIER = casebook.HOSTS["t2"], casebook.HOSTS["t1-nodnn"]
 
 
-def _unit(name: str):
+def _unit(name: str, seed: int):
     """A casebook spec, the checkpoint its unit 1 starts from, the shard, and H."""
-    spec = casebook.spec(name, seed=11)
+    spec = casebook.spec(name, seed=seed)
     shard = Shard.of(spec, 0, 0, spec.training.max_steps)
     every = spec.checkpoint.every
     start = run_unit(spec, None, shard, every, device="cpu", host=PROVIDER).checkpoint
@@ -38,13 +38,14 @@ def _unit(name: str):
 
 @pytest.fixture(scope="module")
 def unit():
-    return _unit("gpt-1x32")
+    return _unit("gpt-1x32", seed=11)
 
 
 @pytest.fixture(scope="module")
 def long_unit():
-    """A unit three times as long as the calibration measures, as every shipped spec's is."""
-    return _unit("gpt-1x32-h48")
+    """A unit three times as long as the calibration measures, as every shipped spec's is (a seed
+    whose last update, left out, a whole re-run alone does not see)."""
+    return _unit("gpt-1x32-h48", seed=19)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,8 @@ def test_past_the_calibrated_steps_an_honest_unit_passes_and_a_skipped_step_stil
 ):
     """The bound is not stretched for steps the calibration never measured: a re-run that drifts
     further is narrowed to one segment, which is never longer than the calibration. (Grown past
-    the table, it passed every cheat in the second half of a 48-step unit.)"""
+    the table, it passed every cheat in the second half of a 48-step unit; and weighed only
+    against the whole unit's movement, the unit's last update could be left out.)"""
     spec, start, shard, every = long_unit
     assert every > len(tolerance.measured["weights"]) >= trace.segment_steps(spec)
     honest = _judge(long_unit, tolerance, casebook.honest(spec, start, shard, every, PROVIDER))
@@ -129,7 +131,7 @@ def test_past_the_calibrated_steps_an_honest_unit_passes_and_a_skipped_step_stil
     assert verdict.passed is False and verdict.segment == next(
         i for i, b in enumerate(bounds) if b > start.step + every // 2
     ), verdict.reason
-    for cheat in ("noise", "fewer_tokens"):
+    for cheat in ("skip_last_update", "noise", "fewer_tokens"):
         verdict = _judge(
             long_unit, tolerance, casebook.CHEATS[cheat](spec, start, shard, every, PROVIDER)
         )
