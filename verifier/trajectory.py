@@ -225,55 +225,62 @@ def judge(
         decisive = max(decisive, largest) if apart is None else decisive
         if apart is None and first == len(segments) - 1:  # the last segment was re-run alone
             return Judgement(True, "the re-run stays within bounds", None, cost, decisive, worst)
-        if apart is None:
-            # a whole re-run weighs the last segment's work against the whole unit's movement,
-            # in which one step skipped at its end is small; so it is re-run alone as well
-            apart = len(segments) - 1
-        last = apart == len(segments) - 1
-        before = _state_at(segments, apart - 1, first, origin, states)
-        after = committed if last else _state_at(segments, apart, 0, None, states)
-        if before is _MISSING or after is _MISSING:
-            return Judgement(
-                False,
-                f"segment {apart} is to be re-run alone and the provider's state around it "
-                "is not available or not what it committed",
-                apart,
-                cost,
-                worst=worst,
+        # Each segment up to the one out of bounds is re-run alone: drift that crossed the bound
+        # there may have begun in one before it, which the whole re-run weighed against more of
+        # the unit's movement. Within bounds all the way, the last segment is re-run alone: a
+        # step left out at its end is small against the whole unit's movement.
+        for index in range(first, apart + 1) if apart is not None else [len(segments) - 1]:
+            before = _state_at(segments, index - 1, first, origin, states)
+            after = (
+                committed
+                if index == len(segments) - 1
+                else _state_at(segments, index, 0, None, states)
             )
-        assert isinstance(after, Checkpoint)
-        before_state = before if isinstance(before, Checkpoint) else None
-        length = int(segments[apart]["step"]) - (before_state.step if before_state else 0)
-        alone = run_unit(
-            spec, before_state, shard, length, device=device, devices=1, host=host, **run
-        )
-        cost += length
-        problem = structure_problem(after, alone.checkpoint)
-        losses = alone.metrics["losses"]
-        distances = {
-            "weights": ratio(
-                after.state["model"], alone.checkpoint.state["model"], _model(before_state, spec)
-            ),
-            "loss": _loss_ratio(segments[apart]["loss"], sum(losses) / len(losses)),
-        }
-        share = _share(distances, tolerance, worst)
-        if problem or not share <= 1.0:
-            return Judgement(
-                False,
-                f"segment {apart} (steps {int(segments[apart]['step']) - length}.."
-                f"{segments[apart]['step']}) re-run alone from the provider's own state lands "
-                f"{share:.3g} times the bound away ({problem or 'weights and loss'})",
-                apart,
-                cost,
-                share,
-                worst,
+            if before is _MISSING or after is _MISSING:
+                return Judgement(
+                    False,
+                    f"segment {index} is to be re-run alone and the provider's state around it "
+                    "is not available or not what it committed",
+                    index,
+                    cost,
+                    worst=worst,
+                )
+            assert isinstance(after, Checkpoint)
+            anchor = after  # the provider's state after the last segment re-run alone
+            before_state = before if isinstance(before, Checkpoint) else None
+            length = int(segments[index]["step"]) - (before_state.step if before_state else 0)
+            alone = run_unit(
+                spec, before_state, shard, length, device=device, devices=1, host=host, **run
             )
-        decisive = max(decisive, share)
-        if last:
+            cost += length
+            problem = structure_problem(after, alone.checkpoint)
+            losses = alone.metrics["losses"]
+            distances = {
+                "weights": ratio(
+                    after.state["model"],
+                    alone.checkpoint.state["model"],
+                    _model(before_state, spec),
+                ),
+                "loss": _loss_ratio(segments[index]["loss"], sum(losses) / len(losses)),
+            }
+            share = _share(distances, tolerance, worst)
+            if problem or not share <= 1.0:
+                return Judgement(
+                    False,
+                    f"segment {index} (steps {int(segments[index]['step']) - length}.."
+                    f"{segments[index]['step']}) re-run alone from the provider's own state "
+                    f"lands {share:.3g} times the bound away ({problem or 'weights and loss'})",
+                    index,
+                    cost,
+                    share,
+                    worst,
+                )
+            decisive = max(decisive, share)
+        if apart is None or apart == len(segments) - 1:
             return Judgement(
-                True, "the last segment re-run alone is within bounds", None, cost, decisive, worst
+                True, "the segments re-run alone are within bounds", None, cost, decisive, worst
             )
-        origin, first = after, apart + 1
+        origin, first = anchor, apart + 1
 
 
 _MISSING = object()

@@ -12,7 +12,7 @@ import torch
 from marketplace.protocol import trace
 from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.execution import ExecutionClass, ExecutionClassError
-from node.engine import Shard, run_unit
+from node.engine import Shard, parse_spec, run_unit
 from verifier import casebook
 from verifier.recompute import (
     CLASSES_ENV,
@@ -136,6 +136,26 @@ def test_past_the_calibrated_steps_an_honest_unit_passes_and_a_skipped_step_stil
             long_unit, tolerance, casebook.CHEATS[cheat](spec, start, shard, every, PROVIDER)
         )
         assert verdict.passed is False, f"{cheat}: {verdict.reason}"
+
+
+def test_an_update_left_out_is_caught_where_its_drift_crosses_the_bound_segments_later():
+    """In a 240-step unit an update left out at step 204 stays inside the bound in its own
+    segment of the whole re-run and crosses it two segments later, where that segment alone is
+    honest: each segment before the crossing is re-run alone as well, and the one it was left
+    out of fails. (Re-running only the segment where the bound was crossed passed the unit.)"""
+    raw = casebook._merge(casebook._BASE, casebook.SPECS["gpt-1x32"])
+    raw["checkpoint"]["every"], raw["training"]["max_steps"] = 240, 720
+    raw["reproducibility"]["seed"] = 23
+    spec = parse_spec(raw)
+    shard = Shard.of(spec, 0, 0, spec.training.max_steps)
+    start = run_unit(spec, None, shard, 240, device="cpu", host=PROVIDER).checkpoint
+    with casebook._skipped_update(start.step + 204):
+        cheat = casebook.honest(spec, start, shard, 240, PROVIDER)
+    verdict = _judge((spec, start, shard, 240), Tolerance.load(), cheat)
+    left_out = start.step + 205  # the step whose update is missing
+    bounds = trace.boundaries(spec, start.step, 240)
+    assert verdict.passed is False, verdict.reason
+    assert verdict.segment == next(i for i, b in enumerate(bounds) if b >= left_out)
 
 
 def test_withheld_intermediate_states_fail_a_disputed_unit(unit, tolerance):
