@@ -51,8 +51,8 @@ class Tolerance:
     of an AdamW update whose gradient is near zero), which a finite calibration under-samples at
     any one step count; so the bound pools the table: `margin` times its largest entry, whatever
     the steps, and never below `floor`. Past the table's end it is not grown: a re-run that
-    drifts further is narrowed to its first segment out of bounds, which is re-run alone from
-    the provider's state, and a segment is never longer than the table
+    drifts further has its segments up to the first out of bounds re-run alone from the
+    provider's states, and a segment is never longer than the table
     (trace.MAX_SEGMENT_STEPS), so the decisive comparison is always one the table measured.
     """
 
@@ -174,11 +174,11 @@ def judge(
     from `start`, in this verifier's class, within `tolerance`.
 
     A first pass re-runs the unit whole and compares every segment end; at the first one out of
-    bounds it re-runs that segment alone from the provider's committed state before it (what a
-    dispute verifier does) and fails the unit if that lands out of bounds too; a segment that
-    lands inside was honest rounding that piled up, and the comparison starts again from the
-    provider's state after it. The last segment is always re-run alone as well. `run` goes to
-    run_unit (storage, local data, limits).
+    bounds it re-runs that segment, and each before it since the comparison's start, alone from
+    the provider's committed state before it (what a dispute verifier does) and fails the unit
+    if one lands out of bounds too; all inside, the drift was honest rounding that piled up, and
+    the comparison starts again from the provider's state after the segment. The last segment
+    is always re-run alone as well. `run` goes to run_unit (storage, local data, limits).
     """
     begin = start.step if start is not None else 0
     problem = trace_problem(spec, committed, begin, steps)
@@ -222,9 +222,12 @@ def judge(
                 apart = i
                 break
             largest = max(largest, share)
-        decisive = max(decisive, largest) if apart is None else decisive
-        if apart is None and first == len(segments) - 1:  # the last segment was re-run alone
-            return Judgement(True, "the re-run stays within bounds", None, cost, decisive, worst)
+        if apart is None:
+            decisive = max(decisive, largest)
+            if first == len(segments) - 1:  # the last segment was just re-run alone
+                return Judgement(
+                    True, "the re-run stays within bounds", None, cost, decisive, worst
+                )
         # Each segment up to the one out of bounds is re-run alone: drift that crossed the bound
         # there may have begun in one before it, which the whole re-run weighed against more of
         # the unit's movement. Within bounds all the way, the last segment is re-run alone: a
@@ -236,7 +239,7 @@ def judge(
                 if index == len(segments) - 1
                 else _state_at(segments, index, 0, None, states)
             )
-            if before is _MISSING or after is _MISSING:
+            if not isinstance(after, Checkpoint) or before is _MISSING:
                 return Judgement(
                     False,
                     f"segment {index} is to be re-run alone and the provider's state around it "
@@ -245,25 +248,12 @@ def judge(
                     cost,
                     worst=worst,
                 )
-            assert isinstance(after, Checkpoint)
-            anchor = after  # the provider's state after the last segment re-run alone
             before_state = before if isinstance(before, Checkpoint) else None
-            length = int(segments[index]["step"]) - (before_state.step if before_state else 0)
-            alone = run_unit(
-                spec, before_state, shard, length, device=device, devices=1, host=host, **run
-            )
+            share, problem, length = _segment_alone(
+                spec, shard, segments[index], before_state, after, tolerance, worst,
+                device=device, host=host, **run,
+            )  # fmt: skip
             cost += length
-            problem = structure_problem(after, alone.checkpoint)
-            losses = alone.metrics["losses"]
-            distances = {
-                "weights": ratio(
-                    after.state["model"],
-                    alone.checkpoint.state["model"],
-                    _model(before_state, spec),
-                ),
-                "loss": _loss_ratio(segments[index]["loss"], sum(losses) / len(losses)),
-            }
-            share = _share(distances, tolerance, worst)
             if problem or not share <= 1.0:
                 return Judgement(
                     False,
@@ -280,7 +270,33 @@ def judge(
             return Judgement(
                 True, "the segments re-run alone are within bounds", None, cost, decisive, worst
             )
-        origin, first = anchor, apart + 1
+        assert isinstance(after, Checkpoint)  # each one was, or the unit failed above
+        origin, first = after, apart + 1
+
+
+def _segment_alone(
+    spec: JobSpec,
+    shard: Shard,
+    segment: Mapping[str, Any],
+    before: Checkpoint | None,
+    after: Checkpoint,
+    tolerance: Tolerance,
+    worst: dict[str, float],
+    **run: Any,
+) -> tuple[float, str | None, int]:
+    """`segment` re-run alone from the provider's state `before` it (None: the spec's seed),
+    against the provider's state `after` it: the distance's share of the bound, what makes
+    `after` no result of the segment whatever the class (None if nothing), and the steps run."""
+    length = int(segment["step"]) - (before.step if before else 0)
+    alone = run_unit(spec, before, shard, length, devices=1, **run)
+    losses = alone.metrics["losses"]
+    distances = {
+        "weights": ratio(
+            after.state["model"], alone.checkpoint.state["model"], _model(before, spec)
+        ),
+        "loss": _loss_ratio(segment["loss"], sum(losses) / len(losses)),
+    }
+    return _share(distances, tolerance, worst), structure_problem(after, alone.checkpoint), length
 
 
 _MISSING = object()
