@@ -138,6 +138,18 @@ def test_past_the_calibrated_steps_an_honest_unit_passes_and_a_skipped_step_stil
         assert verdict.passed is False, f"{cheat}: {verdict.reason}"
 
 
+def test_a_provider_serving_another_state_than_its_record_names_fails(unit, tolerance):
+    """The states a judge fetches from the provider are checked against the records' state
+    hashes: one with its weights nudged, served for every record, fails an honest unit."""
+    spec, start, shard, every = unit
+    checkpoint, states = casebook.honest(spec, start, shard, every, PROVIDER)
+    forged = {h: state.clone() for h, state in states.items()}
+    for state in forged.values():
+        next(iter(state.state["model"].values())).add_(1e-6)
+    verdict = _judge(unit, tolerance, (checkpoint, forged))
+    assert verdict.passed is False and "not what it committed" in verdict.reason
+
+
 def test_an_update_left_out_is_caught_where_its_drift_crosses_the_bound_segments_later():
     """In a 240-step unit an update left out at step 204 stays inside the bound in its own
     segment of the whole re-run and crosses it two segments later, where that segment alone is
