@@ -5,9 +5,13 @@ Honest units are trained by a provider in one CPU class of verifier.casebook.HOS
 by a verifier in another (verifier.trajectory.judge, with the shipped tolerance), over the
 casebook's specs, seeds and slots; each cheat of verifier.casebook.CHEATS is committed for
 sampled units and judged the same way. The exact same-class check is timed on a few units too.
+With --cuda, providers (honest and cheating) train on the GPU in casebook.CUDA_HOSTS' classes and
+CPU verifiers judge them; the exact check re-runs on the GPU, and --large judges units of a
+shipped spec between the two GPU classes.
 
     python scripts/bench_verification.py                # a quick run (24 honest units)
     python scripts/bench_verification.py --units 240    # the full figure
+    python scripts/bench_verification.py --cuda --large 2    # GPU providers (needs a GPU)
 """
 
 from __future__ import annotations
@@ -15,26 +19,31 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
+from pathlib import Path
 from typing import Any
 
+import torch
 from benchkit import Bench
 
 from marketplace.protocol.checkpoint import Checkpoint
-from node.engine import Shard, run_unit
+from node.engine import Shard, load_spec, run_unit, unit_shard
+from node.engine.environment import Host
 from verifier import casebook
 from verifier.trajectory import Judgement, Tolerance, judge
 
 TARGETS = {
     "false_failure_ratio": "<= 0",
+    "exact_reproduced_ratio": ">= 1",
     "exact_cost_ratio": "<= 1.1",
     "tolerant_cost_ratio": "<= 2.0",
 } | {f"{cheat}_detection_ratio": ">= 0.99" for cheat in casebook.CHEATS}
 
 
-def cases() -> itertools.cycle[tuple[str, int, int, str, str]]:
+def cases(
+    providers: list[str], verifiers: list[str]
+) -> itertools.cycle[tuple[str, int, int, str, str]]:
     """(spec, seed, slot, provider class, verifier class), cycling so classes always differ."""
-    names = list(casebook.HOSTS)
-    pairs = [(a, b) for a, b in itertools.permutations(names, 2)]
+    pairs = [(a, b) for a, b in itertools.product(providers, verifiers) if a != b]
     return itertools.cycle(
         (spec, seed, seed % 3, *pairs[(seed + i) % len(pairs)])
         for seed in range(1_000)
@@ -61,9 +70,20 @@ def judged(
         spec.checkpoint.every,
         lambda segment: states.get(segment["state_hash"]),
         tolerance,
-        host=casebook.HOSTS[verifier],
+        device=casebook.device_of(verifier),
+        host=_host(verifier),
     )
     return verdict, time.process_time() - began
+
+
+def _host(name: str) -> Host:
+    return (casebook.HOSTS | casebook.CUDA_HOSTS)[name]
+
+
+def _train(spec: Any, start: Checkpoint | None, shard: Shard, name: str) -> Any:
+    """A unit of `spec` from `start` in class `name`, as a provider trains it."""
+    every = spec.checkpoint.every
+    return run_unit(spec, start, shard, every, device=casebook.device_of(name), host=_host(name))
 
 
 def main() -> int:
@@ -71,30 +91,41 @@ def main() -> int:
     parser.add_argument("--units", type=int, default=24, help="honest cross-class units")
     parser.add_argument("--cheat-units", type=int, default=6, help="sampled units per cheat")
     parser.add_argument("--exact-units", type=int, default=4, help="units timed same-class")
+    parser.add_argument("--cuda", action="store_true", help="providers train on the GPU")
+    parser.add_argument(
+        "--large", type=int, default=0, help="units of the shipped gpt-small spec (with --cuda)"
+    )
     args = parser.parse_args()
+    if args.cuda and not torch.cuda.is_available():
+        raise SystemExit("--cuda needs a CUDA device; none is here")
+    if args.large and not args.cuda:
+        raise SystemExit("--large trains gpt-small units: it needs --cuda")
     tolerance = Tolerance.load()
-    bench = Bench("verification", TARGETS)
+    providers = list(casebook.CUDA_HOSTS if args.cuda else casebook.HOSTS)
+    # on the GPU the provider's CPU seconds are not its cost: the cost ratios are CPU-only figures
+    targets = {k: v for k, v in TARGETS.items() if not (args.cuda and "cost" in k)}
+    bench = Bench("verification-cuda" if args.cuda else "verification", targets)
 
     honest_share: list[float] = []  # each honest unit's deciding distance over its bound
     false_failures = 0
     train_s = verify_s = 0.0
-    starts: dict[tuple[str, int, str], tuple[Any, Checkpoint, Shard]] = {}
-    source = cases()
+    starts: dict[tuple[str, int, str], Checkpoint] = {}
+    source = cases(providers, list(casebook.HOSTS))
     for done in range(args.units):
         name, seed, slot, provider, verifier = next(source)
         spec = casebook.spec(name, seed=seed)
         shard = Shard.of(spec, slot, 0, spec.training.max_steps)
-        every = spec.checkpoint.every
         # alternate units from the seed and units one checkpoint in
         start = None
         if done % 2:
             key = (name, seed, provider)
             if key not in starts:
-                first = run_unit(spec, None, shard, every, device="cpu")
-                starts[key] = (spec, first.checkpoint, shard)
-            start = starts[key][1]
+                starts[key] = _train(spec, None, shard, provider).checkpoint
+            start = starts[key]
         began = time.process_time()
-        committed = casebook.honest(spec, start, shard, every, casebook.HOSTS[provider])
+        committed = casebook.honest(
+            spec, start, shard, spec.checkpoint.every, _host(provider), casebook.device_of(provider)
+        )
         train_s += time.process_time() - began
         verdict, seconds = judged(spec, start, shard, committed, verifier, tolerance)
         verify_s += seconds
@@ -111,10 +142,9 @@ def main() -> int:
             name, seed, slot, provider, verifier = next(source)
             spec = casebook.spec(name, seed=500 + i)
             shard = Shard.of(spec, slot, 0, spec.training.max_steps)
-            start = None
-            if i % 2:
-                start = run_unit(spec, None, shard, spec.checkpoint.every, device="cpu").checkpoint
-            committed = make(spec, start, shard, spec.checkpoint.every, casebook.HOSTS[provider])
+            start = _train(spec, None, shard, provider).checkpoint if i % 2 else None
+            device = casebook.device_of(provider)
+            committed = make(spec, start, shard, spec.checkpoint.every, _host(provider), device)
             verdict, _ = judged(spec, start, shard, committed, verifier, tolerance)
             caught += verdict.passed is False
             if verdict.decisive > 0:  # not refused on structure alone
@@ -122,18 +152,17 @@ def main() -> int:
         detection[cheat] = caught / args.cheat_units
         cheat_share[cheat] = min(shares) if shares else float("inf")
 
-    exact_ratios = []
+    exact_ratios, reproduced = [], 0
     for i in range(args.exact_units):
         spec = casebook.spec(list(casebook.SPECS)[i % len(casebook.SPECS)], seed=900 + i)
         shard = Shard.of(spec, 0, 0, spec.training.max_steps)
-        host = casebook.HOSTS["t1"]
-        began = time.process_time()
-        a = run_unit(spec, None, shard, spec.checkpoint.every, device="cpu", host=host)
-        trained = time.process_time() - began
-        b = run_unit(spec, None, shard, spec.checkpoint.every, device="cpu", host=host)
-        exact_ratios.append((time.process_time() - began - trained) / trained)
-        if a.state_hash != b.state_hash:
-            raise SystemExit("the same class did not reproduce a unit bit for bit")
+        clock = time.perf_counter if args.cuda else time.process_time  # the GPU's time is wall
+        began = clock()
+        a = _train(spec, None, shard, providers[0])
+        trained = clock() - began
+        b = _train(spec, None, shard, providers[0])
+        exact_ratios.append((clock() - began - trained) / trained)
+        reproduced += a.state_hash == b.state_hash
 
     largest_honest = max(honest_share, default=0.0)
     distance_cheats = [s for s in cheat_share.values() if s != float("inf")]
@@ -143,6 +172,7 @@ def main() -> int:
         "false_failure_ratio": false_failures / args.units,
         "tolerant_cost_ratio": verify_s / train_s,
         "exact_cost_ratio": sorted(exact_ratios)[len(exact_ratios) // 2],
+        "exact_reproduced_ratio": reproduced / args.exact_units,  # bit for bit, same class
         "largest_honest_share_of_bound": largest_honest,
         "smallest_cheat_share_of_bound": min(distance_cheats, default=float("inf")),
         "separation_margin_ratio": min(distance_cheats, default=float("inf"))
@@ -153,9 +183,70 @@ def main() -> int:
         figures[f"{cheat}_detection_ratio"] = detection[cheat]
         if cheat_share[cheat] != float("inf"):
             figures[f"{cheat}_share_of_bound"] = cheat_share[cheat]
+    if args.large:
+        figures |= _large(args.large, tolerance)
+    if args.cuda:
+        figures |= _dropout(args.cheat_units, tolerance)
     bench.record(figures)
-    bench.report("Verification across execution classes (CPU stand-ins)")
+    where = "GPU providers, CPU verifiers" if args.cuda else "CPU stand-ins"
+    bench.report(f"Verification across execution classes ({where})")
     return 0
+
+
+def _large(units: int, tolerance: Tolerance) -> dict[str, float]:
+    """Units of the shipped gpt-small spec (250 steps, bf16, dropout), each trained in one GPU
+    class and judged in the other, and one with a step skipped: the drift the small specs stand
+    in for, at the size the spec is sold at."""
+    spec = load_spec(Path(__file__).parents[1] / "node" / "specs" / "gpt-small.yaml")
+    a, b = list(casebook.CUDA_HOSTS)
+    shares, failures, began = [], 0, time.perf_counter()
+    for slot in range(units):
+        provider, verifier = (a, b) if slot % 2 == 0 else (b, a)
+        shard = unit_shard(spec, slot)
+        committed = casebook.honest(
+            spec, None, shard, spec.checkpoint.every, _host(provider), "cuda"
+        )
+        verdict, _ = judged(spec, None, shard, committed, verifier, tolerance)
+        shares.append(verdict.decisive)
+        failures += not verdict.passed
+        print(
+            f"gpt-small slot {slot} {provider}->{verifier}: {verdict.reason} "
+            f"({verdict.decisive:.3g} of the bound)"
+        )
+    shard = unit_shard(spec, 0)
+    skipped = casebook.skip_one_step(spec, None, shard, spec.checkpoint.every, _host(a), "cuda")
+    caught, _ = judged(spec, None, shard, skipped, b, tolerance)
+    print(f"gpt-small skipped step {a}->{b}: {caught.reason}")
+    return {
+        "large_honest_units": units,
+        "large_false_failures": failures,
+        "large_largest_honest_share_of_bound": max(shares),
+        "large_skip_one_step_caught": float(caught.passed is False),
+        "large_skip_one_step_share_of_bound": caught.decisive,
+        "large_wall_s": time.perf_counter() - began,
+    }
+
+
+def _dropout(units: int, tolerance: Tolerance) -> dict[str, float]:
+    """Honest units of a small spec with dropout, trained on the GPU and judged on the CPU: the
+    two devices draw other masks from their generators."""
+    failures, shares = 0, []
+    for i in range(units):
+        spec = casebook.spec("gpt-1x32", seed=700 + i)
+        spec = spec.model_copy(update={"model": spec.model.model_copy(update={"dropout": 0.1})})
+        shard = Shard.of(spec, 0, 0, spec.training.max_steps)
+        committed = casebook.honest(
+            spec, None, shard, spec.checkpoint.every, _host("cuda"), casebook.device_of("cuda")
+        )
+        verdict, _ = judged(spec, None, shard, committed, "t1", tolerance)
+        failures += not verdict.passed
+        shares.append(verdict.decisive)
+        print(f"dropout unit {i} cuda->t1: {verdict.reason} ({verdict.decisive:.3g})")
+    return {
+        "dropout_units": units,
+        "dropout_false_failures": failures,
+        "dropout_largest_share_of_bound": max(shares),
+    }
 
 
 if __name__ == "__main__":

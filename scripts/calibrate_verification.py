@@ -2,7 +2,7 @@
 tolerance a verifier of another class judges with (verifier/tolerance.json).
 
 Each case trains a unit of a small spec (from the spec's seed, or from a checkpoint a unit in)
-as a provider in one class of verifier.casebook.HOSTS (and CUDA with --cuda), keeping every
+as a provider in one class of verifier.casebook.HOSTS (and CUDA_HOSTS with --cuda), keeping every
 segment's state, and re-runs it in every other class from the unit's start and from each of the
 provider's segment states, as a verifier does; it records the three distances of
 verifier.trajectory at every segment end by the steps run since the common start. The file
@@ -85,14 +85,14 @@ def drift(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="training seeds per spec")
-    parser.add_argument("--cuda", action="store_true", help="add the CUDA device as a class")
+    parser.add_argument("--cuda", action="store_true", help="add the GPU's classes")
     parser.add_argument("--check", action="store_true", help="print only; write nothing")
     parser.add_argument("--out", type=Path, default=TOLERANCE_FILE, help="where to write")
     args = parser.parse_args()
 
     classes: list[tuple[str, Host, str]] = [(n, h, "cpu") for n, h in casebook.HOSTS.items()]
     if args.cuda:
-        classes.append(("cuda", Host(), "cuda"))
+        classes += [(n, h, "cuda") for n, h in casebook.CUDA_HOSTS.items()]
     measured = {m: [0.0] * MAX_STEPS for m in MEASURES}
     pairs = 0
     for name, seed in itertools.product(casebook.SPECS, range(args.seeds)):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -27,6 +27,15 @@ HOSTS = {
     "t1-nodnn": Host(num_threads=1, mkldnn=False),
     "t2-medium-nodnn": Host(num_threads=2, matmul_precision="medium", mkldnn=False),
 }
+# A GPU's classes, where one is at hand: fp32 matmuls, and TF32 ones (tensor cores round inputs
+# to 10 mantissa bits), each with deterministic kernels.
+CUDA_HOSTS = {"cuda": Host(), "cuda-tf32": Host(matmul_precision="high")}
+
+
+def device_of(name: str) -> str:
+    """The device a class of HOSTS or CUDA_HOSTS runs on."""
+    return "cuda" if name in CUDA_HOSTS else "cpu"
+
 
 _BASE: dict[str, Any] = {
     "data": {"seq_len": 32, "sources": [{"kind": "stdlib", "max_bytes": 1_000_000}]},
@@ -78,8 +87,21 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 # What a provider commits: its checkpoint, and the intermediate states its segment records name
 # (by state hash), which it serves to a dispute.
 Committed = tuple[Checkpoint, dict[str, Checkpoint]]
-# A cheat: (spec, start, shard, steps, host) -> what the cheater commits.
-Cheat = Callable[[JobSpec, Checkpoint | None, Shard, int, Host], Committed]
+
+
+class Cheat(Protocol):
+    """What a cheater commits for `steps` steps of `shard` from `start`, in `host`'s class on
+    `device`."""
+
+    def __call__(
+        self,
+        spec: JobSpec,
+        start: Checkpoint | None,
+        shard: Shard,
+        steps: int,
+        host: Host,
+        device: str = "cpu",
+    ) -> Committed: ...
 
 
 @contextmanager
@@ -93,7 +115,12 @@ def _patched(owner: type, name: str, make: Callable[[Any], Any]) -> Iterator[Non
 
 
 def honest(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """The unit as the spec asks, in `host`'s class."""
     states: dict[str, Checkpoint] = {}
@@ -101,12 +128,17 @@ def honest(
     def keep(segment: dict[str, Any], state: Checkpoint) -> None:
         states[segment["state_hash"]] = state
 
-    result = run_unit(spec, start, shard, steps, device="cpu", host=host, on_segment=keep)
+    result = run_unit(spec, start, shard, steps, device=device, host=host, on_segment=keep)
     return result.checkpoint, states
 
 
 def skip_one_step(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """Skips the work of one step in the middle (1 of H) but moves every counter on."""
     skip = (start.step if start else 0) + steps // 2
@@ -120,16 +152,21 @@ def skip_one_step(
         return run
 
     with _patched(Trainer, "forward_backward", forward), _skipped_update(skip):
-        return honest(spec, start, shard, steps, host)
+        return honest(spec, start, shard, steps, host, device)
 
 
 def skip_last_update(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """Reports every loss honestly but leaves out the unit's last update: the skip a re-run that
     weighs the end against the whole unit's movement would not see."""
     with _skipped_update((start.step if start else 0) + steps - 1):
-        return honest(spec, start, shard, steps, host)
+        return honest(spec, start, shard, steps, host, device)
 
 
 @contextmanager
@@ -154,7 +191,12 @@ def _skipped_update(skip: int) -> Iterator[None]:
 
 
 def fewer_tokens(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """Trains on half of each batch's sequences."""
 
@@ -166,11 +208,16 @@ def fewer_tokens(
         return run
 
     with _patched(Sampler, "batch", batch):
-        return honest(spec, start, shard, steps, host)
+        return honest(spec, start, shard, steps, host, device)
 
 
 def other_shard(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """Trains on the next slot's data (cached from other work) under its own slot's name."""
 
@@ -181,11 +228,16 @@ def other_shard(
         return run
 
     with _patched(Sampler, "batch", batch):
-        return honest(spec, start, shard, steps, host)
+        return honest(spec, start, shard, steps, host, device)
 
 
 def bf16(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """Runs forward and backward under bf16 autocast where the spec asks for fp32."""
 
@@ -197,7 +249,7 @@ def bf16(
         return run
 
     with _patched(Trainer, "__init__", init):
-        return honest(spec, start, shard, steps, host)
+        return honest(spec, start, shard, steps, host, device)
 
 
 # The noise's norm over the norm of what the unit's steps moved the weights: past the bound (5x
@@ -207,10 +259,15 @@ NOISE_RATIO = 0.05
 
 
 def noise(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """Trains honestly, then adds Gaussian noise to the weights before the last segment is
-    committed (a watermark, a backdoor's nudge): 1% of the unit's movement."""
+    committed (a watermark, a backdoor's nudge): NOISE_RATIO of the unit's movement."""
     end = (start.step if start else 0) + steps
     origin: dict[str, torch.Tensor] = {}
 
@@ -224,7 +281,10 @@ def noise(
                     gen = torch.Generator().manual_seed(self.step)
                     params = dict(self.model.named_parameters())
                     moved = sum(float((params[k] - origin[k]).square().sum()) for k in params)
-                    draws = {k: torch.randn(p.shape, generator=gen) for k, p in params.items()}
+                    draws = {
+                        k: torch.randn(p.shape, generator=gen).to(p.device)
+                        for k, p in params.items()
+                    }
                     size = sum(float(d.square().sum()) for d in draws.values())
                     scale = NOISE_RATIO * (moved / size) ** 0.5
                     for k, p in params.items():
@@ -233,24 +293,34 @@ def noise(
         return run
 
     with _patched(Trainer, "apply", apply):
-        return honest(spec, start, shard, steps, host)
+        return honest(spec, start, shard, steps, host, device)
 
 
 def copy_other(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """Commits the next slot's honest result of the same steps, relabelled as its own slot's."""
     other = Shard.of(spec, shard.index + 1, shard.start_step, shard.end_step)
     source = start.clone() if start else None
     if source is not None:
         source.state["progress"]["stream"] = other.index
-    result, states = honest(spec, source, other, steps, host)
+    result, states = honest(spec, source, other, steps, host, device)
     result.state["progress"]["stream"] = shard.index
     return result, states
 
 
 def smaller_model(
-    spec: JobSpec, start: Checkpoint | None, shard: Shard, steps: int, host: Host
+    spec: JobSpec,
+    start: Checkpoint | None,
+    shard: Shard,
+    steps: int,
+    host: Host,
+    device: str = "cpu",
 ) -> Committed:
     """Trains a model of half the width under the job's spec hash (from its own init)."""
     width = spec.model.model_dump()["n_embd"]  # both built-in architectures have one
@@ -258,7 +328,7 @@ def smaller_model(
     cheap = spec.model_copy(update={"model": model})
     sha = spec.sha256()
     with _patched(JobSpec, "sha256", lambda original: lambda self: sha):
-        return honest(cheap, None, shard, (start.step if start else 0) + steps, host)
+        return honest(cheap, None, shard, (start.step if start else 0) + steps, host, device)
 
 
 CHEATS: dict[str, Cheat] = {

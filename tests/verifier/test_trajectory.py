@@ -25,6 +25,10 @@ from verifier.recompute import (
 from verifier.trajectory import Tolerance, judge, trace_problem
 
 PROVIDER, VERIFIER = casebook.HOSTS["t2"], casebook.HOSTS["t1-nodnn"]
+GPU, GPU_TF32 = casebook.CUDA_HOSTS["cuda"], casebook.CUDA_HOSTS["cuda-tf32"]
+needs_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (none here)"
+)
 
 
 def _unit(name: str, seed: int):
@@ -53,12 +57,13 @@ def tolerance() -> Tolerance:
     return Tolerance.load()
 
 
-def _judge(unit, tolerance, committed):
+def _judge(unit, tolerance, committed, **verifier):
+    """The verdict of a verifier in VERIFIER's class on the CPU (or `verifier`'s device, host)."""
     spec, start, shard, every = unit
     checkpoint, states = committed
     return judge(
         spec, start, checkpoint, shard, every, lambda s: states.get(s["state_hash"]), tolerance,
-        host=VERIFIER,
+        **({"host": VERIFIER} | verifier),
     )  # fmt: skip
 
 
@@ -177,21 +182,28 @@ def test_withheld_intermediate_states_fail_a_disputed_unit(unit, tolerance):
     assert verdict.passed is False and "not available" in verdict.reason
 
 
-def test_recompute_is_exact_in_its_own_class_and_tolerant_in_another(spec, spec_cid, storage):
-    """Through storage, as a verifier worker runs it: a unit of the verifier's own class is
-    checked by its hash, one of another class by its trajectory, with the provider's segment
-    states fetched by the CIDs its records carry."""
+@pytest.fixture
+def commit(spec, spec_cid, storage):
+    """Unit 0 of `spec` as a provider in a class commits it: its segment states and checkpoint
+    pinned, and the unit's inputs a verifier reads."""
     shard = Shard.of(spec, 0, 0, spec.training.max_steps)
-    steps = spec.checkpoint.every
 
-    def commit(host):
+    def run(host, device="cpu"):
         def keep(segment, state):
             segment["cid"] = storage.add_bytes(state.to_bytes())
 
-        result = run_unit(spec, None, shard, steps, device="cpu", host=host, on_segment=keep)
+        steps = spec.checkpoint.every
+        result = run_unit(spec, None, shard, steps, device=device, host=host, on_segment=keep)
         cid = storage.add_bytes(result.checkpoint.to_bytes())
         return UnitInputs(1, 0, 0, "0x" + "11" * 20, spec_cid, cid, result.state_hash)
 
+    return run
+
+
+def test_recompute_is_exact_in_its_own_class_and_tolerant_in_another(commit, storage):
+    """Through storage, as a verifier worker runs it: a unit of the verifier's own class is
+    checked by its hash, one of another class by its trajectory, with the provider's segment
+    states fetched by the CIDs its records carry."""
     runner = Runner(host=VERIFIER)
     same = recompute(commit(VERIFIER), storage, runner)
     assert same.passed and same.judgement["mode"] == "exact"
@@ -217,10 +229,41 @@ def _class_id(storage, inputs):
     return Checkpoint.load(storage.cat(inputs.cid)).metadata["execution"]["class_id"]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none here)")
+@needs_cuda
 def test_on_a_gpu_the_same_class_reruns_bit_for_bit(unit):
     spec, start, shard, every = unit
     a = run_unit(spec, start, shard, every, device="cuda")
     b = run_unit(spec, start, shard, every, device="cuda")
     assert a.state_hash == b.state_hash
     assert a.checkpoint.metadata["execution"]["class"]["device"] == "cuda"
+
+
+@needs_cuda
+def test_on_a_gpu_an_honest_unit_passes_a_cpu_verifier_and_each_cheat_fails(unit, tolerance):
+    spec, start, shard, every = unit
+    honest = casebook.honest(spec, start, shard, every, GPU, "cuda")
+    verdict = _judge(unit, tolerance, honest)
+    assert verdict.passed, verdict.reason
+    for name, cheat in casebook.CHEATS.items():
+        verdict = _judge(unit, tolerance, cheat(spec, start, shard, every, GPU, "cuda"))
+        assert verdict.passed is False, f"{name}: {verdict.reason}"
+
+
+@needs_cuda
+def test_a_gpu_verifier_passes_an_honest_cpu_unit_and_fails_a_skipped_step(unit, tolerance):
+    spec, start, shard, every = unit
+    honest = casebook.honest(spec, start, shard, every, PROVIDER)
+    verdict = _judge(unit, tolerance, honest, device="cuda", host=GPU_TF32)
+    assert verdict.passed, verdict.reason
+    skipped = casebook.skip_one_step(spec, start, shard, every, PROVIDER)
+    verdict = _judge(unit, tolerance, skipped, device="cuda", host=GPU_TF32)
+    assert verdict.passed is False, verdict.reason
+
+
+@needs_cuda
+def test_a_gpu_unit_is_checked_by_hash_on_a_gpu_and_by_trajectory_on_a_cpu(commit, storage):
+    inputs = commit(GPU, "cuda")
+    exact = recompute(inputs, storage, Runner(device="cuda"))
+    assert exact.passed and exact.judgement["mode"] == "exact", exact.reason
+    tolerant = recompute(inputs, storage, Runner(host=VERIFIER))
+    assert tolerant.passed and tolerant.judgement["mode"] == "tolerant", tolerant.reason
