@@ -5,13 +5,12 @@ Honest units are trained by a provider in one CPU class of verifier.casebook.HOS
 by a verifier in another (verifier.trajectory.judge, with the shipped tolerance), over the
 casebook's specs, seeds and slots; each cheat of verifier.casebook.CHEATS is committed for
 sampled units and judged the same way. The exact same-class check is timed on a few units too.
-With --cuda, providers (honest and cheating) train on the GPU in casebook.CUDA_HOSTS' classes and
-CPU verifiers judge them; the exact check re-runs on the GPU, and --large judges units of a
-shipped spec between the two GPU classes.
+With --cuda, providers (honest and cheating) train on the GPU in casebook.CUDA_HOSTS' class and
+CPU verifiers judge them; the exact check re-runs on the GPU.
 
     python scripts/bench_verification.py                # a quick run (24 honest units)
     python scripts/bench_verification.py --units 240    # the full figure
-    python scripts/bench_verification.py --cuda --large 2    # GPU providers (needs a GPU)
+    python scripts/bench_verification.py --cuda --units 96   # GPU providers (needs a GPU)
 """
 
 from __future__ import annotations
@@ -19,14 +18,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 from benchkit import Bench
 
 from marketplace.protocol.checkpoint import Checkpoint
-from node.engine import Shard, load_spec, run_unit, unit_shard
+from node.engine import Shard, run_unit
 from node.engine.environment import Host
 from verifier import casebook
 from verifier.trajectory import Judgement, Tolerance, judge
@@ -92,14 +90,9 @@ def main() -> int:
     parser.add_argument("--cheat-units", type=int, default=6, help="sampled units per cheat")
     parser.add_argument("--exact-units", type=int, default=4, help="units timed same-class")
     parser.add_argument("--cuda", action="store_true", help="providers train on the GPU")
-    parser.add_argument(
-        "--large", type=int, default=0, help="units of the shipped gpt-small spec (with --cuda)"
-    )
     args = parser.parse_args()
     if args.cuda and not torch.cuda.is_available():
         raise SystemExit("--cuda needs a CUDA device; none is here")
-    if args.large and not args.cuda:
-        raise SystemExit("--large trains gpt-small units: it needs --cuda")
     tolerance = Tolerance.load()
     providers = list(casebook.CUDA_HOSTS if args.cuda else casebook.HOSTS)
     # on the GPU the provider's CPU seconds are not its cost: the cost ratios are CPU-only figures
@@ -183,70 +176,10 @@ def main() -> int:
         figures[f"{cheat}_detection_ratio"] = detection[cheat]
         if cheat_share[cheat] != float("inf"):
             figures[f"{cheat}_share_of_bound"] = cheat_share[cheat]
-    if args.large:
-        figures |= _large(args.large, tolerance)
-    if args.cuda:
-        figures |= _dropout(args.cheat_units, tolerance)
     bench.record(figures)
     where = "GPU providers, CPU verifiers" if args.cuda else "CPU stand-ins"
     bench.report(f"Verification across execution classes ({where})")
     return 0
-
-
-def _large(units: int, tolerance: Tolerance) -> dict[str, float]:
-    """Units of the shipped gpt-small spec (250 steps, bf16, dropout), each trained in one GPU
-    class and judged in the other, and one with a step skipped: the drift the small specs stand
-    in for, at the size the spec is sold at."""
-    spec = load_spec(Path(__file__).parents[1] / "node" / "specs" / "gpt-small.yaml")
-    a, b = list(casebook.CUDA_HOSTS)
-    shares, failures, began = [], 0, time.perf_counter()
-    for slot in range(units):
-        provider, verifier = (a, b) if slot % 2 == 0 else (b, a)
-        shard = unit_shard(spec, slot)
-        committed = casebook.honest(
-            spec, None, shard, spec.checkpoint.every, _host(provider), "cuda"
-        )
-        verdict, _ = judged(spec, None, shard, committed, verifier, tolerance)
-        shares.append(verdict.decisive)
-        failures += not verdict.passed
-        print(
-            f"gpt-small slot {slot} {provider}->{verifier}: {verdict.reason} "
-            f"({verdict.decisive:.3g} of the bound)"
-        )
-    shard = unit_shard(spec, 0)
-    skipped = casebook.skip_one_step(spec, None, shard, spec.checkpoint.every, _host(a), "cuda")
-    caught, _ = judged(spec, None, shard, skipped, b, tolerance)
-    print(f"gpt-small skipped step {a}->{b}: {caught.reason}")
-    return {
-        "large_honest_units": units,
-        "large_false_failures": failures,
-        "large_largest_honest_share_of_bound": max(shares),
-        "large_skip_one_step_caught": float(caught.passed is False),
-        "large_skip_one_step_share_of_bound": caught.decisive,
-        "large_wall_s": time.perf_counter() - began,
-    }
-
-
-def _dropout(units: int, tolerance: Tolerance) -> dict[str, float]:
-    """Honest units of a small spec with dropout, trained on the GPU and judged on the CPU: the
-    two devices draw other masks from their generators."""
-    failures, shares = 0, []
-    for i in range(units):
-        spec = casebook.spec("gpt-1x32", seed=700 + i)
-        spec = spec.model_copy(update={"model": spec.model.model_copy(update={"dropout": 0.1})})
-        shard = Shard.of(spec, 0, 0, spec.training.max_steps)
-        committed = casebook.honest(
-            spec, None, shard, spec.checkpoint.every, _host("cuda"), casebook.device_of("cuda")
-        )
-        verdict, _ = judged(spec, None, shard, committed, "t1", tolerance)
-        failures += not verdict.passed
-        shares.append(verdict.decisive)
-        print(f"dropout unit {i} cuda->t1: {verdict.reason} ({verdict.decisive:.3g})")
-    return {
-        "dropout_units": units,
-        "dropout_false_failures": failures,
-        "dropout_largest_share_of_bound": max(shares),
-    }
 
 
 if __name__ == "__main__":

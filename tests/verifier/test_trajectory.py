@@ -5,6 +5,7 @@ oneDNN and the matmul precision stand in on the CPU for the hardware classes the
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ from verifier.recompute import (
 from verifier.trajectory import Tolerance, judge, trace_problem
 
 PROVIDER, VERIFIER = casebook.HOSTS["t2"], casebook.HOSTS["t1-nodnn"]
-GPU, GPU_TF32 = casebook.CUDA_HOSTS["cuda"], casebook.CUDA_HOSTS["cuda-tf32"]
+GPU = casebook.CUDA_HOSTS["cuda"]
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (none here)"
 )
@@ -183,17 +184,21 @@ def test_withheld_intermediate_states_fail_a_disputed_unit(unit, tolerance):
 
 
 @pytest.fixture
-def commit(spec, spec_cid, storage):
-    """Unit 0 of `spec` as a provider in a class commits it: its segment states and checkpoint
-    pinned, and the unit's inputs a verifier reads."""
-    shard = Shard.of(spec, 0, 0, spec.training.max_steps)
+def commit(spec, storage):
+    """Unit 0 of a spec (the verifier tests' own by default) as a provider in a class commits it:
+    the spec, its segment states and checkpoint pinned, and the unit's inputs a verifier reads."""
+    default = spec
 
-    def run(host, device="cpu"):
+    def run(host, device="cpu", spec=default, record=None):
+        spec_cid = storage.add_bytes(json.dumps(spec.model_dump(mode="json")).encode())
+        shard = Shard.of(spec, 0, 0, spec.training.max_steps)
+
         def keep(segment, state):
             segment["cid"] = storage.add_bytes(state.to_bytes())
 
         steps = spec.checkpoint.every
         result = run_unit(spec, None, shard, steps, device=device, host=host, on_segment=keep)
+        result.checkpoint.metadata["execution"]["class"] |= record or {}
         cid = storage.add_bytes(result.checkpoint.to_bytes())
         return UnitInputs(1, 0, 0, "0x" + "11" * 20, spec_cid, cid, result.state_hash)
 
@@ -213,6 +218,23 @@ def test_recompute_is_exact_in_its_own_class_and_tolerant_in_another(commit, sto
     provider = commit(PROVIDER)
     declared = Runner(host=VERIFIER, classes=frozenset({_class_id(storage, provider)}))
     assert recompute(provider, storage, declared).judgement["mode"] == "exact"
+
+
+def test_a_dropout_unit_from_another_kind_of_device_is_left_to_a_verifier_of_that_kind(
+    commit, spec, storage
+):
+    """Dropout masks are drawn by the device's generator, which a CPU's and a GPU's run apart
+    (on an H200 every honest GPU unit with dropout failed a CPU verifier): a CPU verifier leaves
+    a unit recorded on a GPU without a verdict, and judges one from another CPU class."""
+    dropout = spec.model_copy(update={"model": spec.model.model_copy(update={"dropout": 0.1})})
+    runner = Runner(host=VERIFIER)
+    cpu = recompute(commit(PROVIDER, spec=dropout), storage, runner)
+    assert cpu.passed and cpu.judgement["mode"] == "tolerant", cpu.reason
+    gpu = {"device": "cuda", "device_model": "NVIDIA H200", "capability": "9.0"}
+    verdict = recompute(commit(PROVIDER, spec=dropout, record=gpu), storage, runner)
+    assert verdict.passed is None and "dropout" in verdict.reason
+    without = recompute(commit(PROVIDER, record=gpu), storage, runner)  # no dropout: judged
+    assert without.passed and without.judgement["mode"] == "tolerant", without.reason
 
 
 def test_a_worker_declares_its_device_and_classes_through_its_environment():
@@ -253,10 +275,10 @@ def test_on_a_gpu_an_honest_unit_passes_a_cpu_verifier_and_each_cheat_fails(unit
 def test_a_gpu_verifier_passes_an_honest_cpu_unit_and_fails_a_skipped_step(unit, tolerance):
     spec, start, shard, every = unit
     honest = casebook.honest(spec, start, shard, every, PROVIDER)
-    verdict = _judge(unit, tolerance, honest, device="cuda", host=GPU_TF32)
+    verdict = _judge(unit, tolerance, honest, device="cuda", host=GPU)
     assert verdict.passed, verdict.reason
     skipped = casebook.skip_one_step(spec, start, shard, every, PROVIDER)
-    verdict = _judge(unit, tolerance, skipped, device="cuda", host=GPU_TF32)
+    verdict = _judge(unit, tolerance, skipped, device="cuda", host=GPU)
     assert verdict.passed is False, verdict.reason
 
 
