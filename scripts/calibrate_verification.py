@@ -11,6 +11,10 @@ the policy in verifier/trajectory.py (MARGIN, FLOOR).
 
     python scripts/calibrate_verification.py            # writes verifier/tolerance.json
     python scripts/calibrate_verification.py --check    # prints, writes nothing
+    python scripts/calibrate_verification.py --cuda --merge    # folds a GPU's classes in
+
+The shipped table is a CPU run (--seeds 2) merged with a --cuda --seeds 2 run on an H200: a
+merge keeps, per distance and step count, the larger of the file's and the run's.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ def main() -> int:
     parser.add_argument("--cuda", action="store_true", help="add the GPU's classes")
     parser.add_argument("--check", action="store_true", help="print only; write nothing")
     parser.add_argument("--out", type=Path, default=TOLERANCE_FILE, help="where to write")
+    parser.add_argument("--merge", action="store_true", help="fold the run into --out's table")
     args = parser.parse_args()
 
     classes: list[tuple[str, Host, str]] = [(n, h, "cpu") for n, h in casebook.HOSTS.items()]
@@ -125,11 +130,32 @@ def main() -> int:
         "torch": str(torch.__version__),
         "measured": measured,
     }
+    if args.merge:
+        document = merge(json.loads(args.out.read_text()), document)
     text = json.dumps(document, indent=1) + "\n"
     print(text)
     if not args.check:
         args.out.write_text(text)
     return 0
+
+
+def merge(into: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The table of two calibrations: each distance's larger entry, and both runs' classes,
+    class pairs and torch builds."""
+    if into.get("format") != TOLERANCE_FORMAT or into.get("specs") != run["specs"]:
+        raise SystemExit(
+            "the tables measure different things: merge only the same format and specs"
+        )
+    torches = into["torch"] if isinstance(into["torch"], list) else [into["torch"]]
+    return run | {
+        "classes": list(dict.fromkeys(into["classes"] + run["classes"])),
+        "pairs": into["pairs"] + run["pairs"],
+        "torch": list(dict.fromkeys([*torches, run["torch"]])),
+        "measured": {
+            m: [max(a, b) for a, b in zip(into["measured"][m], run["measured"][m], strict=True)]
+            for m in MEASURES
+        },
+    }
 
 
 def _init(spec: Any) -> Checkpoint:
