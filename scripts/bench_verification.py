@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 import time
 from typing import Any
 
@@ -126,6 +127,8 @@ def main() -> int:
         if not verdict.passed:
             false_failures += 1
             print(f"FALSE FAILURE {name} seed {seed} {provider}->{verifier}: {verdict.reason}")
+        if (done + 1) % max(1, args.units // 10) == 0:
+            print(f"honest units judged: {done + 1} of {args.units}", file=sys.stderr, flush=True)
 
     detection: dict[str, float] = {}
     cheat_share: dict[str, float] = {}
@@ -143,6 +146,7 @@ def main() -> int:
             if verdict.decisive > 0:  # not refused on structure alone
                 shares.append(verdict.decisive)
         detection[cheat] = caught / args.cheat_units
+        print(f"{cheat}: {caught} of {args.cheat_units} caught", file=sys.stderr, flush=True)
         cheat_share[cheat] = min(shares) if shares else float("inf")
 
     exact_ratios, reproduced = [], 0
