@@ -235,6 +235,9 @@ def test_a_dropout_unit_from_another_kind_of_device_is_left_to_a_verifier_of_tha
     assert verdict.passed is None and "dropout" in verdict.reason
     without = recompute(commit(PROVIDER, record=gpu), storage, runner)  # no dropout: judged
     assert without.passed and without.judgement["mode"] == "tolerant", without.reason
+    # a malformed record claims no other device: judged, never a way out of judgement
+    malformed = recompute(commit(PROVIDER, spec=dropout, record={"device": 7}), storage, runner)
+    assert malformed.passed and malformed.judgement["mode"] == "tolerant", malformed.reason
 
 
 def test_a_worker_declares_its_device_and_classes_through_its_environment():
