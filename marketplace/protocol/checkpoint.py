@@ -3,34 +3,39 @@ canonical hash of a training state, which the chain commits.
 
 The state hash identifies a checkpoint independently of the bytes of its file. Every leaf of the
 nested `state` mapping gets a path (keys joined by "/", list positions as numbers), leaves are
-taken in sorted path order, and each is fed to sha256 as a length-prefixed JSON header line
+taken in sorted path order, and each is fed to BLAKE3 as a length-prefixed JSON header line
 followed, for tensors, by the tensor's raw little-endian bytes:
 
     tensor: ["<path>", "tensor", "<dtype>", [shape...], <nbytes>] + "\\n" + raw bytes
     other:  ["<path>", "value", <JSON value>] + "\\n"
 
-after the prefix b"zoo-state/1\\n". Floats are encoded by their shortest exact repr, so equal
-hashes mean equal bits. `metadata` (environment, timings) is not part of the hash.
+after the prefix b"zoo-state/2\\n". Floats are encoded by their shortest exact repr, so equal
+hashes mean equal bits. `metadata` (environment, timings) is not part of the hash. A trainer
+hashes its whole state at every trajectory record (marketplace.protocol.trace), so the hash is
+BLAKE3: about four times faster than SHA-256 here, with the same 128-bit collision security.
 """
 
 from __future__ import annotations
 
 import copy
 import ctypes
-import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+import blake3
 import torch
 
 from marketplace.protocol.tagged import dump_tagged, load_tagged
 from marketplace.protocol.units import CHECKPOINTS, UnitFormatError
 
-_HASH_PREFIX = b"zoo-state/1\n"
+_HASH_PREFIX = b"zoo-state/2\n"
+# header lines and tensors under this many bytes are fed to the hash in one joined update
+_SMALL_BYTES = 8192
 
 
 class CheckpointError(UnitFormatError):
@@ -85,18 +90,28 @@ class Checkpoint:
 
 
 def state_hash(state: Mapping[str, Any]) -> str:
-    """sha256 over the leaves of `state` in sorted path order (format in the module docstring)."""
-    digest = hashlib.sha256(_HASH_PREFIX)
-    for path, leaf in sorted(_leaves(state, ""), key=lambda item: item[0]):
-        if isinstance(leaf, torch.Tensor):
-            flat = leaf.detach().to("cpu").contiguous()
-            nbytes = flat.numel() * flat.element_size()
-            digest.update(_tensor_line(path, flat.dtype, flat.shape, nbytes))
-            if nbytes:
-                # hash the tensor's memory in place rather than copying it out
-                digest.update((ctypes.c_char * nbytes).from_address(flat.data_ptr()))
-        else:
-            digest.update(_value_line(path, leaf))
+    """BLAKE3 over the leaves of `state` in sorted path order (format in the module docstring)."""
+    leaves: list[tuple[str, Any]] = []
+    _leaves(state, "", leaves)
+    leaves.sort(key=itemgetter(0))
+    digest = blake3.blake3()
+    # short pieces are joined into one update: a call each would cost more than their bytes
+    small = [_HASH_PREFIX]
+    for path, leaf in leaves:
+        if not isinstance(leaf, torch.Tensor):
+            small.append(_value_line(path, leaf))
+            continue
+        flat = leaf.detach().to("cpu").contiguous()
+        nbytes = flat.nbytes
+        small.append(_tensor_line(path, flat.dtype, flat.shape, nbytes))
+        if nbytes < _SMALL_BYTES:
+            small.append(ctypes.string_at(flat.data_ptr(), nbytes))
+            continue
+        digest.update(b"".join(small))
+        small.clear()
+        # hash the tensor's memory in place rather than copying it out
+        digest.update(memoryview((ctypes.c_char * nbytes).from_address(flat.data_ptr())).cast("B"))
+    digest.update(b"".join(small))
     return digest.hexdigest()
 
 
@@ -134,14 +149,15 @@ def _keep(key: tuple[Any, ...], line: bytes) -> bytes:
     return line
 
 
-def _leaves(node: Any, path: str) -> Iterator[tuple[str, Any]]:
+def _leaves(node: Any, path: str, out: list[tuple[str, Any]]) -> None:
+    """Append every leaf under `node` to `out` with its path."""
     if isinstance(node, Mapping):
         for key, value in node.items():
-            yield from _leaves(value, f"{path}/{key}")
+            _leaves(value, f"{path}/{key}", out)
     elif isinstance(node, (list, tuple)):
         for i, value in enumerate(node):
-            yield from _leaves(value, f"{path}/{i}")
+            _leaves(value, f"{path}/{i}", out)
     elif node is None or isinstance(node, (bool, int, float, str, torch.Tensor)):
-        yield path, node
+        out.append((path, node))
     else:
         raise CheckpointError(f"state leaf {path} has unhashable type {type(node).__name__}")

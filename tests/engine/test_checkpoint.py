@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import blake3
 import pytest
 import torch
 
@@ -64,6 +67,37 @@ def test_hash_covers_dtype_and_shape_not_just_bytes():
     assert state_hash(base) != state_hash({"t": torch.zeros(4, dtype=torch.int32)})
     assert state_hash({"a": 1, "b": 2.0}) == state_hash({"b": 2.0, "a": 1})
     assert state_hash({"a": 1}) != state_hash({"a": 1.0})
+
+
+def test_the_hash_is_blake3_over_the_documented_stream():
+    """The format in marketplace.protocol.checkpoint's docstring, written out by hand: a verifier
+    in another language computes the same hash. The state mixes tensors above and below the size
+    the hash joins into one update, a non-contiguous one, nested lists and every kind of value."""
+    big = torch.arange(5000, dtype=torch.float32)
+    state = {
+        "model": {"w": big, "t": torch.arange(6, dtype=torch.int64).reshape(2, 3).t()},
+        "rng": [torch.zeros(0, dtype=torch.uint8), [1, None, True]],
+        "progress": {"loss": 0.1, "name": "x"},
+    }
+
+    def line(*header) -> bytes:
+        return json.dumps(list(header)).encode() + b"\n"
+
+    t = state["model"]["t"].contiguous()
+    stream = b"".join(
+        [
+            b"zoo-state/2\n",
+            line("/model/t", "tensor", "int64", [3, 2], 48) + t.numpy().tobytes(),
+            line("/model/w", "tensor", "float32", [5000], 20000) + big.numpy().tobytes(),
+            line("/progress/loss", "value", 0.1),
+            line("/progress/name", "value", "x"),
+            line("/rng/0", "tensor", "uint8", [0], 0),
+            line("/rng/1/0", "value", 1),
+            line("/rng/1/1", "value", None),
+            line("/rng/1/2", "value", True),
+        ]
+    )
+    assert state_hash(state) == blake3.blake3(stream).hexdigest()
 
 
 def test_kept_header_lines_tell_equal_values_of_other_types_apart():
