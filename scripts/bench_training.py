@@ -9,8 +9,11 @@ Rounds alternate which of the two runs first; every figure is the median over ro
 range, and the ratios are medians of the per-round ratios. CPU time per token sits beside the
 wall-clock throughput: other load on the machine moves it far less.
 
-    python scripts/bench_training.py                     # tiny GPT and tiny Llama specs, CPU
+    python scripts/bench_training.py                     # tiny GPT, tiny Llama, JSONL Llama; CPU
     python scripts/bench_training.py --spec node/specs/gpt-small.yaml --steps 50 --rounds 4
+
+A spec may read the files shipped beside the specs (node/specs/data): its local sources, and a
+tokenizer it names by CID, served here by that CID as an IPFS node would serve it.
 
 On a machine shared with other work, wall-clock figures swing with the load; with several
 threads more so (a descheduled thread stalls the others), and `--threads 1` steadies them.
@@ -32,17 +35,20 @@ import torch.nn.functional as F
 from benchkit import Bench, Timer, interleave
 from torch.optim.lr_scheduler import LambdaLR
 
+from marketplace.ipfs.importer import only_hash
 from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.hf import hf_model
 from marketplace.protocol.spec import HFSpec
 from node.engine import JobSpec, Shard, load_spec, parse_spec, run_unit
-from node.engine.data import Sampler, load_corpora
+from node.engine.allocator import keep_freed_memory
+from node.engine.data import DataError, LocalData, Sampler, load_corpora
 from node.engine.train import build_optimizer, lr_schedule
 
 logger = logging.getLogger("bench_training")
 
-SPECS = Path(__file__).resolve().parents[1] / "node" / "specs"
-DEFAULT_SPECS = [SPECS / "tiny.yaml", SPECS / "llama-tiny.yaml"]
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = ROOT / "node" / "specs"
+DEFAULT_SPECS = [SPECS / "tiny.yaml", SPECS / "llama-tiny.yaml", SPECS / "llama-jsonl.yaml"]
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -95,8 +101,30 @@ class PlainCausalLM(torch.nn.Module):
         self.model = model
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = self.model(input_ids=x).logits
+        logits = self.model(input_ids=x, use_cache=False).logits
         return logits, F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+
+
+class ShippedFiles:
+    """The files shipped beside the specs, served by their CIDs (Kubo's, from our importer)."""
+
+    def __init__(self, folder: Path):
+        self.files = {str(only_hash(p.read_bytes())): p for p in folder.iterdir() if p.is_file()}
+
+    def cat(self, cid: str, max_bytes: int | None = None) -> bytes:
+        if cid not in self.files:
+            raise DataError(f"{cid} is none of the files in {SPECS / 'data'}")
+        data = self.files[cid].read_bytes()
+        if max_bytes is not None and len(data) > max_bytes:
+            raise ValueError(f"{cid} holds more than {max_bytes} bytes")
+        return data
+
+    def read_to(self, cid: str, path: str, max_bytes: int | None = None) -> None:
+        Path(path).write_bytes(self.cat(cid, max_bytes))
+
+
+SHIPPED = ShippedFiles(SPECS / "data")
+LOCAL = LocalData((SPECS / "data",))
 
 
 def plan_batches(
@@ -105,7 +133,7 @@ def plan_batches(
     """The exact batches the engine draws for those steps (no spikes expected), and its eval set,
     drawn as the loop reaches them, as a data loader hands a plain loop its batches."""
     sampler = Sampler(
-        load_corpora(spec.data),
+        load_corpora(spec.data, SHIPPED, LOCAL),
         spec.data.seq_len,
         spec.training.batch_size,
         spec.reproducibility.seed,
@@ -120,7 +148,9 @@ def plan_batches(
 
 
 def configure(spec: JobSpec) -> None:
-    """The settings run_unit applies, so the plain loop runs under the same kernels and threads."""
+    """The settings run_unit applies, so the plain loop runs under the same kernels, threads and
+    allocator."""
+    keep_freed_memory()
     torch.set_num_threads(spec.reproducibility.num_threads)
     torch.use_deterministic_algorithms(spec.reproducibility.deterministic)
 
@@ -141,7 +171,9 @@ def measure_throughput(
     def engine(_: int) -> Timer:
         nonlocal checkpoint
         with Timer() as timer:
-            checkpoint, _, _ = run_unit(spec, checkpoint, shard, steps, device=device)
+            checkpoint, _, _ = run_unit(
+                spec, checkpoint, shard, steps, device=device, storage=SHIPPED, local_data=LOCAL
+            )
             _sync(device)
         return timer
 
@@ -186,8 +218,9 @@ def measure_memory(
             _sync(device)
             peaks.append(torch.cuda.max_memory_allocated(device) / 2**20)
         return peaks[0], peaks[1]
-    # glibc would otherwise keep freed tensor memory in its heap, so RSS would stop tracking
-    # what is live; mapping every block over 64 KiB on its own returns it on free
+    # glibc would otherwise keep freed tensor memory in its heap (as the engine asks it to, except
+    # under this setting), so RSS would stop tracking what is live; mapping every block over
+    # 64 KiB on its own returns it on free
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     peaks = []
     for side in ("engine", "plain"):
@@ -224,7 +257,7 @@ def read_spec(path: Path, threads: int | None) -> JobSpec:
 
 def _run_side(side: str, spec: JobSpec, shard: Shard, steps: int, device: torch.device) -> None:
     if side == "engine":
-        run_unit(spec, None, shard, steps, device=device)
+        run_unit(spec, None, shard, steps, device=device, storage=SHIPPED, local_data=LOCAL)
     else:
         PlainLoop(spec, device).train(*plan_batches(spec, shard, 0, steps))
 
@@ -277,12 +310,14 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    for path in args.spec:
+    paths = [path.resolve() for path in args.spec]
+    os.chdir(ROOT)  # specs name their shipped files from the repository's root
+    for path in paths:
         spec = read_spec(path, args.threads)
         steps = args.steps or spec.checkpoint.every
         if args.memory_of:  # child process of measure_memory
             configure(spec)
-            load_corpora(spec.data)  # reading the corpus is not training; both sides share it
+            load_corpora(spec.data, SHIPPED, LOCAL)  # reading the corpus is not training
             baseline = _reset_peak_rss()
             _run_side(args.memory_of, spec, Shard.of(spec, 0, 0, steps), steps, device)
             print(_peak_rss_mb() - baseline)

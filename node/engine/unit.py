@@ -17,6 +17,7 @@ from marketplace.protocol.execution import ExecutionClass
 from marketplace.protocol.spec import HFSpec, JobSpec
 
 from . import environment, parallel
+from .allocator import keep_freed_memory
 from .base import load_base
 from .data import (
     NO_LOCAL_DATA,
@@ -109,6 +110,7 @@ def run_unit(
     device = placed[0]
     repro = spec.reproducibility
     executes = environment.execution_class(spec, device, host)
+    keep_freed_memory()
     with _reproducible(executes):
         corpora = load_corpora(spec.data, storage, local_data, limits.max_source_bytes)
         sampler = Sampler(corpora, spec.data.seq_len, spec.training.batch_size, repro.seed)
