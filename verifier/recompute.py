@@ -93,23 +93,6 @@ def recorded_class(checkpoint: Checkpoint) -> str | None:
         return None
 
 
-def _draws_alike(checkpoint: Checkpoint, own: ExecutionClass) -> bool:
-    """Whether this verifier's generator draws a unit's dropout masks as its provider's did: on
-    the same kind of device, and on CUDA the same GPU model (whose number of multiprocessors
-    sets how the kernels spread their draws). A record without a well-formed class claims no
-    other device, so it is judged."""
-    record = checkpoint.metadata.get("execution")
-    try:
-        theirs = ExecutionClass.from_dict(
-            record.get("class") if isinstance(record, Mapping) else None
-        )
-    except ExecutionClassError:
-        return True
-    return theirs.device == own.device and (
-        own.device == "cpu" or theirs.device_model == own.device_model
-    )
-
-
 @dataclass(frozen=True)
 class PeerUnit:
     """Another slot's commitment of the same unit of a group job: its bundle's CID and hash."""
@@ -229,14 +212,6 @@ def _judge_checkpoint_unit(
         return previous
 
     if not runner.reproduces(spec, recorded_class(committed)):
-        if spec.model.draws_random_numbers() and not _draws_alike(
-            committed, runner.own_class(spec)
-        ):
-            return Verdict(
-                None,
-                "the unit draws random numbers (dropout) on another kind of device than this "
-                "verifier's, whose generator draws others: a verifier on its kind judges it",
-            )
         return _judge_tolerantly(spec, inputs, storage, runner, previous, committed)
     result = _rerun(
         lambda: run_unit(

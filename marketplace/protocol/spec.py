@@ -89,10 +89,9 @@ class ModelSpec(BaseModel):
     def check_fits(self, seq_len: int) -> None:
         """Raise SpecError when the model cannot take sequences of `seq_len` tokens."""
 
-    def draws_random_numbers(self) -> bool:
-        """Whether training draws from the random generator (dropout), which keeps a unit's steps
-        from being split across devices with one device's bits. An architecture with dropout
-        says so here; the engine also checks the generator while it trains."""
+    def has_dropout(self) -> bool:
+        """Whether training applies dropout. The engine hashes its masks (node.engine.dropout)
+        rather than drawing them, and watches the generator of a unit split across devices."""
         return False
 
 
@@ -137,7 +136,7 @@ class GPTSpec(ModelSpec):
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout on attention, MLP and embeddings
     bias: bool = True  # biases in Linear and LayerNorm layers
 
-    def draws_random_numbers(self) -> bool:
+    def has_dropout(self) -> bool:
         return self.dropout > 0
 
     @field_validator("n_head")
@@ -160,7 +159,7 @@ class MLPSpec(ModelSpec):
     n_layer: int = Field(2, ge=1, le=1024)  # hidden layers
     dropout: float = Field(0.0, ge=0.0, lt=1.0)  # dropout after each hidden layer
 
-    def draws_random_numbers(self) -> bool:
+    def has_dropout(self) -> bool:
         return self.dropout > 0
 
 
@@ -346,7 +345,7 @@ class HFSpec(ModelSpec, _LeavesOutUnset):
             )
         return config
 
-    def draws_random_numbers(self) -> bool:
+    def has_dropout(self) -> bool:
         dropout = HF_FAMILIES[self.family].dropout
         return any(self.config.get(key, default) > 0 for key, default in dropout.items())
 
@@ -766,12 +765,6 @@ class JobSpec(_Section, _LeavesOutUnset):
                 "devices_in_group",
                 "resources.devices > 1 is for single-node jobs; a group job's ranks train on "
                 "one device each",
-            )
-        if self.model.draws_random_numbers():
-            raise PydanticCustomError(
-                "devices_with_dropout",
-                "resources.devices > 1 needs a model without dropout: each device would draw "
-                "other random numbers than one device does, and the unit could not be verified",
             )
         if self.training.grad_accum_steps % devices:
             raise PydanticCustomError(

@@ -10,9 +10,10 @@ single device's, goes back to all (an all-reduce in a fixed order). Every worker
 steps the same gradient from the same state, and so stays identical. The losses travel with the
 gradient, each in its own slot, and are summed in the same order as on one device.
 
-A model that draws random numbers while training (dropout) cannot be split so: each worker would
-draw another share of the stream than one device does. Workers check that the generator did not
-move and refuse such a job (TeamError).
+Dropout splits so too: its masks are hashed from each micro-batch's place (node.engine.dropout),
+not drawn. A model that draws random numbers while training some other way cannot be split: each
+worker would draw another share of the stream than one device does. Workers check that the
+generator did not move and refuse such a job (TeamError).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class Team:
             trainer.optimizer.zero_grad(set_to_none=True)
             x, y = trainer.sampler.batch(trainer.stream, trainer.cursor, micro)
             x, y = x.to(self.device), y.to(self.device)
-            with trainer.autocast:
+            with trainer.autocast, trainer.dropout(micro):
                 _, loss = trainer.model(x, y)
             (loss / accum).backward()
             losses[micro] = loss.detach()
@@ -89,8 +90,9 @@ class Team:
         trainer.optimizer.zero_grad(set_to_none=True)
         if not all(torch.equal(a, b) for a, b in zip(before, _rng_state(self.device), strict=True)):
             raise TeamError(
-                "the model draws random numbers while training (dropout): its steps cannot be "
-                "split across devices with the bits of one; train it on resources.devices: 1"
+                "the model draws random numbers while training (other than dropout): its steps "
+                "cannot be split across devices with the bits of one; train it on "
+                "resources.devices: 1"
             )
         total = self._ordered_sum(contributions, losses)  # (numel + accum,)
         assert used is not None  # every worker has at least one micro-batch (spec validation)

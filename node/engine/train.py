@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from marketplace.protocol.spec import JobSpec, LossSpikeSpec, TrainingSpec
 
 from . import models  # noqa: F401  (the built-in architectures' modules, which `spec.model.build` makes)
 from .data import Sampler
+from .dropout import CountedDropout
 from .parallel import Team
 
 logger = logging.getLogger(__name__)
@@ -105,11 +107,19 @@ class Trainer:
                 self.ddp.require_backward_grad_sync = micro == accum - 1
             x, y = self.sampler.batch(self.stream, self.cursor, micro)
             x, y = x.to(self.device), y.to(self.device)
-            with self.autocast:
+            with self.autocast, self.dropout(micro):
                 _, loss = model(x, y)
             (loss / accum).backward()
             total += loss.detach()
         return self._clipped(float(total) / accum)
+
+    def dropout(self, micro: int) -> AbstractContextManager[object]:
+        """Where micro-batch `micro` of the batch at the cursor trains: under hashed dropout
+        masks when the model has dropout (node.engine.dropout), else as it is (the hashing mode
+        would cost every operation of the forward a Python call)."""
+        if not self.spec.model.has_dropout():
+            return nullcontext()
+        return CountedDropout(self.spec.reproducibility.seed, self.stream, self.cursor, micro)
 
     def _clipped(self, loss: float) -> tuple[float, float | None]:
         """Clip the step's gradient; `loss` with the grad norm before clipping (None: off)."""

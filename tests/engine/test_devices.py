@@ -103,31 +103,39 @@ def test_a_verifier_passes_an_honest_two_device_unit_and_fails_a_cheat(spec, two
     assert "differs" in cheat.reason
 
 
-def test_a_model_that_draws_random_numbers_is_refused_on_several_devices():
-    """Dropout draws from the generator in every micro-batch: a worker that skips the others'
-    micro-batches would draw other numbers than one device, so the split is refused: by the spec
-    where the architecture says it has dropout (transformers' gpt2 has it by default), and by the
-    workers, which watch the generator, whatever the model."""
-    with pytest.raises(SpecError, match="without dropout"):
-        parse_spec(merge(TWO_DEVICES, {"model": {"dropout": 0.1}}))
+def test_a_model_with_dropout_trains_on_two_devices_to_the_bits_of_one(two_devices):
+    """Dropout's masks are hashed from each micro-batch's place, not drawn from a generator
+    (node.engine.dropout), so a model with dropout splits across devices like any other, and so
+    does transformers' gpt2, which has dropout by default."""
+    dropout = parse_spec(merge(TWO_DEVICES, {"model": {"dropout": 0.1}}))
+    shard = unit_shard(dropout, 0)
+    two = run_unit(dropout, None, shard, 4, device="cpu")
+    assert two.state_hash == run_unit(dropout, None, shard, 4, device="cpu", devices=1).state_hash
+    assert two.state_hash != two_devices[0].state_hash  # the masks were applied
     gpt2 = {
         "architecture": "hf",
         "family": "gpt2",
         "config": {"n_embd": 32, "n_layer": 1, "n_head": 2},
     }
-    with pytest.raises(SpecError, match="without dropout"):
-        parse_spec({**TWO_DEVICES, "model": gpt2})
-    still = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
-    parse_spec({**TWO_DEVICES, "model": merge(gpt2, {"config": still})})
+    assert parse_spec({**TWO_DEVICES, "model": gpt2}).devices == 2
+
+
+def test_a_model_that_draws_random_numbers_is_refused_on_several_devices():
+    """A worker that skips the others' micro-batches would draw other numbers from the generator
+    than one device: the workers watch it, whatever the model, and refuse the split."""
     one_device = {key: value for key, value in TWO_DEVICES.items() if key != "resources"}
-    spec = parse_spec(merge(one_device, {"model": {"dropout": 0.1}}))
-    corpora = load_corpora(spec.data)
-    sampler = Sampler(corpora, spec.data.seq_len, spec.training.batch_size, 5)
+    spec = parse_spec(one_device)
+    sampler = Sampler(load_corpora(spec.data), spec.data.seq_len, spec.training.batch_size, 5)
     store = dist.HashStore()
     cpu = torch.device("cpu")
     group = open_group(store, 0, 1, place(store, 0, 1, cpu), timedelta(seconds=30))
     trainer = Trainer(spec, sampler, cpu, Team(0, 1, cpu, group))
-    with pytest.raises(TeamError, match="dropout"):
+
+    def draw(*_: object) -> None:
+        torch.rand(1)
+
+    trainer.model.register_forward_hook(draw)
+    with pytest.raises(TeamError, match="draws random numbers"):
         trainer.forward_backward()
 
 
