@@ -37,14 +37,21 @@ def keep_mask(shape: torch.Size, p: float, key: bytes, device: torch.device) -> 
         raise ValueError(f"dropout over {numel} entries: at most {_MAX_ENTRIES - 1} are hashed")
     first, second = int.from_bytes(key[:4], "little"), int.from_bytes(key[4:8], "little")
     bits = torch.arange(numel, dtype=torch.int64, device=device)
-    bits = _mix(_mix(bits ^ first) ^ second)
-    return (bits >= round(p * _MASK32)).view(shape)
+    bits ^= first
+    _mix(bits)
+    bits ^= second
+    return (_mix(bits) >= round(p * _MASK32)).view(shape)
 
 
 def _mix(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of each entry of `x` (int64 in [0, 2**32)), in place: masks are
+    as large as the activations, and a fresh tensor per operation would double the traffic."""
     for _ in range(2):
-        x = ((x ^ (x >> 16)) * _MIX) & _MASK32
-    return x ^ (x >> 16)
+        x ^= x >> 16
+        x *= _MIX
+        x &= _MASK32
+    x ^= x >> 16
+    return x
 
 
 class CountedDropout(TorchFunctionMode):
@@ -103,7 +110,7 @@ class CountedDropout(TorchFunctionMode):
         if enable_gqa:  # each group of query heads shares one key and value head
             k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
             v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
-        scores = q @ k.transpose(-2, -1) * (scale or 1.0 / math.sqrt(q.size(-1)))
+        scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.size(-1)) if scale is None else scale)
         if is_causal:
             length, keys = q.size(-2), k.size(-2)
             causal = torch.ones(length, keys, dtype=torch.bool, device=q.device).tril()

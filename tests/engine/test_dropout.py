@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,14 @@ def test_a_mask_keeps_its_share_and_differs_by_key():
     # neighbouring entries are not alike either
     assert abs((first[:, 1:] == first[:, :-1]).float().mean().item() - 0.82) < 0.003
     assert torch.equal(first, keep_mask(shape, 0.1, b"\x01" * 8, CPU))
+
+
+def test_a_mask_is_pinned():
+    """Provider and verifier must hash the same masks: a change here is a change of every unit
+    with dropout."""
+    mask = keep_mask(torch.Size([37, 1001]), 0.1, b"zoo-mask", CPU)
+    digest = hashlib.sha256(mask.numpy().tobytes()).hexdigest()
+    assert digest == "cfd0567235ce708c757aa54d8bb4c5d6a6a6009e43063993bd78656946f5bfec"
 
 
 def test_the_masks_follow_the_batch_and_the_call_not_the_generator():
