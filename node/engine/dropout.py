@@ -83,26 +83,27 @@ class CountedDropout(TorchFunctionMode):
             return self._on_attention(*args, **kwargs)
         return func(*args, **kwargs)
 
-    def _on_dropout(
-        self, x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+    def _on_dropout(  # F.dropout's parameters, by its names
+        self, input: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
     ) -> torch.Tensor:
         if not training or p == 0:
-            return x
+            return input
         if p == 1:
-            return x.mul_(0) if inplace else torch.zeros_like(x)
-        return self._dropout(x, p, inplace)
+            return input.mul_(0) if inplace else torch.zeros_like(input)
+        return self._dropout(input, p, inplace)
 
-    def _on_attention(
+    def _on_attention(  # F.scaled_dot_product_attention's parameters, by its names
         self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
         attn_mask: torch.Tensor | None = None,
         dropout_p: float = 0.0,
         is_causal: bool = False,
         scale: float | None = None,
         enable_gqa: bool = False,
     ) -> torch.Tensor:
+        q, k, v = query, key, value
         if dropout_p == 0:
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa
