@@ -79,11 +79,38 @@ def test_attention_with_dropout_is_the_softmax_attention_sdpa_computes(case, mon
     torch.testing.assert_close(got, expected / 0.8)
 
 
-def test_a_unit_with_dropout_reruns_bit_for_bit_and_draws_nothing():
+GPT2 = {"architecture": "hf", "family": "gpt2", "config": {"n_embd": 32, "n_layer": 1, "n_head": 2}}
+LLAMA = {
+    "architecture": "hf",
+    "family": "llama",
+    "config": {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "attention_dropout": 0.1,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {**TWO_DEVICES["model"], "dropout": 0.2},
+        GPT2 | {"attn_implementation": "sdpa"},  # gpt2's dropout is on by default
+        GPT2 | {"attn_implementation": "eager"},
+        LLAMA,
+    ],
+    ids=["gpt", "hf-gpt2-sdpa", "hf-gpt2-eager", "hf-llama"],
+)
+def test_a_unit_with_dropout_reruns_bit_for_bit_and_draws_nothing(model):
+    """Every dropout of the built-in GPT and of the `transformers` families (on embeddings,
+    residuals, attention weights, in SDPA or not) takes the hashed masks."""
     spec = parse_spec(
-        {key: value for key, value in TWO_DEVICES.items() if key != "resources"}
-        | {"model": {**TWO_DEVICES["model"], "dropout": 0.2}}
+        {key: value for key, value in TWO_DEVICES.items() if key != "resources"} | {"model": model}
     )
+    assert spec.model.has_dropout()
     shard = unit_shard(spec, 0)
     first = run_unit(spec, None, shard, 4, device="cpu")
     assert first.state_hash == run_unit(spec, None, shard, 4, device="cpu").state_hash
