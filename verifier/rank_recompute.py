@@ -13,18 +13,50 @@ A unit must also start where the rank was left: unit 0 from the job's seed, and 
 where the re-run of the slot's previous unit ends. A DiLoCo round starts from weights the
 other ranks' payloads of the round before make, so past round 0 its inputs are not checked:
 a rank that commits a consistent round from made-up global weights passes here.
+
+A verifier that does not reproduce the ddp rank's recorded execution class judges each step
+within a calibrated slack instead (`TolerantReplay`): the committed payload must be a
+compression of a vector within the slack of the verifier's own in every entry. DiLoCo rounds are
+judged exactly in any class (their local steps drift apart like a whole unit's; see
+docs/verification.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
 
-from marketplace.protocol.rank_bundle import RankBundle, RankUnit, load_rank_bundle, update_sha256
+import torch
+
+from marketplace.protocol.execution import ExecutionClass, ExecutionClassError
+from marketplace.protocol.rank_bundle import (
+    RankBundle,
+    RankUnit,
+    RecordedRound,
+    load_rank_bundle,
+    update_sha256,
+)
+from node.distributed.compression import CompressionError
+from node.distributed.ddp import replay_ddp_unit
+from node.distributed.exchange import RankCheat, Slack, TolerantReplay, rms
 from node.distributed.group import DistributedConfigError, GroupConfig
 from node.distributed.job import first_unit, group_config, run_rank_unit
 from node.engine import JobSpec
 from verifier.group_records import MemberView, contradiction, member_view
+from verifier.trajectory import Tolerance
+
+Reproduces = Callable[[str | None], bool]  # whether a verifier re-runs a class id bit for bit
+RANK_TOLERANCE_FILE = Path(__file__).with_name("rank_tolerance.json")
+RANK_MEASURES = ("payload",)  # the slack a step's payload needs, over its vector's RMS
+
+
+def rank_slack(tolerance: Tolerance | None = None) -> Slack:
+    """The slack of ddp ranks judged in another class: the bound of the calibrated table
+    (scripts/calibrate_rank_verification.py), for as many steps as it measured."""
+    tolerance = tolerance or Tolerance.load(RANK_TOLERANCE_FILE, RANK_MEASURES)
+    (measure,) = RANK_MEASURES
+    return Slack(tolerance.bound(measure), len(tolerance.measured[measure]))
 
 
 class RankJudgement(NamedTuple):
@@ -41,21 +73,27 @@ def judge_rank(
     bundle: bytes,
     peers: Mapping[int, tuple[str, bytes]] | None = None,
     previous: tuple[str, bytes] | None = None,
+    *,
+    reproduces: Reproduces = lambda _: True,
+    slack: Slack | None = None,
 ) -> RankJudgement:
     """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`
     from where the rank was left, and in ddp whether its records agree with the group's.
 
     `peers` maps the other slots that committed the same unit to their commitment and bundle;
-    `previous` is the slot's commitment and bundle of unit `index - 1` (ddp).
+    `previous` is the slot's commitment and bundle of unit `index - 1` (ddp). A ddp unit whose
+    recorded class `reproduces` says no to is judged within `slack` (a share of each step's
+    vector's RMS; default: the calibrated `rank_slack()`) rather than by its hash.
     """
     try:
         config = group_config(spec)
     except DistributedConfigError as exc:
         return RankJudgement(None, f"the job spec cannot be run: {exc}")
     try:
-        unit, payload, _, rounds = load_rank_bundle(bundle)
+        loaded = load_rank_bundle(bundle)
     except ValueError as exc:
         return RankJudgement(False, f"committed rank bundle unreadable: {exc}")
+    unit, payload, rounds = loaded.unit, loaded.payload, loaded.rounds
     if (unit.rank, unit.round_) != (slot, index):
         return RankJudgement(
             False,
@@ -72,6 +110,8 @@ def judge_rank(
         reason = contradiction(slot, config.unit_rounds(spec, index), views)
         if reason is not None:
             return RankJudgement(False, reason)
+    if rounds is not None and not reproduces(recorded_class(loaded)):
+        return _judge_within(spec, config, loaded, own, slack or rank_slack(), previous)
     try:
         recomputed = run_rank_unit(spec, config, unit, rounds).sha256
     except ValueError as exc:  # rounds missing, or contradicting the re-run (ReplayMismatch)
@@ -84,11 +124,65 @@ def judge_rank(
     return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)
 
 
+def recorded_class(bundle: RankBundle) -> str | None:
+    """The id of the class a bundle records; None when it records none well-formed."""
+    try:
+        return ExecutionClass.from_dict(bundle.execution).class_id()
+    except ExecutionClassError:
+        return None
+
+
+def _judge_within(
+    spec: JobSpec,
+    config: GroupConfig,
+    bundle: RankBundle,
+    own: MemberView | None,
+    slack: Slack,
+    previous: tuple[str, bytes] | None,
+) -> RankJudgement:
+    """A ddp unit of a class this verifier does not reproduce: every step's committed payload
+    explained within `slack` by the verifier's re-run, which follows the group's recorded
+    aggregates; and the unit starting, within `slack`, where the previous one ends."""
+    if own is None or bundle.rounds is None:
+        return RankJudgement(False, "the payload does not split into the unit's steps")
+    try:
+        replay_within(spec, config, bundle.unit, bundle.rounds, own.sent, slack)
+    except RankCheat as exc:
+        return RankJudgement(False, f"the re-run does not explain the committed payload: {exc}")
+    except CompressionError as exc:
+        return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
+    misplaced = _misplaced_start(spec, config, bundle.unit, previous, slack)
+    if misplaced is not None:
+        return RankJudgement(False, misplaced)
+    return RankJudgement(True, "the re-run explains every committed payload within the slack")
+
+
+def replay_within(
+    spec: JobSpec,
+    config: GroupConfig,
+    unit: RankUnit,
+    rounds: list[RecordedRound],
+    sent: list[bytes],
+    slack: Slack,
+    threads: int = 1,
+) -> RankUnit:
+    """Re-run a ddp unit judging each step's payload in `sent` within `slack` (RankCheat at the
+    first it does not explain); where the unit leaves the rank."""
+    return replay_ddp_unit(
+        spec, config, unit, TolerantReplay(unit.rank, config, rounds, sent, slack), threads
+    )
+
+
 def _misplaced_start(
-    spec: JobSpec, config: GroupConfig, unit: RankUnit, previous: tuple[str, bytes] | None
+    spec: JobSpec,
+    config: GroupConfig,
+    unit: RankUnit,
+    previous: tuple[str, bytes] | None,
+    slack: Slack | None = None,
 ) -> str | None:
     """Why the unit does not start where the rank was left; None when it does, or when that
-    cannot be told (no previous ddp bundle, or one that fails its own verification)."""
+    cannot be told (no previous ddp bundle, or one that fails its own verification). With a
+    `slack`, the previous unit is re-run within it and the start compared within it too."""
     if unit.round_ == 0:
         if unit.state_hash() != first_unit(spec, unit.rank).state_hash():
             return "the unit does not start from the job's seed"
@@ -99,15 +193,49 @@ def _misplaced_start(
     before = _committed_bundle(data, unit.rank, unit.round_ - 1, commitment)
     if before is None or before.rounds is None:
         return None
-    try:
-        rerun = run_rank_unit(spec, config, before.unit, before.rounds)
-    except ValueError:
-        return None
-    if rerun.following is None or rerun.sha256 != commitment:
-        return None
-    if rerun.following.state_hash() != unit.state_hash():
+    if slack is None:
+        try:
+            rerun = run_rank_unit(spec, config, before.unit, before.rounds)
+        except ValueError:
+            return None
+        if rerun.following is None or rerun.sha256 != commitment:
+            return None
+        ends = rerun.following.state_hash() == unit.state_hash()
+    else:
+        sent = member_view(before.payload, before.rounds)
+        if sent is None:
+            return None
+        try:
+            following = replay_within(spec, config, before.unit, before.rounds, sent.sent, slack)
+        except (RankCheat, CompressionError):
+            return None
+        ends = _within(following.fields(), unit.fields(), slack.at(len(before.rounds)))
+    if not ends:
         return "the unit does not start where the slot's previous unit ends"
     return None
+
+
+def _within(ours: Any, theirs: Any, slack: float) -> bool:
+    """Whether two states agree: float tensors within `slack` of their RMS in every entry,
+    everything else exactly."""
+    if isinstance(ours, Mapping) and isinstance(theirs, Mapping):
+        return ours.keys() == theirs.keys() and all(
+            _within(ours[key], theirs[key], slack) for key in ours
+        )
+    if isinstance(ours, (list, tuple)) and isinstance(theirs, (list, tuple)):
+        return len(ours) == len(theirs) and all(
+            _within(a, b, slack) for a, b in zip(ours, theirs, strict=True)
+        )
+    if isinstance(ours, torch.Tensor) and isinstance(theirs, torch.Tensor):
+        if (ours.shape, ours.dtype) != (theirs.shape, theirs.dtype):
+            return False
+        if not ours.is_floating_point():
+            return torch.equal(ours, theirs)
+        if ours.numel() == 0:
+            return True
+        allowed = slack * rms(ours)
+        return bool((ours.double() - theirs.double()).abs().max() <= allowed)
+    return type(ours) is type(theirs) and ours == theirs
 
 
 def _peer_views(

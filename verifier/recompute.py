@@ -21,6 +21,8 @@ from marketplace.storage import (
     NodeUnavailable,
     Storage,
 )
+from node.distributed.exchange import Slack
+from node.distributed.rank_unit import rank_class
 from node.engine import (
     DataError,
     JobSpec,
@@ -34,7 +36,7 @@ from node.engine.environment import DEFAULT_HOST, Host, execution_class
 from node.engine.limits import checkpoint_bytes
 from verifier import trajectory
 from verifier.errors import InputsUnavailable, Withheld
-from verifier.rank_recompute import judge_rank
+from verifier.rank_recompute import judge_rank, rank_slack
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,6 +56,8 @@ class Runner:
     host: Host = DEFAULT_HOST
     classes: frozenset[str] = frozenset()
     tolerance: trajectory.Tolerance = field(default_factory=trajectory.Tolerance.load)
+    # ddp ranks of another class: the slack of each step's payload (verifier/rank_tolerance.json)
+    rank_slack: Slack = field(default_factory=rank_slack)
 
     def own_class(self, spec: JobSpec) -> ExecutionClass:
         return execution_class(spec, torch.device(self.device), self.host)
@@ -61,6 +65,12 @@ class Runner:
     def reproduces(self, spec: JobSpec, class_id: str | None) -> bool:
         return class_id is not None and (
             class_id in self.classes or class_id == self.own_class(spec).class_id()
+        )
+
+    def reproduces_rank(self, spec: JobSpec, class_id: str | None) -> bool:
+        """Ranks are re-run as ranks train, on one CPU thread, whatever this runner's device."""
+        return class_id is not None and (
+            class_id in self.classes or class_id == rank_class(spec).class_id()
         )
 
 
@@ -344,7 +354,15 @@ def _judge_rank_unit(
                 return Verdict(None, f"previous rank bundle unreadable: {exc}")
             previous = (inputs.previous_state_hash, data)
     judgement = judge_rank(
-        spec, inputs.slot, inputs.index, inputs.state_hash, bundle, peers, previous
+        spec,
+        inputs.slot,
+        inputs.index,
+        inputs.state_hash,
+        bundle,
+        peers,
+        previous,
+        reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
+        slack=runner.rank_slack,
     )
     return Verdict(*judgement)
 

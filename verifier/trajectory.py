@@ -64,11 +64,11 @@ class Tolerance:
         return max(self.floor, self.margin * max(self.measured[measure]))
 
     @classmethod
-    def load(cls, path: Path = TOLERANCE_FILE) -> Tolerance:
+    def load(cls, path: Path = TOLERANCE_FILE, measures: tuple[str, ...] = MEASURES) -> Tolerance:
         data = json.loads(path.read_text())
         if data.get("format") != TOLERANCE_FORMAT:
             raise ValueError(f"{path} is not a {TOLERANCE_FORMAT} file")
-        measured = {m: tuple(float(x) for x in data["measured"][m]) for m in MEASURES}
+        measured = {m: tuple(float(x) for x in data["measured"][m]) for m in measures}
         if not all(measured.values()):
             raise ValueError(f"{path} measures nothing for some distance")
         return cls(measured, MARGIN, FLOOR)

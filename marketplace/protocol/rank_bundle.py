@@ -93,6 +93,9 @@ class RankBundle(NamedTuple):
     payload: bytes  # what it sent, back to back
     weights: dict[str, torch.Tensor] | None  # the group's model after the job's last unit
     rounds: list[RecordedRound] | None  # ddp: every step's members and what they sent
+    # the execution class the rank trained in (protocol.execution), the provider's word: it
+    # only chooses how a verifier judges the unit. None in bundles that record none
+    execution: dict[str, Any] | None = None
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> RankBundle:
@@ -106,7 +109,8 @@ class RankBundle(NamedTuple):
             ]
         )
         unit = RankUnit.from_fields(fields)
-        return cls(unit, _bytes(fields["payload"]), fields["weights"], rounds)
+        execution = fields.get("execution")
+        return cls(unit, _bytes(fields["payload"]), fields["weights"], rounds, execution)
 
 
 def update_sha256(payload: bytes) -> str:
@@ -119,9 +123,11 @@ def rank_bundle(
     payload: bytes,
     weights: dict[str, torch.Tensor] | None = None,
     rounds: list[RecordedRound] | None = None,
+    execution: dict[str, Any] | None = None,
 ) -> bytes:
     """What a group job's unit pins: the rank's inputs and the payloads it sent, in ddp the
-    unit's rounds; the last unit's also holds the trained model, the job's result."""
+    unit's rounds, and the class it ran in; the last unit's also holds the trained model, the
+    job's result."""
     return dump_tagged(
         RANK_BUNDLES.tag,
         {
@@ -134,6 +140,7 @@ def rank_bundle(
                 {"members": members, "payloads": [_tensor(p) for p in payloads]}
                 for members, payloads in rounds
             ],
+            "execution": execution,
         },
     )
 

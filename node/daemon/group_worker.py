@@ -50,7 +50,7 @@ from node.distributed.diloco import DilocoConfig
 from node.distributed.exchange import aggregate_path, recorded_round, sent_in, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, run_rank
-from node.distributed.rank_unit import unit_path
+from node.distributed.rank_unit import rank_class, unit_path
 from node.engine import DataError
 
 from .journal import Unit
@@ -284,7 +284,10 @@ class GroupWorker:
             if isinstance(config, DilocoConfig)
             else [recorded_round(folder, r) for r in rounds]
         )
-        cid = self.worker.storage.add_bytes(rank_bundle(inputs, payload, weights, recorded))
+        execution = rank_class(spec).to_dict()  # ranks train on this node's CPU
+        cid = self.worker.storage.add_bytes(
+            rank_bundle(inputs, payload, weights, recorded, execution)
+        )
         unit = Unit(job_id, slot_id, index, cid, update_sha256(payload), seconds)
         self.worker.journal.add_unit(unit)
         slot = self.worker.ledger.slot(job_id, slot_id)

@@ -130,11 +130,17 @@ class Compressor:
         indices = k * _INDEX_DTYPE.itemsize if k < numel and self.selection == "topk" else 0
         raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         value_dtype = torch.float32 if self.bits == 32 else torch.uint8
-        return Payload(  # each part cloned before viewing: a view needs an aligned start
+        payload = Payload(  # each part cloned before viewing: a view needs an aligned start
             raw[:values].clone().view(value_dtype),
             raw[values : values + indices].clone().view(_INDEX_DTYPE),
             raw[values + indices :].clone().view(torch.float32),
         )
+        positions = payload.indices
+        if positions.numel() and (
+            positions[0] < 0 or positions[-1] >= numel or torch.any(positions.diff() <= 0)
+        ):
+            raise CompressionError("the payload's positions are not distinct positions, in order")
+        return payload
 
     def decompress(self, payload: Payload, numel: int, round_: int = 0) -> torch.Tensor:
         """The dense float32 vector a payload stands for (zeros where nothing was sent)."""
@@ -147,13 +153,73 @@ class Compressor:
         kept = payload.values if self.bits == 32 else self._dequantize(payload, k)
         if k == numel:
             return kept.clone()
-        if self.selection == "random":
-            positions = self._random_positions(numel, round_)
-        else:
-            positions = payload.indices.long()
         dense = torch.zeros(numel)
-        dense[positions] = kept
+        dense[self.positions(payload, numel, round_)] = kept
         return dense
+
+    def positions(self, payload: Payload, numel: int, round_: int = 0) -> torch.Tensor:
+        """The positions of a `numel`-long vector a payload of exchange `round_` sends."""
+        if self.kept(numel) == numel:
+            return torch.arange(numel)
+        if self.selection == "random":
+            return self._random_positions(numel, round_)
+        return payload.indices.long()
+
+    def explains(
+        self, payload: Payload, vector: torch.Tensor, slack: float, round_: int = 0
+    ) -> str | None:
+        """Why `payload` (a parsed one: its positions are checked) is not what this compressor
+        makes of any vector within `slack` of the flat `vector` in every entry; None when it is.
+
+        A verifier of another execution class holds its own `vector`, which an honest rank's
+        differs from by rounding: so the kept positions may swap where two magnitudes are within
+        rounding of each other, a quantized value may round to the next level where it lies
+        that close to a level's edge, and a scale may move by what its chunk's entries can. A
+        payload that needs more than `slack` anywhere is not a compression of the same work.
+        """
+        numel = vector.numel()
+        if payload.nbytes != self.payload_bytes(numel):
+            return f"payload has {payload.nbytes} bytes; {self.payload_bytes(numel)} expected"
+        vector = vector.detach().float()
+        positions = self.positions(payload, numel, round_)
+        if self.kept(numel) < numel and self.selection == "topk":
+            dropped = torch.ones(numel, dtype=torch.bool)
+            dropped[positions] = False
+            smallest_kept = vector[positions].abs().min()
+            largest_dropped = vector[dropped].abs().max()
+            if smallest_kept + slack < largest_dropped - slack:
+                return "the kept positions are not the largest entries"
+        kept = vector[positions]
+        if self.bits == 32:
+            gap = float((payload.values - kept).abs().max())
+            return None if gap <= slack else f"a kept value is {gap:.3g} off (slack {slack:.3g})"
+        return self._explains_codes(payload, kept, slack)
+
+    def _explains_codes(self, payload: Payload, kept: torch.Tensor, slack: float) -> str | None:
+        """Whether the quantized `payload` is a quantization of some vector within `slack` of
+        `kept` (the kept entries), by its own scales, once those are shown to be near ours."""
+        k = kept.numel()
+        _, scales = self._quantize(kept)
+        # a chunk's largest magnitude, or its RMS, moves by at most what every entry may
+        scale_slack = slack if self.bits == 2 else slack / self._level()
+        gap = float((payload.scales - scales).abs().max())
+        if not gap <= scale_slack:  # NaN fails too
+            return f"a chunk's scale is {gap:.3g} off (slack {scale_slack:.3g})"
+        per_byte, mask = 8 // self.bits, (1 << self.bits) - 1
+        slots = [(payload.values >> (slot * self.bits)) & mask for slot in range(per_byte)]
+        codes = torch.stack(slots, dim=1).flatten()[:k].long()  # (k,)
+        theirs = payload.scales.repeat_interleave(self.chunk)[:k]  # (k,)
+        safe = torch.where(theirs > 0, theirs, torch.ones_like(theirs))
+        low, high = (kept - slack) / safe, (kept + slack) / safe
+        if self.bits == 2:
+            lowest, highest = (low.floor() + 2).clamp(0, 3), (high.floor() + 2).clamp(0, 3)
+        else:
+            level = self._level()
+            lowest = low.round().clamp(-level, level) + level
+            highest = high.round().clamp(-level, level) + level
+        if torch.any((codes < lowest) | (codes > highest)):
+            return "a quantized value is not a rounding of its entry"
+        return None
 
     def _random_positions(self, numel: int, round_: int) -> torch.Tensor:
         """The sorted positions kept in `round_`: the same on every rank, new every round."""

@@ -22,7 +22,7 @@ from marketplace.protocol.rank_bundle import RankUnit, RecordedRound
 from marketplace.protocol.spec import JobSpec
 from node.engine.train import Trainer
 
-from .exchange import Exchange, ReplayExchange
+from .exchange import Exchange, ReplayExchange, TolerantReplay
 from .group import (
     Delay,
     DistributedResult,
@@ -43,7 +43,7 @@ class StepExchange:
     """The state of `step_exchange_hook`: the trainer whose step is the round, the exchange,
     and the step's buckets that wait for the last one."""
 
-    def __init__(self, trainer: Trainer, exchange: Exchange | ReplayExchange):
+    def __init__(self, trainer: Trainer, exchange: Exchange | ReplayExchange | TolerantReplay):
         self.trainer = trainer
         self.exchange = exchange
         params = list(trainer.model.parameters())
@@ -107,7 +107,7 @@ def ddp_group() -> Iterator[None]:
         sys.excepthook = excepthook
 
 
-def wrap(trainer: Trainer, exchange: Exchange | ReplayExchange) -> None:
+def wrap(trainer: Trainer, exchange: Exchange | ReplayExchange | TolerantReplay) -> None:
     """Wrap the trainer's model in DDP, its gradients exchanged by `exchange` every step."""
     trainer.ddp = DistributedDataParallel(trainer.model)
     trainer.ddp.register_comm_hook(StepExchange(trainer, exchange), step_exchange_hook)
@@ -177,13 +177,25 @@ def rerun_ddp_unit(
 ) -> tuple[bytes, RankUnit]:
     """What the rank sent in its unit, re-run from its inputs and the unit's recorded rounds,
     and where the unit leaves it: the inputs of its next unit."""
+    exchange = ReplayExchange(unit.rank, config, rounds)
+    following = replay_ddp_unit(spec, config, unit, exchange)
+    return b"".join(exchange.sent), following
+
+
+def replay_ddp_unit(
+    spec: JobSpec,
+    config: GroupConfig,
+    unit: RankUnit,
+    exchange: ReplayExchange | TolerantReplay,
+    threads: int = 1,
+) -> RankUnit:
+    """Re-run the rank's unit from its inputs on `threads` threads, its exchanges played back by
+    `exchange`; where the unit leaves the rank."""
     with rank_threads():
-        trainer, _ = rank_trainer(spec, unit.rank)
-        exchange = ReplayExchange(unit.rank, config, rounds)
+        trainer, _ = rank_trainer(spec, unit.rank, threads)
         restore(unit, trainer, exchange.feedback)
         with ddp_group():
             wrap(trainer, exchange)
             ddp_steps(trainer, config.steps_per_unit(spec))
         residual = None if exchange.feedback is None else exchange.feedback.residual
-        following = RankUnit(unit.rank, unit.round_ + 1, trainer.state(), residual)
-    return b"".join(exchange.sent), following
+        return RankUnit(unit.rank, unit.round_ + 1, trainer.state(), residual)

@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -163,6 +164,79 @@ class ReplayExchange:
         parse = self.config.compressor.parse
         payloads = [parse(data, update.numel()) for data in recorded]
         return aggregate(self.config, payloads, update.numel(), round_)
+
+
+class RankCheat(ValueError):
+    """A committed payload that no vector within the slack of a verifier's own makes."""
+
+
+class Slack(NamedTuple):
+    """How far a rank's step vectors may lie from a verifier's in any entry: `share` of the
+    vector's RMS for the first `steps` steps of a unit (the steps it was calibrated on), growing
+    in proportion past them: error feedback carries each step's rounding into the next, so at
+    worst the steps' differences add up."""
+
+    share: float
+    steps: int
+
+    def at(self, step: int) -> float:
+        """The share at the unit's `step`, counted from 1."""
+        return self.share * max(1.0, step / self.steps)
+
+
+class TolerantReplay:
+    """A rank's exchanges played back for a verifier of another execution class: what the rank
+    committed for each step must be a compression of a vector within `slack` (a share of the
+    vector's RMS) of the verifier's own, its update plus its residual. The residual then takes
+    what the committed payload left out, and the step aggregates what the members sent, as
+    recorded, so the re-run stays on the group's trajectory rather than drifting from it."""
+
+    def __init__(
+        self,
+        rank: int,
+        config: GroupConfig,
+        rounds: list[RecordedRound],
+        committed: list[bytes],
+        slack: Slack,
+    ):
+        self.rank = rank
+        self.config = config
+        self.feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
+        self.rounds = iter(rounds)
+        self.committed = iter(committed)
+        self.slack = slack
+        self.steps = 0
+
+    def __call__(self, update: torch.Tensor, round_: int) -> Aggregate:
+        compressor, numel = self.config.compressor, update.numel()
+        residual = None if self.feedback is None else self.feedback.residual
+        vector = update.detach().float() + (0 if residual is None else residual)
+        data = next(self.committed)
+        members, recorded = next(self.rounds)
+        if self.rank in members and recorded[members.index(self.rank)] != data:
+            raise RankCheat(f"round {round_} records another payload than the rank committed")
+        payload = compressor.parse(data, numel)
+        self.steps += 1
+        self.check(payload, vector, round_)
+        if self.feedback is not None:
+            residual = vector - compressor.decompress(payload, numel, round_)
+            if compressor.bits == 32:  # values sent whole leave an honest rank no residual
+                residual[compressor.positions(payload, numel, round_)] = 0.0
+            self.feedback.residual = residual
+        payloads = [compressor.parse(d, numel) for d in recorded]
+        return aggregate(self.config, payloads, numel, round_)
+
+    def check(self, payload: Payload, vector: torch.Tensor, round_: int) -> None:
+        """RankCheat unless `payload` is explained by `vector` within the slack."""
+        slack = self.slack.at(self.steps) * rms(vector)
+        why = self.config.compressor.explains(payload, vector, slack, round_)
+        if why is not None:
+            raise RankCheat(f"round {round_}: {why}")
+
+
+def rms(vector: torch.Tensor) -> float:
+    """The root mean square of a vector's entries: what a rank's slack is a share of."""
+    return float(vector.double().square().mean().sqrt())
 
 
 def aggregate(config: GroupConfig, payloads: list[Payload], numel: int, round_: int) -> Aggregate:

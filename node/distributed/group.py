@@ -123,14 +123,15 @@ def check_schedule(spec: JobSpec, every: int | None = None) -> None:
         raise DistributedConfigError("training.eval_batches must be >= 1 to report eval loss")
 
 
-def rank_trainer(spec: JobSpec, rank: int) -> tuple[Trainer, list[Any]]:
-    """The engine's trainer on shard `rank`, one thread per rank, and the held-out batches.
+def rank_trainer(spec: JobSpec, rank: int, threads: int = 1) -> tuple[Trainer, list[Any]]:
+    """The engine's trainer on shard `rank`, one thread per rank (ranks share the machine's
+    cores; a verifier of another class may take more), and the held-out batches.
 
     Every rank builds the model from the spec's seed, so all start from the same weights. It
     trains where the rank's process group put it (devices.group_device): the CPU unless the
     group runs on NCCL.
     """
-    torch.set_num_threads(1)  # ranks share the machine's cores
+    torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(spec.reproducibility.deterministic)
     corpora = load_corpora(spec.data)
     sampler = Sampler(

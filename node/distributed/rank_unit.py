@@ -12,11 +12,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple, cast
 
 import torch
 
+from marketplace.protocol.execution import ExecutionClass
 from marketplace.protocol.rank_bundle import RankUnit
+from marketplace.protocol.spec import JobSpec
+from node.engine.environment import Host, execution_class
 from node.engine.train import Trainer
 
 from .compression import ErrorFeedback
@@ -67,3 +70,11 @@ def rank_threads() -> Iterator[None]:
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
+
+
+def rank_class(spec: JobSpec, threads: int = 1) -> ExecutionClass:
+    """The execution class a rank of `spec` trains in here: the CPU with `threads` threads (one,
+    as ranks train: `group.rank_trainer`), this process's matmul precision and oneDNN switch."""
+    precision = cast(Literal["highest", "high", "medium"], torch.get_float32_matmul_precision())
+    host = Host(threads, precision, bool(torch.backends.mkldnn.enabled))
+    return execution_class(spec, torch.device("cpu"), host)

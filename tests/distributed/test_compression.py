@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from node.distributed.compression import CompressionError, Compressor, ErrorFeedback
+from node.distributed.compression import CompressionError, Compressor, ErrorFeedback, Payload
 
 SETTINGS = [
     Compressor(),
@@ -137,3 +137,66 @@ def test_a_payload_of_the_wrong_size_is_refused() -> None:
     compressor = Compressor(ratio=0.1)
     with pytest.raises(CompressionError, match="bytes"):
         compressor.decompress(compressor.compress(torch.randn(100)), 200)
+
+
+@pytest.mark.parametrize("compressor", SETTINGS, ids=repr)
+def test_a_payload_is_explained_by_any_vector_within_rounding_of_its_own(
+    compressor: Compressor,
+) -> None:
+    """What a verifier of another class relies on: the payload its honest rank made from a
+    vector a rounding away from the verifier's is explained within a slack that covers it,
+    whichever positions swapped or levels flipped; a payload of a noised vector is not."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(4096, generator=g)
+    rounding = torch.randn(4096, generator=g) * 1e-6
+    assert compressor.explains(compressor.compress(x, 2), x, 0.0, 2) is None
+    assert compressor.explains(compressor.compress(x + rounding, 2), x, 1e-5, 2) is None
+    noised = x + torch.randn(4096, generator=g) * 0.05
+    assert compressor.explains(compressor.compress(noised, 2), x, 1e-4, 2) is not None
+
+
+def test_a_level_flipped_away_from_its_edge_is_not_explained() -> None:
+    """A verifier allows a 2-bit entry the next level only where it lies within the slack of
+    that level's edge: entry 0 (0.27 of the RMS) is far from every edge, entry 1 (zero) is on
+    the edge between codes 1 and 2."""
+    x = torch.tensor([0.2, 0.0, -1.0, -0.3] * 4)
+    compressor = Compressor(bits=2, chunk=16)
+    payload = compressor.compress(x)
+    for entry, explained in ((0, False), (1, True)):
+        flipped = payload.values.clone()
+        flipped[0] ^= 0b11 << (2 * entry)  # code 2 (the level above zero) becomes 1
+        changed = Payload(flipped, payload.indices, payload.scales)
+        assert (compressor.explains(changed, x, 1e-3) is None) is explained
+
+
+def test_kept_positions_must_be_the_largest_within_the_slack() -> None:
+    x = torch.tensor([0.1, -5.0, 0.2, 3.0, -0.3, 0.0, 1.0, -0.05, 0.4, 0.6])
+    compressor = Compressor(ratio=0.3)
+    kept = compressor.compress(x)
+    swapped = Payload(kept.values, torch.tensor([1, 3, 9], dtype=torch.int32), kept.scales)
+    assert "largest" in (compressor.explains(swapped, x, 1e-3) or "")
+    assert compressor.explains(swapped, x, 0.5) is None  # 0.6 and 1.0 within the slack
+
+
+@pytest.mark.parametrize("positions", [[3, 1, 6], [1, 3, 10], [-1, 3, 6], [1, 1, 6]])
+def test_a_payload_whose_positions_are_not_in_order_inside_the_vector_is_refused(positions):
+    """A payload comes from another rank, or from a bundle: a position past the vector would
+    crash whoever aggregates it."""
+    compressor = Compressor(ratio=0.3)
+    kept = compressor.compress(torch.randn(10))
+    data = Payload(kept.values, torch.tensor(positions, dtype=torch.int32), kept.scales)
+    with pytest.raises(CompressionError, match="positions"):
+        compressor.parse(data.to_bytes(), 10)
+
+
+def test_a_non_finite_scale_or_value_is_never_explained() -> None:
+    x = torch.randn(512, generator=torch.Generator().manual_seed(6))
+    quantized = Compressor(bits=8)
+    payload = quantized.compress(x)
+    scales = payload.scales.clone()
+    scales[0] = float("nan")
+    assert quantized.explains(Payload(payload.values, payload.indices, scales), x, 1e9) is not None
+    dense = Compressor()
+    values = x.clone()
+    values[3] = float("inf")
+    assert dense.explains(Payload(values, torch.empty(0), torch.empty(0)), x, 1e9) is not None

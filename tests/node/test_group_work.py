@@ -24,7 +24,7 @@ def test_a_group_job_delivers_one_unit_per_round_and_a_single_job_one_per_checkp
 
 def test_a_rank_bundle_keeps_the_round_inputs_and_the_payload_bit_for_bit():
     unit = RankUnit(2, 5, {"step": 7, "weights": torch.arange(4.0)}, torch.ones(3))
-    loaded, payload, weights, _ = load_rank_bundle(rank_bundle(unit, b"\x00\x01payload"))
+    loaded, payload, weights, *_ = load_rank_bundle(rank_bundle(unit, b"\x00\x01payload"))
     assert (loaded.rank, loaded.round_, loaded.trainer["step"]) == (2, 5, 7)
     assert torch.equal(loaded.trainer["weights"], unit.trainer["weights"])
     assert torch.equal(loaded.residual, unit.residual)

@@ -1,0 +1,132 @@
+"""A ddp rank judged by a verifier of another execution class: an honest rank passes within the
+calibrated slack, which the exact check would have slashed it for, and every cheat still fails.
+Other CPU classes (two threads, oneDNN off) stand in for other hardware."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from marketplace.protocol.rank_bundle import load_rank_bundle, rank_bundle, update_sha256
+from node.distributed.rank_unit import rank_class
+from verifier import rank_casebook
+from verifier.rank_recompute import judge_rank, rank_slack
+
+RANK, INDEX = 2, 1
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    """The shipped ddp spec's compression, 2 units of 6 steps, trained by its 3 ranks here."""
+    spec = rank_casebook.group_spec("random-8bit", units=2, every=6)
+    folder = tmp_path_factory.mktemp("group")
+    rank_casebook.train_group(spec, folder)
+    return spec, folder
+
+
+def bundles(group, rank: int = RANK, index: int = INDEX) -> tuple[str, bytes]:
+    spec, folder = group
+    return rank_casebook.committed_bundle(spec, Path(folder), rank, index)
+
+
+def this_verifier(spec):
+    """Whether this verifier reproduces a class: its own rank class only."""
+    own = rank_class(spec).class_id()
+    return lambda class_id: class_id == own
+
+
+def judged(group, committed_bundle: tuple[str, bytes], **kwargs):
+    spec, _ = group
+    committed, bundle = committed_bundle
+    previous = bundles(group, index=INDEX - 1)
+    return judge_rank(
+        spec,
+        RANK,
+        INDEX,
+        committed,
+        bundle,
+        None,
+        previous,
+        reproduces=kwargs.pop("reproduces", this_verifier(spec)),
+        **kwargs,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["t2", "t1-nodnn"])
+def test_an_honest_rank_of_another_class_passes_where_the_exact_check_fails_it(group, host):
+    spec, _ = group
+    honest = rank_casebook.provide(spec, bundles(group)[1], host)
+    verdict = judged(group, honest)
+    assert verdict.passed is True, verdict.reason
+    assert verdict.reason == "the re-run explains every committed payload within the slack"
+    exact = judged(group, honest, reproduces=lambda _: True)
+    assert exact.passed is False  # its bits are not this class's
+
+
+@pytest.mark.slow
+def test_a_rank_recording_this_verifiers_class_is_judged_by_its_hash(group):
+    """The group's own bundle names the class this verifier re-runs in; the same bundle with
+    its class record taken out, or made up, is judged within the slack, and passes too."""
+    committed, bundle = bundles(group)
+    verdict = judged(group, (committed, bundle))
+    assert verdict.passed is True and verdict.recomputed_state_hash == committed
+    loaded = load_rank_bundle(bundle)
+    for record in (None, {"device": "gpu-nobody-has"}):
+        other = rank_bundle(loaded.unit, loaded.payload, rounds=loaded.rounds, execution=record)
+        verdict = judged(group, (committed, other))
+        assert verdict.passed is True
+        assert verdict.reason == "the re-run explains every committed payload within the slack"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", rank_casebook.CHEATS)
+def test_every_cheat_of_a_rank_fails_a_verifier_of_another_class(group, name):
+    """Each cheater trains in another class (two threads), so it is judged within the slack."""
+    spec, _ = group
+    _, bundle = bundles(group)
+    _, other = bundles(group, rank=1)
+    verdict = judged(group, rank_casebook.CHEATS[name](spec, bundle, other, "t2"))
+    assert verdict.passed is False
+    assert verdict.reason.startswith("the re-run does not explain the committed payload")
+
+
+@pytest.mark.slow
+def test_a_unit_that_does_not_start_where_the_previous_one_ends_fails_within_the_slack(group):
+    """A rank that moved its weights between units by a thousandth of their RMS, and then
+    trained the unit honestly from there."""
+    spec, _ = group
+    _, bundle = bundles(group)
+    unit = load_rank_bundle(bundle).unit
+    trainer = copy.deepcopy(unit.trainer)
+    for name, weights in trainer["model"].items():
+        if weights.is_floating_point():
+            scale = weights.square().mean().sqrt()
+            trainer["model"][name] = weights + 1e-3 * scale * torch.ones_like(weights)
+    moved = replace(unit, trainer=trainer)
+    committed, made = rank_casebook.provide(spec, bundle, "t2", unit=moved)
+    loaded = load_rank_bundle(made)
+    made = rank_bundle(moved, loaded.payload, rounds=loaded.rounds, execution=loaded.execution)
+    verdict = judged(group, (committed, made))
+    assert verdict.passed is False
+    assert verdict.reason == "the unit does not start where the slot's previous unit ends"
+
+
+def test_the_shipped_slack_covers_the_calibrated_steps_and_grows_past_them():
+    slack = rank_slack()
+    assert 0 < slack.share < 1e-2 and slack.steps >= 20
+    assert slack.at(1) == slack.at(slack.steps) == slack.share
+    assert slack.at(2 * slack.steps) == pytest.approx(2 * slack.share)
+
+
+def test_a_bundle_whose_payload_does_not_split_into_steps_fails(group):
+    _, bundle = bundles(group)
+    loaded = load_rank_bundle(bundle)
+    payload = loaded.payload + b"\x00"
+    made = rank_bundle(loaded.unit, payload, rounds=loaded.rounds, execution=None)
+    verdict = judged(group, (update_sha256(payload), made))
+    assert verdict.passed is False

@@ -1,0 +1,284 @@
+"""The cases cross-class judging of ddp ranks is measured on: a group of the tiny GPT under
+several compression settings, the CPU classes a rank's unit is re-run in, a provider of one rank
+in any class, honest or cheating, and the slack a committed payload needs. Shared by the
+calibration script, the verification bench and the tests, so all three judge the same things."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from marketplace.protocol.rank_bundle import (
+    RankUnit,
+    RecordedRound,
+    load_rank_bundle,
+    rank_bundle,
+    update_sha256,
+)
+from marketplace.protocol.spec import JobSpec, parse_spec
+from node.distributed.compression import Compressor, Payload
+from node.distributed.ddp import replay_ddp_unit, train_ddp
+from node.distributed.exchange import (
+    ReplayExchange,
+    Slack,
+    TolerantReplay,
+    aggregate,
+    encode_update,
+    recorded_round,
+    rms,
+    sent_in,
+)
+from node.distributed.group import GroupConfig
+from node.distributed.job import group_config
+from node.distributed.rank_unit import rank_class, unit_path
+from verifier.group_records import member_view
+
+GROUP_SPEC = Path(__file__).resolve().parents[1] / "node" / "specs" / "tiny-ddp-3.yaml"
+
+# How ranks' payloads are compressed: the shipped spec's, and the other kinds there are (top-k
+# positions that may swap, 2-bit levels that may flip, plain float32 values).
+COMPRESSIONS: dict[str, dict[str, Any]] = {
+    "random-8bit": {"ratio": 0.1, "selection": "random", "bits": 8, "chunk": 256},
+    "topk-2bit": {"ratio": 0.1, "selection": "topk", "bits": 2, "chunk": 256},
+    "dense-fp32": {"ratio": 1.0, "bits": 32},
+    "topk-fp32": {"ratio": 0.05, "selection": "topk", "bits": 32},
+    "dense-4bit": {"ratio": 1.0, "bits": 4, "chunk": 64},
+}
+
+# Rank classes a CPU stands in with: (threads, oneDNN on). Ranks train in the first.
+RANK_HOSTS: dict[str, tuple[int, bool]] = {
+    "t1": (1, True),
+    "t2": (2, True),
+    "t1-nodnn": (1, False),
+    "t2-nodnn": (2, False),
+}
+
+Tamper = Callable[[torch.Tensor], torch.Tensor]  # a rank's update -> what it compresses
+NOISE_RATIO = 0.05  # of the update's RMS, in every entry
+
+
+def group_spec(compression: str, seed: int = 1337, units: int = 2, every: int = 10) -> JobSpec:
+    """node/specs/tiny-ddp-3.yaml with `compression`, `units` units of `every` steps."""
+    raw = yaml.safe_load(GROUP_SPEC.read_text())
+    raw["distributed"]["compression"] = {**COMPRESSIONS[compression], "error_feedback": True}
+    raw["training"] |= {"max_steps": units * every, "warmup_steps": 2}
+    raw["checkpoint"]["every"] = every
+    raw["reproducibility"]["seed"] = seed
+    return parse_spec(raw)
+
+
+def train_group(spec: JobSpec, folder: Path) -> None:
+    """Train the group in this machine's rank class, every rank's inputs and payloads kept."""
+    train_ddp(spec, replace(group_config(spec), updates_dir=str(folder)))
+
+
+def committed_bundle(spec: JobSpec, folder: Path, rank: int, index: int) -> tuple[str, bytes]:
+    """The commitment and bundle of `rank`'s unit `index` of a group trained into `folder`, as
+    its provider pins them."""
+    rounds = group_config(spec).unit_rounds(spec, index)
+    payload = sent_in(folder, rounds, rank)
+    recorded = [recorded_round(folder, r) for r in rounds]
+    unit = RankUnit.load(unit_path(folder, index, rank))
+    execution = rank_class(spec).to_dict()
+    return update_sha256(payload), rank_bundle(unit, payload, rounds=recorded, execution=execution)
+
+
+@contextmanager
+def rank_host(name: str) -> Iterator[int]:
+    """Run in the rank class `name`: oneDNN as it says; yields its thread count."""
+    threads, mkldnn = RANK_HOSTS[name]
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = mkldnn  # type: ignore[assignment]
+    try:
+        yield threads
+    finally:
+        torch.backends.mkldnn.enabled = before
+
+
+class _Providing(ReplayExchange):
+    """A provider's exchanges with the others' payloads as recorded: its own computed here,
+    after `tamper`, and put in the rounds in place of the recorded one."""
+
+    def __init__(
+        self, rank: int, config: GroupConfig, rounds: list[RecordedRound], tamper: Tamper | None
+    ):
+        super().__init__(rank, config, rounds)
+        self.tamper = tamper
+        self.recorded: list[RecordedRound] = []
+
+    def __call__(self, update: torch.Tensor, round_: int) -> Any:
+        if self.tamper is not None:
+            update = self.tamper(update)
+        payload = encode_update(self.config.compressor, self.feedback, update, round_)
+        self.sent.append(payload.to_bytes())
+        members, recorded = next(self.rounds)
+        own = [self.sent[-1] if m == self.rank else data for m, data in zip(members, recorded)]
+        self.recorded.append(RecordedRound(members, own))
+        parse = self.config.compressor.parse
+        return aggregate(
+            self.config, [parse(d, update.numel()) for d in own], update.numel(), round_
+        )
+
+
+def provide(
+    spec: JobSpec,
+    bundle: bytes,
+    host: str,
+    *,
+    tamper: Tamper | None = None,
+    trains: JobSpec | None = None,
+    unit: RankUnit | None = None,
+) -> tuple[str, bytes]:
+    """The rank's unit of `bundle` as a provider in class `host` commits it, the other members'
+    payloads being the recorded ones: honest, or cheating by sending `tamper(update)`, by
+    training another spec (`trains`: less precision, a smaller batch) or from other inputs
+    (`unit`: another shard). Its commitment and bundle."""
+    loaded = load_rank_bundle(bundle)
+    start = unit or loaded.unit
+    assert loaded.rounds is not None, "a ddp bundle"
+    config = group_config(spec)
+    exchange = _Providing(start.rank, config, loaded.rounds, tamper)
+    with rank_host(host) as threads:
+        replay_ddp_unit(trains or spec, config, start, exchange, threads)
+        execution = rank_class(spec, threads).to_dict()
+    payload = b"".join(exchange.sent)
+    made = rank_bundle(loaded.unit, payload, rounds=exchange.recorded, execution=execution)
+    return update_sha256(payload), made
+
+
+def _noised(update: torch.Tensor) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(update.numel())
+    return update + torch.randn(update.shape, generator=generator) * NOISE_RATIO * rms(update)
+
+
+def noise(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tuple[str, bytes]:
+    """Sends every step's update with noise of NOISE_RATIO of its RMS in every entry."""
+    return provide(spec, bundle, host, tamper=_noised)
+
+
+def stale_gradient(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tuple[str, bytes]:
+    """Sends the unit's first update at every step: skips every later step's backward."""
+    first: list[torch.Tensor] = []
+
+    def tamper(update: torch.Tensor) -> torch.Tensor:
+        if not first:
+            first.append(update.clone())
+        return first[0]
+
+    return provide(spec, bundle, host, tamper=tamper)
+
+
+def other_shard(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tuple[str, bytes]:
+    """Trains on the next rank's data stream."""
+    unit = load_rank_bundle(bundle).unit
+    trainer = copy.deepcopy(unit.trainer)
+    trainer["progress"]["stream"] = (unit.rank + 1) % spec.distributed.nodes
+    return provide(spec, bundle, host, unit=replace(unit, trainer=trainer))
+
+
+def bf16(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tuple[str, bytes]:
+    """Trains under bf16 autocast where the spec asks for fp32."""
+    return provide(spec, bundle, host, trains=_training(spec, precision="bf16"))
+
+
+def fewer_tokens(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tuple[str, bytes]:
+    """Trains on half of every batch."""
+    half = spec.training.batch_size // 2
+    return provide(spec, bundle, host, trains=_training(spec, batch_size=half))
+
+
+def copy_of_another(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tuple[str, bytes]:
+    """Commits what another rank (`other`'s) sent, as its own. It records no class, so that it
+    is judged within the slack rather than by its hash."""
+    mine, theirs = load_rank_bundle(bundle), load_rank_bundle(other)
+    assert mine.rounds is not None and theirs.rounds is not None
+    sent = _steps(other)
+    rounds = [
+        RecordedRound(members, [own if m == mine.unit.rank else d for m, d in zip(members, data)])
+        for (members, data), own in zip(mine.rounds, sent, strict=True)
+    ]
+    payload = b"".join(sent)
+    return update_sha256(payload), rank_bundle(mine.unit, payload, rounds=rounds)
+
+
+# (spec, the rank's honest bundle, another rank's bundle of the unit, the cheater's class) ->
+# the cheater's commitment and bundle
+Cheat = Callable[[JobSpec, bytes, bytes, str], tuple[str, bytes]]
+CHEATS: dict[str, Cheat] = {
+    "noise": noise,
+    "stale_gradient": stale_gradient,
+    "other_shard": other_shard,
+    "bf16": bf16,
+    "fewer_tokens": fewer_tokens,
+    "copy": copy_of_another,
+}
+
+
+def _training(spec: JobSpec, **training: Any) -> JobSpec:
+    return spec.model_copy(update={"training": spec.training.model_copy(update=training)})
+
+
+def _steps(bundle: bytes) -> list[bytes]:
+    loaded = load_rank_bundle(bundle)
+    assert loaded.rounds is not None
+    view = member_view(loaded.payload, loaded.rounds)
+    assert view is not None
+    return view.sent
+
+
+class NeededSlack(TolerantReplay):
+    """A tolerant replay that records the slack each step's committed payload needs (a share of
+    the vector's RMS) instead of judging it."""
+
+    def __init__(
+        self, rank: int, config: GroupConfig, rounds: list[RecordedRound], sent: list[bytes]
+    ):
+        super().__init__(rank, config, rounds, sent, Slack(0.0, 1))
+        self.needed: list[float] = []
+
+    def check(self, payload: Payload, vector: torch.Tensor, round_: int) -> None:
+        self.needed.append(needed_slack(self.config.compressor, payload, vector, round_))
+
+
+def needed_slack(
+    compressor: Compressor, payload: Payload, vector: torch.Tensor, round_: int
+) -> float:
+    """The least share of `vector`'s RMS within which `payload` is explained (to 1%); inf past
+    a thousand times the RMS."""
+    scale = rms(vector)
+
+    def fits(share: float) -> bool:
+        return compressor.explains(payload, vector, share * scale, round_) is None
+
+    if fits(0.0):
+        return 0.0
+    high = 1e-9
+    while not fits(high):
+        high *= 10
+        if high > 1e3:
+            return math.inf
+    low = high / 10
+    while high > low * 1.01:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if fits(middle) else (middle, high)
+    return high
+
+
+def slack_needed(spec: JobSpec, bundle: bytes, host: str) -> list[float]:
+    """The slack every step of the bundle's unit needs when a verifier in class `host` re-runs
+    it."""
+    loaded = load_rank_bundle(bundle)
+    assert loaded.rounds is not None
+    config = group_config(spec)
+    exchange = NeededSlack(loaded.unit.rank, config, loaded.rounds, _steps(bundle))
+    with rank_host(host) as threads:
+        replay_ddp_unit(spec, config, loaded.unit, exchange, threads)
+    return exchange.needed
