@@ -37,7 +37,6 @@ from marketplace.protocol.rank_bundle import (
     load_rank_bundle,
     update_sha256,
 )
-from node.distributed.compression import CompressionError
 from node.distributed.ddp import replay_ddp_unit
 from node.distributed.exchange import RankCheat, Slack, TolerantReplay, rms
 from node.distributed.group import DistributedConfigError, GroupConfig
@@ -149,7 +148,7 @@ def _judge_within(
         replay_within(spec, config, bundle.unit, bundle.rounds, own.sent, slack)
     except RankCheat as exc:
         return RankJudgement(False, f"the re-run does not explain the committed payload: {exc}")
-    except CompressionError as exc:
+    except ValueError as exc:  # a recorded payload that does not parse (CompressionError)
         return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
     misplaced = _misplaced_start(spec, config, bundle.unit, previous, slack)
     if misplaced is not None:
@@ -164,12 +163,11 @@ def replay_within(
     rounds: list[RecordedRound],
     sent: list[bytes],
     slack: Slack,
-    threads: int = 1,
 ) -> RankUnit:
     """Re-run a ddp unit judging each step's payload in `sent` within `slack` (RankCheat at the
     first it does not explain); where the unit leaves the rank."""
     return replay_ddp_unit(
-        spec, config, unit, TolerantReplay(unit.rank, config, rounds, sent, slack), threads
+        spec, config, unit, TolerantReplay(unit.rank, config, rounds, sent, slack)
     )
 
 
@@ -207,7 +205,7 @@ def _misplaced_start(
             return None
         try:
             following = replay_within(spec, config, before.unit, before.rounds, sent.sent, slack)
-        except (RankCheat, CompressionError):
+        except ValueError:  # the previous unit fails its own verification
             return None
         ends = _within(following.fields(), unit.fields(), slack.at(len(before.rounds)))
     if not ends:

@@ -13,8 +13,10 @@ import torch
 
 from marketplace.protocol.rank_bundle import load_rank_bundle, rank_bundle, update_sha256
 from node.distributed.rank_unit import rank_class
+from node.engine.environment import Host
 from verifier import rank_casebook
 from verifier.rank_recompute import judge_rank, rank_slack
+from verifier.recompute import Runner
 
 RANK, INDEX = 2, 1
 
@@ -130,3 +132,15 @@ def test_a_bundle_whose_payload_does_not_split_into_steps_fails(group):
     made = rank_bundle(loaded.unit, payload, rounds=loaded.rounds, execution=None)
     verdict = judged(group, (update_sha256(payload), made))
     assert verdict.passed is False
+
+
+def test_a_verifier_reproduces_the_rank_class_it_re_runs_in_and_those_it_declares(group):
+    """Ranks are re-run on one CPU thread whatever the runner's device or host settings."""
+    spec, _ = group
+    own = rank_class(spec).class_id()
+    other = rank_class(spec, threads=2).class_id()
+    runner = Runner(host=Host(num_threads=4))
+    assert runner.reproduces_rank(spec, own) and not runner.reproduces_rank(spec, other)
+    assert not runner.reproduces_rank(spec, None)
+    assert Runner(classes=frozenset({other})).reproduces_rank(spec, other)
+    assert runner.rank_slack == rank_slack()
