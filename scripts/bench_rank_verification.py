@@ -7,7 +7,7 @@ here. Every rank's every unit is then committed by an honest provider in another
 RANK_HOSTS (the group's others' payloads as recorded) and judged by a verifier in this machine's
 rank class: within the shipped slack (verifier/rank_tolerance.json), and by hash. Each cheat of
 rank_casebook.CHEATS is committed at one unit per group and judged within the slack. A unit's
-share of the bound is the least slack its payloads need (rank_casebook.slack_needed) over the
+share of the bound is the least slack its payloads need (rank_casebook.rerun_needs) over the
 bound at its steps.
 
     python scripts/bench_rank_verification.py              # a quick run (2 seeds)
@@ -29,7 +29,7 @@ from marketplace.protocol.rank_bundle import load_rank_bundle
 from marketplace.protocol.spec import JobSpec
 from node.distributed.rank_unit import rank_class
 from verifier import rank_casebook
-from verifier.rank_recompute import RankJudgement, judge_rank, rank_slack
+from verifier.rank_recompute import RankJudgement, judge_rank, rank_tolerance
 
 EVERY = 20  # steps per unit: node/specs/tiny-ddp-3.yaml's
 UNITS = 2
@@ -60,8 +60,8 @@ def judged(
 
 def share_of_bound(spec: JobSpec, bundle: bytes) -> float:
     """The largest over the unit's steps of the slack its payloads need over the bound there."""
-    slack = rank_slack()
-    needed = rank_casebook.slack_needed(spec, bundle, "t1")
+    slack = rank_tolerance().payload
+    needed, _ = rank_casebook.rerun_needs(spec, bundle, "t1")
     return max(n / slack.at(step) for step, n in enumerate(needed, start=1))
 
 

@@ -272,13 +272,13 @@ def needed_slack(
     return high
 
 
-def slack_needed(spec: JobSpec, bundle: bytes, host: str) -> list[float]:
+def rerun_needs(spec: JobSpec, bundle: bytes, host: str) -> tuple[list[float], RankUnit]:
     """The slack every step of the bundle's unit needs when a verifier in class `host` re-runs
-    it."""
+    it, and where that re-run leaves the rank."""
     loaded = load_rank_bundle(bundle)
     assert loaded.rounds is not None
     config = group_config(spec)
     exchange = NeededSlack(loaded.unit.rank, config, loaded.rounds, _steps(bundle))
     with rank_host(host) as threads:
-        replay_ddp_unit(spec, config, loaded.unit, exchange, threads)
-    return exchange.needed
+        following = replay_ddp_unit(spec, config, loaded.unit, exchange, threads)
+    return exchange.needed, following

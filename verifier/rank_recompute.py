@@ -23,6 +23,7 @@ docs/verification.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -47,15 +48,26 @@ from verifier.trajectory import Tolerance
 
 Reproduces = Callable[[str | None], bool]  # whether a verifier re-runs a class id bit for bit
 RANK_TOLERANCE_FILE = Path(__file__).with_name("rank_tolerance.json")
-RANK_MEASURES = ("payload",)  # the slack a step's payload needs, over its vector's RMS
+# what a rank of another class may need: each step's payload, a share of the step's vector's
+# RMS; a unit's start against the re-run of the one before: its trainer's state and its residual,
+# each a share of every tensor's RMS
+RANK_MEASURES = ("payload", "trainer", "residual")
 
 
-def rank_slack(tolerance: Tolerance | None = None) -> Slack:
-    """The slack of ddp ranks judged in another class: the bound of the calibrated table
-    (scripts/calibrate_rank_verification.py), for as many steps as it measured."""
+class RankTolerance(NamedTuple):
+    payload: Slack
+    trainer: float
+    residual: float
+
+
+def rank_tolerance(tolerance: Tolerance | None = None) -> RankTolerance:
+    """How far a ddp rank of another class may be from a verifier's re-run: the bounds of the
+    calibrated table (scripts/calibrate_rank_verification.py), the payload's for as many steps
+    as it measured."""
     tolerance = tolerance or Tolerance.load(RANK_TOLERANCE_FILE, RANK_MEASURES)
-    (measure,) = RANK_MEASURES
-    return Slack(tolerance.bound(measure), len(tolerance.measured[measure]))
+    steps = len(tolerance.measured["payload"])
+    payload = Slack(tolerance.bound("payload"), steps)
+    return RankTolerance(payload, tolerance.bound("trainer"), tolerance.bound("residual"))
 
 
 class RankJudgement(NamedTuple):
@@ -74,15 +86,15 @@ def judge_rank(
     previous: tuple[str, bytes] | None = None,
     *,
     reproduces: Reproduces = lambda _: True,
-    slack: Slack | None = None,
+    tolerance: RankTolerance | None = None,
 ) -> RankJudgement:
     """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`
     from where the rank was left, and in ddp whether its records agree with the group's.
 
     `peers` maps the other slots that committed the same unit to their commitment and bundle;
     `previous` is the slot's commitment and bundle of unit `index - 1` (ddp). A ddp unit whose
-    recorded class `reproduces` says no to is judged within `slack` (a share of each step's
-    vector's RMS; default: the calibrated `rank_slack()`) rather than by its hash.
+    recorded class `reproduces` says no to is judged within `tolerance` (default: the
+    calibrated `rank_tolerance()`) rather than by its hash.
     """
     try:
         config = group_config(spec)
@@ -110,7 +122,8 @@ def judge_rank(
         if reason is not None:
             return RankJudgement(False, reason)
     if rounds is not None and not reproduces(recorded_class(loaded)):
-        return _judge_within(spec, config, loaded, own, slack or rank_slack(), previous)
+        tolerance = tolerance or rank_tolerance()
+        return _judge_within(spec, config, loaded, own, tolerance, previous)
     try:
         recomputed = run_rank_unit(spec, config, unit, rounds).sha256
     except ValueError as exc:  # rounds missing, or contradicting the re-run (ReplayMismatch)
@@ -136,21 +149,21 @@ def _judge_within(
     config: GroupConfig,
     bundle: RankBundle,
     own: MemberView | None,
-    slack: Slack,
+    tolerance: RankTolerance,
     previous: tuple[str, bytes] | None,
 ) -> RankJudgement:
     """A ddp unit of a class this verifier does not reproduce: every step's committed payload
-    explained within `slack` by the verifier's re-run, which follows the group's recorded
-    aggregates; and the unit starting, within `slack`, where the previous one ends."""
+    explained within the tolerance by the verifier's re-run, which follows the group's recorded
+    aggregates; and the unit starting, within it, where the previous one ends."""
     if own is None or bundle.rounds is None:
         return RankJudgement(False, "the payload does not split into the unit's steps")
     try:
-        replay_within(spec, config, bundle.unit, bundle.rounds, own.sent, slack)
+        replay_within(spec, config, bundle.unit, bundle.rounds, own.sent, tolerance.payload)
     except RankCheat as exc:
         return RankJudgement(False, f"the re-run does not explain the committed payload: {exc}")
     except ValueError as exc:  # a recorded payload that does not parse (CompressionError)
         return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
-    misplaced = _misplaced_start(spec, config, bundle.unit, previous, slack)
+    misplaced = _misplaced_start(spec, config, bundle.unit, previous, tolerance)
     if misplaced is not None:
         return RankJudgement(False, misplaced)
     return RankJudgement(True, "the re-run explains every committed payload within the slack")
@@ -176,11 +189,11 @@ def _misplaced_start(
     config: GroupConfig,
     unit: RankUnit,
     previous: tuple[str, bytes] | None,
-    slack: Slack | None = None,
+    tolerance: RankTolerance | None = None,
 ) -> str | None:
     """Why the unit does not start where the rank was left; None when it does, or when that
     cannot be told (no previous ddp bundle, or one that fails its own verification). With a
-    `slack`, the previous unit is re-run within it and the start compared within it too."""
+    `tolerance`, the previous unit is re-run within it and the start compared within it too."""
     if unit.round_ == 0:
         if unit.state_hash() != first_unit(spec, unit.rank).state_hash():
             return "the unit does not start from the job's seed"
@@ -191,7 +204,7 @@ def _misplaced_start(
     before = _committed_bundle(data, unit.rank, unit.round_ - 1, commitment)
     if before is None or before.rounds is None:
         return None
-    if slack is None:
+    if tolerance is None:
         try:
             rerun = run_rank_unit(spec, config, before.unit, before.rounds)
         except ValueError:
@@ -204,36 +217,55 @@ def _misplaced_start(
         if sent is None:
             return None
         try:
-            following = replay_within(spec, config, before.unit, before.rounds, sent.sent, slack)
+            following = replay_within(
+                spec, config, before.unit, before.rounds, sent.sent, tolerance.payload
+            )
         except ValueError:  # the previous unit fails its own verification
             return None
-        ends = _within(following.fields(), unit.fields(), slack.at(len(before.rounds)))
+        trainer, residual = start_gaps(following, unit)
+        ends = trainer <= tolerance.trainer and residual <= tolerance.residual
     if not ends:
         return "the unit does not start where the slot's previous unit ends"
     return None
 
 
-def _within(ours: Any, theirs: Any, slack: float) -> bool:
-    """Whether two states agree: float tensors within `slack` of their RMS in every entry,
-    everything else exactly."""
+def start_gaps(ours: RankUnit, theirs: RankUnit) -> tuple[float, float]:
+    """How far apart two inputs of a rank's unit are: their trainers' states (and outer
+    momentum) and their residuals (`state_gap`); inf for both when they are not the same rank's
+    same unit."""
+    if (ours.rank, ours.round_) != (theirs.rank, theirs.round_):
+        return math.inf, math.inf
+    trainer = state_gap([ours.trainer, ours.momentum], [theirs.trainer, theirs.momentum])
+    return trainer, state_gap(ours.residual, theirs.residual)
+
+
+def state_gap(ours: Any, theirs: Any) -> float:
+    """How far apart two states are: the largest difference of a float tensor's entries over
+    that tensor's RMS in `ours`, or of a float over its size (the losses a trainer keeps); inf
+    when anything else differs (structure, shapes, integers)."""
     if isinstance(ours, Mapping) and isinstance(theirs, Mapping):
-        return ours.keys() == theirs.keys() and all(
-            _within(ours[key], theirs[key], slack) for key in ours
-        )
+        if ours.keys() != theirs.keys():
+            return math.inf
+        return max((state_gap(ours[key], theirs[key]) for key in ours), default=0.0)
     if isinstance(ours, (list, tuple)) and isinstance(theirs, (list, tuple)):
-        return len(ours) == len(theirs) and all(
-            _within(a, b, slack) for a, b in zip(ours, theirs, strict=True)
-        )
+        if len(ours) != len(theirs):
+            return math.inf
+        return max((state_gap(a, b) for a, b in zip(ours, theirs, strict=True)), default=0.0)
     if isinstance(ours, torch.Tensor) and isinstance(theirs, torch.Tensor):
         if (ours.shape, ours.dtype) != (theirs.shape, theirs.dtype):
-            return False
+            return math.inf
         if not ours.is_floating_point():
-            return torch.equal(ours, theirs)
-        if ours.numel() == 0:
-            return True
-        allowed = slack * rms(ours)
-        return bool((ours.double() - theirs.double()).abs().max() <= allowed)
-    return type(ours) is type(theirs) and ours == theirs
+            return 0.0 if torch.equal(ours, theirs) else math.inf
+        if ours.numel() == 0 or torch.equal(ours, theirs):
+            return 0.0
+        gap = float((ours.double() - theirs.double()).abs().max()) / rms(ours)
+        return gap if math.isfinite(gap) else math.inf
+    if isinstance(ours, float) and isinstance(theirs, float):  # a loss in the history
+        if ours == theirs:
+            return 0.0
+        gap = abs(ours - theirs) / abs(ours) if ours else math.inf
+        return gap if math.isfinite(gap) else math.inf
+    return 0.0 if type(ours) is type(theirs) and ours == theirs else math.inf
 
 
 def _peer_views(

@@ -21,7 +21,6 @@ from marketplace.storage import (
     NodeUnavailable,
     Storage,
 )
-from node.distributed.exchange import Slack
 from node.distributed.rank_unit import rank_class
 from node.engine import (
     DataError,
@@ -36,7 +35,7 @@ from node.engine.environment import DEFAULT_HOST, Host, execution_class
 from node.engine.limits import checkpoint_bytes
 from verifier import trajectory
 from verifier.errors import InputsUnavailable, Withheld
-from verifier.rank_recompute import judge_rank, rank_slack
+from verifier.rank_recompute import RankTolerance, judge_rank, rank_tolerance
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,8 +55,8 @@ class Runner:
     host: Host = DEFAULT_HOST
     classes: frozenset[str] = frozenset()
     tolerance: trajectory.Tolerance = field(default_factory=trajectory.Tolerance.load)
-    # ddp ranks of another class: the slack of each step's payload (verifier/rank_tolerance.json)
-    rank_slack: Slack = field(default_factory=rank_slack)
+    # ddp ranks of another class: how far they may be (verifier/rank_tolerance.json)
+    rank_tolerance: RankTolerance = field(default_factory=rank_tolerance)
 
     def own_class(self, spec: JobSpec) -> ExecutionClass:
         return execution_class(spec, torch.device(self.device), self.host)
@@ -362,7 +361,7 @@ def _judge_rank_unit(
         peers,
         previous,
         reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
-        slack=runner.rank_slack,
+        tolerance=runner.rank_tolerance,
     )
     return Verdict(*judgement)
 

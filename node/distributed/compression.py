@@ -135,12 +135,27 @@ class Compressor:
             raw[values : values + indices].clone().view(_INDEX_DTYPE),
             raw[values + indices :].clone().view(torch.float32),
         )
+        self.validate(payload, numel)
+        return payload
+
+    def validate(self, payload: Payload, numel: int) -> None:
+        """CompressionError unless `payload` could come from compressing a finite `numel`-long
+        vector: its size, its positions distinct and in order inside the vector, its values and
+        scales finite. Payloads come from other ranks and from bundles; one that is not would
+        crash whoever aggregates it, or poison the group's weights with NaN."""
+        if payload.nbytes != self.payload_bytes(numel):
+            raise CompressionError(
+                f"payload has {payload.nbytes} bytes; {self.payload_bytes(numel)} expected "
+                f"for {numel} entries"
+            )
         positions = payload.indices
         if positions.numel() and (
             positions[0] < 0 or positions[-1] >= numel or torch.any(positions.diff() <= 0)
         ):
             raise CompressionError("the payload's positions are not distinct positions, in order")
-        return payload
+        floats = payload.values if self.bits == 32 else payload.scales
+        if not bool(torch.isfinite(floats).all()) or bool((payload.scales < 0).any()):
+            raise CompressionError("the payload holds a value or scale that is not finite")
 
     def decompress(self, payload: Payload, numel: int, round_: int = 0) -> torch.Tensor:
         """The dense float32 vector a payload stands for (zeros where nothing was sent)."""

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -16,7 +17,7 @@ from marketplace.protocol.rank_bundle import RecordedRound
 from node.engine.devices import group_device
 
 from .aggregation import Aggregate
-from .compression import Compressor, ErrorFeedback, Payload
+from .compression import CompressionError, Compressor, ErrorFeedback, Payload
 from .group import Delay, GroupConfig, Tamper
 from .quorum import RoundBoard
 
@@ -101,17 +102,19 @@ class Exchange:
         self._account(payload, round_)
         if self.delay is not None:
             time.sleep(self.delay(self.rank, round_))
+        received: Sequence[Payload | bytes]
         if self.board is None:
-            members, payloads = list(range(self.config.ranks)), _all_gather(payload)
+            members, received = list(range(self.config.ranks)), _all_gather(payload)
         else:
             self.board.post(round_, self.rank, payload.to_bytes())
             members = self.board.members(round_)
-            numel = update.numel()
-            parse = self.config.compressor.parse
-            payloads = [parse(data, numel) for data in self.board.payloads(round_, members)]
+            received = self.board.payloads(round_, members)
+        members, payloads, refused = _sound(
+            self.config.compressor, members, received, update.numel()
+        )
         result = aggregate(self.config, payloads, update.numel(), round_)
         self.members.append(members)
-        self.outliers.append([members[row] for row in result.outliers])
+        self.outliers.append(sorted(refused + [members[row] for row in result.outliers]))
         if self.config.updates_dir is not None:
             self._record(self.config.updates_dir, round_, members, payloads)
         return result
@@ -243,6 +246,31 @@ def aggregate(config: GroupConfig, payloads: list[Payload], numel: int, round_: 
     """The round's aggregate of the members' payloads, in the members' order."""
     received = [config.compressor.decompress(p, numel, round_) for p in payloads]
     return config.aggregator(torch.stack(received))  # (members, numel)
+
+
+def _sound(
+    compressor: Compressor, members: list[int], received: Sequence[Payload | bytes], numel: int
+) -> tuple[list[int], list[Payload], list[int]]:
+    """The members whose payloads are sound (`Compressor.validate`) and those payloads, and the
+    members refused: a round goes on without what would crash or poison its aggregate, and the
+    refused are reported with the outliers, for verifiers to re-run."""
+    kept: list[int] = []
+    payloads: list[Payload] = []
+    refused: list[int] = []
+    for member, item in zip(members, received, strict=True):
+        try:
+            if isinstance(item, Payload):
+                compressor.validate(item, numel)
+                parsed = item
+            else:
+                parsed = compressor.parse(item, numel)
+        except CompressionError as exc:
+            logger.warning("rank %d's payload is refused: %s", member, exc)
+            refused.append(member)
+            continue
+        kept.append(member)
+        payloads.append(parsed)
+    return kept, payloads, refused
 
 
 def _all_gather(payload: Payload) -> list[Payload]:

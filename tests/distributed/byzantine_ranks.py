@@ -30,3 +30,13 @@ class RandomRank:
             return update
         noise = torch.randn(update.shape, generator=torch.Generator().manual_seed(update.numel()))
         return noise / noise.norm() * update.norm() * self.scale
+
+
+@dataclass(frozen=True)
+class NotANumberRank:
+    """Rank `rank` sends NaN in every entry: its payload would poison any aggregate."""
+
+    rank: int
+
+    def __call__(self, rank: int, update: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(update, float("nan")) if rank == self.rank else update

@@ -200,3 +200,12 @@ def test_a_non_finite_scale_or_value_is_never_explained() -> None:
     values = x.clone()
     values[3] = float("inf")
     assert dense.explains(Payload(values, torch.empty(0), torch.empty(0)), x, 1e9) is not None
+
+
+@pytest.mark.parametrize("compressor", [Compressor(), Compressor(ratio=0.1, bits=8)], ids=repr)
+def test_a_payload_that_is_not_finite_is_refused(compressor: Compressor) -> None:
+    """A rank's NaN would reach every member's weights through the aggregate."""
+    x = torch.randn(300, generator=torch.Generator().manual_seed(7))
+    x[5] = float("nan")
+    with pytest.raises(CompressionError, match="finite"):
+        compressor.parse(compressor.compress(x).to_bytes(), 300)

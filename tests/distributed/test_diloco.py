@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from byzantine_ranks import RandomRank, ScaledRank
+from byzantine_ranks import NotANumberRank, RandomRank, ScaledRank
 from tiny_job import tiny_spec
 
 from node.distributed.aggregation import Aggregator
@@ -60,6 +60,22 @@ def test_plain_mean_is_visibly_damaged_by_a_byzantine_rank(
     attacked = train_diloco(spec, DilocoConfig(ranks=4), tamper=ScaledRank(1))
     assert not attacked.eval_loss <= 1.5 * honest.eval_loss  # also true when it is nan
     assert honest.eval_loss < 0.6 * honest.eval_losses[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bits", [32, 8])
+def test_a_rank_sending_nan_is_refused_and_reported_while_the_group_trains_on(
+    spec: JobSpec, honest: DistributedResult, bits: int
+) -> None:
+    """Even the plain mean, which any finite cheat moves, never sees a payload that is not
+    finite: the other ranks leave it out of every round and report its rank."""
+    config = DilocoConfig(ranks=4, compressor=Compressor(bits=bits))
+    attacked = train_diloco(spec, config, tamper=NotANumberRank(1))
+    assert attacked.outliers == [[1]] * ROUNDS
+    assert attacked.members == [[0, 2, 3]] * ROUNDS
+    assert attacked.eval_loss < 0.6 * attacked.eval_losses[0]
+    assert attacked.eval_loss <= 1.1 * honest.eval_loss
+    assert len(set(attacked.weights_sha256[:1] + attacked.weights_sha256[2:])) == 1
 
 
 def test_rounds_must_divide_the_schedule(spec: JobSpec) -> None:

@@ -15,7 +15,7 @@ from marketplace.protocol.rank_bundle import load_rank_bundle, rank_bundle, upda
 from node.distributed.rank_unit import rank_class
 from node.engine.environment import Host
 from verifier import rank_casebook
-from verifier.rank_recompute import judge_rank, rank_slack
+from verifier.rank_recompute import judge_rank, rank_tolerance
 from verifier.recompute import Runner
 
 RANK, INDEX = 2, 1
@@ -119,7 +119,7 @@ def test_a_unit_that_does_not_start_where_the_previous_one_ends_fails_within_the
 
 
 def test_the_shipped_slack_covers_the_calibrated_steps_and_grows_past_them():
-    slack = rank_slack()
+    slack = rank_tolerance().payload
     assert 0 < slack.share < 1e-2 and slack.steps >= 20
     assert slack.at(1) == slack.at(slack.steps) == slack.share
     assert slack.at(2 * slack.steps) == pytest.approx(2 * slack.share)
@@ -143,4 +143,4 @@ def test_a_verifier_reproduces_the_rank_class_it_re_runs_in_and_those_it_declare
     assert runner.reproduces_rank(spec, own) and not runner.reproduces_rank(spec, other)
     assert not runner.reproduces_rank(spec, None)
     assert Runner(classes=frozenset({other})).reproduces_rank(spec, other)
-    assert runner.rank_slack == rank_slack()
+    assert runner.rank_tolerance == rank_tolerance()
