@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from marketplace.protocol.execution import ExecutionClass
 from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, load_rank_bundle, rank_bundle
 from marketplace.protocol.units import units_per_node
 from node.daemon.group_worker import GroupFailed, meeting_point
+from node.distributed.rank_unit import rank_class
 from node.engine import load_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
@@ -38,6 +40,17 @@ def test_a_ddp_bundle_keeps_what_every_member_sent_at_each_step():
     bundle = load_rank_bundle(rank_bundle(unit, b"be", rounds=rounds))
     assert bundle.rounds == rounds
     assert load_rank_bundle(rank_bundle(unit, b"be")).rounds is None  # a DiLoCo round's
+
+
+def test_a_bundle_records_the_class_its_rank_trained_in():
+    """What a verifier reads to choose between the hash and the slack (verifier.rank_recompute)."""
+    spec = load_spec(SPECS / "tiny-ddp-3.yaml")
+    execution = rank_class(spec).to_dict()
+    unit = RankUnit(1, 0, {"step": 0}, None)
+    bundle = load_rank_bundle(rank_bundle(unit, b"be", execution=execution))
+    assert ExecutionClass.from_dict(bundle.execution) == rank_class(spec)
+    assert bundle.execution["num_threads"] == 1 and bundle.execution["device"] == "cpu"
+    assert load_rank_bundle(rank_bundle(unit, b"be")).execution is None
 
 
 def test_a_last_round_bundle_holds_the_trained_model():
