@@ -30,7 +30,7 @@ from node.distributed.exchange import (
     ReplayExchange,
     Slack,
     TolerantReplay,
-    aggregate,
+    aggregate_recorded,
     encode_update,
     recorded_round,
     rms,
@@ -122,10 +122,7 @@ class _Providing(ReplayExchange):
         members, recorded = next(self.rounds)
         own = [self.sent[-1] if m == self.rank else data for m, data in zip(members, recorded)]
         self.recorded.append(RecordedRound(members, own))
-        parse = self.config.compressor.parse
-        return aggregate(
-            self.config, [parse(d, update.numel()) for d in own], update.numel(), round_
-        )
+        return aggregate_recorded(self.config, own, update.numel(), round_)
 
 
 def provide(
@@ -198,9 +195,8 @@ def fewer_tokens(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tuple
 def copy_of_another(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tuple[str, bytes]:
     """Commits what another rank (`other`'s) sent, as its own. It records no class, so that it
     is judged within the slack rather than by its hash."""
-    mine, theirs = load_rank_bundle(bundle), load_rank_bundle(other)
-    assert mine.rounds is not None and theirs.rounds is not None
-    sent = _steps(other)
+    mine, sent = load_rank_bundle(bundle), _steps(other)
+    assert mine.rounds is not None
     rounds = [
         RecordedRound(members, [own if m == mine.unit.rank else d for m, d in zip(members, data)])
         for (members, data), own in zip(mine.rounds, sent, strict=True)

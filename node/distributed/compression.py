@@ -193,8 +193,6 @@ class Compressor:
         payload that needs more than `slack` anywhere is not a compression of the same work.
         """
         numel = vector.numel()
-        if payload.nbytes != self.payload_bytes(numel):
-            return f"payload has {payload.nbytes} bytes; {self.payload_bytes(numel)} expected"
         vector = vector.detach().float()
         positions = self.positions(payload, numel, round_)
         if self.kept(numel) < numel and self.selection == "topk":
@@ -220,9 +218,7 @@ class Compressor:
         gap = float((payload.scales - scales).abs().max())
         if not gap <= scale_slack:  # NaN fails too
             return f"a chunk's scale is {gap:.3g} off (slack {scale_slack:.3g})"
-        per_byte, mask = 8 // self.bits, (1 << self.bits) - 1
-        slots = [(payload.values >> (slot * self.bits)) & mask for slot in range(per_byte)]
-        codes = torch.stack(slots, dim=1).flatten()[:k].long()  # (k,)
+        codes = self._codes(payload, k).long()
         theirs = payload.scales.repeat_interleave(self.chunk)[:k]  # (k,)
         safe = torch.where(theirs > 0, theirs, torch.ones_like(theirs))
         low, high = (kept - slack) / safe, (kept + slack) / safe
@@ -269,10 +265,14 @@ class Compressor:
             packed |= slots[:, slot] << (slot * self.bits)
         return packed, scales
 
-    def _dequantize(self, payload: Payload, k: int) -> torch.Tensor:
+    def _codes(self, payload: Payload, k: int) -> torch.Tensor:
+        """The (k,) quantization codes packed in a payload's values, low bits first."""
         per_byte, mask = 8 // self.bits, (1 << self.bits) - 1
         slots = [(payload.values >> (slot * self.bits)) & mask for slot in range(per_byte)]
-        codes = torch.stack(slots, dim=1).flatten()[:k]  # (k,)
+        return torch.stack(slots, dim=1).flatten()[:k]
+
+    def _dequantize(self, payload: Payload, k: int) -> torch.Tensor:
+        codes = self._codes(payload, k)  # (k,)
         signed = codes.float() - (1.5 if self.bits == 2 else self._level())
         per_value = payload.scales.repeat_interleave(self.chunk)[:k]  # (k,)
         return signed * per_value

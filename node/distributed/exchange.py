@@ -164,9 +164,7 @@ class ReplayExchange:
                 f"round {round_} records another payload from rank {self.rank} "
                 "than its re-run sends"
             )
-        parse = self.config.compressor.parse
-        payloads = [parse(data, update.numel()) for data in recorded]
-        return aggregate(self.config, payloads, update.numel(), round_)
+        return aggregate_recorded(self.config, recorded, update.numel(), round_)
 
 
 class RankCheat(ValueError):
@@ -226,8 +224,7 @@ class TolerantReplay:
             if compressor.bits == 32:  # values sent whole leave an honest rank no residual
                 residual[compressor.positions(payload, numel, round_)] = 0.0
             self.feedback.residual = residual
-        payloads = [compressor.parse(d, numel) for d in recorded]
-        return aggregate(self.config, payloads, numel, round_)
+        return aggregate_recorded(self.config, recorded, numel, round_)
 
     def check(self, payload: Payload, vector: torch.Tensor, round_: int) -> None:
         """RankCheat unless `payload` is explained by `vector` within the slack."""
@@ -246,6 +243,15 @@ def aggregate(config: GroupConfig, payloads: list[Payload], numel: int, round_: 
     """The round's aggregate of the members' payloads, in the members' order."""
     received = [config.compressor.decompress(p, numel, round_) for p in payloads]
     return config.aggregator(torch.stack(received))  # (members, numel)
+
+
+def aggregate_recorded(
+    config: GroupConfig, recorded: list[bytes], numel: int, round_: int
+) -> Aggregate:
+    """The aggregate of a recorded round's payloads (CompressionError for one that does not
+    parse): how a re-run rebuilds a step the rank took part in."""
+    parse = config.compressor.parse
+    return aggregate(config, [parse(data, numel) for data in recorded], numel, round_)
 
 
 def _sound(
