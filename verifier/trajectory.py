@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -138,23 +138,67 @@ def _shapes(node: Any, path: str = "") -> dict[str, Any]:
     return {}
 
 
-def trace_problem(spec: JobSpec, committed: Checkpoint, start: int, steps: int) -> str | None:
-    """Whether the metadata's segment records are the ones the committed state's trace binds,
-    at the unit's boundaries; None if they are."""
+def trace_problem(committed: Checkpoint, boundaries: list[int]) -> str | None:
+    """Whether the metadata's segment records are well-formed, at the unit's `boundaries`, and
+    the ones the committed state's trace binds; None if they are."""
+    recorded = committed.metadata.get("trace")
+    segments = recorded.get("segments") if isinstance(recorded, Mapping) else None
+    problem = records_problem(segments, boundaries)
+    if problem is None and [trace.leaf(s) for s in segments] != committed.state.get("trace"):
+        return "the segment records are not the ones the committed state hash binds"
+    return problem
+
+
+def records_problem(segments: Any, boundaries: list[int]) -> str | None:
+    """Why `segments` (from the network) are not well-formed segment records at `boundaries`;
+    None if they are."""
     try:
-        segments = committed.metadata["trace"]["segments"]
-        leaves = [trace.leaf(s) for s in segments]
+        [trace.leaf(s) for s in segments]
         steps_at = [int(s["step"]) for s in segments]
     except (KeyError, TypeError, ValueError):
         return "the committed checkpoint lists no well-formed segment records"
-    if leaves != committed.state.get("trace"):
-        return "the segment records are not the ones the committed state hash binds"
-    if steps_at != trace.boundaries(spec, start, steps):
+    if steps_at != boundaries:
         return "the segment records are not at the unit's segment boundaries"
     for s in segments:
         if not isinstance(s.get("sketch"), list) or len(s["sketch"]) != trace.SKETCH_DIM:
             return "a segment record's sketch is malformed"
     return None
+
+
+class Ran(NamedTuple):
+    """A verifier's re-run: where it ends, the segments it committed to, its steps' losses."""
+
+    checkpoint: Checkpoint
+    segments: list[dict[str, Any]]
+    losses: list[float]
+
+
+# How the unit being judged is re-run: from a state (None: the spec's seed) for so many steps.
+Rerun = Callable[[Checkpoint | None, int], Ran]
+
+
+def unit_rerun(
+    spec: JobSpec, shard: Shard, *, device: str = "cpu", host: Host = DEFAULT_HOST, **run: Any
+) -> Rerun:
+    """A single node's unit of `shard`, re-run by run_unit in this verifier's class; `run` goes
+    to run_unit (storage, local data, limits)."""
+
+    def rerun(origin: Checkpoint | None, steps: int) -> Ran:
+        mine: list[dict[str, Any]] = []
+        result = run_unit(
+            spec,
+            origin,
+            shard,
+            steps,
+            device=device,
+            devices=1,  # the bits do not depend on how many devices trained the unit
+            host=host,
+            on_segment=functools.partial(_keep, mine),
+            **run,
+        )
+        return Ran(result.checkpoint, mine, result.metrics["losses"])
+
+    return rerun
 
 
 def judge(
@@ -171,38 +215,47 @@ def judge(
     **run: Any,
 ) -> Judgement:
     """Judge `committed` (already checked against its commitment) as `steps` steps of `shard`
-    from `start`, in this verifier's class, within `tolerance`.
+    from `start`, in this verifier's class, within `tolerance` (`judge_trajectory`). `run`
+    goes to run_unit (storage, local data, limits)."""
+    begin = start.step if start is not None else 0
+    rerun = unit_rerun(spec, shard, device=device, host=host, **run)
+    return judge_trajectory(
+        spec, start, committed, trace.boundaries(spec, begin, steps), states, tolerance, rerun
+    )
+
+
+def judge_trajectory(
+    spec: JobSpec,
+    start: Checkpoint | None,
+    committed: Checkpoint,
+    boundaries: list[int],
+    states: StateSource,
+    tolerance: Tolerance,
+    rerun: Rerun,
+) -> Judgement:
+    """Judge `committed`, whose segment records end at `boundaries`, as `rerun` trains from
+    `start`, within `tolerance`.
 
     A first pass re-runs the unit whole and compares every segment end; at the first one out of
     bounds it re-runs that segment, and each before it since the comparison's start, alone from
     the provider's committed state before it (what a dispute verifier does) and fails the unit
     if one lands out of bounds too; all inside, the drift was honest rounding that piled up, and
     the comparison starts again from the provider's state after the segment. The last segment
-    is always re-run alone as well. `run` goes to run_unit (storage, local data, limits).
+    is always re-run alone as well.
     """
-    begin = start.step if start is not None else 0
-    problem = trace_problem(spec, committed, begin, steps)
+    problem = trace_problem(committed, boundaries)
     if problem:
         return Judgement(False, problem)
+    end = boundaries[-1]
     segments = committed.metadata["trace"]["segments"]
     worst: dict[str, float] = {}
     decisive, cost = 0.0, 0
     origin, first = start, 0  # the state the current comparison re-runs from, and its segment
     while True:
         at = origin.step if origin is not None else 0
-        mine: list[dict[str, Any]] = []
-        result = run_unit(
-            spec,
-            origin,
-            shard,
-            begin + steps - at,
-            device=device,
-            devices=1,  # the bits do not depend on how many devices trained the unit
-            host=host,
-            on_segment=functools.partial(_keep, mine),
-            **run,
-        )
-        cost += begin + steps - at
+        result = rerun(origin, end - at)
+        mine = result.segments
+        cost += end - at
         problem = structure_problem(committed, result.checkpoint)
         if problem:
             return Judgement(False, problem, steps_run=cost, worst=worst)
@@ -250,9 +303,8 @@ def judge(
                 )
             before_state = before if isinstance(before, Checkpoint) else None
             share, problem, length = _segment_alone(
-                spec, shard, segments[index], before_state, after, tolerance, worst,
-                device=device, host=host, **run,
-            )  # fmt: skip
+                spec, rerun, segments[index], before_state, after, tolerance, worst
+            )
             cost += length
             if problem or not share <= 1.0:
                 return Judgement(
@@ -276,25 +328,23 @@ def judge(
 
 def _segment_alone(
     spec: JobSpec,
-    shard: Shard,
+    rerun: Rerun,
     segment: Mapping[str, Any],
     before: Checkpoint | None,
     after: Checkpoint,
     tolerance: Tolerance,
     worst: dict[str, float],
-    **run: Any,
 ) -> tuple[float, str | None, int]:
     """`segment` re-run alone from the provider's state `before` it (None: the spec's seed),
     against the provider's state `after` it: the distance's share of the bound, what makes
     `after` no result of the segment whatever the class (None if nothing), and the steps run."""
     length = int(segment["step"]) - (before.step if before else 0)
-    alone = run_unit(spec, before, shard, length, devices=1, **run)
-    losses = alone.metrics["losses"]
+    alone = rerun(before, length)
     distances = {
         "weights": ratio(
             after.state["model"], alone.checkpoint.state["model"], _model(before, spec)
         ),
-        "loss": _loss_ratio(segment["loss"], sum(losses) / len(losses)),
+        "loss": _loss_ratio(segment["loss"], sum(alone.losses) / len(alone.losses)),
     }
     return _share(distances, tolerance, worst), structure_problem(after, alone.checkpoint), length
 

@@ -37,10 +37,14 @@ MAX_SEGMENT_STEPS = 16
 
 
 def segment_steps(spec: JobSpec) -> int:
-    """k: the largest divisor of `checkpoint.every` at most ceil(every / 8) and at most
-    MAX_SEGMENT_STEPS, so every unit boundary is a segment boundary, a full unit has about eight
-    segments or more, and none is longer than the calibration measured."""
-    every = spec.checkpoint.every
+    """k of a unit of `checkpoint.every` steps (`segment_length`)."""
+    return segment_length(spec.checkpoint.every)
+
+
+def segment_length(every: int) -> int:
+    """k for units of `every` steps: the largest divisor of `every` at most ceil(every / 8) and
+    at most MAX_SEGMENT_STEPS, so every unit boundary is a segment boundary, a full unit has
+    about eight segments or more, and none is longer than the calibration measured."""
     target = min(MAX_SEGMENT_STEPS, max(1, math.ceil(every / _SEGMENTS_PER_UNIT)))
     return max(d for d in range(1, target + 1) if every % d == 0)
 

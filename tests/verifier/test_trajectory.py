@@ -88,11 +88,13 @@ def test_a_unit_records_its_execution_class_and_trajectory(unit):
     assert result.checkpoint.metadata["trace"]["root"] == trace.merkle_root(
         result.checkpoint.state["trace"]
     )
-    assert trace_problem(spec, result.checkpoint, every, every) is None
+    bounds = trace.boundaries(spec, every, every)
+    assert trace_problem(result.checkpoint, bounds) is None
+    assert "not at the unit's segment boundaries" in trace_problem(result.checkpoint, bounds[1:])
     segments[0]["loss"] += 1e-3  # a record the state hash does not bind
-    assert "not the ones the committed state hash binds" in trace_problem(
-        spec, result.checkpoint, every, every
-    )
+    assert "not the ones the committed state hash binds" in trace_problem(result.checkpoint, bounds)
+    result.checkpoint.metadata["trace"] = ["no records"]
+    assert "no well-formed segment records" in trace_problem(result.checkpoint, bounds)
 
 
 def test_classes_differ_in_bits_and_an_honest_unit_passes_a_verifier_of_another(unit, tolerance):
