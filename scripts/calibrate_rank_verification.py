@@ -1,14 +1,20 @@
-"""Measure the slack honest ddp ranks need when a verifier of another execution class re-runs
+"""Measure how far honest ranks are from a verifier of another execution class that re-runs
 their units, and write the table it judges with (verifier/rank_tolerance.json).
 
-For each compression of verifier.rank_casebook and each seed, a group of the tiny GPT trains in
-this machine's rank class (one thread, oneDNN on). Every rank's every unit is then re-run in the
-other CPU classes of RANK_HOSTS as a verifier re-runs it, following the group's recorded
-aggregates, and each step's committed payload is measured by the least slack (a share of the
-re-run vector's RMS) within which the re-run explains it, and where the re-run leaves the rank
-against where the rank went on from: its trainer's state and its residual, each by the largest
-difference of a tensor's entries over that tensor's RMS. The file keeps the largest payload
-slack per step of the unit and the largest gaps; the verifier's bounds follow by the policy in
+For each compression of verifier.rank_casebook and each seed, a ddp group and a DiLoCo group of
+the tiny GPT train in this machine's rank class (one thread, oneDNN on). Every rank's every unit
+is then re-run in the other CPU classes of RANK_HOSTS as a verifier re-runs it.
+
+- ddp: the re-run follows the group's recorded aggregates, and each step's committed payload is
+  measured by the least slack (a share of the re-run vector's RMS) within which the re-run
+  explains it; where the re-run leaves the rank is measured against where the rank went on from:
+  its trainer's state and its residual, each by the largest difference of a tensor's entries
+  over that tensor's RMS.
+- DiLoCo: each round is re-run from its start and from each of the rank's segment states, and
+  every segment end compared by the distances a single node's unit is judged by (weights,
+  sketch, loss: verifier/trajectory.py), per steps since the common start.
+
+The file keeps the largest of each; the verifier's bounds follow by the policy in
 verifier/trajectory.py (MARGIN, FLOOR).
 
     python scripts/calibrate_rank_verification.py            # writes verifier/rank_tolerance.json
@@ -29,11 +35,12 @@ import torch
 from marketplace.protocol.rank_bundle import RankUnit
 from node.distributed.rank_unit import unit_path
 from verifier import rank_casebook
-from verifier.rank_recompute import RANK_MEASURES, RANK_TOLERANCE_FILE, start_gaps
-from verifier.trajectory import TOLERANCE_FORMAT
+from verifier.rank_recompute import RANK_TOLERANCE_FILE, ROUND_MEASURES, start_gaps
+from verifier.trajectory import MEASURES, TOLERANCE_FORMAT
 
 EVERY = 20  # steps per unit: node/specs/tiny-ddp-3.yaml's
 UNITS = 2
+ROUNDS = 3  # DiLoCo rounds of EVERY local steps: node/specs/tiny-diloco-3.yaml's
 
 
 def main() -> int:
@@ -44,9 +51,39 @@ def main() -> int:
     args = parser.parse_args()
 
     trained, *others = rank_casebook.RANK_HOSTS
+    groups = list(itertools.product(rank_casebook.COMPRESSIONS, range(args.seeds)))
+    (payload, trainer, residual), pairs = measure_ddp(groups, others)
+    rounds, round_pairs = measure_rounds(groups, others)
+    document = {
+        "format": TOLERANCE_FORMAT,
+        "classes": [trained, *others],
+        "compressions": list(rank_casebook.COMPRESSIONS),
+        "seeds": args.seeds,
+        "pairs": pairs,
+        "round_pairs": round_pairs,
+        "torch": str(torch.__version__),
+        "measured": {
+            "payload": payload,
+            "trainer": [trainer],
+            "residual": [residual],
+            **{key: rounds[m] for key, m in ROUND_MEASURES.items()},
+        },
+    }
+    text = json.dumps(document, indent=1) + "\n"
+    print(text)
+    if not args.check:
+        args.out.write_text(text)
+    return 0
+
+
+def measure_ddp(
+    groups: list[tuple[str, int]], others: list[str]
+) -> tuple[tuple[list[float], float, float], int]:
+    """The largest payload slack per step of a ddp unit, trainer gap and residual gap; the
+    class pairs measured."""
     payload, trainer, residual = [0.0] * EVERY, 0.0, 0.0
     pairs = 0
-    for compression, seed in itertools.product(rank_casebook.COMPRESSIONS, range(args.seeds)):
+    for compression, seed in groups:
         spec = rank_casebook.group_spec(compression, seed=100 + seed, units=UNITS, every=EVERY)
         with tempfile.TemporaryDirectory(prefix="zoo-calibrate-") as folder:
             rank_casebook.train_group(spec, Path(folder))
@@ -61,24 +98,46 @@ def main() -> int:
                     gaps = start_gaps(rerun, following)
                     trainer, residual = max(trainer, gaps[0]), max(residual, gaps[1])
         print(
-            f"{compression} seed {seed}: payload {max(payload):.3g}, "
+            f"ddp {compression} seed {seed}: payload {max(payload):.3g}, "
             f"trainer {trainer:.3g}, residual {residual:.3g}",
             file=sys.stderr,
+            flush=True,
         )
-    document = {
-        "format": TOLERANCE_FORMAT,
-        "classes": [trained, *others],
-        "compressions": list(rank_casebook.COMPRESSIONS),
-        "seeds": args.seeds,
-        "pairs": pairs,
-        "torch": str(torch.__version__),
-        "measured": dict(zip(RANK_MEASURES, (payload, [trainer], [residual]), strict=True)),
-    }
-    text = json.dumps(document, indent=1) + "\n"
-    print(text)
-    if not args.check:
-        args.out.write_text(text)
-    return 0
+    return (payload, trainer, residual), pairs
+
+
+def measure_rounds(
+    groups: list[tuple[str, int]], others: list[str]
+) -> tuple[dict[str, list[float]], int]:
+    """Per distance, the largest honest one n steps after a common start of a DiLoCo round's
+    re-run (index n - 1), over every rank's every round re-run in the other classes from the
+    round's start and from each of its segment states; the class pairs measured."""
+    measured = {m: [0.0] * EVERY for m in MEASURES}
+    pairs = 0
+    for compression, seed in groups:
+        spec = rank_casebook.group_spec(
+            compression, seed=100 + seed, units=ROUNDS, every=EVERY, strategy="diloco"
+        )
+        with tempfile.TemporaryDirectory(prefix="zoo-calibrate-") as folder:
+            rank_casebook.train_group(spec, Path(folder))
+            store: rank_casebook.Store = {}
+            for rank, index in itertools.product(range(spec.distributed.nodes), range(ROUNDS)):
+                _, bundle = rank_casebook.committed_bundle(spec, Path(folder), rank, index, store)
+                for host in others:
+                    pairs += 1
+                    for n, found in rank_casebook.round_drift(spec, bundle, store, host):
+                        for m, d in found.items():
+                            measured[m][n - 1] = max(measured[m][n - 1], d)
+        print(
+            f"diloco {compression} seed {seed}: "
+            + ", ".join(f"{m} {max(v):.3g}" for m, v in measured.items()),
+            file=sys.stderr,
+            flush=True,
+        )
+    for m in MEASURES:  # a step count no boundary fell on takes the envelope before it
+        for n in range(1, EVERY):
+            measured[m][n] = max(measured[m][n], measured[m][n - 1])
+    return measured, pairs
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from marketplace.protocol.checkpoint import Checkpoint
 from node.engine import Shard, run_unit
 from node.engine.environment import Host
 from verifier import casebook
-from verifier.trajectory import MEASURES, TOLERANCE_FILE, TOLERANCE_FORMAT, ratio
+from verifier.trajectory import MEASURES, TOLERANCE_FILE, TOLERANCE_FORMAT, segment_drift
 
 # the table's length: the longest segment, which a dispute re-runs alone and judges by the table
 MAX_STEPS = trace.MAX_SEGMENT_STEPS
@@ -74,15 +74,7 @@ def drift(
     for i, origin in enumerate(origins):
         at = origin.step if origin else begin
         ours = trajectory(spec, origin, shard, begin + steps - at, *verifier)
-        weights = (origin or _init(spec)).state["model"]
-        base = trace.sketch(weights)
-        for (sa, ca), (sb, cb) in zip(theirs[i:], ours, strict=True):
-            found = {
-                "weights": ratio(ca.state["model"], cb.state["model"], weights),
-                "sketch": ratio(sa["sketch"], sb["sketch"], base),
-                "loss": abs(sa["loss"] - sb["loss"]) / abs(sb["loss"]),
-            }
-            out.append((int(sa["step"]) - at, found))
+        out += segment_drift(theirs[i:], ours, (origin or _init(spec)).state["model"], at)
     return out
 
 

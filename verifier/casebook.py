@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 import torch
@@ -133,16 +133,16 @@ def honest(
     return result.checkpoint, states
 
 
-def skip_one_step(
-    spec: JobSpec,
-    start: Checkpoint | None,
-    shard: Shard,
-    steps: int,
-    host: Host,
-    device: str = "cpu",
-) -> Committed:
+# How a cheater departs from the honest work of `steps` steps from step `begin`: patched into
+# the trainer or its data while it trains, so that its trace is made consistently over what it
+# really computed. A single node's unit here; a DiLoCo round's local steps in rank_casebook.
+Cheating = Callable[[int, int], AbstractContextManager[None]]
+
+
+@contextmanager
+def skipping_one_step(begin: int, steps: int) -> Iterator[None]:
     """Skips the work of one step in the middle (1 of H) but moves every counter on."""
-    skip = (start.step if start else 0) + steps // 2
+    skip = begin + steps // 2
 
     def forward(original: Any) -> Any:
         def run(self: Trainer) -> Any:
@@ -153,21 +153,15 @@ def skip_one_step(
         return run
 
     with _patched(Trainer, "forward_backward", forward), _skipped_update(skip):
-        return honest(spec, start, shard, steps, host, device)
+        yield
 
 
-def skip_last_update(
-    spec: JobSpec,
-    start: Checkpoint | None,
-    shard: Shard,
-    steps: int,
-    host: Host,
-    device: str = "cpu",
-) -> Committed:
-    """Reports every loss honestly but leaves out the unit's last update: the skip a re-run that
+@contextmanager
+def skipping_last_update(begin: int, steps: int) -> Iterator[None]:
+    """Reports every loss honestly but leaves out the last update: the skip a re-run that
     weighs the end against the whole unit's movement would not see."""
-    with _skipped_update((start.step if start else 0) + steps - 1):
-        return honest(spec, start, shard, steps, host, device)
+    with _skipped_update(begin + steps - 1):
+        yield
 
 
 @contextmanager
@@ -191,14 +185,8 @@ def _skipped_update(skip: int) -> Iterator[None]:
         yield
 
 
-def fewer_tokens(
-    spec: JobSpec,
-    start: Checkpoint | None,
-    shard: Shard,
-    steps: int,
-    host: Host,
-    device: str = "cpu",
-) -> Committed:
+@contextmanager
+def halving_batches(begin: int, steps: int) -> Iterator[None]:
     """Trains on half of each batch's sequences."""
 
     def batch(original: Any) -> Any:
@@ -209,17 +197,11 @@ def fewer_tokens(
         return run
 
     with _patched(Sampler, "batch", batch):
-        return honest(spec, start, shard, steps, host, device)
+        yield
 
 
-def other_shard(
-    spec: JobSpec,
-    start: Checkpoint | None,
-    shard: Shard,
-    steps: int,
-    host: Host,
-    device: str = "cpu",
-) -> Committed:
+@contextmanager
+def next_shard(begin: int, steps: int) -> Iterator[None]:
     """Trains on the next slot's data (cached from other work) under its own slot's name."""
 
     def batch(original: Any) -> Any:
@@ -229,17 +211,11 @@ def other_shard(
         return run
 
     with _patched(Sampler, "batch", batch):
-        return honest(spec, start, shard, steps, host, device)
+        yield
 
 
-def bf16(
-    spec: JobSpec,
-    start: Checkpoint | None,
-    shard: Shard,
-    steps: int,
-    host: Host,
-    device: str = "cpu",
-) -> Committed:
+@contextmanager
+def bf16_autocast(begin: int, steps: int) -> Iterator[None]:
     """Runs forward and backward under bf16 autocast where the spec asks for fp32."""
 
     def init(original: Any) -> Any:
@@ -250,7 +226,7 @@ def bf16(
         return run
 
     with _patched(Trainer, "__init__", init):
-        return honest(spec, start, shard, steps, host, device)
+        yield
 
 
 # The noise's norm over the norm of what the unit's steps moved the weights: past the bound (5x
@@ -259,17 +235,11 @@ def bf16(
 NOISE_RATIO = 0.05
 
 
-def noise(
-    spec: JobSpec,
-    start: Checkpoint | None,
-    shard: Shard,
-    steps: int,
-    host: Host,
-    device: str = "cpu",
-) -> Committed:
+@contextmanager
+def noising(begin: int, steps: int) -> Iterator[None]:
     """Trains honestly, then adds Gaussian noise to the weights before the last segment is
-    committed (a watermark, a backdoor's nudge): NOISE_RATIO of the unit's movement."""
-    end = (start.step if start else 0) + steps
+    committed (a watermark, a backdoor's nudge): NOISE_RATIO of the steps' movement."""
+    end = begin + steps
     origin: dict[str, torch.Tensor] = {}
 
     def apply(original: Any) -> Any:
@@ -294,7 +264,36 @@ def noise(
         return run
 
     with _patched(Trainer, "apply", apply):
-        return honest(spec, start, shard, steps, host, device)
+        yield
+
+
+CHEATING: dict[str, Cheating] = {
+    "skip_one_step": skipping_one_step,
+    "skip_last_update": skipping_last_update,
+    "fewer_tokens": halving_batches,
+    "other_shard": next_shard,
+    "bf16": bf16_autocast,
+    "noise": noising,
+}
+
+
+def cheating(name: str) -> Cheat:
+    """The provider that trains its unit honestly but under CHEATING[name]."""
+    way = CHEATING[name]
+
+    def cheat(
+        spec: JobSpec,
+        start: Checkpoint | None,
+        shard: Shard,
+        steps: int,
+        host: Host,
+        device: str = "cpu",
+    ) -> Committed:
+        with way(start.step if start else 0, steps):
+            return honest(spec, start, shard, steps, host, device)
+
+    cheat.__doc__ = way.__doc__
+    return cheat
 
 
 def copy_other(
@@ -332,13 +331,7 @@ def smaller_model(
         return honest(cheap, None, shard, (start.step if start else 0) + steps, host, device)
 
 
-CHEATS: dict[str, Cheat] = {
-    "skip_one_step": skip_one_step,
-    "skip_last_update": skip_last_update,
-    "fewer_tokens": fewer_tokens,
-    "other_shard": other_shard,
-    "bf16": bf16,
-    "noise": noise,
+CHEATS: dict[str, Cheat] = {name: cheating(name) for name in CHEATING} | {
     "copy_other": copy_other,
     "smaller_model": smaller_model,
 }

@@ -1,14 +1,17 @@
-"""The cases cross-class judging of ddp ranks is measured on: a group of the tiny GPT under
-several compression settings, the CPU classes a rank's unit is re-run in, a provider of one rank
-in any class, honest or cheating, and the slack a committed payload needs. Shared by the
-calibration script, the verification bench and the tests, so all three judge the same things."""
+"""The cases cross-class judging of ranks is measured on: groups of the tiny GPT (ddp and
+DiLoCo) under several compression settings, the CPU classes a rank's unit is re-run in, a
+provider of one rank in any class, honest or cheating, and the slack a committed payload
+needs. Shared by the calibration script, the verification bench and the tests, so all three
+judge the same things."""
 
 from __future__ import annotations
 
 import copy
+import functools
+import hashlib
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from typing import Any
 import torch
 import yaml
 
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.rank_bundle import (
     RankUnit,
     RecordedRound,
@@ -25,23 +29,26 @@ from marketplace.protocol.rank_bundle import (
 )
 from marketplace.protocol.spec import JobSpec, parse_spec
 from node.distributed.compression import Compressor, Payload
-from node.distributed.ddp import replay_ddp_unit, train_ddp
+from node.distributed.ddp import replay_ddp_unit
+from node.distributed.diloco import DilocoConfig, rerun_diloco_unit
 from node.distributed.exchange import (
     ReplayExchange,
     Slack,
     TolerantReplay,
     aggregate_recorded,
     encode_update,
-    recorded_round,
     rms,
-    sent_in,
 )
 from node.distributed.group import GroupConfig
-from node.distributed.job import group_config
-from node.distributed.rank_unit import rank_class, unit_path
+from node.distributed.job import group_config, train_spec, unit_bundle
+from node.distributed.rank_unit import rank_class
+from verifier import casebook
 from verifier.group_records import member_view
+from verifier.rank_recompute import round_rerun, round_vector
+from verifier.trajectory import Segment, StateSource, segment_drift
 
-GROUP_SPEC = Path(__file__).resolve().parents[1] / "node" / "specs" / "tiny-ddp-3.yaml"
+SPECS = Path(__file__).resolve().parents[1] / "node" / "specs"
+GROUP_SPECS = {"ddp": SPECS / "tiny-ddp-3.yaml", "diloco": SPECS / "tiny-diloco-3.yaml"}
 
 # How ranks' payloads are compressed: the shipped spec's, and the other kinds there are (top-k
 # positions that may swap, 2-bit levels that may flip, plain float32 values).
@@ -65,10 +72,15 @@ Tamper = Callable[[torch.Tensor], torch.Tensor]  # a rank's update -> what it co
 NOISE_RATIO = 0.05  # of the update's RMS, in every entry
 
 
-def group_spec(compression: str, seed: int = 1337, units: int = 2, every: int = 10) -> JobSpec:
-    """node/specs/tiny-ddp-3.yaml with `compression`, `units` units of `every` steps."""
-    raw = yaml.safe_load(GROUP_SPEC.read_text())
+def group_spec(
+    compression: str, seed: int = 1337, units: int = 2, every: int = 10, strategy: str = "ddp"
+) -> JobSpec:
+    """node/specs/tiny-{strategy}-3.yaml with `compression`, `units` units of `every` steps
+    (in DiLoCo, rounds of `every` local steps)."""
+    raw = yaml.safe_load(GROUP_SPECS[strategy].read_text())
     raw["distributed"]["compression"] = {**COMPRESSIONS[compression], "error_feedback": True}
+    if strategy == "diloco":
+        raw["distributed"]["diloco"]["inner_steps"] = every
     raw["training"] |= {"max_steps": units * every, "warmup_steps": 2}
     raw["checkpoint"]["every"] = every
     raw["reproducibility"]["seed"] = seed
@@ -77,18 +89,38 @@ def group_spec(compression: str, seed: int = 1337, units: int = 2, every: int = 
 
 def train_group(spec: JobSpec, folder: Path) -> None:
     """Train the group in this machine's rank class, every rank's inputs and payloads kept."""
-    train_ddp(spec, replace(group_config(spec), updates_dir=str(folder)))
+    train_spec(spec, updates_dir=folder)
 
 
-def committed_bundle(spec: JobSpec, folder: Path, rank: int, index: int) -> tuple[str, bytes]:
+# A provider's IPFS node, standing in: content by its sha256 (the states a DiLoCo round's
+# segment records name)
+Store = dict[str, bytes]
+
+
+def pin(store: Store, data: bytes) -> str:
+    cid = hashlib.sha256(data).hexdigest()
+    store[cid] = data
+    return cid
+
+
+def stored(store: Store) -> StateSource:
+    """The provider's states a verifier fetches from `store`."""
+
+    def state(segment: Mapping[str, Any]) -> Checkpoint | None:
+        data = store.get(str(segment.get("cid")))
+        return None if data is None else Checkpoint.load(data)
+
+    return state
+
+
+def committed_bundle(
+    spec: JobSpec, folder: Path, rank: int, index: int, store: Store | None = None
+) -> tuple[str, bytes]:
     """The commitment and bundle of `rank`'s unit `index` of a group trained into `folder`, as
-    its provider pins them."""
-    rounds = group_config(spec).unit_rounds(spec, index)
-    payload = sent_in(folder, rounds, rank)
-    recorded = [recorded_round(folder, r) for r in rounds]
-    unit = RankUnit.load(unit_path(folder, index, rank))
-    execution = rank_class(spec).to_dict()
-    return update_sha256(payload), rank_bundle(unit, payload, rounds=recorded, execution=execution)
+    its provider pins them (a DiLoCo round's segment states into `store`)."""
+    into = {} if store is None else store
+    config = group_config(spec)
+    return unit_bundle(spec, config, folder, rank, index, functools.partial(pin, into))
 
 
 @contextmanager
@@ -216,6 +248,113 @@ CHEATS: dict[str, Cheat] = {
     "fewer_tokens": fewer_tokens,
     "copy": copy_of_another,
 }
+
+
+def provide_round(
+    spec: JobSpec,
+    bundle: bytes,
+    host: str,
+    store: Store,
+    *,
+    cheat: str | None = None,
+) -> tuple[str, bytes]:
+    """The rank's DiLoCo round of `bundle` as a provider in class `host` commits it, its
+    segment states pinned into `store`: honest, or cheating in its local steps as
+    casebook.CHEATING[cheat] does. Its commitment and bundle."""
+    loaded = load_rank_bundle(bundle)
+    config = group_config(spec)
+    assert isinstance(config, DilocoConfig), "a DiLoCo spec"
+    segments: list[dict[str, Any]] = []
+
+    def keep(segment: dict[str, Any], state: Checkpoint) -> None:
+        segments.append(segment | {"cid": pin(store, state.to_bytes())})
+
+    begin = int(loaded.unit.trainer["progress"]["step"])
+    steps = config.steps_per_unit(spec)
+    way = nullcontext() if cheat is None else casebook.CHEATING[cheat](begin, steps)
+    with rank_host(host) as threads, way:
+        payload = rerun_diloco_unit(spec, config, loaded.unit, threads, keep)
+        execution = rank_class(spec, threads).to_dict()
+    made = rank_bundle(loaded.unit, payload, execution=execution, segments=segments)
+    return update_sha256(payload), made
+
+
+def round_drift(
+    spec: JobSpec, bundle: bytes, store: Store, host: str
+) -> list[tuple[int, dict[str, float]]]:
+    """(steps since a common start, distances) for every pair of segment ends a verifier in
+    class `host` compares with the DiLoCo round of `bundle`, whose states are in `store`:
+    re-running from the round's start and from each of the provider's segment states, as the
+    judge does (verifier.trajectory.judge_trajectory)."""
+    loaded = load_rank_bundle(bundle)
+    config = group_config(spec)
+    assert isinstance(config, DilocoConfig) and loaded.segments is not None, "a DiLoCo round"
+    theirs = [(segment, _state(store, segment)) for segment in loaded.segments]
+    end = (loaded.unit.round_ + 1) * config.steps_per_unit(spec)
+    origins = [Checkpoint(loaded.unit.trainer)] + [state for _, state in theirs[:-1]]
+    out = []
+    for i, origin in enumerate(origins):
+        ours: list[Segment] = []
+        with rank_host(host) as threads:
+            keep = functools.partial(_keep, ours)
+            round_rerun(spec, config, loaded.unit.rank, threads, keep)(origin, end - origin.step)
+        out += segment_drift(theirs[i:], ours, origin.state["model"], origin.step)
+    return out
+
+
+def _keep(into: list[Segment], segment: dict[str, Any], state: Checkpoint) -> None:
+    into.append((segment, state))
+
+
+def _state(store: Store, segment: Mapping[str, Any]) -> Checkpoint:
+    state = stored(store)(segment)
+    assert state is not None, "the provider's store holds every state it committed"
+    return state
+
+
+def _cheating_round(name: str) -> RoundCheat:
+    def cheat(spec: JobSpec, bundle: bytes, other: bytes, host: str, store: Store) -> Any:
+        return provide_round(spec, bundle, host, store, cheat=name)
+
+    cheat.__doc__ = casebook.CHEATING[name].__doc__
+    return cheat
+
+
+def noised_payload(
+    spec: JobSpec, bundle: bytes, other: bytes, host: str, store: Store
+) -> tuple[str, bytes]:
+    """Trains the round honestly, then sends what it compresses with noise of NOISE_RATIO of
+    its RMS in every entry."""
+    _, made = provide_round(spec, bundle, host, store)
+    loaded = load_rank_bundle(made)
+    assert loaded.segments is not None
+    end = stored(store)(loaded.segments[-1])
+    assert end is not None
+    config = group_config(spec)
+    assert isinstance(config, DilocoConfig), "a DiLoCo spec"
+    vector = round_vector(spec, config, loaded.unit, end)
+    payload = config.compressor.compress(_noised(vector), loaded.unit.round_).to_bytes()
+    return update_sha256(payload), rank_bundle(
+        loaded.unit, payload, execution=loaded.execution, segments=loaded.segments
+    )
+
+
+def copied_round(
+    spec: JobSpec, bundle: bytes, other: bytes, host: str, store: Store
+) -> tuple[str, bytes]:
+    """Commits another rank's round (`other`'s payload and segments) as its own."""
+    mine, theirs = load_rank_bundle(bundle), load_rank_bundle(other)
+    made = rank_bundle(
+        mine.unit, theirs.payload, execution=theirs.execution, segments=theirs.segments
+    )
+    return update_sha256(theirs.payload), made
+
+
+# (spec, the rank's honest bundle, another rank's bundle of the round, the cheater's class, the
+# provider's store) -> the cheater's commitment and bundle
+RoundCheat = Callable[[JobSpec, bytes, bytes, str, Store], tuple[str, bytes]]
+ROUND_CHEATS: dict[str, RoundCheat] = {name: _cheating_round(name) for name in casebook.CHEATING}
+ROUND_CHEATS |= {"payload_noise": noised_payload, "copy": copied_round}
 
 
 def _training(spec: JobSpec, **training: Any) -> JobSpec:

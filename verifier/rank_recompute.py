@@ -14,10 +14,11 @@ where the re-run of the slot's previous unit ends. A DiLoCo round starts from we
 other ranks' payloads of the round before make, so past round 0 its inputs are not checked:
 a rank that commits a consistent round from made-up global weights passes here.
 
-A verifier that does not reproduce the ddp rank's recorded execution class judges each step
-within a calibrated slack instead (`TolerantReplay`): the committed payload must be a
-compression of a vector within the slack of the verifier's own in every entry. DiLoCo rounds are
-judged exactly in any class (their local steps drift apart like a whole unit's; see
+A verifier that does not reproduce the rank's recorded execution class judges the unit within
+calibrated bounds instead. A ddp unit step by step (`TolerantReplay`): the committed payload
+must be a compression of a vector within the slack of the verifier's own in every entry. A
+DiLoCo round by the segments its local steps committed to, as a single node's unit is judged
+(verifier.trajectory), and its payload against what the round's committed end makes (see
 docs/verification.md).
 """
 
@@ -29,7 +30,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+from torch.nn.utils import parameters_to_vector
 
+from marketplace.protocol import trace
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.execution import ExecutionClass, ExecutionClassError
 from marketplace.protocol.rank_bundle import (
     RankBundle,
@@ -39,41 +43,62 @@ from marketplace.protocol.rank_bundle import (
     update_sha256,
 )
 from node.distributed.ddp import replay_ddp_unit
+from node.distributed.diloco import DilocoConfig, local_steps
 from node.distributed.exchange import RankCheat, Slack, TolerantReplay, rms
-from node.distributed.group import DistributedConfigError, GroupConfig
+from node.distributed.group import DistributedConfigError, GroupConfig, rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
+from node.distributed.rank_unit import rank_threads
 from node.engine import JobSpec
+from node.engine.unit import SegmentSink
 from verifier.group_records import MemberView, contradiction, member_view
-from verifier.trajectory import Tolerance
+from verifier.trajectory import (
+    MEASURES,
+    Ran,
+    Rerun,
+    StateSource,
+    Tolerance,
+    judge_trajectory,
+    records_problem,
+)
 
 Reproduces = Callable[[str | None], bool]  # whether a verifier re-runs a class id bit for bit
 RANK_TOLERANCE_FILE = Path(__file__).with_name("rank_tolerance.json")
 # what a rank of another class may need: each step's payload, a share of the step's vector's
 # RMS; a unit's start against the re-run of the one before: its trainer's state and its residual,
-# each a share of every tensor's RMS
-RANK_MEASURES = ("payload", "trainer", "residual")
+# each a share of every tensor's RMS; a DiLoCo round's segment ends, by the distances a single
+# node's unit is judged by (verifier.trajectory.MEASURES)
+ROUND_MEASURES = {f"round_{m}": m for m in MEASURES}
+RANK_MEASURES = ("payload", "trainer", "residual", *ROUND_MEASURES)
 
 
 class RankTolerance(NamedTuple):
     payload: Slack
     trainer: float
     residual: float
+    rounds: Tolerance  # a DiLoCo round's segment ends, measured as a single node's unit's are
 
 
 def rank_tolerance(tolerance: Tolerance | None = None) -> RankTolerance:
-    """How far a ddp rank of another class may be from a verifier's re-run: the bounds of the
+    """How far a rank of another class may be from a verifier's re-run: the bounds of the
     calibrated table (scripts/calibrate_rank_verification.py), the payload's for as many steps
     as it measured."""
     tolerance = tolerance or Tolerance.load(RANK_TOLERANCE_FILE, RANK_MEASURES)
     steps = len(tolerance.measured["payload"])
     payload = Slack(tolerance.bound("payload"), steps)
-    return RankTolerance(payload, tolerance.bound("trainer"), tolerance.bound("residual"))
+    rounds = Tolerance(
+        {m: tolerance.measured[key] for key, m in ROUND_MEASURES.items()},
+        tolerance.margin,
+        tolerance.floor,
+    )
+    return RankTolerance(payload, tolerance.bound("trainer"), tolerance.bound("residual"), rounds)
 
 
 class RankJudgement(NamedTuple):
     passed: bool | None  # None: the unit cannot be judged, nothing is posted
     reason: str
     recomputed_state_hash: str | None = None
+    # a DiLoCo round judged within bounds: how (verifier.recompute.Verdict's `judgement`)
+    judgement: dict[str, Any] | None = None
 
 
 def judge_rank(
@@ -87,6 +112,7 @@ def judge_rank(
     *,
     reproduces: Reproduces = lambda _: True,
     tolerance: RankTolerance | None = None,
+    states: StateSource = lambda _: None,
 ) -> RankJudgement:
     """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`
     from where the rank was left, and in ddp whether its records agree with the group's.
@@ -94,7 +120,8 @@ def judge_rank(
     `peers` maps the other slots that committed the same unit to their commitment and bundle;
     `previous` is the slot's commitment and bundle of unit `index - 1` (ddp). A ddp unit whose
     recorded class `reproduces` says no to is judged within `tolerance` (default: the
-    calibrated `rank_tolerance()`) rather than by its hash.
+    calibrated `rank_tolerance()`) rather than by its hash, and so is a DiLoCo round that
+    records its segments, whose states `states` fetches.
     """
     try:
         config = group_config(spec)
@@ -121,8 +148,12 @@ def judge_rank(
         reason = contradiction(slot, config.unit_rounds(spec, index), views)
         if reason is not None:
             return RankJudgement(False, reason)
-    if rounds is not None and not reproduces(recorded_class(loaded)):
+    diloco = isinstance(config, DilocoConfig)
+    judged_within = loaded.segments is not None if diloco else rounds is not None
+    if judged_within and not reproduces(recorded_class(loaded)):
         tolerance = tolerance or rank_tolerance()
+        if isinstance(config, DilocoConfig):
+            return _judge_round_within(spec, config, loaded, tolerance, states)
         return _judge_within(spec, config, loaded, own, tolerance, previous)
     try:
         recomputed = run_rank_unit(spec, config, unit, rounds).sha256
@@ -167,6 +198,118 @@ def _judge_within(
     if misplaced is not None:
         return RankJudgement(False, misplaced)
     return RankJudgement(True, "the re-run explains every committed payload within the slack")
+
+
+def _judge_round_within(
+    spec: JobSpec,
+    config: DilocoConfig,
+    bundle: RankBundle,
+    tolerance: RankTolerance,
+    states: StateSource,
+) -> RankJudgement:
+    """A DiLoCo round of a class this verifier does not reproduce: its local steps judged by
+    their segment records as a single node's unit is (verifier.trajectory: a whole re-run, a
+    disagreement narrowed to one segment re-run alone from the provider's state), and its
+    payload a compression, within one step's slack, of what the round's committed end makes."""
+    unit, segments = bundle.unit, bundle.segments
+    steps = config.steps_per_unit(spec)
+    every = trace.segment_length(steps)
+    boundaries = list(range(unit.round_ * steps + every, (unit.round_ + 1) * steps + 1, every))
+    problem = records_problem(segments, boundaries)
+    if problem is not None:
+        return RankJudgement(False, problem)
+    assert segments is not None  # well-formed records
+    end = states(segments[-1])
+    if end is None or end.state_hash() != segments[-1]["state_hash"]:
+        return RankJudgement(False, "the round's end state is not available or not what it names")
+    start = Checkpoint(unit.trainer)
+    try:
+        # the round's end as a unit's committed checkpoint: its trace binds every record, the
+        # last one (which names this state, so was recorded after it) included
+        end.state["trace"] = [*end.state["trace"], trace.leaf(segments[-1])]
+        end.metadata = {"trace": {"segments": segments}}
+        if start.step != boundaries[0] - every:
+            return RankJudgement(False, f"the round does not start at step {boundaries[0] - every}")
+        rerun = round_rerun(spec, config, unit.rank)
+        judged = judge_trajectory(spec, start, end, boundaries, states, tolerance.rounds, rerun)
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # the bundle's inputs
+        return RankJudgement(False, f"the round cannot be re-run from the bundle: {exc}")
+    how = {
+        "mode": "tolerant",
+        "segment": judged.segment,
+        "steps_run": judged.steps_run,
+        "decisive_share_of_bound": judged.decisive,
+        "worst_share_of_bound": judged.worst,
+    }
+    if not judged.passed:
+        return RankJudgement(False, f"the round's local steps: {judged.reason}", None, how)
+    problem = _payload_problem(spec, config, bundle, end, tolerance)
+    if problem is None:
+        problem = _misplaced_start(spec, config, unit, None)
+    if problem is not None:
+        return RankJudgement(False, problem, None, how)
+    return RankJudgement(True, "the round's steps and payload are within bounds", None, how)
+
+
+def _payload_problem(
+    spec: JobSpec,
+    config: DilocoConfig,
+    bundle: RankBundle,
+    end: Checkpoint,
+    tolerance: RankTolerance,
+) -> str | None:
+    """Why the round's committed payload is not a compression, within one step's slack, of
+    what the round's committed `end` makes; None when it is."""
+    try:
+        vector = round_vector(spec, config, bundle.unit, end)
+        payload = config.compressor.parse(bundle.payload, vector.numel())
+    except (ValueError, RuntimeError) as exc:  # a residual or payload that does not fit
+        return f"the payload cannot be checked: {exc}"
+    slack = tolerance.payload.at(1) * rms(vector)
+    why = config.compressor.explains(payload, vector, slack, bundle.unit.round_)
+    return None if why is None else f"the payload is not what the round's end makes: {why}"
+
+
+def round_rerun(
+    spec: JobSpec,
+    config: DilocoConfig,
+    rank: int,
+    threads: int = 1,
+    on_segment: SegmentSink | None = None,
+) -> Rerun:
+    """A DiLoCo rank's local steps re-run in this verifier's class (with `threads` threads;
+    ranks train with one), committing to segments as its rounds do (diloco.local_round);
+    `on_segment` receives each with its state."""
+    steps = config.steps_per_unit(spec)
+
+    def rerun(origin: Checkpoint | None, length: int) -> Ran:
+        with rank_threads():
+            trainer, _ = rank_trainer(spec, rank, threads)
+            if origin is not None:
+                trainer.load(origin.state)
+            if trainer.step % steps == 0:  # a round's start: its trace restarts
+                trainer.trace = []
+            every = trace.segment_length(steps)
+            losses, segments = local_steps(trainer, trainer.step + length, every, on_segment)
+            return Ran(Checkpoint(trainer.state()), segments, losses)
+
+    return rerun
+
+
+def round_vector(
+    spec: JobSpec, config: DilocoConfig, unit: RankUnit, end: Checkpoint
+) -> torch.Tensor:
+    """What a rank compresses for its round ending in `end`: the pseudo-gradient (the round's
+    start minus its end weights, as the model's parameters) plus the residual it carried in."""
+    model = spec.build_model()
+    weights = []
+    for state in (unit.trainer["model"], end.state["model"]):
+        model.load_state_dict(state)
+        weights.append(parameters_to_vector(model.parameters()).detach().float())
+    vector = weights[0] - weights[1]
+    if config.error_feedback and unit.residual is not None:
+        vector = vector + unit.residual.float()
+    return vector
 
 
 def replay_within(

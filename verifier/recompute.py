@@ -293,17 +293,6 @@ def _judge_tolerantly(
 ) -> Verdict:
     """A unit of a class this verifier does not reproduce: trajectory.judge, with the provider's
     intermediate states fetched by the CIDs its segment records carry."""
-    bound = checkpoint_bytes(spec)
-
-    def provider_state(segment: Mapping[str, Any]) -> Checkpoint | None:
-        cid = segment.get("cid")
-        if not isinstance(cid, str):
-            return None
-        try:
-            return Checkpoint.load(_fetch(storage, cid, "segment state", bound))
-        except (CheckpointError, ContentTooLarge):
-            return None
-
     judged = _rerun(
         lambda: trajectory.judge(
             spec,
@@ -311,7 +300,7 @@ def _judge_tolerantly(
             committed,
             unit_shard(spec, inputs.slot),
             CHECKPOINTS.steps(spec, inputs.index),
-            provider_state,
+            _provider_states(spec, storage),
             runner.tolerance,
             device=runner.device,
             host=runner.host,
@@ -331,6 +320,22 @@ def _judge_tolerantly(
             "worst_share_of_bound": judged.worst,
         },
     )
+
+
+def _provider_states(spec: JobSpec, storage: Storage) -> trajectory.StateSource:
+    """The provider's intermediate states, fetched by the CIDs its segment records carry."""
+    bound = checkpoint_bytes(spec)
+
+    def provider_state(segment: Mapping[str, Any]) -> Checkpoint | None:
+        cid = segment.get("cid")
+        if not isinstance(cid, str):
+            return None
+        try:
+            return Checkpoint.load(_fetch(storage, cid, "segment state", bound))
+        except (CheckpointError, ContentTooLarge):
+            return None
+
+    return provider_state
 
 
 def _judge_rank_unit(
@@ -362,8 +367,11 @@ def _judge_rank_unit(
         previous,
         reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
         tolerance=runner.rank_tolerance,
+        states=_provider_states(spec, storage),
     )
-    return Verdict(*judgement)
+    passed, reason, recomputed, how = judgement
+    environment = None if how is None else {"class": rank_class(spec).to_dict()}
+    return Verdict(passed, reason, recomputed, environment=environment, judgement=how)
 
 
 def _peer_bundles(

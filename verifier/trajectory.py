@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -144,9 +144,12 @@ def trace_problem(committed: Checkpoint, boundaries: list[int]) -> str | None:
     recorded = committed.metadata.get("trace")
     segments = recorded.get("segments") if isinstance(recorded, Mapping) else None
     problem = records_problem(segments, boundaries)
-    if problem is None and [trace.leaf(s) for s in segments] != committed.state.get("trace"):
+    if problem is not None:
+        return problem
+    assert segments is not None  # well-formed records
+    if [trace.leaf(s) for s in segments] != committed.state.get("trace"):
         return "the segment records are not the ones the committed state hash binds"
-    return problem
+    return None
 
 
 def records_problem(segments: Any, boundaries: list[int]) -> str | None:
@@ -379,6 +382,30 @@ def _model(state: Checkpoint | None, spec: JobSpec) -> dict[str, torch.Tensor]:
         return state.state["model"]
     torch.manual_seed(spec.reproducibility.seed)
     return spec.build_model().state_dict()
+
+
+# A segment as its trainer committed to it: the record and the state it names.
+Segment = tuple[Mapping[str, Any], Checkpoint]
+
+
+def segment_drift(
+    theirs: Sequence[Segment], ours: Sequence[Segment], origin: Mapping[str, Any], at: int
+) -> list[tuple[int, dict[str, float]]]:
+    """(steps since the common start at step `at`, distances) at each pair of segment ends of
+    two trajectories from the same `origin` weights, by the distances the judge compares: what
+    the calibrations measure between a provider's segments and a verifier's re-run."""
+    base = trace.sketch(origin)
+    return [
+        (
+            int(sa["step"]) - at,
+            {
+                "weights": ratio(ca.state["model"], cb.state["model"], origin),
+                "sketch": ratio(sa["sketch"], sb["sketch"], base),
+                "loss": _loss_ratio(sa["loss"], sb["loss"]),
+            },
+        )
+        for (sa, ca), (sb, cb) in zip(theirs, ours, strict=True)
+    ]
 
 
 def _loss_ratio(theirs: float, ours: float) -> float:

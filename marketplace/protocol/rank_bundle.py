@@ -96,6 +96,10 @@ class RankBundle(NamedTuple):
     # the execution class the rank trained in (protocol.execution), the provider's word: it
     # only chooses how a verifier judges the unit. None in bundles that record none
     execution: dict[str, Any] | None = None
+    # DiLoCo: the round's segment records (protocol.trace), each naming by "cid" the state it
+    # ends in, which the provider pins; a verifier of another class judges the round by them.
+    # None in ddp and in bundles that record none
+    segments: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> RankBundle:
@@ -109,8 +113,14 @@ class RankBundle(NamedTuple):
             ]
         )
         unit = RankUnit.from_fields(fields)
-        execution = fields.get("execution")
-        return cls(unit, _bytes(fields["payload"]), fields["weights"], rounds, execution)
+        return cls(
+            unit,
+            _bytes(fields["payload"]),
+            fields["weights"],
+            rounds,
+            fields.get("execution"),
+            fields.get("segments"),
+        )
 
 
 def update_sha256(payload: bytes) -> str:
@@ -124,10 +134,11 @@ def rank_bundle(
     weights: dict[str, torch.Tensor] | None = None,
     rounds: list[RecordedRound] | None = None,
     execution: dict[str, Any] | None = None,
+    segments: list[dict[str, Any]] | None = None,
 ) -> bytes:
     """What a group job's unit pins: the rank's inputs and the payloads it sent, in ddp the
-    unit's rounds, and the class it ran in; the last unit's also holds the trained model, the
-    job's result."""
+    unit's rounds, in DiLoCo the round's segment records, and the class it ran in; the last
+    unit's also holds the trained model, the job's result."""
     return dump_tagged(
         RANK_BUNDLES.tag,
         {
@@ -141,6 +152,7 @@ def rank_bundle(
                 for members, payloads in rounds
             ],
             "execution": execution,
+            "segments": segments,
         },
     )
 

@@ -38,19 +38,15 @@ from marketplace.chain.ledger import Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.rank_bundle import (
     RankBundle,
-    RankUnit,
     load_rank_bundle,
-    rank_bundle,
-    update_sha256,
 )
 from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.terms import JobStatus
 from marketplace.protocol.units import is_group_job, units_per_node
-from node.distributed.diloco import DilocoConfig
-from node.distributed.exchange import aggregate_path, recorded_round, sent_in, update_path
+from node.distributed.exchange import aggregate_path, sent_in, update_path
 from node.distributed.group import GroupConfig
-from node.distributed.job import group_config, run_rank
-from node.distributed.rank_unit import rank_class, unit_path
+from node.distributed.job import group_config, run_rank, unit_bundle
+from node.distributed.rank_unit import unit_path
 from node.engine import DataError
 
 from .journal import Unit
@@ -273,22 +269,12 @@ class GroupWorker:
         """Pin and commit unit `index` from the rank's `folder` (its `updates_dir`), queue the
         excluded ranks to flag, and drop its files."""
         rounds = config.unit_rounds(spec, index)
-        payload = sent_in(folder, rounds, slot_id)
-        inputs = RankUnit.load(unit_path(folder, index, slot_id))
-        weights = (
-            RankUnit.load(unit_path(folder, index + 1, slot_id)).trainer["model"] if last else None
+        storage = self.worker.storage
+        commitment, bundle = unit_bundle(
+            spec, config, folder, slot_id, index, storage.add_bytes, last
         )
-        # a DiLoCo round is re-run from its inputs alone; ddp steps need the others' payloads
-        recorded = (
-            None
-            if isinstance(config, DilocoConfig)
-            else [recorded_round(folder, r) for r in rounds]
-        )
-        execution = rank_class(spec).to_dict()  # ranks train on this node's CPU
-        cid = self.worker.storage.add_bytes(
-            rank_bundle(inputs, payload, weights, recorded, execution)
-        )
-        unit = Unit(job_id, slot_id, index, cid, update_sha256(payload), seconds)
+        cid = storage.add_bytes(bundle)
+        unit = Unit(job_id, slot_id, index, cid, commitment, seconds)
         self.worker.journal.add_unit(unit)
         slot = self.worker.ledger.slot(job_id, slot_id)
         self.worker.commit(unit, slot, self.worker.ledger.job(job_id)["checkpointInterval"])

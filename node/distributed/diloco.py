@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -10,10 +11,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from marketplace.protocol import trace
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.rank_bundle import RankUnit
 from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.units import diloco_round_steps
 from node.engine.train import Trainer
+from node.engine.unit import SegmentSink
 
 from .compression import ErrorFeedback
 from .exchange import Exchange, encode_update
@@ -29,7 +33,7 @@ from .group import (
     rank_trainer,
     spawn,
 )
-from .rank_unit import rank_threads, restore, save_unit_inputs
+from .rank_unit import rank_threads, restore, save_segment, save_unit_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +123,12 @@ def diloco_rank(
             save_unit_inputs(config.updates_dir, rank, round_, trainer, exchange.feedback, momentum)
         if round_ == rounds:
             break
-        delta, losses = local_round(trainer, steps)
+        keep = (
+            None
+            if config.updates_dir is None
+            else functools.partial(save_segment, config.updates_dir, rank, round_)
+        )
+        delta, losses = local_round(trainer, steps, keep)
         global_weights.grad = exchange(delta, round_).value.to(global_weights.device)
         outer.step()
         outer.zero_grad(set_to_none=True)
@@ -132,24 +141,56 @@ def diloco_rank(
     return rank_report(trainer, exchange, train_losses, eval_losses)
 
 
-def local_round(trainer: Trainer, steps: int) -> tuple[torch.Tensor, list[float]]:
-    """`steps` local optimizer steps; the pseudo-gradient (start minus end weights) and losses."""
+def local_round(
+    trainer: Trainer, steps: int, on_segment: SegmentSink | None = None
+) -> tuple[torch.Tensor, list[float]]:
+    """`steps` local optimizer steps, the round's trace restarted at its start (`local_steps`);
+    the pseudo-gradient (start minus end weights) and losses."""
     params = list(trainer.model.parameters())
     start = parameters_to_vector(params).detach().clone()  # (N,)
-    losses = []
-    for _ in range(steps):
-        loss, _ = trainer.forward_backward()
-        trainer.apply(loss)
-        losses.append(loss)
+    trainer.trace = []  # a round's trace binds its own segments
+    every = trace.segment_length(steps)
+    losses, _ = local_steps(trainer, trainer.step + steps, every, on_segment)
     with torch.no_grad():
         return start - parameters_to_vector(params), losses  # (N,)
 
 
-def rerun_diloco_unit(spec: JobSpec, config: DilocoConfig, unit: RankUnit) -> bytes:
-    """What the rank sent in its round, re-run from the round's inputs."""
+def local_steps(
+    trainer: Trainer, end: int, every: int, on_segment: SegmentSink | None = None
+) -> tuple[list[float], list[dict[str, Any]]]:
+    """Local optimizer steps up to step `end`, committing a segment of the trace at each
+    multiple of `every` (marketplace.protocol.trace), which `on_segment` receives with the state
+    it names: a verifier of another class narrows a disagreement about a round to one of them.
+    The steps' losses and the segments' records."""
+    losses: list[float] = []
+    segments = []
+    since = 0  # index in `losses` of the current segment's first step
+    while trainer.step < end:
+        loss, _ = trainer.forward_backward()
+        trainer.apply(loss)
+        losses.append(loss)
+        if trainer.step % every == 0:
+            mean = sum(losses[since:]) / len(losses[since:])
+            segment, state = trainer.commit_segment(mean, keep=on_segment is not None)
+            segments.append(segment)
+            since = len(losses)
+            if on_segment is not None and state is not None:
+                on_segment(segment, Checkpoint(state))
+    return losses, segments
+
+
+def rerun_diloco_unit(
+    spec: JobSpec,
+    config: DilocoConfig,
+    unit: RankUnit,
+    threads: int = 1,
+    on_segment: SegmentSink | None = None,
+) -> bytes:
+    """What the rank sent in its round, re-run from the round's inputs with `threads` threads
+    (ranks train with one); `on_segment` receives the round's segments as they are committed."""
     with rank_threads():
-        trainer, _ = rank_trainer(spec, unit.rank)
+        trainer, _ = rank_trainer(spec, unit.rank, threads)
         feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
         restore(unit, trainer, feedback)
-        delta, _ = local_round(trainer, config.steps_per_unit(spec))
+        delta, _ = local_round(trainer, config.steps_per_unit(spec), on_segment)
         return encode_update(config.compressor, feedback, delta, unit.round_).to_bytes()

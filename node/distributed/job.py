@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, update_sha256
+from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, rank_bundle, update_sha256
 from marketplace.protocol.spec import AggregationSpec, CompressionSpec, DilocoSpec, JobSpec
 
 from .aggregation import Aggregator
 from .compression import Compressor
 from .ddp import ddp_rank, rerun_ddp_unit, train_ddp
 from .diloco import DilocoConfig, diloco_rank, rerun_diloco_unit, train_diloco
+from .exchange import recorded_round, sent_in
 from .group import (
     DistributedConfigError,
     DistributedResult,
@@ -21,7 +23,7 @@ from .group import (
     join_and_run,
     rank_trainer,
 )
-from .rank_unit import RankUpdate, rank_threads
+from .rank_unit import RankUpdate, kept_segments, rank_class, rank_threads, unit_path
 
 
 def group_config(
@@ -117,3 +119,35 @@ def first_unit(spec: JobSpec, rank: int) -> RankUnit:
     with rank_threads():
         trainer, _ = rank_trainer(spec, rank)
         return RankUnit(rank, 0, trainer.state(), None)
+
+
+def unit_bundle(
+    spec: JobSpec,
+    config: GroupConfig,
+    updates_dir: str | os.PathLike[str],
+    rank: int,
+    index: int,
+    pin: Callable[[bytes], str],
+    last: bool = False,
+) -> tuple[str, bytes]:
+    """The commitment and rank bundle of `rank`'s unit `index` from its `updates_dir`: its
+    inputs and payloads; in ddp every step's members and what they sent; in DiLoCo the round's
+    segment records, each naming the state it ends in by the CID `pin` gives its bytes; and
+    the class it trained in (this node's CPU). The last unit's also holds the trained model."""
+    rounds = config.unit_rounds(spec, index)
+    payload = sent_in(updates_dir, rounds, rank)
+    inputs = RankUnit.load(unit_path(updates_dir, index, rank))
+    weights = (
+        RankUnit.load(unit_path(updates_dir, index + 1, rank)).trainer["model"] if last else None
+    )
+    recorded, segments = None, None
+    if isinstance(config, DilocoConfig):  # a round is re-run from its inputs alone
+        segments = [
+            record | {"cid": pin(state.read_bytes())}
+            for record, state in kept_segments(updates_dir, index, rank)
+        ]
+    else:  # ddp steps need the others' payloads
+        recorded = [recorded_round(updates_dir, r) for r in rounds]
+    execution = rank_class(spec).to_dict()
+    bundle = rank_bundle(inputs, payload, weights, recorded, execution, segments)
+    return update_sha256(payload), bundle

@@ -8,14 +8,16 @@ optimizer steps (an exchange each); what a unit pins and commits is the protocol
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.execution import ExecutionClass
 from marketplace.protocol.rank_bundle import RankUnit
 from marketplace.protocol.spec import JobSpec
@@ -45,6 +47,35 @@ def save_unit_inputs(
     RankUnit(rank, index, trainer.state(), residual, momentum).save(
         unit_path(updates_dir, index, rank)
     )
+
+
+def save_segment(
+    updates_dir: str | os.PathLike[str],
+    rank: int,
+    index: int,
+    segment: dict[str, Any],
+    state: Checkpoint,
+) -> None:
+    """Keep a segment the rank's round `index` committed to: the state it names, which the
+    provider pins for disputes, and beside it the record."""
+    path = segment_path(updates_dir, index, rank, int(segment["step"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state.save(path)
+    path.with_suffix(".json").write_text(json.dumps(segment))
+
+
+def kept_segments(
+    updates_dir: str | os.PathLike[str], index: int, rank: int
+) -> list[tuple[dict[str, Any], Path]]:
+    """The segments the rank's unit `index` committed to, in order: each record and the path
+    of the state it names."""
+    states = sorted(unit_path(updates_dir, index, rank).parent.glob(f"rank-{rank}-segment-*.pt"))
+    return [(json.loads(path.with_suffix(".json").read_text()), path) for path in states]
+
+
+def segment_path(updates_dir: str | os.PathLike[str], index: int, rank: int, step: int) -> Path:
+    """Where a rank keeps the state of the segment of its unit `index` that ends at `step`."""
+    return unit_path(updates_dir, index, rank).with_name(f"rank-{rank}-segment-{step:09d}.pt")
 
 
 class RankUpdate(NamedTuple):

@@ -129,7 +129,7 @@ def peers_of(spec, folder: Path, rank: int, **bundles: tuple[str, bytes]):
 def recording(committed_bundle: tuple[str, bytes], step: int, sender: int, data: bytes):
     """The bundle with its record of what `sender` sent at the unit's `step` replaced by `data`."""
     committed, bundle = committed_bundle
-    unit, payload, _, rounds, _ = load_rank_bundle(bundle)
+    unit, payload, _, rounds, *_ = load_rank_bundle(bundle)
     members, payloads = rounds[step]
     payloads[members.index(sender)] = data
     return committed, rank_bundle(unit, payload, rounds=rounds)
@@ -214,7 +214,7 @@ def test_a_ddp_rank_that_sent_another_gradient_is_named(ddp_run):
 def test_a_ddp_bundle_must_record_every_round_of_its_unit(ddp_run):
     spec, folder = ddp_run
     committed, bundle = ddp_bundle(spec, folder, rank=2)
-    unit, payload, _, rounds, _ = load_rank_bundle(bundle)
+    unit, payload, _, rounds, *_ = load_rank_bundle(bundle)
     short = judge_rank(spec, 2, 1, committed, rank_bundle(unit, payload, rounds=rounds[:1]))
     assert short.reason == "the bundle records 1 rounds, not 2"
     bare = judge_rank(spec, 2, 1, committed, rank_bundle(unit, payload))

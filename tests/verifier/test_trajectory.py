@@ -116,7 +116,9 @@ def test_each_cheat_fails_a_verifier_of_another_class(unit, tolerance, cheat):
 
 def test_a_disagreement_is_narrowed_to_the_segment_of_the_skipped_step(unit, tolerance):
     spec, start, shard, every = unit
-    verdict = _judge(unit, tolerance, casebook.skip_one_step(spec, start, shard, every, PROVIDER))
+    verdict = _judge(
+        unit, tolerance, casebook.CHEATS["skip_one_step"](spec, start, shard, every, PROVIDER)
+    )
     skipped = start.step + every // 2  # the step whose work it skipped, made as step skipped + 1
     bounds = trace.boundaries(spec, start.step, every)
     assert verdict.segment == next(i for i, b in enumerate(bounds) if b > skipped)
@@ -135,7 +137,7 @@ def test_past_the_calibrated_steps_an_honest_unit_passes_and_a_skipped_step_stil
     honest = _judge(long_unit, tolerance, casebook.honest(spec, start, shard, every, PROVIDER))
     assert honest.passed, honest.reason
     assert honest.steps_run <= 2 * every
-    skipped = casebook.skip_one_step(spec, start, shard, every, PROVIDER)
+    skipped = casebook.CHEATS["skip_one_step"](spec, start, shard, every, PROVIDER)
     verdict = _judge(long_unit, tolerance, skipped)
     bounds = trace.boundaries(spec, start.step, every)
     assert verdict.passed is False and verdict.segment == next(
@@ -182,7 +184,7 @@ def test_an_update_left_out_is_caught_where_its_drift_crosses_the_bound_segments
 
 def test_withheld_intermediate_states_fail_a_disputed_unit(unit, tolerance):
     spec, start, shard, every = unit
-    checkpoint, _ = casebook.other_shard(spec, start, shard, every, PROVIDER)
+    checkpoint, _ = casebook.CHEATS["other_shard"](spec, start, shard, every, PROVIDER)
     verdict = _judge(unit, tolerance, (checkpoint, {}))
     assert verdict.passed is False and "not available" in verdict.reason
 
@@ -285,7 +287,7 @@ def test_a_gpu_verifier_passes_an_honest_cpu_unit_and_fails_a_skipped_step(unit,
     honest = casebook.honest(spec, start, shard, every, PROVIDER)
     verdict = _judge(unit, tolerance, honest, device="cuda", host=GPU)
     assert verdict.passed, verdict.reason
-    skipped = casebook.skip_one_step(spec, start, shard, every, PROVIDER)
+    skipped = casebook.CHEATS["skip_one_step"](spec, start, shard, every, PROVIDER)
     verdict = _judge(unit, tolerance, skipped, device="cuda", host=GPU)
     assert verdict.passed is False, verdict.reason
 

@@ -1,0 +1,181 @@
+"""A DiLoCo rank's round judged by a verifier of another execution class: its local steps by the
+segments it committed to (a disagreement narrowed to one segment re-run alone from the rank's own
+state), its payload against the round's committed end. An honest round passes, which the exact
+check would have slashed it for, and every cheat still fails. Other CPU classes (two threads,
+oneDNN off) stand in for other hardware."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+
+from marketplace.protocol import trace
+from marketplace.protocol.rank_bundle import load_rank_bundle, rank_bundle, update_sha256
+from node.distributed.rank_unit import rank_class
+from verifier import rank_casebook
+from verifier.rank_recompute import judge_rank
+
+RANK, INDEX = 1, 1
+EVERY = 8  # local steps per round: one-step segments
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    """2 rounds of 8 local steps, top-k 10% at 2 bits, trained by its 3 ranks here; every
+    rank's every round committed as its provider's node pins it."""
+    spec = rank_casebook.group_spec("topk-2bit", units=2, every=EVERY, strategy="diloco")
+    folder = tmp_path_factory.mktemp("diloco")
+    rank_casebook.train_group(spec, folder)
+    store: rank_casebook.Store = {}
+    committed = {
+        (rank, index): rank_casebook.committed_bundle(spec, folder, rank, index, store)
+        for rank in range(3)
+        for index in range(2)
+    }
+    return spec, store, committed
+
+
+def judged(group, committed_bundle: tuple[str, bytes], **kwargs):
+    """The verdict of a verifier that reproduces its own rank class only."""
+    spec, store, _ = group
+    own = rank_class(spec).class_id()
+    kwargs.setdefault("reproduces", lambda class_id: class_id == own)
+    kwargs.setdefault("states", rank_casebook.stored(store))
+    return judge_rank(spec, RANK, INDEX, *committed_bundle, **kwargs)
+
+
+def honest_of(group, host: str) -> tuple[str, bytes]:
+    spec, store, committed = group
+    return rank_casebook.provide_round(spec, committed[RANK, INDEX][1], host, store)
+
+
+def with_segments(committed_bundle: tuple[str, bytes], segments) -> tuple[str, bytes]:
+    committed, bundle = committed_bundle
+    loaded = load_rank_bundle(bundle)
+    made = rank_bundle(loaded.unit, loaded.payload, execution=loaded.execution, segments=segments)
+    return committed, made
+
+
+def test_a_rounds_bundle_names_the_state_of_every_segment_it_committed_to(group):
+    _, store, committed = group
+    loaded = load_rank_bundle(committed[RANK, INDEX][1])
+    steps = [s["step"] for s in loaded.segments]
+    assert steps == list(range(INDEX * EVERY + 1, (INDEX + 1) * EVERY + 1))  # one-step segments
+    states = rank_casebook.stored(store)
+    for segment in loaded.segments:
+        assert states(segment).state_hash() == segment["state_hash"]
+    end = states(loaded.segments[-1]).state
+    # the round's trace binds its own segments only, each record in the next state's hash
+    assert end["trace"] == [trace.leaf(s) for s in loaded.segments[:-1]]
+    assert end["progress"]["step"] == (INDEX + 1) * EVERY
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["t2", "t1-nodnn"])
+def test_an_honest_round_of_another_class_passes_where_the_exact_check_fails_it(group, host):
+    honest = honest_of(group, host)
+    verdict = judged(group, honest)
+    assert verdict.passed is True, verdict.reason
+    assert verdict.judgement["mode"] == "tolerant"
+    assert verdict.judgement["decisive_share_of_bound"] <= 1.0
+    exact = judged(group, honest, reproduces=lambda _: True)
+    assert exact.passed is False  # its bits are not this class's
+
+
+def test_a_round_recording_this_verifiers_class_is_judged_by_its_hash(group):
+    _, _, committed = group
+    verdict = judged(group, committed[RANK, INDEX])
+    assert verdict.passed is True
+    assert verdict.recomputed_state_hash == committed[RANK, INDEX][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cheat", sorted(rank_casebook.ROUND_CHEATS))
+def test_each_cheat_in_a_round_fails_a_verifier_of_another_class(group, cheat):
+    spec, store, committed = group
+    other = committed[(RANK + 1) % 3, INDEX][1]
+    made = rank_casebook.ROUND_CHEATS[cheat](spec, committed[RANK, INDEX][1], other, "t2", store)
+    verdict = judged(group, made)
+    assert verdict.passed is False, f"{cheat} passed: {verdict.reason}"
+
+
+@pytest.mark.slow
+def test_a_round_whose_states_cannot_be_had_fails(group):
+    honest = honest_of(group, "t2")
+    nothing = judged(group, honest, states=lambda _: None)
+    assert nothing.passed is False
+    assert "end state is not available" in nothing.reason
+    # the end alone: the last segment is re-run alone from the state before it, which is missing
+    end = load_rank_bundle(honest[1]).segments[-1]["cid"]
+    _, store, _ = group
+    only_end = judged(group, honest, states=rank_casebook.stored({end: store[end]}))
+    assert only_end.passed is False
+    assert "not available or not what it committed" in only_end.reason
+
+
+def test_segment_records_that_are_not_the_rounds_fail(group):
+    honest = honest_of(group, "t2")
+    segments = load_rank_bundle(honest[1]).segments
+    moved = copy.deepcopy(segments)
+    moved[2]["loss"] += 1e-3  # a record the round's states do not bind
+    assert (
+        "not the ones the committed state hash binds"
+        in judged(group, with_segments(honest, moved)).reason
+    )
+    assert (
+        "not at the unit's segment boundaries"
+        in judged(group, with_segments(honest, segments[1:])).reason
+    )
+    for malformed in ("segments", [["step", 9]], [{"step": 9}] * EVERY):
+        verdict = judged(group, with_segments(honest, malformed))
+        assert verdict.passed is False
+        assert "no well-formed segment records" in verdict.reason
+
+
+def test_a_round_that_records_no_segments_is_judged_by_its_hash(group):
+    """Bundles from before rounds committed to segments: the exact check, as then."""
+    _, _, committed = group
+    own = with_segments(committed[RANK, INDEX], None)
+    assert judged(group, own).passed is True
+    other = judged(group, with_segments(honest_of(group, "t2"), None))
+    assert other.passed is False
+    assert other.reason == "the re-run unit sends a different payload"
+
+
+def test_a_round_that_does_not_start_at_its_step_fails(group):
+    committed, bundle = honest_of(group, "t2")
+    loaded = load_rank_bundle(bundle)
+    trainer = copy.deepcopy(loaded.unit.trainer)
+    trainer["progress"]["step"] -= 1
+    made = rank_bundle(
+        replace(loaded.unit, trainer=trainer),
+        loaded.payload,
+        execution=loaded.execution,
+        segments=loaded.segments,
+    )
+    verdict = judged(group, (committed, made))
+    assert verdict.passed is False
+    assert verdict.reason == f"the round does not start at step {INDEX * EVERY}"
+
+
+@pytest.mark.slow
+def test_a_round_whose_residual_or_payload_does_not_fit_its_model_fails(group):
+    committed, bundle = honest_of(group, "t2")
+    loaded = load_rank_bundle(bundle)
+    short = rank_bundle(
+        replace(loaded.unit, residual=torch.zeros(7)),
+        loaded.payload,
+        execution=loaded.execution,
+        segments=loaded.segments,
+    )
+    verdict = judged(group, (committed, short))
+    assert verdict.passed is False
+    assert verdict.reason.startswith("the payload cannot be checked")
+    cut = loaded.payload[:-1]
+    made = rank_bundle(loaded.unit, cut, execution=loaded.execution, segments=loaded.segments)
+    verdict = judged(group, (update_sha256(cut), made))
+    assert verdict.passed is False
+    assert verdict.reason.startswith("the payload cannot be checked")
