@@ -214,6 +214,15 @@ def _post_upload(node: str, path: str, upload: _FileUpload, token: str) -> dict:
     raise StorageError(f"{node}: {message}")
 
 
+def is_cid(text: str) -> bool:
+    """Whether `text` is a CID, by which content can be asked for at all."""
+    try:
+        _parse(text)
+    except InvalidCid:
+        return False
+    return True
+
+
 def _parse(cid: str) -> CID:
     try:
         return CID.parse(cid)

@@ -18,8 +18,10 @@ from marketplace.storage import (
     CidMismatch,
     ContentNotFound,
     ContentTooLarge,
+    InvalidCid,
     NodeUnavailable,
     Storage,
+    is_cid,
 )
 from node.distributed.rank_unit import rank_class
 from node.engine import (
@@ -189,10 +191,10 @@ def _fetch(
 ) -> bytes:
     """The content within `max_bytes` (ContentTooLarge past it: the reader judges what that
     means); `unavailable` when it cannot be fetched now (Withheld for a checkpoint the unit's
-    own provider committed)."""
+    own provider committed), or ever: a `cid` that is not one names nothing to fetch."""
     try:
         return storage.cat(cid, max_bytes=max_bytes)
-    except TRANSIENT as exc:
+    except (*TRANSIENT, InvalidCid) as exc:
         raise unavailable(f"{what} {cid}: {exc}") from exc
 
 
@@ -329,6 +331,8 @@ def _provider_states(spec: JobSpec, storage: Storage) -> trajectory.StateSource:
     def provider_state(segment: Mapping[str, Any]) -> Checkpoint | None:
         cid = segment.get("cid")
         if not isinstance(cid, str):
+            return None
+        if not is_cid(cid):  # a record naming no content: its state cannot be had
             return None
         try:
             return Checkpoint.load(_fetch(storage, cid, "segment state", bound))

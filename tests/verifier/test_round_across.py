@@ -7,6 +7,7 @@ oneDNN off) stand in for other hardware."""
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 
 import pytest
@@ -17,6 +18,7 @@ from marketplace.protocol.rank_bundle import load_rank_bundle, rank_bundle, upda
 from node.distributed.rank_unit import rank_class
 from verifier import rank_casebook
 from verifier.rank_recompute import judge_rank
+from verifier.recompute import Runner, UnitInputs, recompute
 
 RANK, INDEX = 1, 1
 EVERY = 8  # local steps per round: one-step segments
@@ -179,3 +181,28 @@ def test_a_round_whose_residual_or_payload_does_not_fit_its_model_fails(group):
     verdict = judged(group, (update_sha256(cut), made))
     assert verdict.passed is False
     assert verdict.reason.startswith("the payload cannot be checked")
+
+
+@pytest.mark.slow
+def test_recompute_fetches_a_rounds_segment_states_by_the_cids_its_records_carry(group, storage):
+    """Through storage, as a verifier worker runs it: the bundle and the states its records
+    name pinned to an IPFS node, the round judged by its segments."""
+    spec, store, _ = group
+    committed, bundle = honest_of(group, "t2")
+    loaded = load_rank_bundle(bundle)
+    segments = [s | {"cid": storage.add_bytes(store[s["cid"]])} for s in loaded.segments]
+    pinned = with_segments((committed, bundle), segments)[1]
+    spec_cid = storage.add_bytes(json.dumps(spec.model_dump(mode="json")).encode())
+    inputs = UnitInputs(
+        1, RANK, INDEX, "0x" + "11" * 20, spec_cid, storage.add_bytes(pinned), committed
+    )
+    verdict = recompute(inputs, storage, Runner())
+    assert verdict.passed is True, verdict.reason
+    assert verdict.judgement["mode"] == "tolerant"
+    assert verdict.environment == {"class": rank_class(spec).to_dict()}
+    # records naming no content: the round fails, rather than its verifier stopping
+    nothing = [s | {"cid": "not-a-cid"} for s in segments]
+    inputs = replace(inputs, cid=storage.add_bytes(with_segments((committed, bundle), nothing)[1]))
+    verdict = recompute(inputs, storage, Runner())
+    assert verdict.passed is False
+    assert verdict.reason == "the round's end state is not available or not what it names"

@@ -17,6 +17,7 @@ from marketplace.protocol.execution import ExecutionClass, ExecutionClassError
 from node.engine import Shard, parse_spec, run_unit
 from node.engine.train import Trainer
 from verifier import casebook
+from verifier.errors import Withheld
 from verifier.recompute import (
     CLASSES_ENV,
     DEVICE_ENV,
@@ -224,6 +225,22 @@ def test_recompute_is_exact_in_its_own_class_and_tolerant_in_another(commit, sto
     provider = commit(PROVIDER)
     declared = Runner(host=VERIFIER, classes=frozenset({_class_id(storage, provider)}))
     assert recompute(provider, storage, declared).judgement["mode"] == "exact"
+
+
+def test_records_naming_no_cid_fail_the_unit_rather_than_stop_its_verifier(commit, storage):
+    """The attack: segment records whose "cid" is no CID at all, so that fetching the state a
+    dispute needs raised out of the verifier's judgement and left the unit unjudged. The unit
+    fails instead; and a committed CID that is no CID is as unavailable as withheld content."""
+    inputs = commit(PROVIDER)
+    committed = Checkpoint.load(storage.cat(inputs.cid))
+    for segment in committed.metadata["trace"]["segments"]:
+        segment["cid"] = "not-a-cid"
+    forged = dataclasses.replace(inputs, cid=storage.add_bytes(committed.to_bytes()))
+    verdict = recompute(forged, storage, Runner(host=VERIFIER))
+    assert verdict.passed is False
+    assert "not available or not what it committed" in verdict.reason
+    with pytest.raises(Withheld, match="not a CID|invalid CID"):
+        recompute(dataclasses.replace(inputs, cid="notacid"), storage, Runner(host=VERIFIER))
 
 
 def test_a_dropout_unit_is_judged_whatever_device_it_names_and_other_masks_fail(
