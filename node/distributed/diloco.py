@@ -12,12 +12,11 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from marketplace.protocol import trace
-from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.rank_bundle import RankUnit
 from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.units import diloco_round_steps
 from node.engine.train import Trainer
-from node.engine.unit import SegmentSink
+from node.engine.unit import SegmentSink, record_segment
 
 from .compression import ErrorFeedback
 from .exchange import Exchange, encode_update
@@ -170,12 +169,8 @@ def local_steps(
         trainer.apply(loss)
         losses.append(loss)
         if trainer.step % every == 0:
-            mean = sum(losses[since:]) / len(losses[since:])
-            segment, state = trainer.commit_segment(mean, keep=on_segment is not None)
-            segments.append(segment)
+            segments.append(record_segment(trainer, losses[since:], on_segment))
             since = len(losses)
-            if on_segment is not None and state is not None:
-                on_segment(segment, Checkpoint(state))
     return losses, segments
 
 

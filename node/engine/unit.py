@@ -197,6 +197,18 @@ def run_unit(
     return UnitResult(result, digest, metrics)
 
 
+def record_segment(
+    trainer: Trainer, losses: list[float], on_segment: SegmentSink | None
+) -> dict[str, Any]:
+    """Commit `trainer` to the segment that ends at its step, whose steps had `losses`: its
+    record, which `on_segment` receives with the state it names."""
+    keep = on_segment is not None
+    segment, state = trainer.commit_segment(sum(losses) / len(losses), keep=keep)
+    if on_segment is not None and state is not None:
+        on_segment(segment, Checkpoint(state))
+    return segment
+
+
 def _follow(
     team: parallel.Team,
     spec: JobSpec,
@@ -263,12 +275,8 @@ def _train(
         trainer.apply(loss)
         losses.append(loss)
         if trace.is_boundary(spec, trainer.step):
-            mean = sum(losses[segment_from:]) / len(losses[segment_from:])
-            segment, state = trainer.commit_segment(mean, keep=on_segment is not None)
-            segments.append(segment)
+            segments.append(record_segment(trainer, losses[segment_from:], on_segment))
             segment_from = len(losses)
-            if on_segment is not None and state is not None:
-                on_segment(segment, Checkpoint(state))
         if trainer.step % every == 0 and trainer.step < end:
             good = trainer.state()
     return {
