@@ -6,11 +6,13 @@ by a verifier in another (verifier.trajectory.judge, with the shipped tolerance)
 casebook's specs, seeds and slots; each cheat of verifier.casebook.CHEATS is committed for
 sampled units and judged the same way. The exact same-class check is timed on a few units too.
 With --cuda, providers (honest and cheating) train on the GPU in casebook.CUDA_HOSTS' class and
-CPU verifiers judge them; the exact check re-runs on the GPU.
+CPU verifiers judge them; the exact check re-runs on the GPU. With --dropout, every spec trains
+with that dropout (hashed masks, node/engine/dropout.py), judged by the same table.
 
     python scripts/bench_verification.py                # a quick run (24 honest units)
     python scripts/bench_verification.py --units 240    # the full figure
     python scripts/bench_verification.py --cuda --units 96   # GPU providers (needs a GPU)
+    python scripts/bench_verification.py --cuda --dropout 0.1   # GPU providers, with dropout
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def main() -> int:
     parser.add_argument("--cheat-units", type=int, default=6, help="sampled units per cheat")
     parser.add_argument("--exact-units", type=int, default=4, help="units timed same-class")
     parser.add_argument("--cuda", action="store_true", help="providers train on the GPU")
+    parser.add_argument("--dropout", type=float, default=0.0, help="every spec's dropout")
     args = parser.parse_args()
     if args.cuda and not torch.cuda.is_available():
         raise SystemExit("--cuda needs a CUDA device; none is here")
@@ -98,7 +101,8 @@ def main() -> int:
     providers = list(casebook.CUDA_HOSTS if args.cuda else casebook.HOSTS)
     # on the GPU the provider's CPU seconds are not its cost: the cost ratios are CPU-only figures
     targets = {k: v for k, v in TARGETS.items() if not (args.cuda and "cost" in k)}
-    bench = Bench("verification-cuda" if args.cuda else "verification", targets)
+    name = "verification" + ("-cuda" if args.cuda else "") + ("-dropout" if args.dropout else "")
+    bench = Bench(name, targets)
 
     honest_share: list[float] = []  # each honest unit's deciding distance over its bound
     false_failures = 0
@@ -107,7 +111,7 @@ def main() -> int:
     source = cases(providers, list(casebook.HOSTS))
     for done in range(args.units):
         name, seed, slot, provider, verifier = next(source)
-        spec = casebook.spec(name, seed=seed)
+        spec = casebook.spec(name, seed=seed, dropout=args.dropout)
         shard = Shard.of(spec, slot, 0, spec.training.max_steps)
         # alternate units from the seed and units one checkpoint in
         start = None
@@ -136,7 +140,7 @@ def main() -> int:
         caught, shares = 0, []
         for i in range(args.cheat_units):
             name, seed, slot, provider, verifier = next(source)
-            spec = casebook.spec(name, seed=500 + i)
+            spec = casebook.spec(name, seed=500 + i, dropout=args.dropout)
             shard = Shard.of(spec, slot, 0, spec.training.max_steps)
             start = _train(spec, None, shard, provider).checkpoint if i % 2 else None
             device = casebook.device_of(provider)
@@ -151,7 +155,9 @@ def main() -> int:
 
     exact_ratios, reproduced = [], 0
     for i in range(args.exact_units):
-        spec = casebook.spec(list(casebook.SPECS)[i % len(casebook.SPECS)], seed=900 + i)
+        spec = casebook.spec(
+            list(casebook.SPECS)[i % len(casebook.SPECS)], seed=900 + i, dropout=args.dropout
+        )
         shard = Shard.of(spec, 0, 0, spec.training.max_steps)
         clock = time.perf_counter if args.cuda else time.process_time  # the GPU's time is wall
         began = clock()
@@ -182,6 +188,7 @@ def main() -> int:
             figures[f"{cheat}_share_of_bound"] = cheat_share[cheat]
     bench.record(figures)
     where = "GPU providers, CPU verifiers" if args.cuda else "CPU stand-ins"
+    where += f", dropout {args.dropout}" if args.dropout else ""
     bench.report(f"Verification across execution classes ({where})")
     return 0
 

@@ -70,10 +70,12 @@ SPECS: dict[str, dict[str, Any]] = {
 }
 
 
-def spec(name: str, seed: int = 7) -> JobSpec:
-    """A named small spec with the given training seed."""
+def spec(name: str, seed: int = 7, dropout: float = 0.0) -> JobSpec:
+    """A named small spec with the given training seed and dropout."""
     raw = _merge(_BASE, SPECS[name])
     raw["reproducibility"]["seed"] = seed
+    if dropout:
+        raw["model"]["dropout"] = dropout
     raw.setdefault("training", {}).setdefault("eval_batches", 0)
     return parse_spec(raw)
 

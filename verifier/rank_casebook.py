@@ -313,7 +313,9 @@ def _state(store: Store, segment: Mapping[str, Any]) -> Checkpoint:
 
 
 def _cheating_round(name: str) -> RoundCheat:
-    def cheat(spec: JobSpec, bundle: bytes, other: bytes, host: str, store: Store) -> Any:
+    def cheat(
+        spec: JobSpec, bundle: bytes, other: bytes, host: str, store: Store
+    ) -> tuple[str, bytes]:
         return provide_round(spec, bundle, host, store, cheat=name)
 
     cheat.__doc__ = casebook.CHEATING[name].__doc__
@@ -327,12 +329,9 @@ def noised_payload(
     its RMS in every entry."""
     _, made = provide_round(spec, bundle, host, store)
     loaded = load_rank_bundle(made)
-    assert loaded.segments is not None
-    end = stored(store)(loaded.segments[-1])
-    assert end is not None
     config = group_config(spec)
-    assert isinstance(config, DilocoConfig), "a DiLoCo spec"
-    vector = round_vector(spec, config, loaded.unit, end)
+    assert isinstance(config, DilocoConfig) and loaded.segments is not None, "a DiLoCo round"
+    vector = round_vector(spec, config, loaded.unit, _state(store, loaded.segments[-1]))
     payload = config.compressor.compress(_noised(vector), loaded.unit.round_).to_bytes()
     return update_sha256(payload), rank_bundle(
         loaded.unit, payload, execution=loaded.execution, segments=loaded.segments

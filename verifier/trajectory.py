@@ -156,8 +156,9 @@ def records_problem(segments: Any, boundaries: list[int]) -> str | None:
     """Why `segments` (from the network) are not well-formed segment records at `boundaries`;
     None if they are."""
     try:
-        [trace.leaf(s) for s in segments]
         steps_at = [int(s["step"]) for s in segments]
+        for s in segments:
+            trace.leaf(s)  # its fields hash: it has them all, each JSON
     except (KeyError, TypeError, ValueError):
         return "the committed checkpoint lists no well-formed segment records"
     if steps_at != boundaries:
