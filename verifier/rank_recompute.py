@@ -212,9 +212,8 @@ def _judge_round_within(
     disagreement narrowed to one segment re-run alone from the provider's state), and its
     payload a compression, within one step's slack, of what the round's committed end makes."""
     unit, segments = bundle.unit, bundle.segments
-    steps = config.steps_per_unit(spec)
-    every = trace.segment_length(steps)
-    boundaries = list(range(unit.round_ * steps + every, (unit.round_ + 1) * steps + 1, every))
+    boundaries = config.segment_ends(spec, unit.round_)
+    begins = unit.round_ * config.steps_per_unit(spec)
     problem = records_problem(segments, boundaries)
     if problem is not None:
         return RankJudgement(False, problem)
@@ -228,8 +227,8 @@ def _judge_round_within(
         # last one (which names this state, so was recorded after it) included
         end.state["trace"] = [*end.state["trace"], trace.leaf(segments[-1])]
         end.metadata = {"trace": {"segments": segments}}
-        if start.step != boundaries[0] - every:
-            return RankJudgement(False, f"the round does not start at step {boundaries[0] - every}")
+        if start.step != begins:
+            return RankJudgement(False, f"the round does not start at step {begins}")
         rerun = round_rerun(spec, config, unit.rank)
         judged = judge_trajectory(spec, start, end, boundaries, states, tolerance.rounds, rerun)
     except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # the bundle's inputs
@@ -281,6 +280,7 @@ def round_rerun(
     ranks train with one), committing to segments as its rounds do (diloco.local_round);
     `on_segment` receives each with its state."""
     steps = config.steps_per_unit(spec)
+    every = trace.segment_length(steps)
 
     def rerun(origin: Checkpoint | None, length: int) -> Ran:
         with rank_threads():
@@ -289,7 +289,6 @@ def round_rerun(
                 trainer.load(origin.state)
             if trainer.step % steps == 0:  # a round's start: its trace restarts
                 trainer.trace = []
-            every = trace.segment_length(steps)
             losses, segments = local_steps(trainer, trainer.step + length, every, on_segment)
             return Ran(Checkpoint(trainer.state()), segments, losses)
 

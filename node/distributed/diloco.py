@@ -68,6 +68,12 @@ class DilocoConfig(GroupConfig):
     def unit_rounds(self, spec: JobSpec, index: int) -> range:
         return range(index, index + 1)
 
+    def segment_ends(self, spec: JobSpec, index: int) -> list[int]:
+        """The steps at which round `index` commits to a segment (`local_round`)."""
+        steps = self.steps_per_unit(spec)
+        every = trace.segment_length(steps)
+        return list(range(index * steps + every, (index + 1) * steps + 1, every))
+
 
 def train_diloco(
     spec: JobSpec,
