@@ -198,7 +198,10 @@ def _helper(
 def _member(store: dist.Store, rank: int, devices: list[torch.device]) -> Iterator[Team]:
     store.set_timeout(STEP_TIMEOUT)
     placement = place(store, rank, len(devices), devices[rank])
-    group = open_group(store, rank, len(devices), placement, STEP_TIMEOUT)
+    try:
+        group = open_group(store, rank, len(devices), placement, STEP_TIMEOUT)
+    except RuntimeError as exc:  # the backend's: a worker went away while the group formed
+        raise _Broken(f"the unit's workers could not form a group: {exc}") from exc
     try:
         yield Team(rank, len(devices), placement.device, group)
     finally:
