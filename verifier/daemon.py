@@ -322,9 +322,9 @@ class VerifierDaemon:
             SEED_SETTLED,
         )
 
-    def _ddp_nodes(self, job_id: int) -> int:
-        """How many ranks the job's ddp group has; 0 for any other job, or while its spec cannot
-        be read (the re-run reports that)."""
+    def _group_nodes(self, job_id: int) -> int:
+        """How many ranks the job's group has; 0 for a single node's job, or while its spec
+        cannot be read (the re-run reports that)."""
         if job_id not in self._specs:
             spec_cid = self.journal.spec_cid(job_id)
             try:
@@ -339,22 +339,23 @@ class VerifierDaemon:
             except (SpecError, DataError, ValueError):
                 self._specs[job_id] = None
         spec = self._specs[job_id]
-        return spec.distributed.nodes if spec and spec.distributed.strategy == "ddp" else 0
+        return spec.distributed.nodes if spec and spec.distributed.strategy != "single" else 0
 
     def _peers(self, unit: CommittedUnit) -> tuple[PeerUnit, ...]:
-        """The other ranks' commitments of a ddp unit so far: their records vote on this one's."""
+        """The other ranks' commitments of a group's unit so far: their records vote on this
+        one's (a ddp unit's steps, a DiLoCo round's exchange)."""
         head = self.ledger.w3.eth.block_number
         found = [
             self.journal.latest_unit(unit.job_id, slot, unit.index, head)
-            for slot in range(self._ddp_nodes(unit.job_id))
+            for slot in range(self._group_nodes(unit.job_id))
             if slot != unit.slot
         ]
         return tuple(PeerUnit(p.slot, p.cid, p.state_hash.hex()) for p, _ in filter(None, found))
 
     def _awaits_peers(self, unit: CommittedUnit, now: int) -> bool:
-        """Whether to hold a ddp unit back until every other rank committed the same unit, for
+        """Whether to hold a group's unit back until every other rank committed the same unit, for
         half the verification window at most: the re-run needs the time that is left."""
-        nodes = self._ddp_nodes(unit.job_id)
+        nodes = self._group_nodes(unit.job_id)
         if not nodes or len(self._peers(unit)) == nodes - 1:
             return False
         window = self.ledger.verification_window()

@@ -21,6 +21,7 @@ import yaml
 
 from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.rank_bundle import (
+    RankBundle,
     RankUnit,
     RecordedRound,
     load_rank_bundle,
@@ -273,10 +274,21 @@ def provide_round(
     steps = config.steps_per_unit(spec)
     way = nullcontext() if cheat is None else casebook.CHEATING[cheat](begin, steps)
     with rank_host(host) as threads, way:
-        payload = rerun_diloco_unit(spec, config, loaded.unit, threads, keep)
+        payload, _ = rerun_diloco_unit(spec, config, loaded.unit, threads, keep)
         execution = rank_class(spec, threads).to_dict()
-    made = rank_bundle(loaded.unit, payload, execution=execution, segments=segments)
+    rounds = as_sent(loaded, payload)
+    made = rank_bundle(loaded.unit, payload, None, rounds, execution, segments)
     return update_sha256(payload), made
+
+
+def as_sent(bundle: RankBundle, payload: bytes) -> list[RecordedRound] | None:
+    """A DiLoCo bundle's recorded exchange, the rank's own payload in it `payload`: what the
+    group received from a rank that sent it."""
+    if bundle.rounds is None:
+        return None
+    members, payloads = bundle.rounds[0]
+    sent = [payload if m == bundle.unit.rank else p for m, p in zip(members, payloads, strict=True)]
+    return [RecordedRound(members, sent)]
 
 
 def round_drift(
@@ -333,19 +345,18 @@ def noised_payload(
     assert isinstance(config, DilocoConfig) and loaded.segments is not None, "a DiLoCo round"
     vector = round_vector(spec, config, loaded.unit, _state(store, loaded.segments[-1]))
     payload = config.compressor.compress(_noised(vector), loaded.unit.round_).to_bytes()
-    return update_sha256(payload), rank_bundle(
-        loaded.unit, payload, execution=loaded.execution, segments=loaded.segments
-    )
+    rounds = as_sent(loaded, payload)
+    made = rank_bundle(loaded.unit, payload, None, rounds, loaded.execution, loaded.segments)
+    return update_sha256(payload), made
 
 
 def copied_round(
     spec: JobSpec, bundle: bytes, other: bytes, host: str, store: Store
 ) -> tuple[str, bytes]:
-    """Commits another rank's round (`other`'s payload and segments) as its own."""
+    """Commits another rank's round (`other`'s payload and segments) as its own, and sends it."""
     mine, theirs = load_rank_bundle(bundle), load_rank_bundle(other)
-    made = rank_bundle(
-        mine.unit, theirs.payload, execution=theirs.execution, segments=theirs.segments
-    )
+    rounds = as_sent(mine, theirs.payload)
+    made = rank_bundle(mine.unit, theirs.payload, None, rounds, theirs.execution, theirs.segments)
     return update_sha256(theirs.payload), made
 
 

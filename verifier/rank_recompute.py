@@ -9,10 +9,10 @@ rank did; a record of the rank's own payload that is not what its re-run sends f
 and so does a record the other members' bundles and commitments outvote (`group_records`):
 made-up payloads of other members, or a payload the rank sent the group but did not commit.
 
-A unit must also start where the rank was left: unit 0 from the job's seed, and a ddp unit
-where the re-run of the slot's previous unit ends. A DiLoCo round starts from weights the
-other ranks' payloads of the round before make, so past round 0 its inputs are not checked:
-a rank that commits a consistent round from made-up global weights passes here.
+A unit must also start where the rank was left: unit 0 from the job's seed, a ddp unit where
+the re-run of the slot's previous unit ends, and a later DiLoCo round where the slot's previous
+round leaves it: its committed end state, the residual its payload leaves, and the outer step
+on the aggregate of what that round's members sent, as its bundle records them.
 
 A verifier that does not reproduce the rank's recorded execution class judges the unit within
 calibrated bounds instead. A ddp unit step by step (`TolerantReplay`): the committed payload
@@ -43,7 +43,7 @@ from marketplace.protocol.rank_bundle import (
     update_sha256,
 )
 from node.distributed.ddp import replay_ddp_unit
-from node.distributed.diloco import DilocoConfig, local_steps
+from node.distributed.diloco import DilocoConfig, following_round, local_steps
 from node.distributed.exchange import RankCheat, Slack, TolerantReplay, rms
 from node.distributed.group import DistributedConfigError, GroupConfig, rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
@@ -69,6 +69,10 @@ RANK_TOLERANCE_FILE = Path(__file__).with_name("rank_tolerance.json")
 # node's unit is judged by (verifier.trajectory.MEASURES)
 ROUND_MEASURES = {f"round_{m}": m for m in MEASURES}
 RANK_MEASURES = ("payload", "trainer", "residual", *ROUND_MEASURES)
+# what re-running from a bundle's inputs raises when they are not what a rank saves: the
+# bundle is its provider's own commitment, so its unit fails (or, for a previous unit, is
+# left to its own verification)
+BAD_INPUTS = (ValueError, KeyError, TypeError, RuntimeError)
 
 
 class RankTolerance(NamedTuple):
@@ -149,22 +153,49 @@ def judge_rank(
         if reason is not None:
             return RankJudgement(False, reason)
     diloco = isinstance(config, DilocoConfig)
-    judged_within = loaded.segments is not None if diloco else rounds is not None
-    if judged_within and not reproduces(recorded_class(loaded)):
+    if diloco:
+        problem = _round_records_problem(loaded)
+        if problem is not None:
+            return RankJudgement(False, problem)
+    if rounds is not None and not reproduces(recorded_class(loaded)):
         tolerance = tolerance or rank_tolerance()
         if isinstance(config, DilocoConfig):
-            return _judge_round_within(spec, config, loaded, tolerance, states)
+            return _judge_round_within(spec, config, loaded, tolerance, previous, states)
         return _judge_within(spec, config, loaded, own, tolerance, previous)
     try:
-        recomputed = run_rank_unit(spec, config, unit, rounds).sha256
-    except ValueError as exc:  # rounds missing, or contradicting the re-run (ReplayMismatch)
+        rerun = run_rank_unit(spec, config, unit, rounds)
+        recomputed = rerun.sha256
+    # rounds missing or contradicting the re-run (ReplayMismatch), inputs that do not load
+    except BAD_INPUTS as exc:
         return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
     if recomputed != committed:
         return RankJudgement(False, "the re-run unit sends a different payload", recomputed)
-    misplaced = _misplaced_start(spec, config, unit, previous)
+    if diloco and rerun.segments != [_without_cid(s) for s in loaded.segments or ()]:
+        return RankJudgement(False, "the re-run round commits to other segments", recomputed)
+    misplaced = _misplaced_start(spec, config, unit, previous, states)
     if misplaced is not None:
         return RankJudgement(False, misplaced, recomputed)
     return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)
+
+
+def _round_records_problem(bundle: RankBundle) -> str | None:
+    """Why a DiLoCo round's bundle does not record what judging it and the slot's next round
+    needs: its exchange, with the rank's own payload as it committed it, and its segments;
+    None when it does (the records' form is checked where they are used)."""
+    if bundle.rounds is None or bundle.segments is None:
+        return "the round's bundle does not record its exchange and its segments"
+    members, payloads = bundle.rounds[0]
+    rank = bundle.unit.rank
+    if rank in members and payloads[members.index(rank)] != bundle.payload:
+        return "the round records another payload from the rank than it sent"
+    return None
+
+
+def _without_cid(segment: Any) -> Any:
+    """A segment record as a re-run commits to it, without the CID its provider pinned it by."""
+    return (
+        {k: v for k, v in segment.items() if k != "cid"} if isinstance(segment, dict) else segment
+    )
 
 
 def recorded_class(bundle: RankBundle) -> str | None:
@@ -192,9 +223,9 @@ def _judge_within(
         replay_within(spec, config, bundle.unit, bundle.rounds, own.sent, tolerance.payload)
     except RankCheat as exc:
         return RankJudgement(False, f"the re-run does not explain the committed payload: {exc}")
-    except ValueError as exc:  # a recorded payload that does not parse (CompressionError)
+    except BAD_INPUTS as exc:  # e.g. a recorded payload that does not parse (CompressionError)
         return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
-    misplaced = _misplaced_start(spec, config, bundle.unit, previous, tolerance)
+    misplaced = _misplaced_start(spec, config, bundle.unit, previous, tolerance=tolerance)
     if misplaced is not None:
         return RankJudgement(False, misplaced)
     return RankJudgement(True, "the re-run explains every committed payload within the slack")
@@ -205,12 +236,14 @@ def _judge_round_within(
     config: DilocoConfig,
     bundle: RankBundle,
     tolerance: RankTolerance,
+    previous: tuple[str, bytes] | None,
     states: StateSource,
 ) -> RankJudgement:
     """A DiLoCo round of a class this verifier does not reproduce: its local steps judged by
     their segment records as a single node's unit is (verifier.trajectory: a whole re-run, a
-    disagreement narrowed to one segment re-run alone from the provider's state), and its
-    payload a compression, within one step's slack, of what the round's committed end makes."""
+    disagreement narrowed to one segment re-run alone from the provider's state), its payload a
+    compression, within one step's slack, of what the round's committed end makes, and its
+    start, within the tolerance, where the slot's previous round leaves it."""
     unit, segments = bundle.unit, bundle.segments
     boundaries = config.segment_ends(spec, unit.round_)
     begins = unit.round_ * config.steps_per_unit(spec)
@@ -231,7 +264,7 @@ def _judge_round_within(
             return RankJudgement(False, f"the round does not start at step {begins}")
         rerun = round_rerun(spec, config, unit.rank)
         judged = judge_trajectory(spec, start, end, boundaries, states, tolerance.rounds, rerun)
-    except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # the bundle's inputs
+    except BAD_INPUTS as exc:
         return RankJudgement(False, f"the round cannot be re-run from the bundle: {exc}")
     how = {
         "mode": "tolerant",
@@ -244,7 +277,7 @@ def _judge_round_within(
         return RankJudgement(False, f"the round's local steps: {judged.reason}", None, how)
     problem = _payload_problem(spec, config, bundle, end, tolerance)
     if problem is None:
-        problem = _misplaced_start(spec, config, unit, None)
+        problem = _misplaced_start(spec, config, unit, previous, states, tolerance)
     if problem is not None:
         return RankJudgement(False, problem, None, how)
     return RankJudgement(True, "the round's steps and payload are within bounds", None, how)
@@ -262,7 +295,7 @@ def _payload_problem(
     try:
         vector = round_vector(spec, config, bundle.unit, end)
         payload = config.compressor.parse(bundle.payload, vector.numel())
-    except (ValueError, RuntimeError) as exc:  # a residual or payload that does not fit
+    except BAD_INPUTS as exc:  # a residual or payload that does not fit
         return f"the payload cannot be checked: {exc}"
     slack = tolerance.payload.at(1) * rms(vector)
     why = config.compressor.explains(payload, vector, slack, bundle.unit.round_)
@@ -331,11 +364,13 @@ def _misplaced_start(
     config: GroupConfig,
     unit: RankUnit,
     previous: tuple[str, bytes] | None,
+    states: StateSource = lambda _: None,
     tolerance: RankTolerance | None = None,
 ) -> str | None:
     """Why the unit does not start where the rank was left; None when it does, or when that
-    cannot be told (no previous ddp bundle, or one that fails its own verification). With a
-    `tolerance`, the previous unit is re-run within it and the start compared within it too."""
+    cannot be told (no previous bundle, or one that fails its own verification). With a
+    `tolerance`, the start is compared within it (and a ddp unit's previous one re-run within
+    it too); without, to the bit."""
     if unit.round_ == 0:
         if unit.state_hash() != first_unit(spec, unit.rank).state_hash():
             return "the unit does not start from the job's seed"
@@ -346,29 +381,66 @@ def _misplaced_start(
     before = _committed_bundle(data, unit.rank, unit.round_ - 1, commitment)
     if before is None or before.rounds is None:
         return None
-    if tolerance is None:
-        try:
-            rerun = run_rank_unit(spec, config, before.unit, before.rounds)
-        except ValueError:
-            return None
-        if rerun.following is None or rerun.sha256 != commitment:
-            return None
-        ends = rerun.following.state_hash() == unit.state_hash()
+    if isinstance(config, DilocoConfig):
+        following = _where_round_leaves(spec, config, before, states)
     else:
-        sent = member_view(before.payload, before.rounds)
-        if sent is None:
-            return None
-        try:
-            following = replay_within(
-                spec, config, before.unit, before.rounds, sent.sent, tolerance.payload
-            )
-        except ValueError:  # the previous unit fails its own verification
-            return None
+        following = _where_unit_leaves(spec, config, before, commitment, tolerance)
+    if following is None:
+        return None
+    if tolerance is None:
+        ends = following.state_hash() == unit.state_hash()
+    else:
         trainer, residual = start_gaps(following, unit)
         ends = trainer <= tolerance.trainer and residual <= tolerance.residual
     if not ends:
         return "the unit does not start where the slot's previous unit ends"
     return None
+
+
+def _where_unit_leaves(
+    spec: JobSpec,
+    config: GroupConfig,
+    before: RankBundle,
+    commitment: str,
+    tolerance: RankTolerance | None,
+) -> RankUnit | None:
+    """The inputs of the unit after the ddp unit `before`, by re-running it (within the
+    tolerance, if given); None when it fails its own verification."""
+    assert before.rounds is not None  # a ddp unit's steps
+    if tolerance is None:
+        try:
+            rerun = run_rank_unit(spec, config, before.unit, before.rounds)
+        except BAD_INPUTS:
+            return None
+        return rerun.following if rerun.sha256 == commitment else None
+    sent = member_view(before.payload, before.rounds)
+    if sent is None:
+        return None
+    try:
+        return replay_within(spec, config, before.unit, before.rounds, sent.sent, tolerance.payload)
+    except BAD_INPUTS:  # the previous unit fails its own verification
+        return None
+
+
+def _where_round_leaves(
+    spec: JobSpec, config: DilocoConfig, before: RankBundle, states: StateSource
+) -> RankUnit | None:
+    """The inputs of the round after the DiLoCo round `before`, rebuilt from its committed end
+    state and recorded exchange (`following_round`); None when it fails its own verification
+    (its end is withheld, or its records are malformed)."""
+    segments = before.segments
+    boundaries = config.segment_ends(spec, before.unit.round_)
+    if before.rounds is None or records_problem(segments, boundaries) is not None:
+        return None
+    assert segments is not None  # well-formed records
+    end = states(segments[-1])
+    if end is None or end.state_hash() != segments[-1]["state_hash"]:
+        return None
+    after = end.state | {"trace": [*end.state["trace"], trace.leaf(segments[-1])]}
+    try:
+        return following_round(spec, config, before.unit, after, before.rounds[0])
+    except BAD_INPUTS:
+        return None
 
 
 def start_gaps(ours: RankUnit, theirs: RankUnit) -> tuple[float, float]:
@@ -383,8 +455,8 @@ def start_gaps(ours: RankUnit, theirs: RankUnit) -> tuple[float, float]:
 
 def state_gap(ours: Any, theirs: Any) -> float:
     """How far apart two states are: the largest difference of a float tensor's entries over
-    that tensor's RMS in `ours`, or of a float over its size (the losses a trainer keeps); inf
-    when anything else differs (structure, shapes, integers)."""
+    that tensor's RMS in `ours` (in `theirs` where ours is zero), or of a float over its size
+    (the losses a trainer keeps); inf when anything else differs (structure, shapes, integers)."""
     if isinstance(ours, Mapping) and isinstance(theirs, Mapping):
         if ours.keys() != theirs.keys():
             return math.inf
@@ -400,7 +472,9 @@ def state_gap(ours: Any, theirs: Any) -> float:
             return 0.0 if torch.equal(ours, theirs) else math.inf
         if ours.numel() == 0 or torch.equal(ours, theirs):
             return 0.0
-        gap = float((ours.double() - theirs.double()).abs().max()) / rms(ours)
+        # over theirs where ours is all zeros (an entry no exchange has moved yet)
+        scale = rms(ours) or rms(theirs)
+        gap = float((ours.double() - theirs.double()).abs().max()) / scale
         return gap if math.isfinite(gap) else math.inf
     if isinstance(ours, float) and isinstance(theirs, float):  # a loss in the history
         if ours == theirs:

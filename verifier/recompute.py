@@ -23,6 +23,7 @@ from marketplace.storage import (
     Storage,
     is_cid,
 )
+from node.distributed.job import rank_bundle_bytes
 from node.distributed.rank_unit import rank_class
 from node.engine import (
     DataError,
@@ -345,22 +346,20 @@ def _provider_states(spec: JobSpec, storage: Storage) -> trajectory.StateSource:
 def _judge_rank_unit(
     spec: JobSpec, inputs: UnitInputs, storage: Storage, runner: Runner
 ) -> Verdict:
-    """A group job's unit, in ddp with the bundles around it: the other slots' of the same
-    unit, and the slot's previous one, where this unit must start."""
-    bound = 2 * checkpoint_bytes(spec)  # a bundle holds the weights and the rank's update
+    """A group job's unit with the bundles around it: the other slots' of the same unit, and
+    the slot's previous one, where this unit must start."""
+    bound = rank_bundle_bytes(spec)
     try:
         bundle = _fetch(storage, inputs.cid, "rank bundle", bound, Withheld)
     except ContentTooLarge as exc:
         return Verdict(False, f"the rank bundle is larger than its model allows: {exc}")
-    peers, previous = {}, None
-    if spec.distributed.strategy == "ddp":
-        peers = _peer_bundles(inputs.peers, storage, bound)
-        if inputs.previous_cid is not None and inputs.previous_state_hash is not None:
-            try:
-                data = _fetch(storage, inputs.previous_cid, "previous rank bundle", bound)
-            except ContentTooLarge as exc:
-                return Verdict(None, f"previous rank bundle unreadable: {exc}")
-            previous = (inputs.previous_state_hash, data)
+    peers, previous = _peer_bundles(inputs.peers, storage, bound), None
+    if inputs.previous_cid is not None and inputs.previous_state_hash is not None:
+        try:
+            data = _fetch(storage, inputs.previous_cid, "previous rank bundle", bound)
+        except ContentTooLarge as exc:
+            return Verdict(None, f"previous rank bundle unreadable: {exc}")
+        previous = (inputs.previous_state_hash, data)
     judgement = judge_rank(
         spec,
         inputs.slot,

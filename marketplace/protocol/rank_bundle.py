@@ -2,8 +2,9 @@
 
 A unit's CID names a rank bundle: the rank's inputs for the unit (a `RankUnit`: the global
 weights and outer momentum, its optimizer, data position and error-feedback residual at the
-unit's start), the payloads it sent, back to back, and in ddp every step's members and what
-each of them sent, from which each step's aggregate is rebuilt. Those payloads are a pure
+unit's start), the payloads it sent, back to back, and every exchange's members and what each
+of them sent: a ddp step's aggregate is rebuilt from them, and so is the start of a DiLoCo
+rank's next round (the outer step on the round's aggregate). Those payloads are a pure
 function of the spec, the group's settings, the rank's inputs and, in ddp, what the others sent
 at each step before, so a verifier re-runs the unit from the bundle on the CPU and gets the same
 bytes, or names the rank that sent something else. The unit's state hash is the payloads'
@@ -19,7 +20,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import torch
 
@@ -55,13 +56,14 @@ class RankUnit:
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> RankUnit:
-        return cls(
-            fields["rank"],
-            fields["round"],
-            fields["trainer"],
-            fields["residual"],
-            fields["momentum"],
-        )
+        """The unit `fields` hold; UnitFormatError for fields of other types."""
+        rank, round_, trainer = fields.get("rank"), fields.get("round"), fields.get("trainer")
+        if not (_is_index(rank) and _is_index(round_) and isinstance(trainer, dict)):
+            raise UnitFormatError("a rank unit's rank, round and trainer are not indices and a map")
+        residual, momentum = fields.get("residual"), fields.get("momentum")
+        if not all(t is None or isinstance(t, torch.Tensor) for t in (residual, momentum)):
+            raise UnitFormatError("a rank unit's residual and momentum are not tensors")
+        return cls(rank, round_, trainer, residual, momentum)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Written whole or not at all: the provider's daemon takes its existence as the
@@ -92,7 +94,9 @@ class RankBundle(NamedTuple):
     unit: RankUnit  # the rank's inputs for the unit
     payload: bytes  # what it sent, back to back
     weights: dict[str, torch.Tensor] | None  # the group's model after the job's last unit
-    rounds: list[RecordedRound] | None  # ddp: every step's members and what they sent
+    # every exchange's members and what they sent: a ddp unit's steps, a DiLoCo round's one.
+    # None in DiLoCo bundles that record none
+    rounds: list[RecordedRound] | None
     # the execution class the rank trained in (protocol.execution), the provider's word: it
     # only chooses how a verifier judges the unit. None in bundles that record none
     execution: dict[str, Any] | None = None
@@ -103,20 +107,18 @@ class RankBundle(NamedTuple):
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> RankBundle:
-        """The bundle a loaded tagged mapping holds."""
-        rounds = (
-            None
-            if fields["rounds"] is None
-            else [
-                RecordedRound(list(r["members"]), [_bytes(p) for p in r["payloads"]])
-                for r in fields["rounds"]
-            ]
-        )
+        """The bundle a loaded tagged mapping holds; UnitFormatError for fields of other types
+        (the segment records' and execution class's form is checked where they are used)."""
+        weights = fields.get("weights")
+        if weights is not None and not _tensor_map(weights):
+            raise UnitFormatError("a rank bundle's weights are not a map of tensors")
+        recorded = fields.get("rounds")
+        rounds = None if recorded is None else [_recorded_round(r) for r in _list(recorded)]
         unit = RankUnit.from_fields(fields)
         return cls(
             unit,
-            _bytes(fields["payload"]),
-            fields["weights"],
+            _bytes(fields.get("payload")),
+            weights,
             rounds,
             fields.get("execution"),
             fields.get("segments"),
@@ -136,8 +138,8 @@ def rank_bundle(
     execution: dict[str, Any] | None = None,
     segments: list[dict[str, Any]] | None = None,
 ) -> bytes:
-    """What a group job's unit pins: the rank's inputs and the payloads it sent, in ddp the
-    unit's rounds, in DiLoCo the round's segment records, and the class it ran in; the last
+    """What a group job's unit pins: the rank's inputs and the payloads it sent, the unit's
+    exchanges, in DiLoCo the round's segment records, and the class it ran in; the last
     unit's also holds the trained model, the job's result."""
     return dump_tagged(
         RANK_BUNDLES.tag,
@@ -158,7 +160,7 @@ def rank_bundle(
 
 
 def load_rank_bundle(data: bytes) -> RankBundle:
-    """The inputs, payload, (last unit) weights and (ddp) rounds of a rank bundle;
+    """The inputs, payload, (last unit) weights, exchanges and segments of a rank bundle;
     UnitFormatError when it is not one."""
     try:
         fields = load_tagged(data, RANK_BUNDLES.tag)
@@ -171,5 +173,34 @@ def _tensor(data: bytes) -> torch.Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
-def _bytes(tensor: torch.Tensor) -> bytes:
+def _bytes(tensor: Any) -> bytes:
+    """The bytes a stored (n,) uint8 tensor holds."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.uint8 or tensor.dim() != 1:
+        raise UnitFormatError("a rank bundle's payload is not a byte string")
     return tensor.numpy().tobytes()
+
+
+def _recorded_round(fields: Any) -> RecordedRound:
+    """An exchange as a bundle records it: distinct members, a payload for each."""
+    if not isinstance(fields, dict):
+        raise UnitFormatError("a rank bundle's round is not a map")
+    members, payloads = _list(fields.get("members")), _list(fields.get("payloads"))
+    if not all(_is_index(m) for m in members) or len(set(members)) != len(members):
+        raise UnitFormatError("a rank bundle's round names members that are not distinct ranks")
+    if len(payloads) != len(members):
+        raise UnitFormatError("a rank bundle's round has not one payload for each member")
+    return RecordedRound(members, [_bytes(p) for p in payloads])
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise UnitFormatError("a rank bundle holds a list where it holds something else")
+    return value
+
+
+def _is_index(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tensor_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(t, torch.Tensor) for t in value.values())

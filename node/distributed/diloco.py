@@ -12,14 +12,14 @@ import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from marketplace.protocol import trace
-from marketplace.protocol.rank_bundle import RankUnit
+from marketplace.protocol.rank_bundle import RankUnit, RecordedRound
 from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.units import diloco_round_steps
 from node.engine.train import Trainer
 from node.engine.unit import SegmentSink, record_segment
 
 from .compression import ErrorFeedback
-from .exchange import Exchange, encode_update
+from .exchange import Exchange, aggregate_recorded, encode_update
 from .group import (
     Delay,
     DistributedConfigError,
@@ -110,22 +110,17 @@ def diloco_rank(
     if start is not None:
         restore(start, trainer, exchange.feedback)
     params = list(trainer.model.parameters())
-    global_weights = torch.nn.Parameter(parameters_to_vector(params).detach().clone())  # (N,)
-    outer = torch.optim.SGD(
-        [global_weights],
-        lr=config.outer_lr,
-        momentum=config.outer_momentum,
-        nesterov=config.outer_momentum > 0,
+    outer = OuterStep(
+        config, parameters_to_vector(params), None if start is None else start.momentum
     )
-    if start is not None and start.momentum is not None:
-        outer.state[global_weights]["momentum_buffer"] = start.momentum.clone()
     steps = config.steps_per_unit(spec)
     train_losses, eval_losses = [], []
     rounds = spec.training.max_steps // steps
     for round_ in range(0 if start is None else start.round_, rounds + 1):
         if config.updates_dir is not None:
-            momentum = outer.state[global_weights].get("momentum_buffer")
-            save_unit_inputs(config.updates_dir, rank, round_, trainer, exchange.feedback, momentum)
+            save_unit_inputs(
+                config.updates_dir, rank, round_, trainer, exchange.feedback, outer.momentum
+            )
         if round_ == rounds:
             break
         keep = (
@@ -133,31 +128,86 @@ def diloco_rank(
             if config.updates_dir is None
             else functools.partial(save_segment, config.updates_dir, rank, round_)
         )
-        delta, losses = local_round(trainer, steps, keep)
-        global_weights.grad = exchange(delta, round_).value.to(global_weights.device)
-        outer.step()
-        outer.zero_grad(set_to_none=True)
+        delta, losses, _ = local_round(trainer, steps, keep)
         with torch.no_grad():
-            # a copy: the parameters become views of what they are given
-            vector_to_parameters(global_weights.detach().clone(), params)
+            vector_to_parameters(outer(exchange(delta, round_).value), params)
         train_losses.append(sum(losses) / len(losses))
         eval_losses.append(trainer.evaluate(eval_batches) if rank == 0 else float("nan"))
     logger.info("rank %d done: eval loss %.4f", rank, eval_losses[-1])
     return rank_report(trainer, exchange, train_losses, eval_losses)
 
 
+class OuterStep:
+    """The global weights and the outer optimizer over them, the same on every rank: each
+    round's aggregated pseudo-gradient moves them by one Nesterov SGD step."""
+
+    def __init__(self, config: DilocoConfig, weights: torch.Tensor, momentum: torch.Tensor | None):
+        self.weights = torch.nn.Parameter(weights.detach().clone())  # (N,)
+        self.optimizer = torch.optim.SGD(
+            [self.weights],
+            lr=config.outer_lr,
+            momentum=config.outer_momentum,
+            nesterov=config.outer_momentum > 0,
+        )
+        if momentum is not None:
+            self.optimizer.state[self.weights]["momentum_buffer"] = momentum.clone()
+
+    @property
+    def momentum(self) -> torch.Tensor | None:
+        """The momentum buffer; None before the first step, or without momentum."""
+        return self.optimizer.state[self.weights].get("momentum_buffer")
+
+    def __call__(self, aggregate: torch.Tensor) -> torch.Tensor:
+        """Step on the round's aggregate (N,); the new global weights, a copy (parameters
+        given them become views of them)."""
+        self.weights.grad = aggregate.to(self.weights.device)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return self.weights.detach().clone()
+
+
+def following_round(
+    spec: JobSpec,
+    config: DilocoConfig,
+    unit: RankUnit,
+    after: dict[str, Any],
+    exchanged: RecordedRound,
+) -> RankUnit:
+    """The inputs of the rank's round after `unit`, rebuilt as the rank makes them: from
+    `after`, its trainer's state once the round's steps are done, the residual its payload
+    leaves and the outer step on the aggregate of what the round's members sent (`exchanged`).
+    CompressionError for a recorded payload that does not parse."""
+    model = spec.build_model()
+    weights = []
+    for state in (unit.trainer["model"], after["model"]):
+        model.load_state_dict(state)
+        weights.append(parameters_to_vector(model.parameters()).detach().clone())
+    start, end = weights
+    feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
+    if feedback is not None:
+        feedback.residual = unit.residual
+    encode_update(config.compressor, feedback, start - end, unit.round_)
+    outer = OuterStep(config, start, unit.momentum)
+    aggregate = aggregate_recorded(config, exchanged.payloads, start.numel(), unit.round_)
+    with torch.no_grad():
+        vector_to_parameters(outer(aggregate.value), model.parameters())
+    trainer = after | {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+    residual = None if feedback is None else feedback.residual
+    return RankUnit(unit.rank, unit.round_ + 1, trainer, residual, outer.momentum)
+
+
 def local_round(
     trainer: Trainer, steps: int, on_segment: SegmentSink | None = None
-) -> tuple[torch.Tensor, list[float]]:
+) -> tuple[torch.Tensor, list[float], list[dict[str, Any]]]:
     """`steps` local optimizer steps, the round's trace restarted at its start (`local_steps`);
-    the pseudo-gradient (start minus end weights) and losses."""
+    the pseudo-gradient (start minus end weights), the losses and the segments' records."""
     params = list(trainer.model.parameters())
     start = parameters_to_vector(params).detach().clone()  # (N,)
     trainer.trace = []  # a round's trace binds its own segments
     every = trace.segment_length(steps)
-    losses, _ = local_steps(trainer, trainer.step + steps, every, on_segment)
+    losses, segments = local_steps(trainer, trainer.step + steps, every, on_segment)
     with torch.no_grad():
-        return start - parameters_to_vector(params), losses  # (N,)
+        return start - parameters_to_vector(params), losses, segments  # (N,)
 
 
 def local_steps(
@@ -186,12 +236,14 @@ def rerun_diloco_unit(
     unit: RankUnit,
     threads: int = 1,
     on_segment: SegmentSink | None = None,
-) -> bytes:
-    """What the rank sent in its round, re-run from the round's inputs with `threads` threads
-    (ranks train with one); `on_segment` receives the round's segments as they are committed."""
+) -> tuple[bytes, list[dict[str, Any]]]:
+    """What the rank sent in its round and the segments it committed to, re-run from the round's
+    inputs with `threads` threads (ranks train with one); `on_segment` receives the segments
+    with their states as they are committed."""
     with rank_threads():
         trainer, _ = rank_trainer(spec, unit.rank, threads)
         feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
         restore(unit, trainer, feedback)
-        delta, _ = local_round(trainer, config.steps_per_unit(spec), on_segment)
-        return encode_update(config.compressor, feedback, delta, unit.round_).to_bytes()
+        delta, _, segments = local_round(trainer, config.steps_per_unit(spec), on_segment)
+        payload = encode_update(config.compressor, feedback, delta, unit.round_)
+        return payload.to_bytes(), segments

@@ -9,6 +9,7 @@ from typing import Any
 
 from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, rank_bundle, update_sha256
 from marketplace.protocol.spec import AggregationSpec, CompressionSpec, DilocoSpec, JobSpec
+from node.engine.limits import checkpoint_bytes, parameter_count
 
 from .aggregation import Aggregator
 from .compression import Compressor
@@ -103,15 +104,26 @@ def run_rank_unit(
     spec: JobSpec, config: GroupConfig, unit: RankUnit, rounds: list[RecordedRound] | None = None
 ) -> RankUpdate:
     """Re-run one rank's unit from its inputs (and, in ddp, the unit's recorded rounds): what
-    it should have sent, and the hash it should have committed."""
-    following = None
+    it should have sent, the hash it should have committed and, in DiLoCo, the segments."""
+    following, segments = None, None
     if isinstance(config, DilocoConfig):
-        payload = rerun_diloco_unit(spec, config, unit)
+        payload, segments = rerun_diloco_unit(spec, config, unit)
     else:
         if rounds is None:
             raise ValueError("a ddp unit is re-run from the rounds it took part in")
         payload, following = rerun_ddp_unit(spec, config, unit, rounds)
-    return RankUpdate(payload, update_sha256(payload), following)
+    return RankUpdate(payload, update_sha256(payload), following, segments)
+
+
+def rank_bundle_bytes(spec: JobSpec) -> int:
+    """The most bytes an honest rank bundle of `spec`'s group can take: two checkpoints' (the
+    rank's trainer and, in the last unit, the trained model; the room covers its residual and
+    outer momentum) and every exchange of a unit, its own payload and each member's. Reading
+    one stops past this, whoever committed it."""
+    config = group_config(spec)
+    exchanges = len(config.unit_rounds(spec, 0))
+    payload = config.compressor.payload_bytes(parameter_count(spec))
+    return 2 * checkpoint_bytes(spec) + exchanges * (config.ranks + 1) * payload
 
 
 def first_unit(spec: JobSpec, rank: int) -> RankUnit:
@@ -131,23 +143,24 @@ def unit_bundle(
     last: bool = False,
 ) -> tuple[str, bytes]:
     """The commitment and rank bundle of `rank`'s unit `index` from its `updates_dir`: its
-    inputs and payloads; in ddp every step's members and what they sent; in DiLoCo the round's
-    segment records, each naming the state it ends in by the CID `pin` gives its bytes; and
-    the class it trained in (this node's CPU). The last unit's also holds the trained model."""
+    inputs and payloads; every exchange's members and what they sent (a ddp unit's steps, a
+    DiLoCo round's one); in DiLoCo the round's segment records, each naming the state it ends
+    in by the CID `pin` gives its bytes; and the class it trained in (this node's CPU). The
+    last unit's also holds the trained model."""
     rounds = config.unit_rounds(spec, index)
     payload = sent_in(updates_dir, rounds, rank)
     inputs = RankUnit.load(unit_path(updates_dir, index, rank))
     weights = (
         RankUnit.load(unit_path(updates_dir, index + 1, rank)).trainer["model"] if last else None
     )
-    recorded, segments = None, None
-    if isinstance(config, DilocoConfig):  # a round is re-run from its inputs alone
+    # ddp steps are re-run from the others' payloads; a DiLoCo round's make the next one's start
+    recorded = [recorded_round(updates_dir, r) for r in rounds]
+    segments = None
+    if isinstance(config, DilocoConfig):
         segments = [
             record | {"cid": pin(state.read_bytes())}
             for record, state in kept_segments(updates_dir, index, rank)
         ]
-    else:  # ddp steps need the others' payloads
-        recorded = [recorded_round(updates_dir, r) for r in rounds]
     execution = rank_class(spec).to_dict()
     bundle = rank_bundle(inputs, payload, weights, recorded, execution, segments)
     return update_sha256(payload), bundle

@@ -84,6 +84,8 @@ class RankUpdate(NamedTuple):
     # ddp: the inputs of the rank's next unit, where this one leaves it. None in DiLoCo,
     # whose next round starts from weights the other ranks' payloads make.
     following: RankUnit | None = None
+    # DiLoCo: the records of the segments the round committed to (protocol.trace)
+    segments: list[dict[str, Any]] | None = None
 
 
 def unit_path(updates_dir: str | os.PathLike[str], index: int, rank: int) -> Path:

@@ -5,18 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from byzantine_ranks import ScaledRank
 from tiny_job import tiny_spec
 
+from marketplace.protocol import trace
+from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.rank_bundle import RankUnit, update_sha256
 from node.distributed.aggregation import Aggregator
 from node.distributed.compression import Compressor
 from node.distributed.ddp import train_ddp
-from node.distributed.diloco import DilocoConfig, train_diloco
+from node.distributed.diloco import DilocoConfig, following_round, train_diloco
 from node.distributed.exchange import ReplayMismatch, recorded_round, sent_in, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import first_unit, run_rank_unit
-from node.distributed.rank_unit import unit_path
+from node.distributed.rank_unit import kept_segments, unit_path
 
 UNITS, STEPS = 3, 5
 COMPRESSION = {"compressor": Compressor(ratio=0.1, bits=4, selection="random")}
@@ -43,6 +46,25 @@ def test_a_verifier_reproduces_honest_diloco_ranks_and_names_the_cheater(tmp_pat
         first = RankUnit.load(unit_path(tmp_path, 0, rank))
         assert first.state_hash() == first_unit(spec, rank).state_hash()  # the seed
     assert verdicts == {0: True, 1: False, 2: True}
+    # A round's start, rebuilt from the round before (its end, its exchange, the outer step
+    # with Nesterov momentum): to the bit for the honest ranks. The cheater's residual is not
+    # what its committed end leaves, since it sent another update than its steps made.
+    for round_ in (0, 1):
+        for rank in range(3):
+            record, path = kept_segments(tmp_path, round_, rank)[-1]
+            end = Checkpoint.load(path).state
+            after = end | {"trace": [*end["trace"], trace.leaf(record)]}
+            unit = RankUnit.load(unit_path(tmp_path, round_, rank))
+            exchanged = recorded_round(tmp_path, round_)
+            rebuilt = following_round(spec, config, unit, after, exchanged)
+            saved = RankUnit.load(unit_path(tmp_path, round_ + 1, rank))
+            assert (rebuilt.state_hash() == saved.state_hash()) is (rank != 1)
+            assert rebuilt.trainer["model"].keys() == saved.trainer["model"].keys()
+            assert all(
+                torch.equal(rebuilt.trainer["model"][k], v)
+                for k, v in saved.trainer["model"].items()
+            )
+            assert round_ == 0 or torch.equal(rebuilt.momentum, saved.momentum)
 
 
 @pytest.mark.slow

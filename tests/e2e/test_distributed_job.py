@@ -19,13 +19,12 @@ from marketplace.chain.deploy import ZEN
 from marketplace.processes import free_port
 from marketplace.protocol.checkpoint import state_hash
 from marketplace.protocol.journey import Settlement
-from marketplace.protocol.rank_bundle import RankUnit, load_rank_bundle, rank_bundle, update_sha256
+from marketplace.protocol.rank_bundle import load_rank_bundle, update_sha256
 from marketplace.protocol.terms import JobStatus
 from marketplace.sdk import Client
 from node.daemon.group_worker import rendezvous
-from node.distributed.exchange import update_path
 from node.distributed.group import rank_trainer
-from node.distributed.job import group_config, run_rank
+from node.distributed.job import group_config, run_rank, unit_bundle
 from node.distributed.rank_unit import unit_path
 from node.engine import load_spec, parse_spec
 
@@ -272,10 +271,10 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
         rank.start()
         try:
             wait_for(lambda: unit_path(tmp_path, 1, 0).exists(), 120, "the cheater's first round")
-            payload = update_path(tmp_path, 0, 0).read_bytes()
-            cid = storage.add_bytes(rank_bundle(RankUnit.load(unit_path(tmp_path, 0, 0)), payload))
+            commitment, bundle = unit_bundle(spec, config, tmp_path, 0, 0, storage.add_bytes)
+            cid = storage.add_bytes(bundle)
             storage.pin(cid, replicas=3)
-            ledger.commit_checkpoint(cheater, job_id, 0, cid, bytes.fromhex(update_sha256(payload)))
+            ledger.commit_checkpoint(cheater, job_id, 0, cid, bytes.fromhex(commitment))
             wait_for(
                 lambda: INCORRECT_COMPUTATION in slashes(ledger, cheater.address),
                 180,

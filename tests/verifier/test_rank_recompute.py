@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from marketplace.protocol.rank_bundle import (
@@ -15,7 +16,10 @@ from marketplace.protocol.rank_bundle import (
     rank_bundle,
     update_sha256,
 )
+from marketplace.protocol.tagged import dump_tagged, load_tagged
+from marketplace.protocol.units import RANK_BUNDLES
 from node.distributed.ddp import train_ddp
+from node.distributed.diloco import rerun_diloco_unit
 from node.distributed.exchange import recorded_round, sent_in
 from node.distributed.group import rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
@@ -42,9 +46,17 @@ def honest(spec):
     return unit, run_rank_unit(spec, group_config(spec), unit).payload
 
 
+def round_bundle(spec, unit: RankUnit) -> tuple[str, bytes]:
+    """The commitment and bundle of a round from `unit`'s inputs, its exchange and segments
+    recorded as a rank alone in its group records them."""
+    payload, segments = rerun_diloco_unit(spec, group_config(spec), unit)
+    rounds = [RecordedRound([unit.rank], [payload])]
+    return update_sha256(payload), rank_bundle(unit, payload, rounds=rounds, segments=segments)
+
+
 def test_an_honest_round_reproduces_its_commitment(spec, honest):
     unit, payload = honest
-    verdict = judge_rank(spec, 1, 0, update_sha256(payload), rank_bundle(unit, payload))
+    verdict = judge_rank(spec, 1, 0, *round_bundle(spec, unit))
     assert verdict.passed is True
     assert verdict.recomputed_state_hash == update_sha256(payload)
 
@@ -56,8 +68,9 @@ def test_a_rank_that_sent_another_update_is_named(spec, honest):
     trainer.load(unit.trainer)
     # It skips a local step of the round and sends the update from there.
     trainer.apply(trainer.forward_backward()[0])
-    cheat = run_rank_unit(spec, group_config(spec), RankUnit(1, 0, trainer.state(), None)).payload
-    verdict = judge_rank(spec, 1, 0, update_sha256(cheat), rank_bundle(lazy, cheat))
+    committed, cheat = round_bundle(spec, RankUnit(1, 0, trainer.state(), None))
+    claimed = load_rank_bundle(cheat)._replace(unit=lazy)
+    verdict = judge_rank(spec, 1, 0, committed, rank_bundle(*claimed))
     assert verdict.passed is False
     assert verdict.reason == "the re-run unit sends a different payload"
 
@@ -68,8 +81,7 @@ def test_a_first_round_that_does_not_start_from_the_seed_is_named(spec, honest):
     trainer.load(unit.trainer)
     trainer.apply(trainer.forward_backward()[0])  # a head start of one step
     ahead = RankUnit(1, 0, trainer.state(), None)
-    payload = run_rank_unit(spec, group_config(spec), ahead).payload
-    verdict = judge_rank(spec, 1, 0, update_sha256(payload), rank_bundle(ahead, payload))
+    verdict = judge_rank(spec, 1, 0, *round_bundle(spec, ahead))
     assert verdict.passed is False
     assert verdict.reason == "the unit does not start from the job's seed"
 
@@ -81,6 +93,39 @@ def test_a_bundle_for_another_rank_or_payload_fails(spec, honest):
     other = judge_rank(spec, 1, 0, committed, rank_bundle(unit, payload + b"\x00"))
     assert other.reason == "the pinned payload is not the committed one"
     assert judge_rank(spec, 1, 0, committed, b"junk").passed is False
+
+
+BYTE = torch.zeros(1, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"rounds": "x"},
+        {"rounds": [{"members": 5, "payloads": []}]},
+        {"rounds": [{"members": [1, 0], "payloads": [BYTE]}]},
+        {"rounds": [{"members": [1, 1], "payloads": [BYTE, BYTE]}]},
+        {"rounds": [{"members": [True], "payloads": [BYTE]}]},
+        {"payload": "abc"},
+        {"payload": torch.zeros(2, 2, dtype=torch.uint8)},
+        {"rank": "1"},
+        {"trainer": 3},
+        {"residual": [0.0]},
+        {"weights": {"w": "x"}},
+        {"trainer": {}},
+        {"trainer": {"model": 3}},
+    ],
+)
+def test_a_bundle_of_malformed_fields_fails_rather_than_stopping_its_verifier(spec, honest, fields):
+    """Fields of other types than a rank saves, as a hostile provider may commit them."""
+    unit, _ = honest
+    committed, bundle = round_bundle(spec, unit)
+    made = dump_tagged(RANK_BUNDLES.tag, load_tagged(bundle, RANK_BUNDLES.tag) | fields)
+    verdict = judge_rank(spec, 1, 0, committed, made)
+    assert verdict.passed is False
+    assert verdict.reason.startswith(
+        ("committed rank bundle unreadable", "the bundle cannot be re-run")
+    ), verdict.reason
 
 
 def test_a_single_node_spec_cannot_be_judged_as_a_rank(honest):

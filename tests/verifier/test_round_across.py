@@ -14,7 +14,12 @@ import pytest
 import torch
 
 from marketplace.protocol import trace
-from marketplace.protocol.rank_bundle import load_rank_bundle, rank_bundle, update_sha256
+from marketplace.protocol.rank_bundle import (
+    RecordedRound,
+    load_rank_bundle,
+    rank_bundle,
+    update_sha256,
+)
 from node.distributed.rank_unit import rank_class
 from verifier import rank_casebook
 from verifier.rank_recompute import judge_rank
@@ -54,11 +59,15 @@ def honest_of(group, host: str) -> tuple[str, bytes]:
     return rank_casebook.provide_round(spec, committed[RANK, INDEX][1], host, store)
 
 
-def with_segments(committed_bundle: tuple[str, bytes], segments) -> tuple[str, bytes]:
+def remade(committed_bundle: tuple[str, bytes], **fields) -> tuple[str, bytes]:
+    """The bundle with `fields` (RankBundle's) in place of its own, under its commitment."""
     committed, bundle = committed_bundle
-    loaded = load_rank_bundle(bundle)
-    made = rank_bundle(loaded.unit, loaded.payload, execution=loaded.execution, segments=segments)
-    return committed, made
+    loaded = load_rank_bundle(bundle)._replace(**fields)
+    return committed, rank_bundle(*loaded)
+
+
+def with_segments(committed_bundle: tuple[str, bytes], segments) -> tuple[str, bytes]:
+    return remade(committed_bundle, segments=segments)
 
 
 def test_a_rounds_bundle_names_the_state_of_every_segment_it_committed_to(group):
@@ -137,14 +146,26 @@ def test_segment_records_that_are_not_the_rounds_fail(group):
         assert "no well-formed segment records" in verdict.reason
 
 
-def test_a_round_that_records_no_segments_is_judged_by_its_hash(group):
-    """Bundles from before rounds committed to segments: the exact check, as then."""
+def test_a_round_that_records_no_segments_or_no_exchange_fails_in_any_class(group):
+    """Without them the slot's next round's start could not be checked."""
     _, _, committed = group
-    own = with_segments(committed[RANK, INDEX], None)
-    assert judged(group, own).passed is True
-    other = judged(group, with_segments(honest_of(group, "t2"), None))
-    assert other.passed is False
-    assert other.reason == "the re-run unit sends a different payload"
+    for honest in (committed[RANK, INDEX], honest_of(group, "t2")):
+        for stripped in (with_segments(honest, None), remade(honest, rounds=None)):
+            verdict = judged(group, stripped)
+            assert verdict.passed is False
+            assert (
+                verdict.reason == "the round's bundle does not record its exchange and its segments"
+            )
+
+
+def test_a_round_whose_segments_are_not_what_its_re_run_commits_to_fails_the_exact_check(group):
+    _, _, committed = group
+    honest = committed[RANK, INDEX]
+    segments = copy.deepcopy(load_rank_bundle(honest[1]).segments)
+    segments[-1]["loss"] += 1e-3
+    verdict = judged(group, with_segments(honest, segments))
+    assert verdict.passed is False
+    assert verdict.reason == "the re-run round commits to other segments"
 
 
 def test_a_round_that_does_not_start_at_its_step_fails(group):
@@ -152,13 +173,7 @@ def test_a_round_that_does_not_start_at_its_step_fails(group):
     loaded = load_rank_bundle(bundle)
     trainer = copy.deepcopy(loaded.unit.trainer)
     trainer["progress"]["step"] -= 1
-    made = rank_bundle(
-        replace(loaded.unit, trainer=trainer),
-        loaded.payload,
-        execution=loaded.execution,
-        segments=loaded.segments,
-    )
-    verdict = judged(group, (committed, made))
+    verdict = judged(group, remade((committed, bundle), unit=replace(loaded.unit, trainer=trainer)))
     assert verdict.passed is False
     assert verdict.reason == f"the round does not start at step {INDEX * EVERY}"
 
@@ -167,17 +182,12 @@ def test_a_round_that_does_not_start_at_its_step_fails(group):
 def test_a_round_whose_residual_or_payload_does_not_fit_its_model_fails(group):
     committed, bundle = honest_of(group, "t2")
     loaded = load_rank_bundle(bundle)
-    short = rank_bundle(
-        replace(loaded.unit, residual=torch.zeros(7)),
-        loaded.payload,
-        execution=loaded.execution,
-        segments=loaded.segments,
-    )
-    verdict = judged(group, (committed, short))
+    short = remade((committed, bundle), unit=replace(loaded.unit, residual=torch.zeros(7)))
+    verdict = judged(group, short)
     assert verdict.passed is False
     assert verdict.reason.startswith("the payload cannot be checked")
     cut = loaded.payload[:-1]
-    made = rank_bundle(loaded.unit, cut, execution=loaded.execution, segments=loaded.segments)
+    _, made = remade((committed, bundle), payload=cut, rounds=rank_casebook.as_sent(loaded, cut))
     verdict = judged(group, (update_sha256(cut), made))
     assert verdict.passed is False
     assert verdict.reason.startswith("the payload cannot be checked")
@@ -206,3 +216,91 @@ def test_recompute_fetches_a_rounds_segment_states_by_the_cids_its_records_carry
     verdict = recompute(inputs, storage, Runner())
     assert verdict.passed is False
     assert verdict.reason == "the round's end state is not available or not what it names"
+
+
+def previous_round(group) -> tuple[str, bytes]:
+    """The slot's committed round before the one judged here."""
+    _, _, committed = group
+    return committed[RANK, INDEX - 1]
+
+
+def test_a_later_round_passes_where_the_slots_previous_round_leaves_it(group):
+    """Its start rebuilt from the previous round's committed end and recorded exchange: to the
+    bit in the rank's class, within the bound in another."""
+    _, _, committed = group
+    exact = judged(group, committed[RANK, INDEX], previous=previous_round(group))
+    assert exact.passed is True, exact.reason
+    assert exact.recomputed_state_hash == committed[RANK, INDEX][0]
+    within = judged(group, honest_of(group, "t2"), previous=previous_round(group))
+    assert within.passed is True, within.reason
+    assert within.judgement["mode"] == "tolerant"
+
+
+def own_weights(group, unit):
+    """Skips the outer step: starts from where its own local steps of the round before ended."""
+    _, store, _ = group
+    before = load_rank_bundle(previous_round(group)[1])
+    end = rank_casebook.stored(store)(before.segments[-1])
+    return replace(unit, trainer=unit.trainer | {"model": end.state["model"]})
+
+
+def nudged_weights(group, unit):
+    """Global weights moved by 1e-3 of each tensor's RMS in every entry: a poisoned start."""
+    torch.manual_seed(0)
+    model = {
+        name: t + 1e-3 * t.pow(2).mean().sqrt() * torch.randn_like(t)
+        for name, t in unit.trainer["model"].items()
+    }
+    return replace(unit, trainer=unit.trainer | {"model": model})
+
+
+def made_up_momentum(group, unit):
+    """Outer momentum where the group's outer optimizer keeps none."""
+    return replace(unit, momentum=torch.zeros_like(unit.residual))
+
+
+def residual_dropped(group, unit):
+    """A residual of the rank's choosing (here none) would let its payload carry anything."""
+    return replace(unit, residual=torch.zeros_like(unit.residual))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["t1", "t2"])
+@pytest.mark.parametrize(
+    "start",
+    [own_weights, nudged_weights, made_up_momentum, residual_dropped],
+    ids=lambda f: f.__name__,
+)
+def test_a_later_round_that_starts_elsewhere_fails(group, start, host):
+    """Each round trained honestly, and consistently, from a start that is not where the slot's
+    previous round leaves it; judged exactly (t1, the rank's class) or within bounds (t2)."""
+    spec, store, committed = group
+    honest = load_rank_bundle(committed[RANK, INDEX][1])
+    moved = honest._replace(unit=start(group, honest.unit))
+    made = rank_casebook.provide_round(spec, rank_bundle(*moved), host, store)
+    assert judged(group, made).passed is True  # without the previous round, nothing tells
+    verdict = judged(group, made, previous=previous_round(group))
+    assert verdict.passed is False
+    assert verdict.reason == "the unit does not start where the slot's previous unit ends"
+
+
+def test_a_round_recording_an_exchange_the_group_did_not_see_fails(group):
+    """Made-up payloads of the other members would make up the next round's start: the other
+    slots' bundles of the round outvote them."""
+    spec, _, committed = group
+    peers = {rank: committed[rank, 0] for rank in range(3) if rank != RANK}
+    honest = committed[RANK, 0]
+    assert judge_rank(spec, RANK, 0, *honest, peers).passed is True
+    loaded = load_rank_bundle(honest[1])
+    members, payloads = loaded.rounds[0]
+    other = members.index((RANK + 1) % 3)
+    payloads = [p[:-1] + bytes([p[-1] ^ 1]) if i == other else p for i, p in enumerate(payloads)]
+    made = remade(honest, rounds=[RecordedRound(members, payloads)])
+    verdict = judge_rank(spec, RANK, 0, *made, peers)
+    assert verdict.passed is False
+    assert "that the group did not see it send" in verdict.reason
+    # and its own payload recorded as other than it committed
+    own = members.index(RANK)
+    payloads = [p + b"\x00" if i == own else p for i, p in enumerate(loaded.rounds[0].payloads)]
+    verdict = judge_rank(spec, RANK, 0, *remade(honest, rounds=[RecordedRound(members, payloads)]))
+    assert verdict.reason == "the round records another payload from the rank than it sent"
