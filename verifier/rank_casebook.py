@@ -367,6 +367,61 @@ ROUND_CHEATS: dict[str, RoundCheat] = {name: _cheating_round(name) for name in c
 ROUND_CHEATS |= {"payload_noise": noised_payload, "copy": copied_round}
 
 
+def own_weights(unit: RankUnit, end: Checkpoint) -> RankUnit:
+    """Skips the outer step: starts from where its own local steps of the round before ended."""
+    return replace(unit, trainer=unit.trainer | {"model": end.state["model"]})
+
+
+def nudged_weights(unit: RankUnit, end: Checkpoint) -> RankUnit:
+    """Starts from global weights moved by 1e-3 of each tensor's RMS in every entry: a poison."""
+    generator = torch.Generator().manual_seed(0)
+    model = {
+        name: t + 1e-3 * rms(t) * torch.randn(t.shape, generator=generator)
+        for name, t in unit.trainer["model"].items()
+    }
+    return replace(unit, trainer=unit.trainer | {"model": model})
+
+
+def made_up_momentum(unit: RankUnit, end: Checkpoint) -> RankUnit:
+    """Starts with outer momentum of its own: half the group's, or some where it keeps none."""
+    assert unit.residual is not None, "a later round of a group with error feedback"
+    momentum = torch.zeros_like(unit.residual) if unit.momentum is None else unit.momentum / 2
+    return replace(unit, momentum=momentum)
+
+
+def made_up_residual(unit: RankUnit, end: Checkpoint) -> RankUnit:
+    """Starts with a residual of its own (here none): with one of its choosing, its payload
+    could carry anything while explaining the round's end."""
+    assert unit.residual is not None, "a later round of a group with error feedback"
+    return replace(unit, residual=torch.zeros_like(unit.residual))
+
+
+# A later round's inputs moved from where the slot's previous round leaves the rank: (the
+# inputs, the previous round's committed end state) -> the inputs the cheater starts from
+StartMove = Callable[[RankUnit, Checkpoint], RankUnit]
+START_CHEATS: dict[str, StartMove] = {
+    "own_weights": own_weights,
+    "nudged_weights": nudged_weights,
+    "made_up_momentum": made_up_momentum,
+    "made_up_residual": made_up_residual,
+}
+
+
+def started_elsewhere(
+    spec: JobSpec, bundle: bytes, previous: bytes, host: str, store: Store, move: StartMove
+) -> tuple[str, bytes] | None:
+    """The rank's round of `bundle`, trained honestly and committed in class `host` from the
+    inputs `move` makes of its own; `previous` is the slot's bundle of the round before. None
+    where the move leaves the inputs as they are (no residual to drop where values are sent
+    whole): there is no cheat to commit."""
+    loaded, before = load_rank_bundle(bundle), load_rank_bundle(previous)
+    assert before.segments is not None, "a DiLoCo round"
+    unit = move(loaded.unit, _state(store, before.segments[-1]))
+    if unit.state_hash() == loaded.unit.state_hash():
+        return None
+    return provide_round(spec, rank_bundle(*loaded._replace(unit=unit)), host, store)
+
+
 def _training(spec: JobSpec, **training: Any) -> JobSpec:
     return spec.model_copy(update={"training": spec.training.model_copy(update=training)})
 

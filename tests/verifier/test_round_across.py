@@ -2,7 +2,8 @@
 segments it committed to (a disagreement narrowed to one segment re-run alone from the rank's own
 state), its payload against the round's committed end. An honest round passes, which the exact
 check would have slashed it for, and every cheat still fails. Other CPU classes (two threads,
-oneDNN off) stand in for other hardware."""
+oneDNN off) stand in for other hardware. In any class, a later round must start where the
+slot's previous round leaves it, and a round's recorded exchange is voted on by its peers."""
 
 from __future__ import annotations
 
@@ -236,49 +237,21 @@ def test_a_later_round_passes_where_the_slots_previous_round_leaves_it(group):
     assert within.judgement["mode"] == "tolerant"
 
 
-def own_weights(group, unit):
-    """Skips the outer step: starts from where its own local steps of the round before ended."""
-    _, store, _ = group
-    before = load_rank_bundle(previous_round(group)[1])
-    end = rank_casebook.stored(store)(before.segments[-1])
-    return replace(unit, trainer=unit.trainer | {"model": end.state["model"]})
-
-
-def nudged_weights(group, unit):
-    """Global weights moved by 1e-3 of each tensor's RMS in every entry: a poisoned start."""
-    torch.manual_seed(0)
-    model = {
-        name: t + 1e-3 * t.pow(2).mean().sqrt() * torch.randn_like(t)
-        for name, t in unit.trainer["model"].items()
-    }
-    return replace(unit, trainer=unit.trainer | {"model": model})
-
-
-def made_up_momentum(group, unit):
-    """Outer momentum where the group's outer optimizer keeps none."""
-    return replace(unit, momentum=torch.zeros_like(unit.residual))
-
-
-def residual_dropped(group, unit):
-    """A residual of the rank's choosing (here none) would let its payload carry anything."""
-    return replace(unit, residual=torch.zeros_like(unit.residual))
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("host", ["t1", "t2"])
 @pytest.mark.parametrize(
-    "start",
-    [own_weights, nudged_weights, made_up_momentum, residual_dropped],
-    ids=lambda f: f.__name__,
+    ("cheat", "host"),
+    [("own_weights", "t1"), *((cheat, "t2") for cheat in sorted(rank_casebook.START_CHEATS))],
 )
-def test_a_later_round_that_starts_elsewhere_fails(group, start, host):
+def test_a_later_round_that_starts_elsewhere_fails(group, cheat, host):
     """Each round trained honestly, and consistently, from a start that is not where the slot's
-    previous round leaves it; judged exactly (t1, the rank's class) or within bounds (t2)."""
+    previous round leaves it; judged exactly (t1, the rank's class) or within bounds (t2). The
+    start is checked last, so the reason shows every other check passed."""
     spec, store, committed = group
-    honest = load_rank_bundle(committed[RANK, INDEX][1])
-    moved = honest._replace(unit=start(group, honest.unit))
-    made = rank_casebook.provide_round(spec, rank_bundle(*moved), host, store)
-    assert judged(group, made).passed is True  # without the previous round, nothing tells
+    move = rank_casebook.START_CHEATS[cheat]
+    made = rank_casebook.started_elsewhere(
+        spec, committed[RANK, INDEX][1], previous_round(group)[1], host, store, move
+    )
+    assert made is not None, "each moves the rank's inputs in this group"
     verdict = judged(group, made, previous=previous_round(group))
     assert verdict.passed is False
     assert verdict.reason == "the unit does not start where the slot's previous unit ends"
