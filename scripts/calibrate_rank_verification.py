@@ -12,7 +12,9 @@ is then re-run in the other CPU classes of RANK_HOSTS as a verifier re-runs it.
   over that tensor's RMS.
 - DiLoCo: each round is re-run from its start and from each of the rank's segment states, and
   every segment end compared by the distances a single node's unit is judged by (weights,
-  sketch, loss: verifier/trajectory.py), per steps since the common start.
+  sketch, loss: verifier/trajectory.py), per steps since the common start; and the next round's
+  start, rebuilt from the round's committed bytes as a verifier rebuilds it, against where the
+  rank went on from, by the gaps a ddp start is measured by.
 
 The file keeps the largest of each; the verifier's bounds follow by the policy in
 verifier/trajectory.py (MARGIN, FLOOR).
@@ -32,10 +34,18 @@ from pathlib import Path
 
 import torch
 
-from marketplace.protocol.rank_bundle import RankUnit
+from marketplace.protocol.rank_bundle import RankUnit, load_rank_bundle
+from marketplace.protocol.spec import JobSpec
+from node.distributed.diloco import DilocoConfig
+from node.distributed.job import group_config
 from node.distributed.rank_unit import unit_path
 from verifier import rank_casebook
-from verifier.rank_recompute import RANK_TOLERANCE_FILE, ROUND_MEASURES, start_gaps
+from verifier.rank_recompute import (
+    RANK_TOLERANCE_FILE,
+    ROUND_MEASURES,
+    start_gaps,
+    where_round_leaves,
+)
 from verifier.trajectory import MEASURES, TOLERANCE_FORMAT
 
 EVERY = 20  # steps per unit: node/specs/tiny-ddp-3.yaml's
@@ -53,7 +63,7 @@ def main() -> int:
     trained, *others = rank_casebook.RANK_HOSTS
     groups = list(itertools.product(rank_casebook.COMPRESSIONS, range(args.seeds)))
     (payload, trainer, residual), pairs = measure_ddp(groups, others)
-    rounds, round_pairs = measure_rounds(groups, others)
+    rounds, round_start, round_pairs = measure_rounds(groups, others)
     document = {
         "format": TOLERANCE_FORMAT,
         "classes": [trained, *others],
@@ -67,6 +77,7 @@ def main() -> int:
             "trainer": [trainer],
             "residual": [residual],
             **{key: rounds[m] for key, m in ROUND_MEASURES.items()},
+            "round_start": [round_start],
         },
     }
     text = json.dumps(document, indent=1) + "\n"
@@ -108,11 +119,13 @@ def measure_ddp(
 
 def measure_rounds(
     groups: list[tuple[str, int]], others: list[str]
-) -> tuple[dict[str, list[float]], int]:
+) -> tuple[dict[str, list[float]], float, int]:
     """Per distance, the largest honest one n steps after a common start of a DiLoCo round's
     re-run (index n - 1), over every rank's every round re-run in the other classes from the
-    round's start and from each of its segment states; the class pairs measured."""
+    round's start and from each of its segment states; the largest gap of a next round's start
+    rebuilt in those classes; the class pairs measured."""
     measured = {m: [0.0] * EVERY for m in MEASURES}
+    start = 0.0
     pairs = 0
     for compression, seed in groups:
         spec = rank_casebook.group_spec(
@@ -123,21 +136,39 @@ def measure_rounds(
             store: rank_casebook.Store = {}
             for rank, index in itertools.product(range(spec.distributed.nodes), range(ROUNDS)):
                 _, bundle = rank_casebook.committed_bundle(spec, Path(folder), rank, index, store)
+                following = RankUnit.load(unit_path(folder, index + 1, rank))
                 for host in others:
                     pairs += 1
                     for n, found in rank_casebook.round_drift(spec, bundle, store, host):
                         for m, d in found.items():
                             measured[m][n - 1] = max(measured[m][n - 1], d)
+                    start = max(start, rebuilt_gap(spec, bundle, store, host, following))
         print(
             f"diloco {compression} seed {seed}: "
-            + ", ".join(f"{m} {max(v):.3g}" for m, v in measured.items()),
+            + ", ".join(f"{m} {max(v):.3g}" for m, v in measured.items())
+            + f", start {start:.3g}",
             file=sys.stderr,
             flush=True,
         )
     for m in MEASURES:  # a step count no boundary fell on takes the envelope before it
         for n in range(1, EVERY):
             measured[m][n] = max(measured[m][n], measured[m][n - 1])
-    return measured, pairs
+    return measured, start, pairs
+
+
+def rebuilt_gap(
+    spec: JobSpec, bundle: bytes, store: rank_casebook.Store, host: str, following: RankUnit
+) -> float:
+    """How far the next round's start, rebuilt from `bundle`'s round in class `host`, is from
+    `following`, where the rank went on from."""
+    config = group_config(spec)
+    assert isinstance(config, DilocoConfig)
+    with rank_casebook.rank_host(host):
+        rebuilt = where_round_leaves(
+            spec, config, load_rank_bundle(bundle), rank_casebook.stored(store)
+        )
+    assert rebuilt is not None, "an honest round's end and exchange"
+    return max(start_gaps(rebuilt, following))
 
 
 if __name__ == "__main__":

@@ -389,11 +389,13 @@ def made_up_momentum(unit: RankUnit, end: Checkpoint) -> RankUnit:
     return replace(unit, momentum=momentum)
 
 
-def made_up_residual(unit: RankUnit, end: Checkpoint) -> RankUnit:
-    """Starts with a residual of its own (here none): with one of its choosing, its payload
-    could carry anything while explaining the round's end."""
+def nudged_residual(unit: RankUnit, end: Checkpoint) -> RankUnit:
+    """Starts with its residual moved by 1e-3 of its RMS in every entry: with a residual of its
+    choosing, its payload could carry anything while explaining the round's end."""
     assert unit.residual is not None, "a later round of a group with error feedback"
-    return replace(unit, residual=torch.zeros_like(unit.residual))
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.randn(unit.residual.shape, generator=generator)
+    return replace(unit, residual=unit.residual + 1e-3 * rms(unit.residual) * noise)
 
 
 # A later round's inputs moved from where the slot's previous round leaves the rank: (the
@@ -403,7 +405,7 @@ START_CHEATS: dict[str, StartMove] = {
     "own_weights": own_weights,
     "nudged_weights": nudged_weights,
     "made_up_momentum": made_up_momentum,
-    "made_up_residual": made_up_residual,
+    "nudged_residual": nudged_residual,
 }
 
 
@@ -412,8 +414,8 @@ def started_elsewhere(
 ) -> tuple[str, bytes] | None:
     """The rank's round of `bundle`, trained honestly and committed in class `host` from the
     inputs `move` makes of its own; `previous` is the slot's bundle of the round before. None
-    where the move leaves the inputs as they are (no residual to drop where values are sent
-    whole): there is no cheat to commit."""
+    where the move leaves the inputs as they are (no residual to nudge where values are sent
+    whole, as an honest rank keeps none there): there is no cheat to commit."""
     loaded, before = load_rank_bundle(bundle), load_rank_bundle(previous)
     assert before.segments is not None, "a DiLoCo round"
     unit = move(loaded.unit, _state(store, before.segments[-1]))

@@ -66,9 +66,10 @@ RANK_TOLERANCE_FILE = Path(__file__).with_name("rank_tolerance.json")
 # what a rank of another class may need: each step's payload, a share of the step's vector's
 # RMS; a unit's start against the re-run of the one before: its trainer's state and its residual,
 # each a share of every tensor's RMS; a DiLoCo round's segment ends, by the distances a single
-# node's unit is judged by (verifier.trajectory.MEASURES)
+# node's unit is judged by (verifier.trajectory.MEASURES); a later round's start against its
+# rebuild from the round before, as the trainer's and residual's gaps are measured
 ROUND_MEASURES = {f"round_{m}": m for m in MEASURES}
-RANK_MEASURES = ("payload", "trainer", "residual", *ROUND_MEASURES)
+RANK_MEASURES = ("payload", "trainer", "residual", *ROUND_MEASURES, "round_start")
 # what re-running from a bundle's inputs raises when they are not what a rank saves: the
 # bundle is its provider's own commitment, so its unit fails (or, for a previous unit, is
 # left to its own verification)
@@ -80,6 +81,7 @@ class RankTolerance(NamedTuple):
     trainer: float
     residual: float
     rounds: Tolerance  # a DiLoCo round's segment ends, measured as a single node's unit's are
+    round_start: float  # a later DiLoCo round's start: its trainer's gap and its residual's
 
 
 def rank_tolerance(tolerance: Tolerance | None = None) -> RankTolerance:
@@ -94,7 +96,13 @@ def rank_tolerance(tolerance: Tolerance | None = None) -> RankTolerance:
         tolerance.margin,
         tolerance.floor,
     )
-    return RankTolerance(payload, tolerance.bound("trainer"), tolerance.bound("residual"), rounds)
+    return RankTolerance(
+        payload,
+        tolerance.bound("trainer"),
+        tolerance.bound("residual"),
+        rounds,
+        tolerance.bound("round_start"),
+    )
 
 
 class RankJudgement(NamedTuple):
@@ -382,13 +390,15 @@ def _misplaced_start(
     if before is None or before.rounds is None:
         return None
     if isinstance(config, DilocoConfig):
-        following = _where_round_leaves(spec, config, before, states)
+        following = where_round_leaves(spec, config, before, states)
     else:
         following = _where_unit_leaves(spec, config, before, commitment, tolerance)
     if following is None:
         return None
     if tolerance is None:
         ends = following.state_hash() == unit.state_hash()
+    elif isinstance(config, DilocoConfig):
+        ends = max(start_gaps(following, unit)) <= tolerance.round_start
     else:
         trainer, residual = start_gaps(following, unit)
         ends = trainer <= tolerance.trainer and residual <= tolerance.residual
@@ -422,7 +432,7 @@ def _where_unit_leaves(
         return None
 
 
-def _where_round_leaves(
+def where_round_leaves(
     spec: JobSpec, config: DilocoConfig, before: RankBundle, states: StateSource
 ) -> RankUnit | None:
     """The inputs of the round after the DiLoCo round `before`, rebuilt from its committed end
@@ -438,7 +448,7 @@ def _where_round_leaves(
         return None
     after = end.state | {"trace": [*end.state["trace"], trace.leaf(segments[-1])]}
     try:
-        return following_round(spec, config, before.unit, after, before.rounds[0])
+        return following_round(spec, config, before.unit, after, before.payload, before.rounds[0])
     except BAD_INPUTS:
         return None
 

@@ -171,28 +171,33 @@ def following_round(
     config: DilocoConfig,
     unit: RankUnit,
     after: dict[str, Any],
+    sent: bytes,
     exchanged: RecordedRound,
 ) -> RankUnit:
-    """The inputs of the rank's round after `unit`, rebuilt as the rank makes them: from
-    `after`, its trainer's state once the round's steps are done, the residual its payload
-    leaves and the outer step on the aggregate of what the round's members sent (`exchanged`).
-    CompressionError for a recorded payload that does not parse."""
+    """The inputs of the rank's round after `unit`, rebuilt as the rank makes them from what it
+    committed: `after`, its trainer's state once the round's steps are done; the residual that
+    `sent`, its payload, leaves; and the outer step on the aggregate of what the round's members
+    sent (`exchanged`). Elementwise arithmetic on those bytes and the aggregator, so a verifier
+    of another CPU class rebuilds the same bits. CompressionError for a payload that does not
+    parse."""
     model = spec.build_model()
     weights = []
     for state in (unit.trainer["model"], after["model"]):
         model.load_state_dict(state)
         weights.append(parameters_to_vector(model.parameters()).detach().clone())
     start, end = weights
-    feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
-    if feedback is not None:
-        feedback.residual = unit.residual
-    encode_update(config.compressor, feedback, start - end, unit.round_)
+    numel, compressor = start.numel(), config.compressor
+    residual = None
+    if config.error_feedback:  # as ErrorFeedback.compress leaves it
+        corrected = (start - end) + (0 if unit.residual is None else unit.residual)
+        residual = corrected - compressor.decompress(
+            compressor.parse(sent, numel), numel, unit.round_
+        )
     outer = OuterStep(config, start, unit.momentum)
-    aggregate = aggregate_recorded(config, exchanged.payloads, start.numel(), unit.round_)
+    aggregate = aggregate_recorded(config, exchanged.payloads, numel, unit.round_)
     with torch.no_grad():
         vector_to_parameters(outer(aggregate.value), model.parameters())
     trainer = after | {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}}
-    residual = None if feedback is None else feedback.residual
     return RankUnit(unit.rank, unit.round_ + 1, trainer, residual, outer.momentum)
 
 

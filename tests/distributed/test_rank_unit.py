@@ -56,7 +56,8 @@ def test_a_verifier_reproduces_honest_diloco_ranks_and_names_the_cheater(tmp_pat
             after = end | {"trace": [*end["trace"], trace.leaf(record)]}
             unit = RankUnit.load(unit_path(tmp_path, round_, rank))
             exchanged = recorded_round(tmp_path, round_)
-            rebuilt = following_round(spec, config, unit, after, exchanged)
+            sent = update_path(tmp_path, round_, rank).read_bytes()
+            rebuilt = following_round(spec, config, unit, after, sent, exchanged)
             saved = RankUnit.load(unit_path(tmp_path, round_ + 1, rank))
             assert (rebuilt.state_hash() == saved.state_hash()) is (rank != 1)
             assert rebuilt.trainer["model"].keys() == saved.trainer["model"].keys()
