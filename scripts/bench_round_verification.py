@@ -33,11 +33,11 @@ from benchkit import Bench
 
 from marketplace.protocol.rank_bundle import load_rank_bundle
 from marketplace.protocol.spec import JobSpec
-from node.distributed.diloco import DilocoConfig
+from node.distributed.diloco import DilocoConfig, round_vector
 from node.distributed.job import group_config
 from node.distributed.rank_unit import rank_class
 from verifier import rank_casebook
-from verifier.rank_recompute import RankJudgement, judge_rank, rank_tolerance, round_vector
+from verifier.rank_recompute import RankJudgement, judge_rank, rank_tolerance
 
 EVERY = 20  # local steps per round: node/specs/tiny-diloco-3.yaml's
 ROUNDS = 3
@@ -108,7 +108,7 @@ def share_of_bound(
     assert loaded.segments is not None
     end = rank_casebook.stored(store)(loaded.segments[-1])
     assert end is not None
-    vector = round_vector(spec, config, loaded.unit, end)
+    _, vector = round_vector(spec, config, loaded.unit, end.state["model"])
     payload = config.compressor.parse(loaded.payload, vector.numel())
     needed = rank_casebook.needed_slack(config.compressor, payload, vector, loaded.unit.round_)
     steps = verdict.judgement["decisive_share_of_bound"]

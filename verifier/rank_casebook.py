@@ -31,7 +31,7 @@ from marketplace.protocol.rank_bundle import (
 from marketplace.protocol.spec import JobSpec, parse_spec
 from node.distributed.compression import Compressor, Payload
 from node.distributed.ddp import replay_ddp_unit
-from node.distributed.diloco import DilocoConfig, rerun_diloco_unit
+from node.distributed.diloco import DilocoConfig, rerun_diloco_unit, round_vector
 from node.distributed.exchange import (
     ReplayExchange,
     Slack,
@@ -45,7 +45,7 @@ from node.distributed.job import group_config, train_spec, unit_bundle
 from node.distributed.rank_unit import rank_class
 from verifier import casebook
 from verifier.group_records import member_view
-from verifier.rank_recompute import round_rerun, round_vector
+from verifier.rank_recompute import round_rerun
 from verifier.trajectory import Segment, StateSource, segment_drift
 
 SPECS = Path(__file__).resolve().parents[1] / "node" / "specs"
@@ -343,7 +343,8 @@ def noised_payload(
     loaded = load_rank_bundle(made)
     config = group_config(spec)
     assert isinstance(config, DilocoConfig) and loaded.segments is not None, "a DiLoCo round"
-    vector = round_vector(spec, config, loaded.unit, _state(store, loaded.segments[-1]))
+    end = _state(store, loaded.segments[-1]).state["model"]
+    _, vector = round_vector(spec, config, loaded.unit, end)
     payload = config.compressor.compress(_noised(vector), loaded.unit.round_).to_bytes()
     rounds = as_sent(loaded, payload)
     made = rank_bundle(loaded.unit, payload, None, rounds, loaded.execution, loaded.segments)

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from torch.nn.utils import parameters_to_vector
 
 from marketplace.protocol import trace
 from marketplace.protocol.checkpoint import Checkpoint
@@ -43,7 +42,7 @@ from marketplace.protocol.rank_bundle import (
     update_sha256,
 )
 from node.distributed.ddp import replay_ddp_unit
-from node.distributed.diloco import DilocoConfig, following_round, local_steps
+from node.distributed.diloco import DilocoConfig, following_round, local_steps, round_vector
 from node.distributed.exchange import RankCheat, Slack, TolerantReplay, rms
 from node.distributed.group import DistributedConfigError, GroupConfig, rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
@@ -259,8 +258,8 @@ def _judge_round_within(
     if problem is not None:
         return RankJudgement(False, problem)
     assert segments is not None  # well-formed records
-    end = states(segments[-1])
-    if end is None or end.state_hash() != segments[-1]["state_hash"]:
+    end = _committed_end(segments, states)
+    if end is None:
         return RankJudgement(False, "the round's end state is not available or not what it names")
     start = Checkpoint(unit.trainer)
     try:
@@ -301,7 +300,7 @@ def _payload_problem(
     """Why the round's committed payload is not a compression, within one step's slack, of
     what the round's committed `end` makes; None when it is."""
     try:
-        vector = round_vector(spec, config, bundle.unit, end)
+        _, vector = round_vector(spec, config, bundle.unit, end.state["model"])
         payload = config.compressor.parse(bundle.payload, vector.numel())
     except BAD_INPUTS as exc:  # a residual or payload that does not fit
         return f"the payload cannot be checked: {exc}"
@@ -334,22 +333,6 @@ def round_rerun(
             return Ran(Checkpoint(trainer.state()), segments, losses)
 
     return rerun
-
-
-def round_vector(
-    spec: JobSpec, config: DilocoConfig, unit: RankUnit, end: Checkpoint
-) -> torch.Tensor:
-    """What a rank compresses for its round ending in `end`: the pseudo-gradient (the round's
-    start minus its end weights, as the model's parameters) plus the residual it carried in."""
-    model = spec.build_model()
-    weights = []
-    for state in (unit.trainer["model"], end.state["model"]):
-        model.load_state_dict(state)
-        weights.append(parameters_to_vector(model.parameters()).detach().float())
-    vector = weights[0] - weights[1]
-    if config.error_feedback and unit.residual is not None:
-        vector = vector + unit.residual.float()
-    return vector
 
 
 def replay_within(
@@ -432,6 +415,13 @@ def _where_unit_leaves(
         return None
 
 
+def _committed_end(segments: list[dict[str, Any]], states: StateSource) -> Checkpoint | None:
+    """The state a round's last (well-formed) record names, fetched; None when it cannot be had
+    or is not the state the record's hash names."""
+    end = states(segments[-1])
+    return None if end is None or end.state_hash() != segments[-1]["state_hash"] else end
+
+
 def where_round_leaves(
     spec: JobSpec, config: DilocoConfig, before: RankBundle, states: StateSource
 ) -> RankUnit | None:
@@ -443,8 +433,8 @@ def where_round_leaves(
     if before.rounds is None or records_problem(segments, boundaries) is not None:
         return None
     assert segments is not None  # well-formed records
-    end = states(segments[-1])
-    if end is None or end.state_hash() != segments[-1]["state_hash"]:
+    end = _committed_end(segments, states)
+    if end is None:
         return None
     after = end.state | {"trace": [*end.state["trace"], trace.leaf(segments[-1])]}
     try:

@@ -180,25 +180,38 @@ def following_round(
     sent (`exchanged`). Elementwise arithmetic on those bytes and the aggregator, so a verifier
     of another CPU class rebuilds the same bits. CompressionError for a payload that does not
     parse."""
-    model = spec.build_model()
-    weights = []
-    for state in (unit.trainer["model"], after["model"]):
-        model.load_state_dict(state)
-        weights.append(parameters_to_vector(model.parameters()).detach().clone())
-    start, end = weights
+    start, corrected = round_vector(spec, config, unit, after["model"])
     numel, compressor = start.numel(), config.compressor
     residual = None
     if config.error_feedback:  # as ErrorFeedback.compress leaves it
-        corrected = (start - end) + (0 if unit.residual is None else unit.residual)
         residual = corrected - compressor.decompress(
             compressor.parse(sent, numel), numel, unit.round_
         )
     outer = OuterStep(config, start, unit.momentum)
     aggregate = aggregate_recorded(config, exchanged.payloads, numel, unit.round_)
+    model = spec.build_model()
+    model.load_state_dict(after["model"])
     with torch.no_grad():
         vector_to_parameters(outer(aggregate.value), model.parameters())
     trainer = after | {"model": {k: v.detach().clone() for k, v in model.state_dict().items()}}
     return RankUnit(unit.rank, unit.round_ + 1, trainer, residual, outer.momentum)
+
+
+def round_vector(
+    spec: JobSpec, config: DilocoConfig, unit: RankUnit, end: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The round's start weights (as the model's parameters) and what the rank compresses for
+    the round ending in the model state `end`: the pseudo-gradient (start minus end weights)
+    plus the residual it carried in."""
+    model = spec.build_model()
+    weights = []
+    for state in (unit.trainer["model"], end):
+        model.load_state_dict(state)
+        weights.append(parameters_to_vector(model.parameters()).detach().float())
+    vector = weights[0] - weights[1]
+    if config.error_feedback and unit.residual is not None:
+        vector = vector + unit.residual.float()
+    return weights[0], vector
 
 
 def local_round(
