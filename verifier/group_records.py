@@ -33,11 +33,14 @@ def member_view(payload: bytes, rounds: list[RecordedRound]) -> MemberView | Non
     return MemberView([payload[i : i + size] for i in range(0, len(payload), size)], rounds)
 
 
-def contradiction(rank: int, steps: range, views: dict[int, MemberView]) -> str | None:
-    """Why the majority contradicts `rank`'s view of its unit (`steps`, the unit's global step
-    numbers), or None when it does not. `views` holds `rank`'s and every peer's that could be
-    read, all of the same unit and its steps."""
-    for position, step in enumerate(steps):
+def contradiction(
+    rank: int, exchanges: range, views: dict[int, MemberView], exchange: str
+) -> str | None:
+    """Why the majority contradicts `rank`'s view of its unit (`exchanges`, the unit's global
+    step or round numbers, `exchange` what one is called), or None when it does not. `views`
+    holds `rank`'s and every peer's that could be read, all of the same unit and its
+    exchanges."""
+    for position, number in enumerate(exchanges):
         for sender, votes in _votes(position, views).items():
             mine = votes.get(rank)
             if mine is None:
@@ -47,11 +50,11 @@ def contradiction(rank: int, steps: range, views: dict[int, MemberView]) -> str 
                 continue
             if sender == rank:
                 return (
-                    f"the group received another payload from rank {rank} in step {step} "
+                    f"the group received another payload from rank {rank} in {exchange} {number} "
                     "than it committed"
                 )
             return (
-                f"step {step} records a payload from rank {sender} "
+                f"{exchange} {number} records a payload from rank {sender} "
                 "that the group did not see it send"
             )
     return None

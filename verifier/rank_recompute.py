@@ -156,7 +156,7 @@ def judge_rank(
     own = None if rounds is None else member_view(payload, rounds)
     if own is not None:  # ddp (a payload that does not split fails its re-run below)
         views = _peer_views(index, own, peers or {}) | {slot: own}
-        reason = contradiction(slot, config.unit_rounds(spec, index), views)
+        reason = contradiction(slot, config.unit_rounds(spec, index), views, config.EXCHANGE)
         if reason is not None:
             return RankJudgement(False, reason)
     diloco = isinstance(config, DilocoConfig)

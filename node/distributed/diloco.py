@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -49,6 +49,7 @@ class DilocoConfig(GroupConfig):
     inner_steps: int | None = None  # H, local steps per round; None: the spec's checkpoint.every
     outer_lr: float = 0.7  # outer SGD learning rate
     outer_momentum: float = 0.9  # outer Nesterov momentum
+    EXCHANGE: ClassVar[str] = "round"
 
     def __post_init__(self) -> None:
         super().__post_init__()

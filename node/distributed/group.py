@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 import torch.distributed as dist
@@ -61,6 +61,8 @@ class GroupConfig:
     # where ranks ask to train: on CUDA (over NCCL) only if every rank has a CUDA device. The
     # CPU by default: a verifier replays a rank's unit on its own CPU, bit for bit
     device: Literal["cpu", "cuda"] = "cpu"
+    # what one exchange of the group is called, in messages: ddp exchanges at every step
+    EXCHANGE: ClassVar[str] = "step"
 
     def __post_init__(self) -> None:
         if self.ranks < 1:

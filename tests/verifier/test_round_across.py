@@ -271,7 +271,9 @@ def test_a_round_recording_an_exchange_the_group_did_not_see_fails(group):
     made = remade(honest, rounds=[RecordedRound(members, payloads)])
     verdict = judge_rank(spec, RANK, 0, *made, peers)
     assert verdict.passed is False
-    assert "that the group did not see it send" in verdict.reason
+    assert verdict.reason == (
+        f"round 0 records a payload from rank {(RANK + 1) % 3} that the group did not see it send"
+    )
     # and its own payload recorded as other than it committed
     own = members.index(RANK)
     payloads = [p + b"\x00" if i == own else p for i, p in enumerate(loaded.rounds[0].payloads)]
