@@ -12,7 +12,10 @@ made-up payloads of other members, or a payload the rank sent the group but did 
 A unit must also start where the rank was left: unit 0 from the job's seed, a ddp unit where
 the re-run of the slot's previous unit ends, and a later DiLoCo round where the slot's previous
 round leaves it: its committed end state, the residual its payload leaves, and the outer step
-on the aggregate of what that round's members sent, as its bundle records them.
+on the aggregate of what that round's members sent, as its bundle records them. So a round
+fails unless its successor's start can be rebuilt from it, and a unit fails when its own
+provider's previous unit cannot be rebuilt. Whatever a bundle's inputs raise when re-run or
+rebuilt fails its unit: the bundle is its provider's own commitment.
 
 A verifier that does not reproduce the rank's recorded execution class judges the unit within
 calibrated bounds instead. A ddp unit step by step (`TolerantReplay`): the committed payload
@@ -24,8 +27,10 @@ docs/verification.md).
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -41,6 +46,7 @@ from marketplace.protocol.rank_bundle import (
     load_rank_bundle,
     update_sha256,
 )
+from marketplace.storage import StorageError
 from node.distributed.ddp import replay_ddp_unit
 from node.distributed.diloco import DilocoConfig, following_round, local_steps, round_vector
 from node.distributed.exchange import RankCheat, Slack, TolerantReplay, rms
@@ -49,6 +55,7 @@ from node.distributed.job import first_unit, group_config, run_rank_unit
 from node.distributed.rank_unit import rank_threads
 from node.engine import JobSpec
 from node.engine.unit import SegmentSink
+from verifier.errors import VerifierError
 from verifier.group_records import MemberView, contradiction, member_view
 from verifier.trajectory import (
     MEASURES,
@@ -60,6 +67,8 @@ from verifier.trajectory import (
     records_problem,
 )
 
+log = logging.getLogger(__name__)
+
 Reproduces = Callable[[str | None], bool]  # whether a verifier re-runs a class id bit for bit
 RANK_TOLERANCE_FILE = Path(__file__).with_name("rank_tolerance.json")
 # what a rank of another class may need: each step's payload, a share of the step's vector's
@@ -69,10 +78,17 @@ RANK_TOLERANCE_FILE = Path(__file__).with_name("rank_tolerance.json")
 # rebuild from the round before, as the trainer's and residual's gaps are measured
 ROUND_MEASURES = {f"round_{m}": m for m in MEASURES}
 RANK_MEASURES = ("payload", "trainer", "residual", *ROUND_MEASURES, "round_start")
-# what re-running from a bundle's inputs raises when they are not what a rank saves: the
-# bundle is its provider's own commitment, so its unit fails (or, for a previous unit, is
-# left to its own verification)
+# what re-running from a bundle's inputs is known to raise when they are not what a rank saves;
+# whatever else they raise fails their unit too, and is logged, as it may be this verifier's bug
 BAD_INPUTS = (ValueError, KeyError, TypeError, RuntimeError)
+# what fetching a unit's inputs raises: nothing said of the bundle, so recompute retries it (or
+# judges it withheld)
+FETCHING = (VerifierError, StorageError)
+
+
+class Unrebuilt(ValueError):
+    """A unit the slot's next unit's start cannot be rebuilt from: it fails its own
+    verification, and a next unit of the same provider fails with it."""
 
 
 class RankTolerance(NamedTuple):
@@ -124,15 +140,18 @@ def judge_rank(
     reproduces: Reproduces = lambda _: True,
     tolerance: RankTolerance | None = None,
     states: StateSource = lambda _: None,
+    own_previous: bool = False,
 ) -> RankJudgement:
     """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`
-    from where the rank was left, and in ddp whether its records agree with the group's.
+    from where the rank was left, and whether its records agree with the group's.
 
     `peers` maps the other slots that committed the same unit to their commitment and bundle;
-    `previous` is the slot's commitment and bundle of unit `index - 1` (ddp). A ddp unit whose
+    `previous` is the slot's commitment and bundle of unit `index - 1`, which `own_previous`
+    says this unit's provider committed too (the slot was not handed over between them): then
+    a previous unit its next one's start cannot be rebuilt from fails this one. A unit whose
     recorded class `reproduces` says no to is judged within `tolerance` (default: the
-    calibrated `rank_tolerance()`) rather than by its hash, and so is a DiLoCo round that
-    records its segments, whose states `states` fetches.
+    calibrated `rank_tolerance()`) rather than by its hash; a DiLoCo round's segment states,
+    and its previous round's end, are what `states` fetches.
     """
     try:
         config = group_config(spec)
@@ -153,9 +172,12 @@ def judge_rank(
     expected = len(config.unit_rounds(spec, index))
     if rounds is not None and len(rounds) != expected:
         return RankJudgement(False, f"the bundle records {len(rounds)} rounds, not {expected}")
+    problem = None if rounds is None else _members_problem(config, rounds)
+    if problem is not None:
+        return RankJudgement(False, problem)
     own = None if rounds is None else member_view(payload, rounds)
-    if own is not None:  # ddp (a payload that does not split fails its re-run below)
-        views = _peer_views(index, own, peers or {}) | {slot: own}
+    if own is not None:  # a payload that does not split fails its re-run below
+        views = _peer_views(config, index, own, peers or {}) | {slot: own}
         reason = contradiction(slot, config.unit_rounds(spec, index), views, config.EXCHANGE)
         if reason is not None:
             return RankJudgement(False, reason)
@@ -164,25 +186,76 @@ def judge_rank(
         problem = _round_records_problem(loaded)
         if problem is not None:
             return RankJudgement(False, problem)
+    before = None if previous is None else Previous(*previous, own_previous)
     if rounds is not None and not reproduces(recorded_class(loaded)):
         tolerance = tolerance or rank_tolerance()
         if isinstance(config, DilocoConfig):
-            return _judge_round_within(spec, config, loaded, tolerance, previous, states)
-        return _judge_within(spec, config, loaded, own, tolerance, previous)
+            return _judge_round_within(spec, config, loaded, tolerance, before, states)
+        return _judge_within(spec, config, loaded, own, tolerance, before)
     try:
         rerun = run_rank_unit(spec, config, unit, rounds)
-        recomputed = rerun.sha256
     # rounds missing or contradicting the re-run (ReplayMismatch), inputs that do not load
-    except BAD_INPUTS as exc:
-        return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
+    except Exception as exc:  # noqa: BLE001 - whatever they raise fails the unit (_unrunnable)
+        return RankJudgement(False, f"the bundle cannot be re-run: {_unrunnable(exc)}")
+    recomputed = rerun.sha256
     if recomputed != committed:
         return RankJudgement(False, "the re-run unit sends a different payload", recomputed)
     if diloco and rerun.segments != [_without_cid(s) for s in loaded.segments or ()]:
         return RankJudgement(False, "the re-run round commits to other segments", recomputed)
-    misplaced = _misplaced_start(spec, config, unit, previous, states)
+    misplaced = _misplaced_start(spec, config, unit, before, states)
     if misplaced is not None:
         return RankJudgement(False, misplaced, recomputed)
+    if isinstance(config, DilocoConfig):
+        try:
+            where_round_leaves(spec, config, loaded, states)
+        except Unrebuilt as exc:
+            return RankJudgement(False, _unrebuilt_round(exc), recomputed)
     return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)
+
+
+class Previous(NamedTuple):
+    """The slot's unit before the one judged, where that one must start."""
+
+    commitment: str
+    data: bytes  # its bundle
+    own: bool  # committed by the judged unit's provider, who answers for it
+
+
+def _members_problem(config: GroupConfig, rounds: list[RecordedRound]) -> str | None:
+    """Why a bundle's exchanges are not made up of the group's ranks (distinct, as its loader
+    checks): a member outside the group, or none at all, whose payloads would make an aggregate
+    of the provider's choosing; None when they are."""
+    for members, _ in rounds:
+        if not members or max(members) >= config.ranks:
+            return f"an exchange records {members} as its members, not ranks of the group"
+    return None
+
+
+def _unrunnable(exc: Exception) -> str:
+    """What a bundle's inputs raising `exc` when re-run or rebuilt says of them, for a verdict
+    that fails their unit. A failure to fetch is raised again (it says nothing of the bundle);
+    one that re-running such inputs is not known to raise is logged, as it may be a bug here."""
+    if isinstance(exc, FETCHING):
+        raise exc
+    if not isinstance(exc, BAD_INPUTS):
+        log.warning("a rank bundle's inputs raised %s", type(exc).__name__, exc_info=exc)
+    return str(exc) or type(exc).__name__
+
+
+@contextmanager
+def _rebuilding() -> Iterator[None]:
+    """Whatever rebuilding a unit's successor's start from its provider's bytes raises, as
+    Unrebuilt (a failure to fetch aside)."""
+    try:
+        yield
+    except Unrebuilt:
+        raise
+    except Exception as exc:
+        raise Unrebuilt(_unrunnable(exc)) from exc
+
+
+def _unrebuilt_round(exc: Unrebuilt) -> str:
+    return f"the slot's next round cannot be rebuilt from the round: {exc}"
 
 
 def _round_records_problem(bundle: RankBundle) -> str | None:
@@ -219,7 +292,7 @@ def _judge_within(
     bundle: RankBundle,
     own: MemberView | None,
     tolerance: RankTolerance,
-    previous: tuple[str, bytes] | None,
+    previous: Previous | None,
 ) -> RankJudgement:
     """A ddp unit of a class this verifier does not reproduce: every step's committed payload
     explained within the tolerance by the verifier's re-run, which follows the group's recorded
@@ -230,8 +303,9 @@ def _judge_within(
         replay_within(spec, config, bundle.unit, bundle.rounds, own.sent, tolerance.payload)
     except RankCheat as exc:
         return RankJudgement(False, f"the re-run does not explain the committed payload: {exc}")
-    except BAD_INPUTS as exc:  # e.g. a recorded payload that does not parse (CompressionError)
-        return RankJudgement(False, f"the bundle cannot be re-run: {exc}")
+    # e.g. a recorded payload that does not parse (CompressionError)
+    except Exception as exc:  # noqa: BLE001 - whatever it raises fails the unit (_unrunnable)
+        return RankJudgement(False, f"the bundle cannot be re-run: {_unrunnable(exc)}")
     misplaced = _misplaced_start(spec, config, bundle.unit, previous, tolerance=tolerance)
     if misplaced is not None:
         return RankJudgement(False, misplaced)
@@ -243,36 +317,37 @@ def _judge_round_within(
     config: DilocoConfig,
     bundle: RankBundle,
     tolerance: RankTolerance,
-    previous: tuple[str, bytes] | None,
+    previous: Previous | None,
     states: StateSource,
 ) -> RankJudgement:
     """A DiLoCo round of a class this verifier does not reproduce: its local steps judged by
     their segment records as a single node's unit is (verifier.trajectory: a whole re-run, a
     disagreement narrowed to one segment re-run alone from the provider's state), its payload a
-    compression, within one step's slack, of what the round's committed end makes, and its
-    start, within the tolerance, where the slot's previous round leaves it."""
+    compression, within one step's slack, of what the round's committed end makes, its start,
+    within the tolerance, where the slot's previous round leaves it, and its successor's start
+    rebuilt from it."""
     unit, segments = bundle.unit, bundle.segments
     boundaries = config.segment_ends(spec, unit.round_)
     begins = unit.round_ * config.steps_per_unit(spec)
-    problem = records_problem(segments, boundaries)
-    if problem is not None:
-        return RankJudgement(False, problem)
-    assert segments is not None  # well-formed records
-    end = _committed_end(segments, states)
-    if end is None:
-        return RankJudgement(False, "the round's end state is not available or not what it names")
-    start = Checkpoint(unit.trainer)
     try:
-        # the round's end as a unit's committed checkpoint: its trace binds every record, the
-        # last one (which names this state, so was recorded after it) included
-        end.state["trace"] = [*end.state["trace"], trace.leaf(segments[-1])]
-        end.metadata = {"trace": {"segments": segments}}
+        problem = records_problem(segments, boundaries)
+        if problem is not None:
+            return RankJudgement(False, problem)
+        assert segments is not None  # well-formed records
+        end = _committed_end(segments, states)
+        if end is None:
+            return RankJudgement(
+                False, "the round's end state is not available or not what it names"
+            )
+        start = Checkpoint(unit.trainer)
         if start.step != begins:
             return RankJudgement(False, f"the round does not start at step {begins}")
         rerun = round_rerun(spec, config, unit.rank)
         judged = judge_trajectory(spec, start, end, boundaries, states, tolerance.rounds, rerun)
-    except BAD_INPUTS as exc:
-        return RankJudgement(False, f"the round cannot be re-run from the bundle: {exc}")
+    except Exception as exc:  # noqa: BLE001 - whatever it raises fails the unit (_unrunnable)
+        return RankJudgement(
+            False, f"the round cannot be re-run from the bundle: {_unrunnable(exc)}"
+        )
     how = {
         "mode": "tolerant",
         "segment": judged.segment,
@@ -285,6 +360,11 @@ def _judge_round_within(
     problem = _payload_problem(spec, config, bundle, end, tolerance)
     if problem is None:
         problem = _misplaced_start(spec, config, unit, previous, states, tolerance)
+    if problem is None:
+        try:
+            _following(spec, config, bundle, end)
+        except Unrebuilt as exc:
+            problem = _unrebuilt_round(exc)
     if problem is not None:
         return RankJudgement(False, problem, None, how)
     return RankJudgement(True, "the round's steps and payload are within bounds", None, how)
@@ -302,8 +382,9 @@ def _payload_problem(
     try:
         _, vector = round_vector(spec, config, bundle.unit, end.state["model"])
         payload = config.compressor.parse(bundle.payload, vector.numel())
-    except BAD_INPUTS as exc:  # a residual or payload that does not fit
-        return f"the payload cannot be checked: {exc}"
+    # a residual or payload that does not fit
+    except Exception as exc:  # noqa: BLE001 - whatever it raises fails the unit (_unrunnable)
+        return f"the payload cannot be checked: {_unrunnable(exc)}"
     slack = tolerance.payload.at(1) * rms(vector)
     why = config.compressor.explains(payload, vector, slack, bundle.unit.round_)
     return None if why is None else f"the payload is not what the round's end makes: {why}"
@@ -354,29 +435,26 @@ def _misplaced_start(
     spec: JobSpec,
     config: GroupConfig,
     unit: RankUnit,
-    previous: tuple[str, bytes] | None,
+    previous: Previous | None,
     states: StateSource = lambda _: None,
     tolerance: RankTolerance | None = None,
 ) -> str | None:
     """Why the unit does not start where the rank was left; None when it does, or when that
-    cannot be told (no previous bundle, or one that fails its own verification). With a
-    `tolerance`, the start is compared within it (and a ddp unit's previous one re-run within
-    it too); without, to the bit."""
+    cannot be told: no previous bundle, or another provider's that its next unit's start cannot
+    be rebuilt from (it fails its own verification; the slot's new provider did not commit it).
+    With a `tolerance`, the start is compared within it (and a ddp unit's previous one re-run
+    within it too); without, to the bit."""
     if unit.round_ == 0:
         if unit.state_hash() != first_unit(spec, unit.rank).state_hash():
             return "the unit does not start from the job's seed"
         return None
     if previous is None:
         return None
-    commitment, data = previous
-    before = _committed_bundle(data, unit.rank, unit.round_ - 1, commitment)
-    if before is None or before.rounds is None:
-        return None
-    if isinstance(config, DilocoConfig):
-        following = where_round_leaves(spec, config, before, states)
-    else:
-        following = _where_unit_leaves(spec, config, before, commitment, tolerance)
-    if following is None:
+    try:
+        following = _where_previous_leaves(spec, config, unit, previous, states, tolerance)
+    except Unrebuilt as exc:
+        if previous.own:
+            return f"the slot's previous unit, the provider's own, cannot be rebuilt: {exc}"
         return None
     if tolerance is None:
         ends = following.state_hash() == unit.state_hash()
@@ -390,57 +468,96 @@ def _misplaced_start(
     return None
 
 
+def _where_previous_leaves(
+    spec: JobSpec,
+    config: GroupConfig,
+    unit: RankUnit,
+    previous: Previous,
+    states: StateSource,
+    tolerance: RankTolerance | None,
+) -> RankUnit:
+    """The inputs of `unit` as the slot's previous unit leaves them; Unrebuilt when they cannot
+    be rebuilt from it."""
+    before = _committed_bundle(previous.data, unit.rank, unit.round_ - 1, previous.commitment)
+    if before is None:
+        raise Unrebuilt("its bundle is not the rank's previous unit under its commitment")
+    if isinstance(config, DilocoConfig):
+        return where_round_leaves(spec, config, before, states)
+    return _where_unit_leaves(spec, config, before, previous.commitment, tolerance)
+
+
 def _where_unit_leaves(
     spec: JobSpec,
     config: GroupConfig,
     before: RankBundle,
     commitment: str,
     tolerance: RankTolerance | None,
-) -> RankUnit | None:
+) -> RankUnit:
     """The inputs of the unit after the ddp unit `before`, by re-running it (within the
-    tolerance, if given); None when it fails its own verification."""
-    assert before.rounds is not None  # a ddp unit's steps
-    if tolerance is None:
-        try:
-            rerun = run_rank_unit(spec, config, before.unit, before.rounds)
-        except BAD_INPUTS:
-            return None
-        return rerun.following if rerun.sha256 == commitment else None
+    tolerance, if given); Unrebuilt when it fails its own verification."""
+    if before.rounds is None:
+        raise Unrebuilt("its bundle records none of its steps")
+    problem = _members_problem(config, before.rounds)
     sent = member_view(before.payload, before.rounds)
-    if sent is None:
-        return None
-    try:
-        return replay_within(spec, config, before.unit, before.rounds, sent.sent, tolerance.payload)
-    except BAD_INPUTS:  # the previous unit fails its own verification
-        return None
+    if problem is not None or sent is None:
+        raise Unrebuilt(problem or "its payload does not split into its steps")
+    with _rebuilding():
+        if tolerance is not None:
+            return replay_within(
+                spec, config, before.unit, before.rounds, sent.sent, tolerance.payload
+            )
+        rerun = run_rank_unit(spec, config, before.unit, before.rounds)
+        if rerun.sha256 != commitment or rerun.following is None:
+            raise Unrebuilt("its re-run sends another payload than it committed")
+        return rerun.following
 
 
 def _committed_end(segments: list[dict[str, Any]], states: StateSource) -> Checkpoint | None:
-    """The state a round's last (well-formed) record names, fetched; None when it cannot be had
-    or is not the state the record's hash names."""
+    """The state a round's last (well-formed) record names, fetched, as a unit's committed
+    checkpoint: its trace binds every record, the last one (which names this state, so was
+    recorded after it) included. None when it cannot be had or is not the state the record's
+    hash names."""
     end = states(segments[-1])
-    return None if end is None or end.state_hash() != segments[-1]["state_hash"] else end
+    if end is None or end.state_hash() != segments[-1]["state_hash"]:
+        return None
+    end.state["trace"] = [*end.state["trace"], trace.leaf(segments[-1])]
+    end.metadata = {"trace": {"segments": segments}}
+    return end
 
 
 def where_round_leaves(
     spec: JobSpec, config: DilocoConfig, before: RankBundle, states: StateSource
-) -> RankUnit | None:
+) -> RankUnit:
     """The inputs of the round after the DiLoCo round `before`, rebuilt from its committed end
-    state and recorded exchange (`following_round`); None when it fails its own verification
-    (its end is withheld, or its records are malformed)."""
-    segments = before.segments
-    boundaries = config.segment_ends(spec, before.unit.round_)
-    if before.rounds is None or records_problem(segments, boundaries) is not None:
-        return None
-    assert segments is not None  # well-formed records
-    end = _committed_end(segments, states)
+    state (fetched by `states`) and recorded exchange; Unrebuilt when they cannot be: its
+    records malformed, its end withheld or not the state its last record names."""
+    with _rebuilding():
+        segments = before.segments
+        if records_problem(segments, config.segment_ends(spec, before.unit.round_)) is not None:
+            raise Unrebuilt("its bundle records no well-formed segments")
+        assert segments is not None  # well-formed records
+        end = _committed_end(segments, states)
     if end is None:
-        return None
-    after = end.state | {"trace": [*end.state["trace"], trace.leaf(segments[-1])]}
-    try:
-        return following_round(spec, config, before.unit, after, before.payload, before.rounds[0])
-    except BAD_INPUTS:
-        return None
+        raise Unrebuilt("its end state is not available or not what its last record names")
+    return _following(spec, config, before, end)
+
+
+def _following(
+    spec: JobSpec, config: DilocoConfig, before: RankBundle, end: Checkpoint
+) -> RankUnit:
+    """The inputs of the round after `before`, from its committed `end` (`_committed_end`): the
+    residual its payload leaves and the outer step on its exchange, as the config's aggregator
+    takes it (`following_round`); Unrebuilt when its exchange is not the group's ranks' or does
+    not aggregate."""
+    if before.rounds is None:
+        raise Unrebuilt("its bundle records no exchange")
+    problem = _members_problem(config, before.rounds)
+    if problem is not None:
+        raise Unrebuilt(problem)
+    with _rebuilding():
+        return following_round(
+            spec, config, before.unit, end.state, before.payload, before.rounds[0]
+        )
 
 
 def start_gaps(ours: RankUnit, theirs: RankUnit) -> tuple[float, float]:
@@ -485,14 +602,15 @@ def state_gap(ours: Any, theirs: Any) -> float:
 
 
 def _peer_views(
-    index: int, own: MemberView, peers: Mapping[int, tuple[str, bytes]]
+    config: GroupConfig, index: int, own: MemberView, peers: Mapping[int, tuple[str, bytes]]
 ) -> dict[int, MemberView]:
-    """The views of the peers whose bundles hold their committed unit `index`, with as many
-    steps and bytes as this rank's; any other peer fails its own verification, not this one."""
+    """The views of the peers whose bundles hold their committed unit `index`, made up of the
+    group's ranks, with as many steps and bytes as this rank's; any other peer fails its own
+    verification, not this one."""
     views = {}
     for peer, (commitment, data) in peers.items():
         bundle = _committed_bundle(data, peer, index, commitment)
-        if bundle is None or bundle.rounds is None:
+        if bundle is None or bundle.rounds is None or _members_problem(config, bundle.rounds):
             continue
         view = member_view(bundle.payload, bundle.rounds)
         if view is not None and [len(p) for p in view.sent] == [len(p) for p in own.sent]:

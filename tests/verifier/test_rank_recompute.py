@@ -25,6 +25,7 @@ from node.distributed.group import rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
 from node.distributed.rank_unit import unit_path
 from node.engine import parse_spec
+from verifier import rank_casebook
 from verifier.rank_recompute import judge_rank
 
 SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
@@ -46,17 +47,31 @@ def honest(spec):
     return unit, run_rank_unit(spec, group_config(spec), unit).payload
 
 
+# the provider's IPFS node, standing in: the segment states rounds' records name
+STORE: rank_casebook.Store = {}
+
+
 def round_bundle(spec, unit: RankUnit) -> tuple[str, bytes]:
     """The commitment and bundle of a round from `unit`'s inputs, its exchange and segments
-    recorded as a rank alone in its group records them."""
-    payload, segments = rerun_diloco_unit(spec, group_config(spec), unit)
+    recorded as a rank alone in its group records them, its segment states pinned."""
+    segments = []
+
+    def keep(segment, state):
+        segments.append(segment | {"cid": rank_casebook.pin(STORE, state.to_bytes())})
+
+    payload, _ = rerun_diloco_unit(spec, group_config(spec), unit, on_segment=keep)
     rounds = [RecordedRound([unit.rank], [payload])]
     return update_sha256(payload), rank_bundle(unit, payload, rounds=rounds, segments=segments)
 
 
+def judged_round(spec, committed: str, bundle: bytes):
+    """The verdict on rank 1's round 0, its segment states fetched from the store."""
+    return judge_rank(spec, 1, 0, committed, bundle, states=rank_casebook.stored(STORE))
+
+
 def test_an_honest_round_reproduces_its_commitment(spec, honest):
     unit, payload = honest
-    verdict = judge_rank(spec, 1, 0, *round_bundle(spec, unit))
+    verdict = judged_round(spec, *round_bundle(spec, unit))
     assert verdict.passed is True
     assert verdict.recomputed_state_hash == update_sha256(payload)
 
@@ -81,7 +96,7 @@ def test_a_first_round_that_does_not_start_from_the_seed_is_named(spec, honest):
     trainer.load(unit.trainer)
     trainer.apply(trainer.forward_backward()[0])  # a head start of one step
     ahead = RankUnit(1, 0, trainer.state(), None)
-    verdict = judge_rank(spec, 1, 0, *round_bundle(spec, ahead))
+    verdict = judged_round(spec, *round_bundle(spec, ahead))
     assert verdict.passed is False
     assert verdict.reason == "the unit does not start from the job's seed"
 
@@ -264,3 +279,53 @@ def test_a_ddp_bundle_must_record_every_round_of_its_unit(ddp_run):
     assert short.reason == "the bundle records 1 rounds, not 2"
     bare = judge_rank(spec, 2, 1, committed, rank_bundle(unit, payload))
     assert bare.passed is False and "rounds it took part in" in bare.reason
+
+
+def with_member_99(committed_bundle: tuple[str, bytes]) -> tuple[str, bytes]:
+    """The bundle with a member 99 added to every step, sending what member 0 sent."""
+    committed, bundle = committed_bundle
+    loaded = load_rank_bundle(bundle)
+    rounds = [RecordedRound([*m, 99], [*p, p[0]]) for m, p in loaded.rounds]
+    return committed, rank_bundle(*loaded._replace(rounds=rounds))
+
+
+@pytest.mark.slow
+def test_a_ddp_rank_recording_members_outside_the_group_fails(ddp_run):
+    """A made-up member's payload is part of every step's aggregate; its single vote won."""
+    spec, folder = ddp_run
+    made = with_member_99(ddp_bundle(spec, folder, rank=2))
+    for peers in (None, peers_of(spec, folder, 2)):
+        verdict = judge_rank(spec, 2, 1, *made, peers)
+        assert verdict.passed is False
+        assert verdict.reason == (
+            "an exchange records [0, 1, 2, 99] as its members, not ranks of the group"
+        )
+
+
+@pytest.mark.slow
+def test_a_ddp_rank_leaving_itself_out_of_its_steps_is_outvoted(ddp_run):
+    """Its steps' aggregates made of the others' payloads alone, re-run to its commitment."""
+    spec, folder = ddp_run
+    unit = RankUnit.load(unit_path(folder, 1, 2))
+    rounds = [RecordedRound([0, 1], recorded_round(folder, step)[1][:2]) for step in (2, 3)]
+    payload = run_rank_unit(spec, group_config(spec), unit, rounds).payload
+    made = update_sha256(payload), rank_bundle(unit, payload, rounds=rounds)
+    assert judge_rank(spec, 2, 1, *made).passed is True  # alone, it passes
+    verdict = judge_rank(spec, 2, 1, *made, peers_of(spec, folder, 2))
+    assert verdict.passed is False
+    assert verdict.reason == "step 2 leaves out rank 2, a member the group saw"
+
+
+@pytest.mark.slow
+def test_a_ddp_unit_after_its_providers_unit_that_cannot_be_rebuilt_fails(ddp_run):
+    """Its provider answers for its previous unit too; a slot's new provider does not."""
+    spec, folder = ddp_run
+    committed, bundle = ddp_bundle(spec, folder, rank=2)
+    unbuildable = with_member_99(ddp_bundle(spec, folder, rank=2, index=0))
+    own = judge_rank(spec, 2, 1, committed, bundle, previous=unbuildable, own_previous=True)
+    assert own.passed is False
+    assert own.reason.startswith("the slot's previous unit, the provider's own, cannot be rebuilt")
+    assert judge_rank(spec, 2, 1, committed, bundle, previous=unbuildable).passed is True
+    previous = ddp_bundle(spec, folder, rank=2, index=0)
+    verdict = judge_rank(spec, 2, 1, committed, bundle, previous=previous, own_previous=True)
+    assert verdict.passed is True

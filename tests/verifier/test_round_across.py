@@ -23,6 +23,7 @@ from marketplace.protocol.rank_bundle import (
 )
 from node.distributed.rank_unit import rank_class
 from verifier import rank_casebook
+from verifier.errors import InputsUnavailable
 from verifier.rank_recompute import judge_rank
 from verifier.recompute import Runner, UnitInputs, recompute
 
@@ -260,10 +261,11 @@ def test_a_later_round_that_starts_elsewhere_fails(group, cheat, host):
 def test_a_round_recording_an_exchange_the_group_did_not_see_fails(group):
     """Made-up payloads of the other members would make up the next round's start: the other
     slots' bundles of the round outvote them."""
-    spec, _, committed = group
+    spec, store, committed = group
     peers = {rank: committed[rank, 0] for rank in range(3) if rank != RANK}
     honest = committed[RANK, 0]
-    assert judge_rank(spec, RANK, 0, *honest, peers).passed is True
+    states = rank_casebook.stored(store)
+    assert judge_rank(spec, RANK, 0, *honest, peers, states=states).passed is True
     loaded = load_rank_bundle(honest[1])
     members, payloads = loaded.rounds[0]
     other = members.index((RANK + 1) % 3)
@@ -279,3 +281,151 @@ def test_a_round_recording_an_exchange_the_group_did_not_see_fails(group):
     payloads = [p + b"\x00" if i == own else p for i, p in enumerate(loaded.rounds[0].payloads)]
     verdict = judge_rank(spec, RANK, 0, *remade(honest, rounds=[RecordedRound(members, payloads)]))
     assert verdict.reason == "the round records another payload from the rank than it sent"
+
+
+def outside_the_group(committed_bundle: tuple[str, bytes]) -> tuple[str, bytes]:
+    """The round with a member 99 added to its exchange, sending what member 0 sent."""
+    members, payloads = load_rank_bundle(committed_bundle[1]).rounds[0]
+    added = RecordedRound([*members, 99], [*payloads, payloads[0]])
+    return remade(committed_bundle, rounds=[added])
+
+
+def withheld(committed_bundle: tuple[str, bytes]) -> tuple[str, bytes]:
+    """The round with its segment records naming states nobody serves."""
+    segments = load_rank_bundle(committed_bundle[1]).segments
+    return with_segments(committed_bundle, [s | {"cid": "0" * 64} for s in segments])
+
+
+def test_a_round_recording_members_outside_the_group_fails(group):
+    """A member the group does not have, with a payload of the rank's choosing (one vote, its
+    own, used to carry it), or the members left out for made-up ones: either would make the
+    slot's next round start from an aggregate of the rank's choosing."""
+    spec, _, committed = group
+    peers = {rank: committed[rank, 0] for rank in range(3) if rank != RANK}
+    honest = committed[RANK, 0]
+    members, payloads = load_rank_bundle(honest[1]).rounds[0]
+    own, made_up = payloads[members.index(RANK)], payloads[(members.index(RANK) + 1) % 3]
+    made_up_only = remade(honest, rounds=[RecordedRound([RANK, 97, 98, 99], [own, *[made_up] * 3])])
+    for made in (outside_the_group(honest), made_up_only):
+        for voters in (peers, None):
+            verdict = judge_rank(spec, RANK, 0, *made, voters, states=rank_casebook.stored({}))
+            assert verdict.passed is False
+            assert verdict.reason.startswith("an exchange records [")
+            assert verdict.reason.endswith("as its members, not ranks of the group")
+
+
+def test_a_round_leaving_out_members_the_group_saw_is_outvoted(group):
+    """Its own update alone as the round's aggregate: the members' bundles outvote it."""
+    spec, store, committed = group
+    peers = {rank: committed[rank, 0] for rank in range(3) if rank != RANK}
+    honest = committed[RANK, 0]
+    members, payloads = load_rank_bundle(honest[1]).rounds[0]
+    alone = remade(honest, rounds=[RecordedRound([RANK], [payloads[members.index(RANK)]])])
+    states = rank_casebook.stored(store)
+    assert judge_rank(spec, RANK, 0, *alone, states=states).passed is True  # alone, it passes
+    verdict = judge_rank(spec, RANK, 0, *alone, peers, states=states)
+    assert verdict.passed is False
+    assert verdict.reason == "round 0 leaves out rank 0, a member the group saw"
+    assert judge_rank(spec, RANK, 0, *honest, peers, states=states).passed is True
+
+
+def test_a_round_whose_end_cannot_be_had_fails_in_its_own_class(group):
+    """The slot's next round is rebuilt from the round's committed end: a round judged by its
+    hash must serve it too, as the state its last record names."""
+    _, _, committed = group
+    honest = committed[RANK, INDEX]
+    segments = load_rank_bundle(honest[1]).segments
+    other_end = [*segments[:-1], segments[-1] | {"cid": segments[-2]["cid"]}]
+    for made in (withheld(honest), with_segments(honest, other_end)):
+        verdict = judged(group, made)
+        assert verdict.passed is False
+        assert verdict.reason == (
+            "the slot's next round cannot be rebuilt from the round: its end state is not "
+            "available or not what its last record names"
+        )
+    assert "end state is not available" in judged(group, withheld(honest_of(group, "t2"))).reason
+
+
+@pytest.mark.slow
+def test_a_round_whose_exchange_does_not_aggregate_fails_in_any_class(group):
+    """Another member's payload recorded a byte short: nothing the next round's start can be
+    rebuilt from, though the round's own steps and payload are honest."""
+    for honest in (group[2][RANK, INDEX], honest_of(group, "t2")):
+        members, payloads = load_rank_bundle(honest[1]).rounds[0]
+        other = members.index((RANK + 1) % 3)
+        cut = [p[:-1] if i == other else p for i, p in enumerate(payloads)]
+        verdict = judged(group, remade(honest, rounds=[RecordedRound(members, cut)]))
+        assert verdict.passed is False
+        assert verdict.reason.startswith("the slot's next round cannot be rebuilt from the round")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["t1", "t2"])
+def test_a_round_after_its_providers_round_that_cannot_be_rebuilt_fails(group, host):
+    """Its previous round withholds its end, or records a member outside the group: the round
+    then started from weights of its own (no outer step) and passed, not held to any start. Its
+    provider answers for both rounds; a slot's new provider (own_previous False) does not."""
+    spec, store, committed = group
+    previous = previous_round(group)
+    made = rank_casebook.started_elsewhere(
+        spec, committed[RANK, INDEX][1], previous[1], host, store, rank_casebook.own_weights
+    )
+    assert made is not None
+    for unbuildable in (withheld(previous), outside_the_group(previous)):
+        verdict = judged(group, made, previous=unbuildable, own_previous=True)
+        assert verdict.passed is False
+        assert verdict.reason.startswith(
+            "the slot's previous unit, the provider's own, cannot be rebuilt: "
+        )
+        assert judged(group, made, previous=unbuildable).passed is True
+    honest = committed[RANK, INDEX] if host == "t1" else honest_of(group, host)
+    assert judged(group, honest, previous=previous, own_previous=True).passed is True
+
+
+def inf_step(committed_bundle: tuple[str, bytes], where: str) -> tuple[str, bytes]:
+    """The bundle with `where`'s step infinite: its first segment record's, or its trainer's."""
+    loaded = load_rank_bundle(committed_bundle[1])
+    if where == "segment":
+        segments = copy.deepcopy(loaded.segments)
+        segments[0]["step"] = float("inf")
+        return with_segments(committed_bundle, segments)
+    trainer = copy.deepcopy(loaded.unit.trainer)
+    trainer["progress"]["step"] = float("inf")
+    return remade(committed_bundle, unit=replace(loaded.unit, trainer=trainer))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["segment", "trainer"])
+def test_hostile_numbers_fail_their_round_rather_than_stopping_its_verifier(group, where):
+    """Numbers no rank records (OverflowError where an int is made of them) escaped the
+    verifier, which then posted no verdict on the round."""
+    for honest in (group[2][RANK, INDEX], honest_of(group, "t2")):
+        assert judged(group, inf_step(honest, where)).passed is False
+
+
+def test_a_previous_round_with_hostile_numbers_fails_only_its_own_providers_next_round(group):
+    """Its segments are read to rebuild the next round's start: not held to it, unless the
+    next round is its provider's too."""
+    hostile = inf_step(previous_round(group), "segment")
+    honest = group[2][RANK, INDEX]
+    assert judged(group, honest, previous=hostile).passed is True
+    assert judged(group, honest, previous=hostile, own_previous=True).passed is False
+
+
+def test_a_failure_to_fetch_is_raised_and_anything_else_fails_the_round(group, caplog):
+    """What fetching a state raises says nothing of the round (recompute retries it or judges
+    it withheld); anything else its inputs make the verifier raise fails the round, logged."""
+    honest = group[2][RANK, INDEX]
+
+    def unserved(_segment):
+        raise InputsUnavailable("no node serves it")
+
+    def unexpected(_segment):
+        raise ZeroDivisionError("a state its provider made")
+
+    with pytest.raises(InputsUnavailable):
+        judged(group, honest, states=unserved)
+    verdict = judged(group, honest, states=unexpected)
+    assert verdict.passed is False
+    assert verdict.reason.endswith("a state its provider made")
+    assert "a rank bundle's inputs raised ZeroDivisionError" in caplog.text
