@@ -217,7 +217,7 @@ def _judge_checkpoint_unit(
         )
         if committed.state_hash() != inputs.state_hash:
             return Verdict(False, "committed checkpoint does not hold the committed state")
-        previous = _previous_checkpoint(inputs, storage, bound)
+        previous = _previous_checkpoint(spec, inputs, storage, bound)
     except (ContentTooLarge, CheckpointError) as exc:
         return Verdict(False, f"committed checkpoint unreadable: {exc}")
     if isinstance(previous, Verdict):
@@ -264,7 +264,7 @@ def _rerun(run: Callable[[], T]) -> T | Verdict:
 
 
 def _previous_checkpoint(
-    inputs: UnitInputs, storage: Storage, bound: int
+    spec: JobSpec, inputs: UnitInputs, storage: Storage, bound: int
 ) -> Checkpoint | Verdict | None:
     """Where the unit starts: None for unit 0, else the previous unit's checkpoint, or the verdict
     when it is bad. Bad input from another provider leaves this unit unjudged; from this unit's
@@ -283,6 +283,9 @@ def _previous_checkpoint(
         return Verdict(verdict, f"previous checkpoint unreadable: {exc}")
     if previous.state_hash() != inputs.previous_state_hash:
         return Verdict(verdict, "previous checkpoint does not hold its committed state")
+    problem = trajectory.form_check(spec)(previous)
+    if problem is not None:
+        return Verdict(verdict, f"previous checkpoint is no training state of the job: {problem}")
     return previous
 
 
@@ -325,8 +328,13 @@ def _judge_tolerantly(
     )
 
 
-def _provider_states(spec: JobSpec, storage: Storage) -> trajectory.StateSource:
-    """The provider's intermediate states, fetched by the CIDs its segment records carry."""
+def _provider_states(
+    spec: JobSpec, storage: Storage, unavailable: type[InputsUnavailable] = Withheld
+) -> trajectory.StateSource:
+    """The provider's intermediate states, fetched by the CIDs its segment records carry; one
+    that cannot be fetched raises `unavailable`: Withheld where the unit's own provider committed
+    them, so that a state nobody serves fails the unit once its patience is over, rather than
+    leaving it unjudged."""
     bound = checkpoint_bytes(spec)
 
     def provider_state(segment: Mapping[str, Any]) -> Checkpoint | None:
@@ -336,7 +344,7 @@ def _provider_states(spec: JobSpec, storage: Storage) -> trajectory.StateSource:
         if not is_cid(cid):  # a record naming no content: its state cannot be had
             return None
         try:
-            return Checkpoint.load(_fetch(storage, cid, "segment state", bound))
+            return Checkpoint.load(_fetch(storage, cid, "segment state", bound, unavailable))
         except (CheckpointError, ContentTooLarge):
             return None
 
@@ -354,6 +362,7 @@ def _judge_rank_unit(
     except ContentTooLarge as exc:
         return Verdict(False, f"the rank bundle is larger than its model allows: {exc}")
     peers, previous = _peer_bundles(inputs.peers, storage, bound), None
+    own = inputs.previous_provider is None or inputs.previous_provider == inputs.provider
     if inputs.previous_cid is not None and inputs.previous_state_hash is not None:
         try:
             data = _fetch(storage, inputs.previous_cid, "previous rank bundle", bound)
@@ -370,7 +379,9 @@ def _judge_rank_unit(
         previous,
         reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
         tolerance=runner.rank_tolerance,
-        states=_provider_states(spec, storage),
+        # the previous round's states too: withheld only where this unit's provider committed them
+        states=_provider_states(spec, storage, Withheld if own else InputsUnavailable),
+        own_previous=own,
     )
     passed, reason, recomputed, how = judgement
     environment = None if how is None else {"class": rank_class(spec).to_dict()}

@@ -27,6 +27,7 @@ from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.spec import JobSpec
 from node.engine import Shard, run_unit
 from node.engine.environment import DEFAULT_HOST, Host
+from node.engine.train import build_optimizer, form_problem
 
 TOLERANCE_FILE = Path(__file__).with_name("tolerance.json")
 # Policy over the measurements: the bound is MARGIN times the largest honest distance measured,
@@ -108,7 +109,7 @@ def _norm(parts: list[torch.Tensor]) -> float:
 
 def structure_problem(committed: Checkpoint, rerun: Checkpoint) -> str | None:
     """What makes `committed` not a result of the unit whatever the class: other tensors (a
-    cheaper model), other progress, or another schedule. None if nothing."""
+    cheaper model), other progress, another schedule or generator state. None if nothing."""
     ours, theirs = rerun.state, committed.state
     for part in ("model", "optimizer"):
         mine, yours = _shapes(ours[part]), _shapes(theirs.get(part, {}))
@@ -119,6 +120,15 @@ def structure_problem(committed: Checkpoint, rerun: Checkpoint) -> str | None:
         return "the committed progress (step, shard, batch cursor, spec) is not the unit's"
     if ours["scheduler"] != theirs.get("scheduler"):
         return "the committed learning-rate schedule is not the unit's"
+    # training draws nothing from the generator (hashed dropout), so its state is the same bits
+    # in every class; another one would fail the unit's successor
+    rng = theirs.get("rng")
+    generator = rng.get("torch") if isinstance(rng, Mapping) else None
+    mine_rng = ours["rng"]["torch"]
+    if not isinstance(generator, torch.Tensor) or _shapes(generator) != _shapes(mine_rng):
+        return "the committed generator state is not the unit's"
+    if not torch.equal(mine_rng, generator):
+        return "the committed generator state is not the unit's"
     return None
 
 
@@ -156,17 +166,29 @@ def records_problem(segments: Any, boundaries: list[int]) -> str | None:
     """Why `segments` (from the network) are not well-formed segment records at `boundaries`;
     None if they are."""
     try:
-        steps_at = [int(s["step"]) for s in segments]
+        steps_at = [s["step"] for s in segments]
         for s in segments:
             trace.leaf(s)  # its fields hash: it has them all, each JSON
     except (KeyError, TypeError, ValueError):
         return "the committed checkpoint lists no well-formed segment records"
+    if any(type(step) is not int for step in steps_at):
+        return "a segment record's step is not a whole number"
     if steps_at != boundaries:
         return "the segment records are not at the unit's segment boundaries"
     for s in segments:
-        if not isinstance(s.get("sketch"), list) or len(s["sketch"]) != trace.SKETCH_DIM:
+        if not _finite(s["loss"]):
+            return "a segment record's loss is not a finite number"
+        sketch = s["sketch"]
+        if not isinstance(sketch, list) or len(sketch) != trace.SKETCH_DIM:
             return "a segment record's sketch is malformed"
+        if not all(_finite(x) for x in sketch):
+            return "a segment record's sketch holds other than finite numbers"
     return None
+
+
+def _finite(x: Any) -> bool:
+    """A finite float, as a trainer records them (an int of any size or a string is not one)."""
+    return type(x) is float and math.isfinite(x)
 
 
 class Ran(NamedTuple):
@@ -247,9 +269,10 @@ def judge_trajectory(
     the comparison starts again from the provider's state after the segment. The last segment
     is always re-run alone as well.
     """
-    problem = trace_problem(committed, boundaries)
+    problem = trace_problem(committed, boundaries) or form_check(spec)(committed)
     if problem:
         return Judgement(False, problem)
+    states = _of_form(spec, states)
     end = boundaries[-1]
     segments = committed.metadata["trace"]["segments"]
     worst: dict[str, float] = {}
@@ -356,8 +379,38 @@ def _segment_alone(
 _MISSING = object()
 
 
+def form_check(spec: JobSpec) -> Callable[[Checkpoint], str | None]:
+    """Why a checkpoint's state is not of the form the spec's trainer saves (None if it is):
+    what the network hands a verifier to re-run from is checked before anything reads it."""
+    with torch.device("meta"):  # the forms alone: no memory, no draw from the generator
+        model = spec.build_model()
+    optimizer = build_optimizer(model, spec.training)
+
+    def problem(checkpoint: Checkpoint) -> str | None:
+        found = form_problem(checkpoint.state, spec, model, optimizer)
+        if found is None and checkpoint.state["progress"]["spec_sha256"] != spec.sha256():
+            return "it was produced under another job spec"
+        return found
+
+    return problem
+
+
+def _of_form(spec: JobSpec, states: StateSource) -> StateSource:
+    """`states`, with a state not of the spec's trainer's form taken for none (so the unit fails
+    as one whose states cannot be had), rather than raising in a comparison or a re-run."""
+    problem = form_check(spec)
+
+    def of_form(segment: Mapping[str, Any]) -> Checkpoint | None:
+        state = states(segment)
+        return None if state is None or problem(state) is not None else state
+
+    return of_form
+
+
 def _keep(into: list[dict[str, Any]], segment: dict[str, Any], _state: Checkpoint) -> None:
-    into.append(segment)
+    """Keep `segment`, in place of the ones at or past its step: after a loss-spike rollback
+    the trainer commits to those segments again, and only the last commitment counts."""
+    into[:] = [kept for kept in into if kept["step"] < segment["step"]] + [segment]
 
 
 def _state_at(

@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
 
 from marketplace.protocol import trace
-from marketplace.protocol.checkpoint import state_hash
+from marketplace.protocol.checkpoint import CheckpointError, state_hash
 from marketplace.protocol.spec import JobSpec, LossSpikeSpec, TrainingSpec
 
 from . import models  # noqa: F401  (the built-in architectures' modules, which `spec.model.build` makes)
@@ -183,12 +183,33 @@ class Trainer:
         }
 
     def load(self, state: dict[str, Any]) -> None:
-        """Restore a `state()`; `state` itself is left untouched, so it can be loaded again."""
+        """Restore a `state()`; `state` itself is left untouched, so it can be loaded again.
+
+        A state may come from the network (a provider's checkpoint a verifier re-runs from), so
+        its form is checked first (CheckpointError), and what the spec fixes is taken from the
+        spec, not from the state: the optimizer's settings and the learning-rate schedule at
+        the state's step. An honest state holds those very values; another one cannot make a
+        re-run ascend the loss or scale its learning rate.
+        """
+        problem = self.form_problem(state)
+        if problem is not None:
+            raise CheckpointError(f"the training state is malformed: {problem}")
+        settings = [
+            {k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups
+        ]
+        schedule = self.scheduler.state_dict()
         self.optimizer.zero_grad(set_to_none=True)
         self.model.load_state_dict(state["model"])
-        # both keep references into what they load (Adam moments are then updated in place)
+        # it keeps references into what it loads (Adam moments are then updated in place)
         self.optimizer.load_state_dict(_to_cpu(state["optimizer"]))
-        self.scheduler.load_state_dict(_to_cpu(state["scheduler"]))
+        step = int(state["progress"]["step"])
+        factor = lr_schedule(self.spec.training)
+        lrs = [base * factor(step) for base in schedule["base_lrs"]]
+        for group, setting, lr in zip(self.optimizer.param_groups, settings, lrs, strict=True):
+            group.update(setting, lr=lr)
+        self.scheduler.load_state_dict(
+            schedule | {"last_epoch": step, "_step_count": step + 1, "_last_lr": lrs}
+        )
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"]["cuda"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"][0], self.device)
@@ -198,6 +219,10 @@ class Trainer:
         self.cursor = int(progress["cursor"])
         self.loss_history = [float(x) for x in progress["loss_history"]]
         self.trace = [str(x) for x in state.get("trace", [])]
+
+    def form_problem(self, state: Any) -> str | None:
+        """Why `state` is not of the form this trainer's `state()` takes (form_problem)."""
+        return form_problem(state, self.spec, self.model, self.optimizer)
 
     def commit_segment(
         self, loss: float, keep: bool
@@ -210,6 +235,91 @@ class Trainer:
         segment = trace.record(self.step, state_hash(state), loss, state["model"])
         self.trace.append(trace.leaf(segment))
         return segment, state if keep else None
+
+
+def form_problem(
+    state: Any, spec: JobSpec, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> str | None:
+    """Why `state` is not of the form a trainer of `spec`, with `model` and `optimizer`, saves
+    (tensors of the model's names, shapes and dtypes; AdamW moments of its parameters' forms;
+    progress, generator state and trace of their types, within range); None if it is."""
+    try:
+        weights, saved = state["model"], state["optimizer"]
+        progress, rng = state["progress"], state["rng"]
+        groups, moments = saved["param_groups"], saved["state"]
+        if not isinstance(state.get("scheduler"), dict):
+            return "no learning-rate schedule"
+    except (KeyError, TypeError):
+        return "a part of the training state is missing"
+    if not isinstance(weights, dict) or _forms(weights) != _forms(model.state_dict()):
+        return "the model's tensors are not the spec's model's"
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not isinstance(groups, list) or [_indices(g) for g in groups] != [
+        _indices(g) for g in optimizer.state_dict()["param_groups"]
+    ]:
+        return "the optimizer's parameter groups are not the model's"
+    if not isinstance(moments, dict) or not all(
+        type(i) is int and 0 <= i < len(params) and _moments_fit(m, params[i])
+        for i, m in moments.items()
+    ):
+        return "the optimizer's moments do not fit the model's parameters"
+    if not (
+        isinstance(progress, dict)
+        and all(_count(progress.get(k)) for k in ("step", "stream", "cursor"))
+        and isinstance(progress.get("loss_history"), list)
+        and len(progress["loss_history"]) <= spec.training.loss_spike.window
+        and all(type(x) is float and math.isfinite(x) for x in progress["loss_history"])
+        and isinstance(progress.get("spec_sha256"), str)
+    ):
+        return "its progress is not a step, shard, cursor, loss history and spec"
+    if not (
+        isinstance(rng, dict)
+        and _form(rng.get("torch")) == _form(torch.get_rng_state())
+        and isinstance(rng.get("cuda"), list)
+        and len(rng["cuda"]) <= 1
+        and all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in rng["cuda"])
+    ):
+        return "its generator state is not one"
+    trail = state.get("trace", [])
+    if not isinstance(trail, list) or not all(isinstance(x, str) for x in trail):
+        return "its trace is not a list of digests"
+    return None
+
+
+_MAX_COUNT = 2**62  # steps, shards and batches past this are no progress a unit makes
+
+
+def _count(x: Any) -> bool:
+    return type(x) is int and 0 <= x < _MAX_COUNT
+
+
+def _form(x: Any) -> tuple[str, tuple[int, ...]] | None:
+    """A tensor's dtype and shape (None for anything else)."""
+    return (str(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor) else None
+
+
+def _forms(tensors: dict[str, Any]) -> dict[str, Any]:
+    return {name: _form(t) for name, t in tensors.items()}
+
+
+def _indices(group: Any) -> Any:
+    return group.get("params") if isinstance(group, dict) else None
+
+
+def _moments_fit(moments: Any, param: torch.Tensor) -> bool:
+    """An AdamW parameter's state: none yet, or its step and two moments of the parameter's form."""
+    if not isinstance(moments, dict):
+        return False
+    if not moments:
+        return True
+    step = moments.get("step")
+    return (
+        set(moments) == {"step", "exp_avg", "exp_avg_sq"}
+        and isinstance(step, torch.Tensor)
+        and step.numel() == 1
+        and step.is_floating_point()
+        and _form(moments["exp_avg"]) == _form(moments["exp_avg_sq"]) == _form(param.detach())
+    )
 
 
 def _as_is(node: Any) -> Any:

@@ -120,7 +120,8 @@ def run_unit(
                 load_base(spec, trainer.model, storage)
             good = trainer.state()
         else:
-            if checkpoint.state["progress"]["spec_sha256"] != spec.sha256():
+            progress = checkpoint.state.get("progress")
+            if not isinstance(progress, dict) or progress.get("spec_sha256") != spec.sha256():
                 raise CheckpointError("checkpoint was produced under a different job spec")
             good = checkpoint.state
             trainer.load(good)

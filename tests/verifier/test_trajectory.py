@@ -7,10 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from contextlib import nullcontext
+from unittest import mock
 
 import pytest
 import torch
 
+from marketplace.ipfs.importer import only_hash
 from marketplace.protocol import trace
 from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.execution import ExecutionClass, ExecutionClassError
@@ -196,12 +198,13 @@ def commit(spec, storage):
     the spec, its segment states and checkpoint pinned, and the unit's inputs a verifier reads."""
     default = spec
 
-    def run(host, device="cpu", spec=default, record=None):
+    def run(host, device="cpu", spec=default, record=None, serve=True):
         spec_cid = storage.add_bytes(json.dumps(spec.model_dump(mode="json")).encode())
         shard = Shard.of(spec, 0, 0, spec.training.max_steps)
 
-        def keep(segment, state):
-            segment["cid"] = storage.add_bytes(state.to_bytes())
+        def keep(segment, state):  # `serve` off: the state's CID, which nobody serves
+            data = state.to_bytes()
+            segment["cid"] = storage.add_bytes(data) if serve else str(only_hash(data))
 
         steps = spec.checkpoint.every
         result = run_unit(spec, None, shard, steps, device=device, host=host, on_segment=keep)
@@ -241,6 +244,170 @@ def test_records_naming_no_cid_fail_the_unit_rather_than_stop_its_verifier(commi
     assert "not available or not what it committed" in verdict.reason
     with pytest.raises(Withheld, match="not a CID|invalid CID"):
         recompute(dataclasses.replace(inputs, cid="notacid"), storage, Runner(host=VERIFIER))
+
+
+def test_segment_states_nobody_serves_are_withheld_so_the_unit_fails(commit, storage, spec):
+    """The attack: records naming the CIDs of states no node serves. Fetching one for the
+    judgement raised a plain "unavailable", which the verifier retried and then left unjudged.
+    The provider committed them, so they are withheld, and the unit fails once its patience is
+    over (verifier.tasks)."""
+    seed = spec.reproducibility.model_copy(update={"seed": 4242})  # states no test pinned
+    unserved = commit(PROVIDER, spec=spec.model_copy(update={"reproducibility": seed}), serve=False)
+    with pytest.raises(Withheld, match="segment state"):
+        recompute(unserved, storage, Runner(host=VERIFIER))
+
+
+def _committing(checkpoint: Checkpoint, segments: list[dict]) -> Checkpoint:
+    """`checkpoint` with `segments` as its records and its trace binding them, as a provider who
+    writes both commits it."""
+    forged = checkpoint.clone()
+    forged.metadata["trace"]["segments"] = segments
+    forged.state["trace"] = [trace.leaf(s) for s in segments]
+    return forged
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("loss", "0.5"),
+        ("loss", [0.5]),
+        ("loss", 10**400),
+        ("loss", float("nan")),
+        ("sketch", ["0.5"] * trace.SKETCH_DIM),
+        ("sketch", [None] * trace.SKETCH_DIM),
+        ("step", 6.0),
+    ],
+)
+def test_records_of_malformed_fields_fail_the_unit_rather_than_stop_its_verifier(
+    unit, tolerance, field, value
+):
+    """The attack: a record whose loss or sketch is no number (a string, a list, an int past
+    float's range) raised TypeError or OverflowError in the comparison, out of the judgement."""
+    spec, start, shard, every = unit
+    checkpoint, states = casebook.honest(spec, start, shard, every, PROVIDER)
+    segments = [dict(s) for s in checkpoint.metadata["trace"]["segments"]]
+    segments[0][field] = value
+    verdict = _judge(unit, tolerance, (_committing(checkpoint, segments), states))
+    assert verdict.passed is False and "segment record" in verdict.reason, verdict.reason
+
+
+def _other_shapes(state: dict) -> None:
+    state["model"] = {name: torch.zeros(3) for name in state["model"]}
+
+
+def _no_model(state: dict) -> None:
+    del state["model"]
+
+
+def _moments_of_other_shapes(state: dict) -> None:
+    for moments in state["optimizer"]["state"].values():
+        moments["exp_avg"] = torch.zeros(2)
+
+
+def _count_past_range(state: dict) -> None:
+    state["progress"]["cursor"] = 2**70
+
+
+@pytest.mark.parametrize(
+    "malform", [_other_shapes, _no_model, _moments_of_other_shapes, _count_past_range]
+)
+def test_a_provider_state_of_no_training_state_fails_the_unit_rather_than_stop_its_verifier(
+    unit, tolerance, malform
+):
+    """The attack: a record naming a state, served and of the record's hash, that is no state
+    of the spec's trainer: the comparison or the re-run from it raised out of the judgement."""
+    spec, start, shard, every = unit
+    checkpoint, states = casebook.honest(spec, start, shard, every, PROVIDER)
+    segments = [dict(s) for s in checkpoint.metadata["trace"]["segments"]]
+    state = states[segments[-2]["state_hash"]].clone()
+    malform(state.state)
+    segments[-2]["state_hash"] = state.state_hash()
+    served = states | {state.state_hash(): state}
+    verdict = _judge(unit, tolerance, (_committing(checkpoint, segments), served))
+    assert verdict.passed is False
+    assert "not available or not what it committed" in verdict.reason
+
+
+def test_a_committed_generator_state_other_than_the_units_fails(unit, tolerance):
+    """Training draws nothing from the generator, so its state is the unit's in every class;
+    another one (which broke every later unit's re-run) fails the unit that commits it."""
+    spec, start, shard, every = unit
+    checkpoint, states = casebook.honest(spec, start, shard, every, PROVIDER)
+    checkpoint.state["rng"]["torch"] = torch.Generator().manual_seed(99).get_state()
+    verdict = _judge(unit, tolerance, (checkpoint, states))
+    assert verdict.passed is False and "generator state" in verdict.reason
+
+
+def test_optimizer_settings_a_provider_state_names_do_not_steer_a_re_run(unit, tolerance):
+    """The attack: train the unit's second half ascending the loss (AdamW's maximize) and name
+    states that say so, so that each segment re-run alone from them ascended too, and passed. A
+    trainer takes the optimizer's settings and the schedule from the spec, never from a state."""
+    spec, start, shard, every = unit
+    apply = Trainer.apply
+
+    def ascending(self, loss):
+        if self.step >= start.step + every // 2:
+            for group in self.optimizer.param_groups:
+                group["maximize"] = True
+        apply(self, loss)
+
+    with mock.patch.object(Trainer, "apply", ascending):
+        committed = casebook.honest(spec, start, shard, every, PROVIDER)
+    verdict = _judge(unit, tolerance, committed)
+    assert verdict.passed is False and "re-run alone" in verdict.reason, verdict.reason
+
+
+@pytest.mark.parametrize("provider, verdict", [("0x" + "11" * 20, False), ("0x" + "22" * 20, None)])
+def test_a_previous_checkpoint_of_no_training_state_fails_only_its_own_provider(
+    commit, storage, provider, verdict
+):
+    """The attack: a provider's own previous unit committed as no training state of the job (no
+    progress, say), which raised out of the re-run that starts from it. It fails the next unit
+    of the same provider, and leaves another provider's unjudged, as a bad input it did not
+    make."""
+    inputs = commit(VERIFIER)
+    bad = Checkpoint.load(storage.cat(inputs.cid))
+    del bad.state["progress"]
+    following = dataclasses.replace(
+        inputs,
+        index=1,
+        previous_cid=storage.add_bytes(bad.to_bytes()),
+        previous_state_hash=bad.state_hash(),
+        previous_provider=provider,
+    )
+    judged = recompute(following, storage, Runner(host=VERIFIER))
+    assert judged.passed is verdict
+    assert "previous checkpoint is no training state of the job" in judged.reason
+
+
+SPIKY = """
+name: spiky
+model: {architecture: mlp, context: 4, n_embd: 8, hidden: 32, n_layer: 1}
+data: {seq_len: 16, sources: [{kind: synthetic, generator: markov, num_bytes: 4096, seed: 1}]}
+training:
+  lr: 0.3
+  batch_size: 8
+  max_steps: 18
+  warmup_steps: 1
+  eval_batches: 0
+  loss_spike: {window: 1, factor: 1.05, max_rollbacks: 50}
+checkpoint: {every: 6}
+reproducibility: {seed: 0, num_threads: 1}
+"""
+
+
+def test_an_honest_unit_with_loss_spike_rollbacks_passes_a_verifier_of_another_class(
+    commit, storage
+):
+    """A loss spike rolls the unit back to its start and its segments come again: the verifier's
+    re-run keeps the last of each, as the trainer does, rather than comparing the provider's
+    records with segments rolled back (which failed an honest unit)."""
+    spec = parse_spec(SPIKY)
+    shard = Shard.of(spec, 0, 0, spec.training.max_steps)
+    rerun = run_unit(spec, None, shard, spec.checkpoint.every, device="cpu", host=PROVIDER)
+    assert rerun.metrics["rollbacks"] > 0
+    verdict = recompute(commit(PROVIDER, spec=spec), storage, Runner(host=VERIFIER))
+    assert verdict.passed and verdict.judgement["mode"] == "tolerant", verdict.reason
 
 
 def test_a_dropout_unit_is_judged_whatever_device_it_names_and_other_masks_fail(
