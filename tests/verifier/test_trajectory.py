@@ -52,6 +52,14 @@ def unit():
 
 
 @pytest.fixture(scope="module")
+def honest_unit(unit):
+    """`unit` as an honest provider in PROVIDER's class commits it: its checkpoint and the states
+    its records name (by state hash), for tests that forge from it (clone before changing)."""
+    spec, start, shard, every = unit
+    return casebook.honest(spec, start, shard, every, PROVIDER)
+
+
+@pytest.fixture(scope="module")
 def long_unit():
     """A unit three times as long as the calibration measures, as every shipped spec's is (a seed
     whose last update, left out, a whole re-run alone does not see)."""
@@ -279,12 +287,11 @@ def _committing(checkpoint: Checkpoint, segments: list[dict]) -> Checkpoint:
     ],
 )
 def test_records_of_malformed_fields_fail_the_unit_rather_than_stop_its_verifier(
-    unit, tolerance, field, value
+    unit, honest_unit, tolerance, field, value
 ):
     """The attack: a record whose loss or sketch is no number (a string, a list, an int past
     float's range) raised TypeError or OverflowError in the comparison, out of the judgement."""
-    spec, start, shard, every = unit
-    checkpoint, states = casebook.honest(spec, start, shard, every, PROVIDER)
+    checkpoint, states = honest_unit
     segments = [dict(s) for s in checkpoint.metadata["trace"]["segments"]]
     segments[0][field] = value
     verdict = _judge(unit, tolerance, (_committing(checkpoint, segments), states))
@@ -312,12 +319,11 @@ def _count_past_range(state: dict) -> None:
     "malform", [_other_shapes, _no_model, _moments_of_other_shapes, _count_past_range]
 )
 def test_a_provider_state_of_no_training_state_fails_the_unit_rather_than_stop_its_verifier(
-    unit, tolerance, malform
+    unit, honest_unit, tolerance, malform
 ):
     """The attack: a record naming a state, served and of the record's hash, that is no state
     of the spec's trainer: the comparison or the re-run from it raised out of the judgement."""
-    spec, start, shard, every = unit
-    checkpoint, states = casebook.honest(spec, start, shard, every, PROVIDER)
+    checkpoint, states = honest_unit
     segments = [dict(s) for s in checkpoint.metadata["trace"]["segments"]]
     state = states[segments[-2]["state_hash"]].clone()
     malform(state.state)
@@ -328,11 +334,10 @@ def test_a_provider_state_of_no_training_state_fails_the_unit_rather_than_stop_i
     assert "not available or not what it committed" in verdict.reason
 
 
-def test_a_committed_generator_state_other_than_the_units_fails(unit, tolerance):
+def test_a_committed_generator_state_other_than_the_units_fails(unit, honest_unit, tolerance):
     """Training draws nothing from the generator, so its state is the unit's in every class;
     another one (which broke every later unit's re-run) fails the unit that commits it."""
-    spec, start, shard, every = unit
-    checkpoint, states = casebook.honest(spec, start, shard, every, PROVIDER)
+    checkpoint, states = honest_unit[0].clone(), honest_unit[1]
     checkpoint.state["rng"]["torch"] = torch.Generator().manual_seed(99).get_state()
     verdict = _judge(unit, tolerance, (checkpoint, states))
     assert verdict.passed is False and "generator state" in verdict.reason
