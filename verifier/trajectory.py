@@ -162,6 +162,24 @@ def trace_problem(committed: Checkpoint, boundaries: list[int]) -> str | None:
     return None
 
 
+def history_problem(
+    committed: Checkpoint, begin: int, segments: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """Why the committed loss history (the recent steps' losses, which the next unit's spike
+    detection weighs) is not the one the unit's well-formed records, from step `begin`, bind:
+    its last entries are the last steps' losses, and each segment it holds whole averages to
+    its record's loss, as the trainer computes both. None if it is."""
+    history = committed.state["progress"]["loss_history"]
+    ends = [begin, *(int(s["step"]) for s in segments)]
+    for segment, first, last in zip(segments, ends, ends[1:], strict=False):
+        if ends[-1] - first > len(history):
+            continue  # the history does not reach back to it
+        held = history[len(history) - (ends[-1] - first) : len(history) - (ends[-1] - last)]
+        if sum(held) / len(held) != segment["loss"]:
+            return "the committed loss history is not the steps' losses the records average"
+    return None
+
+
 def records_problem(segments: Any, boundaries: list[int]) -> str | None:
     """Why `segments` (from the network) are not well-formed segment records at `boundaries`;
     None if they are."""
@@ -270,6 +288,9 @@ def judge_trajectory(
     is always re-run alone as well.
     """
     problem = trace_problem(committed, boundaries) or form_check(spec)(committed)
+    if problem is None:
+        begin = start.step if start is not None else 0
+        problem = history_problem(committed, begin, committed.metadata["trace"]["segments"])
     if problem:
         return Judgement(False, problem)
     states = _of_form(spec, states)

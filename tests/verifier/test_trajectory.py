@@ -343,6 +343,17 @@ def test_a_committed_generator_state_other_than_the_units_fails(unit, honest_uni
     assert verdict.passed is False and "generator state" in verdict.reason
 
 
+def test_a_made_up_loss_history_fails_the_unit_that_commits_it(unit, honest_unit, tolerance):
+    """The attack: honest weights with a loss history of tiny losses, which made every loss of
+    the slot's next unit a spike, so that its honest provider diverged. The history's last
+    entries must average to the records' losses, as the trainer computes both."""
+    checkpoint, states = honest_unit[0].clone(), honest_unit[1]
+    history = checkpoint.state["progress"]["loss_history"]
+    history[:] = [1e-3] * len(history)
+    verdict = _judge(unit, tolerance, (checkpoint, states))
+    assert verdict.passed is False and "loss history" in verdict.reason
+
+
 def test_optimizer_settings_a_provider_state_names_do_not_steer_a_re_run(unit, tolerance):
     """The attack: train the unit's second half ascending the loss (AdamW's maximize) and name
     states that say so, so that each segment re-run alone from them ascended too, and passed. A
