@@ -192,8 +192,14 @@ def judge_rank(
         if isinstance(config, DilocoConfig):
             return _judge_round_within(spec, config, loaded, tolerance, before, states)
         return _judge_within(spec, config, loaded, own, tolerance, before)
+    ends: dict[str, Checkpoint] = {}  # the re-run's last segment state, by its hash
+
+    def keep_last(record: dict[str, Any], state: Checkpoint) -> None:
+        ends.clear()
+        ends[record["state_hash"]] = state
+
     try:
-        rerun = run_rank_unit(spec, config, unit, rounds)
+        rerun = run_rank_unit(spec, config, unit, rounds, keep_last)
     # rounds missing or contradicting the re-run (ReplayMismatch), inputs that do not load
     except Exception as exc:  # noqa: BLE001 - whatever they raise fails the unit (_unrunnable)
         return RankJudgement(False, f"the bundle cannot be re-run: {_unrunnable(exc)}")
@@ -206,8 +212,8 @@ def judge_rank(
     if misplaced is not None:
         return RankJudgement(False, misplaced, recomputed)
     if isinstance(config, DilocoConfig):
-        try:
-            where_round_leaves(spec, config, loaded, states)
+        try:  # its end is the re-run's, to the bit: it commits to the very same segments
+            where_round_leaves(spec, config, loaded, lambda record: ends.get(record["state_hash"]))
         except Unrebuilt as exc:
             return RankJudgement(False, _unrebuilt_round(exc), recomputed)
     return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)

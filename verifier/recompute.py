@@ -379,8 +379,9 @@ def _judge_rank_unit(
         previous,
         reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
         tolerance=runner.rank_tolerance,
-        # the previous round's states too: withheld only where this unit's provider committed them
-        states=_provider_states(spec, storage, Withheld if own else InputsUnavailable),
+        # a round's states and its previous round's: a provider's node holds them, which not
+        # every verifier reaches, so one out of reach leaves the unit unjudged for now
+        states=_provider_states(spec, storage, InputsUnavailable),
         own_previous=own,
     )
     passed, reason, recomputed, how = judgement

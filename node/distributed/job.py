@@ -10,6 +10,7 @@ from typing import Any
 from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, rank_bundle, update_sha256
 from marketplace.protocol.spec import AggregationSpec, CompressionSpec, DilocoSpec, JobSpec
 from node.engine.limits import checkpoint_bytes, parameter_count
+from node.engine.unit import SegmentSink
 
 from .aggregation import Aggregator
 from .compression import Compressor
@@ -101,13 +102,18 @@ def run_rank(
 
 
 def run_rank_unit(
-    spec: JobSpec, config: GroupConfig, unit: RankUnit, rounds: list[RecordedRound] | None = None
+    spec: JobSpec,
+    config: GroupConfig,
+    unit: RankUnit,
+    rounds: list[RecordedRound] | None = None,
+    on_segment: SegmentSink | None = None,
 ) -> RankUpdate:
     """Re-run one rank's unit from its inputs (and, in ddp, the unit's recorded rounds): what
-    it should have sent, the hash it should have committed and, in DiLoCo, the segments."""
+    it should have sent, the hash it should have committed and, in DiLoCo, the segments, which
+    `on_segment` receives with their states."""
     following, segments = None, None
     if isinstance(config, DilocoConfig):
-        payload, segments = rerun_diloco_unit(spec, config, unit)
+        payload, segments = rerun_diloco_unit(spec, config, unit, on_segment=on_segment)
     else:
         if rounds is None:
             raise ValueError("a ddp unit is re-run from the rounds it took part in")
