@@ -55,6 +55,7 @@ def judged(
         None,
         previous if index else None,
         reproduces=(lambda _: True) if exact else (lambda class_id: class_id == own),
+        signers=rank_casebook.local_signers(spec),
     )
 
 

@@ -69,6 +69,7 @@ def judged(
         previous=previous,
         reproduces=(lambda _: True) if exact else (lambda class_id: class_id == own),
         states=rank_casebook.stored(store),
+        signers=rank_casebook.local_signers(spec),
     )
 
 

@@ -350,7 +350,9 @@ class VerifierDaemon:
             for slot in range(self._group_nodes(unit.job_id))
             if slot != unit.slot
         ]
-        return tuple(PeerUnit(p.slot, p.cid, p.state_hash.hex()) for p, _ in filter(None, found))
+        return tuple(
+            PeerUnit(p.slot, p.cid, p.state_hash.hex(), p.provider) for p, _ in filter(None, found)
+        )
 
     def _awaits_peers(self, unit: CommittedUnit, now: int) -> bool:
         """Whether to hold a group's unit back until every other rank committed the same unit, for

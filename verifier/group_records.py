@@ -1,31 +1,27 @@
-"""Settle who made up each exchange of a group's unit and what each member sent, from every
-member's record and commitment.
+"""Check a group unit's records of its exchanges by the signatures they carry.
 
 A rank's bundle records, for each exchange of its unit (a ddp step, a DiLoCo round), who made
-it up and what every member sent, and its re-run aggregates those records. A rank could record
-payloads nobody sent, members that were not in the exchange, or leave out members that were,
-and still commit a consistent unit; or send the group one payload while committing another.
-So each exchange is put to a vote, one vote per member bundle that could be read:
+it up and what every member sent, each payload with its sender's signature
+(marketplace/protocol/round_signatures.py), and its re-run aggregates those records. A record
+can lie in two ways, and each is settled by a signature, which only its signer can make:
 
-- its membership: for every rank any voter records as a member (or that voted), whether each
-  voter's record holds it. All honest ranks record the same members, late ones included: the
-  group all-gathers, or a round closes once on its board with the members every rank reads back
-  (node.distributed.quorum), and every rank refuses the same unsound payloads;
-- each payload: its sender's committed bytes, and every other voter's record of it.
+- a rank records a payload a member did not send: the record fails its recorder unless the
+  member's signer signed it, or it is what the member committed;
+- a rank sends the group one payload and commits another: a peer's record of a payload the
+  rank's signer signed for that exchange, other than the one it committed, fails the rank.
 
-A rank is contradicted where a strict majority of the votes differs from its own: another
-membership, another record, or another commitment. Without such a majority (two ranks
-disagreeing alone) nobody is named; colluding ranks that outnumber the honest ones can outvote
-them, as they can outvote robust aggregation.
+Who made up an exchange is not put to a vote: the rank hosting the board's store, or relaying
+gloo's ring, could show honest ranks different members, and a vote would then name an honest
+one. A rank that leaves a member's update out changes only where its own next step starts,
+which its re-run checks, not the work it does.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Hashable, Mapping
 from typing import NamedTuple
 
 from marketplace.protocol.rank_bundle import RecordedRound
+from marketplace.protocol.round_signatures import RoundSigners, signed_by
 
 
 class MemberView(NamedTuple):
@@ -43,62 +39,45 @@ def member_view(payload: bytes, rounds: list[RecordedRound]) -> MemberView | Non
     return MemberView([payload[i : i + size] for i in range(0, len(payload), size)], rounds)
 
 
-def contradiction(
-    rank: int, exchanges: range, views: dict[int, MemberView], exchange: str
+def record_problem(
+    rank: int,
+    exchanges: range,
+    views: dict[int, MemberView],
+    signers: RoundSigners,
+    exchange: str,
 ) -> str | None:
-    """Why the majority contradicts `rank`'s view of its unit (`exchanges`, the unit's global
-    step or round numbers, `exchange` what one is called), or None when it does not. `views`
-    holds `rank`'s and every peer's that could be read, all of the same unit and its
-    exchanges."""
+    """Why `rank`'s records of its unit (`exchanges`, the unit's global step or round numbers,
+    `exchange` what one is called) or a peer's record of what it sent fail it; None when they
+    do not. `views` holds `rank`'s and every peer's that could be read, all of the same unit.
+    A member whose signer is not known (its unit is not committed) cannot be checked."""
+    own = views[rank]
     for position, number in enumerate(exchanges):
-        for sender, members in _member_votes(position, views).items():
-            if not _outvoted(rank, members):
+        recorded = own.rounds[position]
+        for index, (sender, data) in enumerate(zip(recorded.members, recorded.payloads)):
+            if sender == rank or sender not in signers.addresses:
                 continue
-            if members[rank]:
+            if sender in views and views[sender].sent[position] == data:
+                continue  # what its sender committed
+            if not signed_by(signers, number, sender, data, _signature(recorded, index)):
                 return (
-                    f"{exchange} {number} records rank {sender} as a member, which the group "
-                    "did not"
+                    f"{exchange} {number} records a payload from rank {sender} that it did not sign"
                 )
-            return f"{exchange} {number} leaves out rank {sender}, a member the group saw"
-        for sender, votes in _payload_votes(position, views).items():
-            if not _outvoted(rank, votes):
+    for peer, view in sorted(views.items()):
+        for position, number in enumerate(exchanges):
+            recorded = view.rounds[position]
+            if peer == rank or rank not in recorded.members:
                 continue
-            if sender == rank:
+            index = recorded.members.index(rank)
+            data = recorded.payloads[index]
+            if data != own.sent[position] and signed_by(
+                signers, number, rank, data, _signature(recorded, index)
+            ):
                 return (
-                    f"the group received another payload from rank {rank} in {exchange} {number} "
-                    "than it committed"
+                    f"rank {rank} signed another payload in {exchange} {number} than it "
+                    f"committed, and rank {peer} received it"
                 )
-            return (
-                f"{exchange} {number} records a payload from rank {sender} "
-                "that the group did not see it send"
-            )
     return None
 
 
-def _outvoted(rank: int, votes: Mapping[int, Hashable]) -> bool:
-    """Whether a strict majority of `votes` (voter -> vote) differs from `rank`'s own vote;
-    False where it cast none."""
-    if rank not in votes:
-        return False
-    winner, count = Counter(votes.values()).most_common(1)[0]
-    return 2 * count > len(votes) and winner != votes[rank]
-
-
-def _member_votes(position: int, views: dict[int, MemberView]) -> dict[int, dict[int, bool]]:
-    """rank -> {voter: whether its record of the exchange holds that rank}, for every rank a
-    record names and every voter."""
-    members = {voter: set(view.rounds[position].members) for voter, view in views.items()}
-    ranks = set(members).union(*members.values())
-    return {r: {voter: r in held for voter, held in members.items()} for r in sorted(ranks)}
-
-
-def _payload_votes(position: int, views: dict[int, MemberView]) -> dict[int, dict[int, bytes]]:
-    """sender -> {voter: bytes}: each sender's commitment for the step, and every record of it."""
-    votes: dict[int, dict[int, bytes]] = {}
-    for voter, view in views.items():
-        votes.setdefault(voter, {})[voter] = view.sent[position]
-        members, payloads = view.rounds[position]
-        for sender, data in zip(members, payloads, strict=True):
-            if sender != voter:
-                votes.setdefault(sender, {})[voter] = data
-    return votes
+def _signature(recorded: RecordedRound, index: int) -> bytes | None:
+    return None if recorded.signatures is None else recorded.signatures[index]

@@ -28,6 +28,7 @@ from marketplace.protocol.rank_bundle import (
     rank_bundle,
     update_sha256,
 )
+from marketplace.protocol.round_signatures import RoundSigners
 from marketplace.protocol.spec import JobSpec, parse_spec
 from node.distributed.compression import Compressor, Payload
 from node.distributed.ddp import replay_ddp_unit
@@ -43,6 +44,7 @@ from node.distributed.exchange import (
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, train_spec, unit_bundle
 from node.distributed.rank_unit import rank_class
+from node.distributed.signing import local_signing
 from verifier import casebook
 from verifier.group_records import member_view
 from verifier.rank_recompute import round_rerun
@@ -152,9 +154,12 @@ class _Providing(ReplayExchange):
             update = self.tamper(update)
         payload = encode_update(self.config.compressor, self.feedback, update, round_)
         self.sent.append(payload.to_bytes())
-        members, recorded = next(self.rounds)
-        own = [self.sent[-1] if m == self.rank else data for m, data in zip(members, recorded)]
-        self.recorded.append(RecordedRound(members, own))
+        recorded = next(self.rounds)
+        own = [
+            self.sent[-1] if m == self.rank else data
+            for m, data in zip(recorded.members, recorded.payloads)
+        ]
+        self.recorded.append(recorded._replace(payloads=own))
         return aggregate_recorded(self.config, own, update.numel(), round_)
 
 
@@ -231,8 +236,10 @@ def copy_of_another(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tu
     mine, sent = load_rank_bundle(bundle), _steps(other)
     assert mine.rounds is not None
     rounds = [
-        RecordedRound(members, [own if m == mine.unit.rank else d for m, d in zip(members, data)])
-        for (members, data), own in zip(mine.rounds, sent, strict=True)
+        r._replace(
+            payloads=[own if m == mine.unit.rank else d for m, d in zip(r.members, r.payloads)]
+        )
+        for r, own in zip(mine.rounds, sent, strict=True)
     ]
     payload = b"".join(sent)
     return update_sha256(payload), rank_bundle(mine.unit, payload, rounds=rounds)
@@ -286,9 +293,12 @@ def as_sent(bundle: RankBundle, payload: bytes) -> list[RecordedRound] | None:
     group received from a rank that sent it."""
     if bundle.rounds is None:
         return None
-    members, payloads = bundle.rounds[0]
-    sent = [payload if m == bundle.unit.rank else p for m, p in zip(members, payloads, strict=True)]
-    return [RecordedRound(members, sent)]
+    recorded = bundle.rounds[0]
+    sent = [
+        payload if m == bundle.unit.rank else p
+        for m, p in zip(recorded.members, recorded.payloads, strict=True)
+    ]
+    return [recorded._replace(payloads=sent)]
 
 
 def round_drift(
@@ -485,3 +495,8 @@ def rerun_needs(spec: JobSpec, bundle: bytes, host: str) -> tuple[list[float], R
     with rank_host(host) as threads:
         following = replay_ddp_unit(spec, config, loaded.unit, exchange, threads)
     return exchange.needed, following
+
+
+def local_signers(spec: JobSpec) -> RoundSigners:
+    """Who signed what a group trained here whole sent: each rank with its well-known key."""
+    return local_signing(spec.distributed.nodes).signers

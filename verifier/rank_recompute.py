@@ -6,8 +6,8 @@ sent. Re-running the unit from the bundle on the CPU gives the payloads an hones
 bit for bit, so a rank that sent anything else is named by its own commitment. In ddp the
 bundle also records each step's members and their payloads, which the re-run aggregates as the
 rank did; a record of the rank's own payload that is not what its re-run sends fails the unit,
-and so does a record the other members' bundles and commitments outvote (`group_records`):
-made-up payloads of other members, or a payload the rank sent the group but did not commit.
+and so do records the signatures they carry give the lie to (`group_records`): a payload of
+another member that it did not sign, or one the rank signed and sent but did not commit.
 
 A unit must also start where the rank was left: unit 0 from the job's seed, a ddp unit where
 the re-run of the slot's previous unit ends, and a later DiLoCo round where the slot's previous
@@ -46,6 +46,7 @@ from marketplace.protocol.rank_bundle import (
     load_rank_bundle,
     update_sha256,
 )
+from marketplace.protocol.round_signatures import RoundSigners
 from marketplace.storage import StorageError
 from node.distributed.ddp import replay_ddp_unit
 from node.distributed.diloco import DilocoConfig, following_round, local_steps, round_vector
@@ -56,7 +57,7 @@ from node.distributed.rank_unit import rank_threads
 from node.engine import JobSpec
 from node.engine.unit import SegmentSink
 from verifier.errors import VerifierError
-from verifier.group_records import MemberView, contradiction, member_view
+from verifier.group_records import MemberView, member_view, record_problem
 from verifier.trajectory import (
     MEASURES,
     Ran,
@@ -137,16 +138,19 @@ def judge_rank(
     peers: Mapping[int, tuple[str, bytes]] | None = None,
     previous: tuple[str, bytes] | None = None,
     *,
+    signers: RoundSigners,
     reproduces: Reproduces = lambda _: True,
     tolerance: RankTolerance | None = None,
     states: StateSource = lambda _: None,
     own_previous: bool = False,
 ) -> RankJudgement:
     """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`
-    from where the rank was left, and whether its records agree with the group's.
+    from where the rank was left, and whether its records hold what the group sent.
 
-    `peers` maps the other slots that committed the same unit to their commitment and bundle;
-    `previous` is the slot's commitment and bundle of unit `index - 1`, which `own_previous`
+    `signers` names the job and the address that committed each slot's unit `index`, this
+    one's included: what the members of its exchanges signed. `peers` maps the other slots
+    that committed the same unit to their commitment and bundle; `previous` is the slot's
+    commitment and bundle of unit `index - 1`, which `own_previous`
     says this unit's provider committed too (the slot was not handed over between them): then
     a previous unit its next one's start cannot be rebuilt from fails this one. A unit whose
     recorded class `reproduces` says no to is judged within `tolerance` (default: the
@@ -178,7 +182,8 @@ def judge_rank(
     own = None if rounds is None else member_view(payload, rounds)
     if own is not None:  # a payload that does not split fails its re-run below
         views = _peer_views(config, index, own, peers or {}) | {slot: own}
-        reason = contradiction(slot, config.unit_rounds(spec, index), views, config.EXCHANGE)
+        exchanges = config.unit_rounds(spec, index)
+        reason = record_problem(slot, exchanges, views, signers, config.EXCHANGE)
         if reason is not None:
             return RankJudgement(False, reason)
     diloco = isinstance(config, DilocoConfig)
@@ -231,7 +236,7 @@ def _members_problem(config: GroupConfig, rounds: list[RecordedRound]) -> str | 
     """Why a bundle's exchanges are not made up of the group's ranks (distinct, as its loader
     checks): a member outside the group, or none at all, whose payloads would make an aggregate
     of the provider's choosing; None when they are."""
-    for members, _ in rounds:
+    for members, *_ in rounds:
         if not members or max(members) >= config.ranks:
             return f"an exchange records {members} as its members, not ranks of the group"
     return None
@@ -270,7 +275,7 @@ def _round_records_problem(bundle: RankBundle) -> str | None:
     None when it does (the records' form is checked where they are used)."""
     if bundle.rounds is None or bundle.segments is None:
         return "the round's bundle does not record its exchange and its segments"
-    members, payloads = bundle.rounds[0]
+    members, payloads, _ = bundle.rounds[0]
     rank = bundle.unit.rank
     if rank in members and payloads[members.index(rank)] != bundle.payload:
         return "the round records another payload from the rank than it sent"

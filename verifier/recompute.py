@@ -12,6 +12,7 @@ import torch
 
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 from marketplace.protocol.execution import ExecutionClass, ExecutionClassError, is_class_id
+from marketplace.protocol.round_signatures import RoundSigners
 from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.units import CHECKPOINTS, RANK_BUNDLES, unit_format
 from marketplace.storage import (
@@ -107,11 +108,13 @@ def recorded_class(checkpoint: Checkpoint) -> str | None:
 
 @dataclass(frozen=True)
 class PeerUnit:
-    """Another slot's commitment of the same unit of a group job: its bundle's CID and hash."""
+    """Another slot's commitment of the same unit of a group job: its bundle's CID and hash,
+    and the provider that committed it, whose key signed what the slot sent in the unit."""
 
     slot: int
     cid: str
     state_hash: str  # hex, as committed
+    provider: str
 
 
 @dataclass(frozen=True)
@@ -377,6 +380,10 @@ def _judge_rank_unit(
         bundle,
         peers,
         previous,
+        signers=RoundSigners(
+            inputs.job_id,
+            {peer.slot: peer.provider for peer in inputs.peers} | {inputs.slot: inputs.provider},
+        ),
         reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
         tolerance=runner.rank_tolerance,
         # a round's states and its previous round's: a provider's node holds them, which not

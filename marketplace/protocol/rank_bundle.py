@@ -84,10 +84,12 @@ class RankUnit:
 
 
 class RecordedRound(NamedTuple):
-    """One exchange as a rank saw it: who made it up and what each of them sent."""
+    """One exchange as a rank saw it: who made it up, what each of them sent and each one's
+    signature on it (protocol.round_signatures); None in records that keep no signatures."""
 
     members: list[int]
     payloads: list[bytes]  # by member
+    signatures: list[bytes] | None = None  # by member
 
 
 class RankBundle(NamedTuple):
@@ -150,8 +152,14 @@ def rank_bundle(
             "rounds": None
             if rounds is None
             else [
-                {"members": members, "payloads": [_tensor(p) for p in payloads]}
-                for members, payloads in rounds
+                {
+                    "members": r.members,
+                    "payloads": [_tensor(p) for p in r.payloads],
+                    "signatures": None
+                    if r.signatures is None
+                    else [_tensor(s) for s in r.signatures],
+                }
+                for r in rounds
             ],
             "execution": execution,
             "segments": segments,
@@ -181,7 +189,8 @@ def _bytes(tensor: Any) -> bytes:
 
 
 def _recorded_round(fields: Any) -> RecordedRound:
-    """An exchange as a bundle records it: distinct members, a payload for each."""
+    """An exchange as a bundle records it: distinct members, a payload for each and, where it
+    keeps them, a signature for each."""
     if not isinstance(fields, dict):
         raise UnitFormatError("a rank bundle's round is not a map")
     members, payloads = _list(fields.get("members")), _list(fields.get("payloads"))
@@ -189,7 +198,14 @@ def _recorded_round(fields: Any) -> RecordedRound:
         raise UnitFormatError("a rank bundle's round names members that are not distinct ranks")
     if len(payloads) != len(members):
         raise UnitFormatError("a rank bundle's round has not one payload for each member")
-    return RecordedRound(members, [_bytes(p) for p in payloads])
+    signatures = fields.get("signatures")
+    if signatures is not None and len(_list(signatures)) != len(members):
+        raise UnitFormatError("a rank bundle's round has not one signature for each member")
+    return RecordedRound(
+        members,
+        [_bytes(p) for p in payloads],
+        None if signatures is None else [_bytes(s) for s in signatures],
+    )
 
 
 def _list(value: Any) -> list[Any]:

@@ -47,6 +47,7 @@ from node.distributed.exchange import aggregate_path, sent_in, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, run_rank, unit_bundle
 from node.distributed.rank_unit import unit_path
+from node.distributed.signing import RoundSigning
 from node.engine import DataError
 
 from .journal import Unit
@@ -115,7 +116,11 @@ class GroupWorker:
         spec = self.worker.specs.of_job(job_id)
         folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
         shutil.rmtree(folder, ignore_errors=True)  # rounds of an attempt that never committed
-        config = replace(group_config(spec), updates_dir=str(folder))
+        config = replace(
+            group_config(spec),
+            updates_dir=str(folder),
+            signing=self._signing(job_id, slot_id, group_config(spec).ranks),
+        )
         done = slot["unitsDone"]
         taken_over = self._last_unit(job_id, slot_id, done - 1, config.uses_board) if done else None
         host, port = rendezvous(self.worker.ledger, job_id)
@@ -173,6 +178,15 @@ class GroupWorker:
             if rank.is_alive():
                 rank.terminate()
                 rank.join()
+
+    def _signing(self, job_id: int, slot_id: int, ranks: int) -> RoundSigning:
+        """This rank signs with its provider's key, and takes from each slot what the
+        provider holding it now signed. A slot handed over later keeps its earlier holder's
+        address here, so the new holder's payloads are refused by this rank (it still trains
+        on the others'), never taken for what it did not sign."""
+        ledger = self.worker.ledger
+        holders = tuple(ledger.slot(job_id, slot)["provider"] for slot in range(ranks))
+        return RoundSigning(job_id, holders, {slot_id: bytes(self.worker.account.key)})
 
     def _last_unit(self, job_id: int, slot_id: int, index: int, uses_board: bool) -> RankBundle:
         """The slot's last committed unit, to take the rank over from (this node restarted, or

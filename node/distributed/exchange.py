@@ -14,12 +14,14 @@ import torch
 import torch.distributed as dist
 
 from marketplace.protocol.rank_bundle import RecordedRound
+from marketplace.protocol.round_signatures import SIGNATURE_BYTES
 from node.engine.devices import group_device
 
 from .aggregation import Aggregate
 from .compression import CompressionError, Compressor, ErrorFeedback, Payload
 from .group import Delay, GroupConfig, Tamper
 from .quorum import RoundBoard
+from .signing import RoundSigning
 
 logger = logging.getLogger(__name__)
 
@@ -29,16 +31,23 @@ def update_path(updates_dir: str | os.PathLike[str], round_: int, rank: int) -> 
     return Path(updates_dir, f"round-{round_:06d}", f"rank-{rank}.bin")
 
 
+def signature_path(updates_dir: str | os.PathLike[str], round_: int, rank: int) -> Path:
+    """Where a rank saves a member's signature on what it sent in a round."""
+    return update_path(updates_dir, round_, rank).with_suffix(".sig")
+
+
 def aggregate_path(updates_dir: str | os.PathLike[str], round_: int) -> Path:
     """Where a rank notes who made up a round and whom the aggregator excluded (JSON)."""
     return Path(updates_dir, f"round-{round_:06d}", "aggregate.json")
 
 
 def recorded_round(updates_dir: str | os.PathLike[str], round_: int) -> RecordedRound:
-    """A round as a rank saved it: its members and what each of them sent."""
+    """A round as a rank saved it: its members, what each of them sent and signed."""
     members = json.loads(aggregate_path(updates_dir, round_).read_text())["members"]
     return RecordedRound(
-        members, [update_path(updates_dir, round_, m).read_bytes() for m in members]
+        members,
+        [update_path(updates_dir, round_, m).read_bytes() for m in members],
+        [signature_path(updates_dir, round_, m).read_bytes() for m in members],
     )
 
 
@@ -65,7 +74,9 @@ class Exchange:
     Updates are compressed with error feedback and all-gathered (rather than all-reduced) so
     every rank can run the robust aggregator on every rank's update. Without a deadline the
     gloo group all-gathers them; with one, they go through a `RoundBoard`, which closes a
-    round with a quorum and lets a late rank pick up the result. Each exchange is counted:
+    round with a quorum and lets a late rank pick up the result. Each payload travels with its
+    sender's signature, and one its sender did not sign is refused like an unsound one, whoever
+    relayed it (marketplace/protocol/round_signatures.py). Each exchange is counted:
     the bytes this rank sent, the sha256 of its payload (its commitment), the ranks that
     made up the round and the ones the aggregator flagged.
     """
@@ -84,6 +95,7 @@ class Exchange:
         self.tamper = tamper  # plays a Byzantine rank in tests and benchmarks
         self.delay = delay  # plays a straggler in tests
         self.feedback = ErrorFeedback(config.compressor) if config.error_feedback else None
+        self.signing = config.round_signing
         self.board = None
         if config.deadline_s is not None:  # the rounds have a deadline: `config.uses_board`
             quorum = config.quorum or config.ranks
@@ -99,44 +111,53 @@ class Exchange:
         if self.tamper is not None:
             update = self.tamper(self.rank, update)
         payload = encode_update(self.config.compressor, self.feedback, update, round_)
-        self._account(payload, round_)
+        signature = self.signing.sign(self.rank, round_, payload.to_bytes())
+        self._account(payload, signature, round_)
         if self.delay is not None:
             time.sleep(self.delay(self.rank, round_))
-        received: Sequence[Payload | bytes]
+        received: Sequence[Signed]
         if self.board is None:
-            members, received = list(range(self.config.ranks)), _all_gather(payload)
+            members, received = list(range(self.config.ranks)), _all_gather(payload, signature)
         else:
-            self.board.post(round_, self.rank, payload.to_bytes())
+            self.board.post(round_, self.rank, signature + payload.to_bytes())
             members = self.board.members(round_)
-            received = self.board.payloads(round_, members)
-        members, payloads, refused = _sound(
-            self.config.compressor, members, received, update.numel()
+            received = [_unpacked(posted) for posted in self.board.payloads(round_, members)]
+        sound = _sound(
+            self.signing, self.config.compressor, members, received, update.numel(), round_
         )
+        members, payloads, signatures, refused = sound
         result = aggregate(self.config, payloads, update.numel(), round_)
         self.members.append(members)
         self.outliers.append(sorted(refused + [members[row] for row in result.outliers]))
         if self.config.updates_dir is not None:
-            self._record(self.config.updates_dir, round_, members, payloads)
+            self._record(self.config.updates_dir, round_, members, payloads, signatures)
         return result
 
     def _record(
-        self, updates_dir: str, round_: int, members: list[int], payloads: list[Payload]
+        self,
+        updates_dir: str,
+        round_: int,
+        members: list[int],
+        payloads: list[Payload],
+        signatures: list[bytes],
     ) -> None:
-        """Save who made up the round, whom the aggregator flagged and what every member sent:
-        a ddp unit's verifier rebuilds each step's aggregate from them."""
-        for member, payload in zip(members, payloads, strict=True):
+        """Save who made up the round, whom the aggregator flagged and what every member sent
+        and signed: a ddp unit's verifier rebuilds each step's aggregate from them."""
+        for member, payload, signature in zip(members, payloads, signatures, strict=True):
             if member != self.rank:  # its own is saved already
                 update_path(updates_dir, round_, member).write_bytes(payload.to_bytes())
+                signature_path(updates_dir, round_, member).write_bytes(signature)
         seen = {"members": members, "outliers": self.outliers[-1]}
         aggregate_path(updates_dir, round_).write_text(json.dumps(seen))
 
-    def _account(self, payload: Payload, round_: int) -> None:
+    def _account(self, payload: Payload, signature: bytes, round_: int) -> None:
         self.bytes_sent += payload.nbytes
         self.commitments.append(payload.sha256())
         if self.config.updates_dir is not None:
             path = update_path(self.config.updates_dir, round_, self.rank)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(payload.to_bytes())
+            signature_path(self.config.updates_dir, round_, self.rank).write_bytes(signature)
 
 
 class ReplayMismatch(ValueError):
@@ -158,7 +179,7 @@ class ReplayExchange:
     def __call__(self, update: torch.Tensor, round_: int) -> Aggregate:
         payload = encode_update(self.config.compressor, self.feedback, update, round_).to_bytes()
         self.sent.append(payload)
-        members, recorded = next(self.rounds)
+        members, recorded, _ = next(self.rounds)
         if self.rank in members and recorded[members.index(self.rank)] != payload:
             raise ReplayMismatch(
                 f"round {round_} records another payload from rank {self.rank} "
@@ -213,7 +234,7 @@ class TolerantReplay:
         residual = None if self.feedback is None else self.feedback.residual
         vector = update.detach().float() + (0 if residual is None else residual)
         data = next(self.committed)
-        members, recorded = next(self.rounds)
+        members, recorded, _ = next(self.rounds)
         if self.rank in members and recorded[members.index(self.rank)] != data:
             raise RankCheat(f"round {round_} records another payload than the rank committed")
         payload = compressor.parse(data, numel)
@@ -254,17 +275,40 @@ def aggregate_recorded(
     return aggregate(config, [parse(data, numel) for data in recorded], numel, round_)
 
 
+class Signed(NamedTuple):
+    """A payload as it arrived (parsed by gloo's all-gather, or bytes off the board) and the
+    signature that came with it."""
+
+    payload: Payload | bytes
+    signature: bytes
+
+
+def _unpacked(posted: bytes) -> Signed:
+    """A board entry: the sender's signature, then its payload."""
+    return Signed(posted[SIGNATURE_BYTES:], posted[:SIGNATURE_BYTES])
+
+
 def _sound(
-    compressor: Compressor, members: list[int], received: Sequence[Payload | bytes], numel: int
-) -> tuple[list[int], list[Payload], list[int]]:
-    """The members whose payloads are sound (`Compressor.validate`) and those payloads, and the
-    members refused: a round goes on without what would crash or poison its aggregate, and the
-    refused are reported with the outliers, for verifiers to re-run."""
+    signing: RoundSigning,
+    compressor: Compressor,
+    members: list[int],
+    received: Sequence[Signed],
+    numel: int,
+    round_: int,
+) -> tuple[list[int], list[Payload], list[bytes], list[int]]:
+    """The members whose payloads their signers signed and are sound (`Compressor.validate`),
+    those payloads and signatures, and the members refused: a round goes on without what
+    would crash or poison its aggregate, or that another rank made up, and the refused are
+    reported with the outliers, for verifiers to re-run."""
     kept: list[int] = []
     payloads: list[Payload] = []
+    signatures: list[bytes] = []
     refused: list[int] = []
-    for member, item in zip(members, received, strict=True):
+    for member, (item, signature) in zip(members, received, strict=True):
+        data = item.to_bytes() if isinstance(item, Payload) else item
         try:
+            if not signing.signed(member, round_, data, signature):
+                raise CompressionError("its sender did not sign it")
             if isinstance(item, Payload):
                 compressor.validate(item, numel)
                 parsed = item
@@ -276,20 +320,26 @@ def _sound(
             continue
         kept.append(member)
         payloads.append(parsed)
-    return kept, payloads, refused
+        signatures.append(signature)
+    return kept, payloads, signatures, refused
 
 
-def _all_gather(payload: Payload) -> list[Payload]:
-    """Every rank's payload, by rank; the shapes agree because the settings and sizes do. They
-    travel on the group's device (NCCL's are CUDA tensors) and come back to the CPU."""
+def _all_gather(payload: Payload, signature: bytes) -> list[Signed]:
+    """Every rank's payload and signature, by rank; the shapes agree because the settings and
+    sizes do. They travel on the group's device (NCCL's are CUDA tensors) and come back to the
+    CPU."""
     ranks = dist.get_world_size()
     device = group_device()
     gathered = []
-    for tensor in payload.tensors():
+    for tensor in (*payload.tensors(), torch.frombuffer(bytearray(signature), dtype=torch.uint8)):
         if tensor.numel() == 0:
             gathered.append([tensor] * ranks)
             continue
         parts = [torch.empty_like(tensor, device=device) for _ in range(ranks)]
         dist.all_gather(parts, tensor.contiguous().to(device))
         gathered.append([part.cpu() for part in parts])
-    return [Payload(*parts) for parts in zip(*gathered, strict=True)]
+    *tensors, signatures = gathered
+    return [
+        Signed(Payload(*parts), bytes(sig.numpy().tobytes()))
+        for *parts, sig in zip(*tensors, signatures, strict=True)
+    ]

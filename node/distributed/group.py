@@ -28,6 +28,7 @@ from node.engine.train import Trainer
 
 from .aggregation import Aggregator
 from .compression import Compressor
+from .signing import RoundSigning, local_signing
 
 if TYPE_CHECKING:
     from .exchange import Exchange
@@ -61,6 +62,8 @@ class GroupConfig:
     # where ranks ask to train: on CUDA (over NCCL) only if every rank has a CUDA device. The
     # CPU by default: a verifier replays a rank's unit on its own CPU, bit for bit
     device: Literal["cpu", "cuda"] = "cpu"
+    # who signs what the ranks send; None: this machine plays the whole group (`local_signing`)
+    signing: RoundSigning | None = field(default=None, compare=False)
     # what one exchange of the group is called, in messages: ddp exchanges at every step
     EXCHANGE: ClassVar[str] = "step"
 
@@ -86,6 +89,10 @@ class GroupConfig:
         """The exchanges a rank's unit `index` takes part in; ddp exchanges at every step."""
         steps = self.steps_per_unit(spec)
         return range(index * steps, (index + 1) * steps)
+
+    @property
+    def round_signing(self) -> RoundSigning:
+        return self.signing or local_signing(self.ranks)
 
     @property
     def uses_board(self) -> bool:

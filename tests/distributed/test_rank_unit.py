@@ -79,7 +79,7 @@ def test_a_ddp_unit_is_re_run_step_by_step_from_the_rounds_it_recorded(tmp_path:
     rounds = config.unit_rounds(spec, index)
     assert list(rounds) == [5, 6, 7, 8, 9]
     recorded = [recorded_round(tmp_path, r) for r in rounds]
-    assert all(members == [0, 1, 2] for members, _ in recorded)
+    assert all(members == [0, 1, 2] for members, *_ in recorded)
     for rank in (0, 2):
         sent = sent_in(tmp_path, rounds, rank)
         # the unit's payload is its steps' payloads back to back, each the one committed

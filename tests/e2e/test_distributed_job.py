@@ -130,7 +130,7 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
         # the hash of its own payloads, back to back.
         bundle = load_rank_bundle(storage.cat(units[2, 1]["cid"]))
         assert (bundle.unit.rank, bundle.unit.trainer["progress"]["step"]) == (2, 20)
-        assert [members for members, _ in bundle.rounds] == [[0, 1, 2]] * 20
+        assert [r.members for r in bundle.rounds] == [[0, 1, 2]] * 20
         assert bundle.payload == b"".join(payloads[2] for _, payloads in bundle.rounds)
         assert bytes(units[2, 1]["stateHash"]).hex() == update_sha256(bundle.payload)
         assert settle_and_pay_out(network, job_id).payment > 0

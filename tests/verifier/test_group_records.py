@@ -1,68 +1,96 @@
-"""The vote on a group's exchanges: who made each up and what each member sent. Honest ranks
-record the same members, late ones included, so a rank that records a member nobody else saw,
-or leaves out one the others saw, is outvoted; two ranks alone that disagree name nobody."""
+"""A group's records of its exchanges are judged by the signatures they carry, never by a vote:
+a rank that records a payload its member did not sign fails, a rank that signed a payload it
+did not commit fails, and the ranks a relay showed different members to all pass."""
 
 from __future__ import annotations
 
 from marketplace.protocol.rank_bundle import RecordedRound
-from verifier.group_records import MemberView, contradiction
+from node.distributed.signing import local_signing
+from verifier.group_records import MemberView, record_problem
 
+ROUND = 5
+SIGNING = local_signing(4, job_id=7)
 SENT = {rank: bytes([rank]) * 4 for rank in range(4)}  # what each rank committed for the round
 
 
-def view(rank: int, members: list[int], **made_up: bytes) -> MemberView:
-    """`rank`'s view of a one-round unit: its own payload, and the round as it recorded it, what
-    a member sent replaced where `made_up` says (`rank_<n>`)."""
-    payloads = [made_up.get(f"rank_{m}", SENT[m]) for m in members]
-    return MemberView([SENT[rank]], [RecordedRound(members, payloads)])
+def signed(rank: int, payload: bytes) -> bytes:
+    return SIGNING.sign(rank, ROUND, payload)
+
+
+def view(rank: int, members: list[int], **received: bytes) -> MemberView:
+    """`rank`'s view of a one-round unit: its own payload, and the round as it recorded it,
+    every payload signed by its sender; what a member sent replaced where `received` says
+    (`rank_<n>`), signed by that member too."""
+    payloads = [received.get(f"rank_{m}", SENT[m]) for m in members]
+    signatures = [signed(m, p) for m, p in zip(members, payloads)]
+    return MemberView([SENT[rank]], [RecordedRound(members, payloads, signatures)])
 
 
 def judged(rank: int, views: dict[int, MemberView]) -> str | None:
-    return contradiction(rank, range(5, 6), views, "round")
+    return record_problem(rank, range(ROUND, ROUND + 1), views, SIGNING.signers, "round")
 
 
-def test_ranks_that_recorded_the_same_round_agree():
+def test_ranks_that_recorded_the_same_round_pass():
     views = {rank: view(rank, [0, 1, 2]) for rank in range(3)}
     assert all(judged(rank, views) is None for rank in range(3))
 
 
-def test_a_member_nobody_else_recorded_is_outvoted():
-    """A member outside the others' records, with a payload of the rank's choosing: its single
-    vote no longer wins."""
-    views = {rank: view(rank, [0, 1, 2]) for rank in (0, 2)}
-    views[1] = view(1, [0, 1, 2, 3], rank_3=b"\xff" * 4)
-    assert judged(1, views) == "round 5 records rank 3 as a member, which the group did not"
+def test_ranks_a_relay_showed_different_members_all_pass():
+    """The board's host let rank 1 see rank 2's payload and hid it from rank 0 (the attack a
+    vote on membership loses: the host's vote and rank 0's outvoted honest rank 1)."""
+    views = {0: view(0, [0, 1]), 1: view(1, [0, 1, 2]), 2: view(2, [0, 1, 2])}
+    assert all(judged(rank, views) is None for rank in range(3))
+
+
+def test_a_payload_its_member_did_not_sign_fails_the_recorder():
+    forged = view(1, [0, 1, 2])
+    forged.rounds[0].payloads[0] = b"\x07" * 4  # another payload under rank 0's signature
+    views = {0: view(0, [0, 1, 2]), 1: forged, 2: view(2, [0, 1, 2])}
+    assert judged(1, views) == "round 5 records a payload from rank 0 that it did not sign"
+    assert judged(0, views) is None and judged(2, views) is None
+    # signed by the recorder itself, or by nobody, it is still not rank 0's
+    forged.rounds[0].signatures[0] = SIGNING.sign(1, ROUND, b"\x07" * 4)  # type: ignore[index]
+    assert judged(1, views) is not None
+    unsigned = MemberView(forged.sent, [forged.rounds[0]._replace(signatures=None)])
+    assert judged(1, views | {1: unsigned}) is not None
+
+
+def test_a_payload_its_member_committed_needs_no_signature():
+    """A slot's new holder re-sends its predecessor's payload: records keep the predecessor's
+    signature, and the committed bytes vouch for it."""
+    record = view(1, [0, 1, 2])
+    record.rounds[0].signatures[0] = b"\x00" * 65  # type: ignore[index]
+    views = {0: view(0, [0, 1, 2]), 1: record}
+    assert judged(1, views) is None
+
+
+def test_a_member_whose_signer_is_unknown_is_not_checked():
+    forged = view(1, [0, 1, 3], rank_3=b"\x09" * 4)
+    forged.rounds[0].signatures[2] = b"\x00" * 65  # type: ignore[index]
+    unknown = SIGNING.signers._replace(
+        addresses={r: a for r, a in SIGNING.signers.addresses.items() if r != 3}
+    )
+    assert record_problem(1, range(ROUND, ROUND + 1), {1: forged}, unknown, "round") is None
+    assert judged(1, {1: forged}) == "round 5 records a payload from rank 3 that it did not sign"
+
+
+def test_a_rank_that_signed_another_payload_than_it_committed_fails():
+    """Rank 1 sent the group one payload and committed another: one honest record of the sent
+    one, under rank 1's signature, fails it, whatever the others recorded."""
+    sent = b"\x0b" * 4
+    views = {1: view(1, [0, 1, 2]), 0: view(0, [0, 1, 2], rank_1=sent), 2: view(2, [0, 2])}
+    assert judged(1, views) == (
+        "rank 1 signed another payload in round 5 than it committed, and rank 0 received it"
+    )
     assert judged(0, views) is None and judged(2, views) is None
 
 
-def test_members_left_out_of_a_record_outvote_it():
-    views = {rank: view(rank, [0, 1, 2]) for rank in (0, 2)}
-    views[1] = view(1, [1, 2])
-    assert judged(1, views) == "round 5 leaves out rank 0, a member the group saw"
-    # and left out of every record but its own: it counts as a voter on itself
-    views = {rank: view(rank, [0, 1, 2]) for rank in (0, 2)} | {1: view(1, [0, 1])}
-    assert judged(1, views) == "round 5 leaves out rank 2, a member the group saw"
-
-
-def test_a_late_rank_that_is_not_a_member_agrees_with_the_members():
-    """A round closed at its deadline without rank 2: every rank reads the same members back,
-    rank 2 too, which recorded the round it was not part of."""
-    views = {rank: view(rank, [0, 1, 3]) for rank in range(4)}
-    assert all(judged(rank, views) is None for rank in range(4))
-    # a rank that adds the late rank's payload to its round is outvoted, rank 2's vote included
-    views[1] = view(1, [0, 1, 2, 3])
-    assert judged(1, views) == "round 5 records rank 2 as a member, which the group did not"
-
-
-def test_two_ranks_alone_that_disagree_on_the_members_name_nobody():
-    views = {0: view(0, [0, 1, 2]), 1: view(1, [0, 1])}
-    assert judged(0, views) is None and judged(1, views) is None
-
-
-def test_a_payload_the_group_did_not_see_is_still_outvoted():
-    views = {rank: view(rank, [0, 1, 2]) for rank in (0, 2)}
-    views[1] = view(1, [0, 1, 2], rank_0=b"\x07" * 4)
-    assert (
-        judged(1, views)
-        == "round 5 records a payload from rank 0 that the group did not see it send"
-    )
+def test_a_signature_from_another_job_or_round_signs_nothing_here():
+    """Rank 0's signature on the same bytes in another job or round is no signature on them in
+    this one: replayed, it fails whoever recorded it."""
+    payload = b"\x0c" * 4
+    for signing, round_ in ((local_signing(4, job_id=8), ROUND), (SIGNING, ROUND + 1)):
+        replayed = view(1, [0, 1])
+        replayed.rounds[0].payloads[0] = payload
+        replayed.rounds[0].signatures[0] = signing.sign(0, round_, payload)  # type: ignore[index]
+        assert judged(1, {1: replayed}) is not None

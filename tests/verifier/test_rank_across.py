@@ -55,6 +55,7 @@ def judged(group, committed_bundle: tuple[str, bytes], **kwargs):
         previous,
         reproduces=kwargs.pop("reproduces", this_verifier(spec)),
         **kwargs,
+        signers=rank_casebook.local_signers(spec),
     )
 
 

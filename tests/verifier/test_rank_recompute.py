@@ -24,6 +24,7 @@ from node.distributed.exchange import recorded_round, sent_in
 from node.distributed.group import rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
 from node.distributed.rank_unit import unit_path
+from node.distributed.signing import local_signing
 from node.engine import parse_spec
 from verifier import rank_casebook
 from verifier.rank_recompute import judge_rank
@@ -66,7 +67,15 @@ def round_bundle(spec, unit: RankUnit) -> tuple[str, bytes]:
 
 def judged_round(spec, committed: str, bundle: bytes):
     """The verdict on rank 1's round 0, its segment states fetched from the store."""
-    return judge_rank(spec, 1, 0, committed, bundle, states=rank_casebook.stored(STORE))
+    return judge_rank(
+        spec,
+        1,
+        0,
+        committed,
+        bundle,
+        states=rank_casebook.stored(STORE),
+        signers=rank_casebook.local_signers(spec),
+    )
 
 
 def test_an_honest_round_reproduces_its_commitment(spec, honest):
@@ -85,7 +94,9 @@ def test_a_rank_that_sent_another_update_is_named(spec, honest):
     trainer.apply(trainer.forward_backward()[0])
     committed, cheat = round_bundle(spec, RankUnit(1, 0, trainer.state(), None))
     claimed = load_rank_bundle(cheat)._replace(unit=lazy)
-    verdict = judge_rank(spec, 1, 0, committed, rank_bundle(*claimed))
+    verdict = judge_rank(
+        spec, 1, 0, committed, rank_bundle(*claimed), signers=rank_casebook.local_signers(spec)
+    )
     assert verdict.passed is False
     assert verdict.reason == "the re-run unit sends a different payload"
 
@@ -104,10 +115,30 @@ def test_a_first_round_that_does_not_start_from_the_seed_is_named(spec, honest):
 def test_a_bundle_for_another_rank_or_payload_fails(spec, honest):
     unit, payload = honest
     committed = update_sha256(payload)
-    assert judge_rank(spec, 2, 0, committed, rank_bundle(unit, payload)).passed is False
-    other = judge_rank(spec, 1, 0, committed, rank_bundle(unit, payload + b"\x00"))
+    assert (
+        judge_rank(
+            spec,
+            2,
+            0,
+            committed,
+            rank_bundle(unit, payload),
+            signers=rank_casebook.local_signers(spec),
+        ).passed
+        is False
+    )
+    other = judge_rank(
+        spec,
+        1,
+        0,
+        committed,
+        rank_bundle(unit, payload + b"\x00"),
+        signers=rank_casebook.local_signers(spec),
+    )
     assert other.reason == "the pinned payload is not the committed one"
-    assert judge_rank(spec, 1, 0, committed, b"junk").passed is False
+    assert (
+        judge_rank(spec, 1, 0, committed, b"junk", signers=rank_casebook.local_signers(spec)).passed
+        is False
+    )
 
 
 BYTE = torch.zeros(1, dtype=torch.uint8)
@@ -136,7 +167,7 @@ def test_a_bundle_of_malformed_fields_fails_rather_than_stopping_its_verifier(sp
     unit, _ = honest
     committed, bundle = round_bundle(spec, unit)
     made = dump_tagged(RANK_BUNDLES.tag, load_tagged(bundle, RANK_BUNDLES.tag) | fields)
-    verdict = judge_rank(spec, 1, 0, committed, made)
+    verdict = judge_rank(spec, 1, 0, committed, made, signers=rank_casebook.local_signers(spec))
     assert verdict.passed is False
     assert verdict.reason.startswith(
         ("committed rank bundle unreadable", "the bundle cannot be re-run")
@@ -146,7 +177,14 @@ def test_a_bundle_of_malformed_fields_fails_rather_than_stopping_its_verifier(sp
 def test_a_single_node_spec_cannot_be_judged_as_a_rank(honest):
     single = parse_spec(SPEC_TEXT.split("distributed:")[0] + "reproducibility: {seed: 1}\n")
     unit, payload = honest
-    verdict = judge_rank(single, 1, 0, update_sha256(payload), rank_bundle(unit, payload))
+    verdict = judge_rank(
+        single,
+        1,
+        0,
+        update_sha256(payload),
+        rank_bundle(unit, payload),
+        signers=rank_casebook.local_signers(single),
+    )
     assert verdict.passed is None
 
 
@@ -186,12 +224,18 @@ def peers_of(spec, folder: Path, rank: int, **bundles: tuple[str, bytes]):
     }
 
 
-def recording(committed_bundle: tuple[str, bytes], step: int, sender: int, data: bytes):
-    """The bundle with its record of what `sender` sent at the unit's `step` replaced by `data`."""
+def recording(
+    committed_bundle: tuple[str, bytes], step: int, sender: int, data: bytes, signed: bool = False
+):
+    """The bundle with its record of what `sender` sent at the unit's `step` replaced by `data`,
+    under `sender`'s signature on it if `signed`."""
     committed, bundle = committed_bundle
     unit, payload, _, rounds, *_ = load_rank_bundle(bundle)
-    members, payloads = rounds[step]
+    members, payloads, signatures = rounds[step]
     payloads[members.index(sender)] = data
+    if signed:
+        signing = local_signing(3)
+        signatures[members.index(sender)] = signing.sign(sender, 2 * unit.round_ + step, data)
     return committed, rank_bundle(unit, payload, rounds=rounds)
 
 
@@ -201,7 +245,16 @@ def test_an_honest_ddp_unit_reproduces_from_its_recorded_rounds(ddp_run):
     committed, bundle = ddp_bundle(spec, folder, rank=2)
     previous = ddp_bundle(spec, folder, rank=2, index=0)
     for peers in (None, peers_of(spec, folder, 2)):
-        verdict = judge_rank(spec, 2, 1, committed, bundle, peers, previous)
+        verdict = judge_rank(
+            spec,
+            2,
+            1,
+            committed,
+            bundle,
+            peers,
+            previous,
+            signers=rank_casebook.local_signers(spec),
+        )
         assert verdict.passed is True
         assert verdict.recomputed_state_hash == committed
 
@@ -213,59 +266,93 @@ def test_a_ddp_unit_that_does_not_start_where_the_previous_one_ends_is_named(ddp
     # itself out, so the bundle re-runs to its commitment.
     unit = replace(first_unit(spec, 2), round_=1)
     recorded = [recorded_round(folder, step) for step in (2, 3)]
-    rounds = [RecordedRound([0, 1], payloads[:2]) for _, payloads in recorded]
+    rounds = [RecordedRound(r.members[:2], r.payloads[:2], r.signatures[:2]) for r in recorded]
     payload = run_rank_unit(spec, group_config(spec), unit, rounds).payload
     committed, bundle = update_sha256(payload), rank_bundle(unit, payload, rounds=rounds)
-    assert judge_rank(spec, 2, 1, committed, bundle).passed is True  # alone, it passes
+    assert (
+        judge_rank(spec, 2, 1, committed, bundle, signers=rank_casebook.local_signers(spec)).passed
+        is True
+    )  # alone, it passes
     previous = ddp_bundle(spec, folder, rank=2, index=0)
-    verdict = judge_rank(spec, 2, 1, committed, bundle, previous=previous)
+    verdict = judge_rank(
+        spec, 2, 1, committed, bundle, previous=previous, signers=rank_casebook.local_signers(spec)
+    )
     assert verdict.passed is False
     assert verdict.reason == "the unit does not start where the slot's previous unit ends"
 
 
 @pytest.mark.slow
-def test_a_ddp_rank_recording_what_another_did_not_send_is_outvoted_by_the_group(ddp_run):
+def test_a_ddp_rank_recording_what_another_did_not_sign_fails(ddp_run):
     spec, folder = ddp_run
     # Rank 2 records a made-up payload from rank 0 at the unit's last step: it changes only the
-    # weights after the unit, so the re-run still sends what rank 2 committed.
+    # weights after the unit, so the re-run still sends what rank 2 committed. Rank 0 signed
+    # no such payload, which fails rank 2 with or without the others' bundles.
     made_up = sent_in(folder, range(2, 3), 0)
     committed, bundle = recording(ddp_bundle(spec, folder, rank=2), 1, 0, made_up)
-    assert judge_rank(spec, 2, 1, committed, bundle).passed is True  # alone, it passes
-    verdict = judge_rank(spec, 2, 1, committed, bundle, peers_of(spec, folder, 2))
-    assert verdict.passed is False
-    assert (
-        verdict.reason == "step 3 records a payload from rank 0 that the group did not see it send"
-    )
+    for peers in (None, peers_of(spec, folder, 2)):
+        verdict = judge_rank(
+            spec, 2, 1, committed, bundle, peers, signers=rank_casebook.local_signers(spec)
+        )
+        assert verdict.passed is False
+        assert verdict.reason == "step 3 records a payload from rank 0 that it did not sign"
 
 
 @pytest.mark.slow
 def test_a_ddp_rank_that_sent_the_group_another_payload_than_it_committed_is_named(ddp_run):
     spec, folder = ddp_run
-    # Rank 0 commits its honest payloads but sent ranks 1 and 2 something else at step 3.
+    # Rank 0 commits its honest payloads but sent ranks 1 and 2 something else at step 3,
+    # which it signed.
     sent = sent_in(folder, range(2, 3), 0)
     received = {
-        f"rank_{rank}": recording(ddp_bundle(spec, folder, rank), 1, 0, sent) for rank in (1, 2)
+        f"rank_{rank}": recording(ddp_bundle(spec, folder, rank), 1, 0, sent, signed=True)
+        for rank in (1, 2)
     }
     committed, bundle = ddp_bundle(spec, folder, rank=0)
-    verdict = judge_rank(spec, 0, 1, committed, bundle, peers_of(spec, folder, 0, **received))
-    assert verdict.passed is False
-    assert (
-        verdict.reason
-        == "the group received another payload from rank 0 in step 3 than it committed"
+    verdict = judge_rank(
+        spec,
+        0,
+        1,
+        committed,
+        bundle,
+        peers_of(spec, folder, 0, **received),
+        signers=rank_casebook.local_signers(spec),
     )
-    # The ranks that recorded what rank 0 sent them agree with each other: neither is named.
+    assert verdict.passed is False
+    assert verdict.reason == (
+        "rank 0 signed another payload in step 3 than it committed, and rank 1 received it"
+    )
+    # one record of it names rank 0; the ranks that recorded what rank 0 signed are not named
+    alone = judge_rank(
+        spec,
+        0,
+        1,
+        committed,
+        bundle,
+        {1: received["rank_1"]},
+        signers=rank_casebook.local_signers(spec),
+    )
+    assert alone.passed is False
     committed, bundle = received.pop("rank_2")
     peers = peers_of(spec, folder, 2, **received)
-    assert judge_rank(spec, 2, 1, committed, bundle, peers).passed is True
-    # Two ranks alone that disagree name nobody.
-    assert judge_rank(spec, 2, 1, committed, bundle, {0: peers[0]}).passed is True
+    assert (
+        judge_rank(
+            spec, 2, 1, committed, bundle, peers, signers=rank_casebook.local_signers(spec)
+        ).passed
+        is True
+    )
+    assert (
+        judge_rank(
+            spec, 2, 1, committed, bundle, {0: peers[0]}, signers=rank_casebook.local_signers(spec)
+        ).passed
+        is True
+    )
 
 
 @pytest.mark.slow
 def test_a_ddp_rank_that_sent_another_gradient_is_named(ddp_run):
     spec, folder = ddp_run
     committed, bundle = ddp_bundle(spec, folder, rank=1)
-    verdict = judge_rank(spec, 1, 1, committed, bundle)
+    verdict = judge_rank(spec, 1, 1, committed, bundle, signers=rank_casebook.local_signers(spec))
     assert verdict.passed is False
     assert "round 2 records another payload from rank 1" in verdict.reason
 
@@ -275,9 +362,18 @@ def test_a_ddp_bundle_must_record_every_round_of_its_unit(ddp_run):
     spec, folder = ddp_run
     committed, bundle = ddp_bundle(spec, folder, rank=2)
     unit, payload, _, rounds, *_ = load_rank_bundle(bundle)
-    short = judge_rank(spec, 2, 1, committed, rank_bundle(unit, payload, rounds=rounds[:1]))
+    short = judge_rank(
+        spec,
+        2,
+        1,
+        committed,
+        rank_bundle(unit, payload, rounds=rounds[:1]),
+        signers=rank_casebook.local_signers(spec),
+    )
     assert short.reason == "the bundle records 1 rounds, not 2"
-    bare = judge_rank(spec, 2, 1, committed, rank_bundle(unit, payload))
+    bare = judge_rank(
+        spec, 2, 1, committed, rank_bundle(unit, payload), signers=rank_casebook.local_signers(spec)
+    )
     assert bare.passed is False and "rounds it took part in" in bare.reason
 
 
@@ -285,7 +381,7 @@ def with_member_99(committed_bundle: tuple[str, bytes]) -> tuple[str, bytes]:
     """The bundle with a member 99 added to every step, sending what member 0 sent."""
     committed, bundle = committed_bundle
     loaded = load_rank_bundle(bundle)
-    rounds = [RecordedRound([*m, 99], [*p, p[0]]) for m, p in loaded.rounds]
+    rounds = [RecordedRound([*m, 99], [*p, p[0]]) for m, p, _ in loaded.rounds]
     return committed, rank_bundle(*loaded._replace(rounds=rounds))
 
 
@@ -295,7 +391,7 @@ def test_a_ddp_rank_recording_members_outside_the_group_fails(ddp_run):
     spec, folder = ddp_run
     made = with_member_99(ddp_bundle(spec, folder, rank=2))
     for peers in (None, peers_of(spec, folder, 2)):
-        verdict = judge_rank(spec, 2, 1, *made, peers)
+        verdict = judge_rank(spec, 2, 1, *made, peers, signers=rank_casebook.local_signers(spec))
         assert verdict.passed is False
         assert verdict.reason == (
             "an exchange records [0, 1, 2, 99] as its members, not ranks of the group"
@@ -303,17 +399,18 @@ def test_a_ddp_rank_recording_members_outside_the_group_fails(ddp_run):
 
 
 @pytest.mark.slow
-def test_a_ddp_rank_leaving_itself_out_of_its_steps_is_outvoted(ddp_run):
-    """Its steps' aggregates made of the others' payloads alone, re-run to its commitment."""
+def test_a_ddp_rank_leaving_members_out_of_its_steps_is_judged_on_its_own_steps(ddp_run):
+    """Its steps' aggregates made of the others' payloads alone, re-run to its commitment: the
+    board's host can hide members from an honest rank, so who made up a step is not judged;
+    what the rank did with what it recorded is."""
     spec, folder = ddp_run
     unit = RankUnit.load(unit_path(folder, 1, 2))
-    rounds = [RecordedRound([0, 1], recorded_round(folder, step)[1][:2]) for step in (2, 3)]
+    kept = [recorded_round(folder, step) for step in (2, 3)]
+    rounds = [RecordedRound(r.members[:2], r.payloads[:2], r.signatures[:2]) for r in kept]
     payload = run_rank_unit(spec, group_config(spec), unit, rounds).payload
     made = update_sha256(payload), rank_bundle(unit, payload, rounds=rounds)
-    assert judge_rank(spec, 2, 1, *made).passed is True  # alone, it passes
-    verdict = judge_rank(spec, 2, 1, *made, peers_of(spec, folder, 2))
-    assert verdict.passed is False
-    assert verdict.reason == "step 2 leaves out rank 2, a member the group saw"
+    verdict = judge_rank(spec, 2, 1, *made, signers=rank_casebook.local_signers(spec))
+    assert verdict.passed is True
 
 
 @pytest.mark.slow
@@ -322,10 +419,39 @@ def test_a_ddp_unit_after_its_providers_unit_that_cannot_be_rebuilt_fails(ddp_ru
     spec, folder = ddp_run
     committed, bundle = ddp_bundle(spec, folder, rank=2)
     unbuildable = with_member_99(ddp_bundle(spec, folder, rank=2, index=0))
-    own = judge_rank(spec, 2, 1, committed, bundle, previous=unbuildable, own_previous=True)
+    own = judge_rank(
+        spec,
+        2,
+        1,
+        committed,
+        bundle,
+        previous=unbuildable,
+        own_previous=True,
+        signers=rank_casebook.local_signers(spec),
+    )
     assert own.passed is False
     assert own.reason.startswith("the slot's previous unit, the provider's own, cannot be rebuilt")
-    assert judge_rank(spec, 2, 1, committed, bundle, previous=unbuildable).passed is True
+    assert (
+        judge_rank(
+            spec,
+            2,
+            1,
+            committed,
+            bundle,
+            previous=unbuildable,
+            signers=rank_casebook.local_signers(spec),
+        ).passed
+        is True
+    )
     previous = ddp_bundle(spec, folder, rank=2, index=0)
-    verdict = judge_rank(spec, 2, 1, committed, bundle, previous=previous, own_previous=True)
+    verdict = judge_rank(
+        spec,
+        2,
+        1,
+        committed,
+        bundle,
+        previous=previous,
+        own_previous=True,
+        signers=rank_casebook.local_signers(spec),
+    )
     assert verdict.passed is True

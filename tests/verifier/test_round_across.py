@@ -22,6 +22,7 @@ from marketplace.protocol.rank_bundle import (
     update_sha256,
 )
 from node.distributed.rank_unit import rank_class
+from node.distributed.signing import local_signing
 from verifier import rank_casebook
 from verifier.errors import InputsUnavailable
 from verifier.rank_recompute import judge_rank
@@ -53,7 +54,9 @@ def judged(group, committed_bundle: tuple[str, bytes], **kwargs):
     own = rank_class(spec).class_id()
     kwargs.setdefault("reproduces", lambda class_id: class_id == own)
     kwargs.setdefault("states", rank_casebook.stored(store))
-    return judge_rank(spec, RANK, INDEX, *committed_bundle, **kwargs)
+    return judge_rank(
+        spec, RANK, INDEX, *committed_bundle, **kwargs, signers=rank_casebook.local_signers(spec)
+    )
 
 
 def honest_of(group, host: str) -> tuple[str, bytes]:
@@ -258,34 +261,48 @@ def test_a_later_round_that_starts_elsewhere_fails(group, cheat, host):
     assert verdict.reason == "the unit does not start where the slot's previous unit ends"
 
 
-def test_a_round_recording_an_exchange_the_group_did_not_see_fails(group):
-    """Made-up payloads of the other members would make up the next round's start: the other
-    slots' bundles of the round outvote them."""
+def test_a_round_recording_a_payload_its_member_did_not_sign_fails(group):
+    """Made-up payloads of the other members would make up the next round's start: their
+    signatures give them the lie, with or without the other slots' bundles."""
     spec, store, committed = group
     peers = {rank: committed[rank, 0] for rank in range(3) if rank != RANK}
     honest = committed[RANK, 0]
     states = rank_casebook.stored(store)
-    assert judge_rank(spec, RANK, 0, *honest, peers, states=states).passed is True
+    assert (
+        judge_rank(
+            spec, RANK, 0, *honest, peers, states=states, signers=rank_casebook.local_signers(spec)
+        ).passed
+        is True
+    )
     loaded = load_rank_bundle(honest[1])
-    members, payloads = loaded.rounds[0]
+    members, payloads, signatures = loaded.rounds[0]
     other = members.index((RANK + 1) % 3)
     payloads = [p[:-1] + bytes([p[-1] ^ 1]) if i == other else p for i, p in enumerate(payloads)]
-    made = remade(honest, rounds=[RecordedRound(members, payloads)])
-    verdict = judge_rank(spec, RANK, 0, *made, peers)
-    assert verdict.passed is False
-    assert verdict.reason == (
-        f"round 0 records a payload from rank {(RANK + 1) % 3} that the group did not see it send"
-    )
+    made = remade(honest, rounds=[RecordedRound(members, payloads, signatures)])
+    for voters in (peers, None):
+        verdict = judge_rank(
+            spec, RANK, 0, *made, voters, signers=rank_casebook.local_signers(spec)
+        )
+        assert verdict.passed is False
+        assert verdict.reason == (
+            f"round 0 records a payload from rank {(RANK + 1) % 3} that it did not sign"
+        )
     # and its own payload recorded as other than it committed
     own = members.index(RANK)
     payloads = [p + b"\x00" if i == own else p for i, p in enumerate(loaded.rounds[0].payloads)]
-    verdict = judge_rank(spec, RANK, 0, *remade(honest, rounds=[RecordedRound(members, payloads)]))
+    verdict = judge_rank(
+        spec,
+        RANK,
+        0,
+        *remade(honest, rounds=[RecordedRound(members, payloads, signatures)]),
+        signers=rank_casebook.local_signers(spec),
+    )
     assert verdict.reason == "the round records another payload from the rank than it sent"
 
 
 def outside_the_group(committed_bundle: tuple[str, bytes]) -> tuple[str, bytes]:
     """The round with a member 99 added to its exchange, sending what member 0 sent."""
-    members, payloads = load_rank_bundle(committed_bundle[1]).rounds[0]
+    members, payloads, _ = load_rank_bundle(committed_bundle[1]).rounds[0]
     added = RecordedRound([*members, 99], [*payloads, payloads[0]])
     return remade(committed_bundle, rounds=[added])
 
@@ -303,30 +320,41 @@ def test_a_round_recording_members_outside_the_group_fails(group):
     spec, _, committed = group
     peers = {rank: committed[rank, 0] for rank in range(3) if rank != RANK}
     honest = committed[RANK, 0]
-    members, payloads = load_rank_bundle(honest[1]).rounds[0]
+    members, payloads, _ = load_rank_bundle(honest[1]).rounds[0]
     own, made_up = payloads[members.index(RANK)], payloads[(members.index(RANK) + 1) % 3]
     made_up_only = remade(honest, rounds=[RecordedRound([RANK, 97, 98, 99], [own, *[made_up] * 3])])
     for made in (outside_the_group(honest), made_up_only):
         for voters in (peers, None):
-            verdict = judge_rank(spec, RANK, 0, *made, voters, states=rank_casebook.stored({}))
+            verdict = judge_rank(
+                spec,
+                RANK,
+                0,
+                *made,
+                voters,
+                states=rank_casebook.stored({}),
+                signers=rank_casebook.local_signers(spec),
+            )
             assert verdict.passed is False
             assert verdict.reason.startswith("an exchange records [")
             assert verdict.reason.endswith("as its members, not ranks of the group")
 
 
-def test_a_round_leaving_out_members_the_group_saw_is_outvoted(group):
-    """Its own update alone as the round's aggregate: the members' bundles outvote it."""
+def test_a_round_leaving_members_out_is_judged_on_its_own_work(group):
+    """Its own update alone as the round's aggregate. The board's host can hide members from
+    an honest rank, so who made up a round is not judged: the rank's next round must start
+    from the aggregate it recorded, and its work is re-run from there."""
     spec, store, committed = group
     peers = {rank: committed[rank, 0] for rank in range(3) if rank != RANK}
     honest = committed[RANK, 0]
-    members, payloads = load_rank_bundle(honest[1]).rounds[0]
-    alone = remade(honest, rounds=[RecordedRound([RANK], [payloads[members.index(RANK)]])])
+    members, payloads, signatures = load_rank_bundle(honest[1]).rounds[0]
+    own = members.index(RANK)
+    alone = remade(honest, rounds=[RecordedRound([RANK], [payloads[own]], [signatures[own]])])
     states = rank_casebook.stored(store)
-    assert judge_rank(spec, RANK, 0, *alone, states=states).passed is True  # alone, it passes
-    verdict = judge_rank(spec, RANK, 0, *alone, peers, states=states)
-    assert verdict.passed is False
-    assert verdict.reason == "round 0 leaves out rank 0, a member the group saw"
-    assert judge_rank(spec, RANK, 0, *honest, peers, states=states).passed is True
+    for voters in (None, peers):
+        verdict = judge_rank(
+            spec, RANK, 0, *alone, voters, states=states, signers=rank_casebook.local_signers(spec)
+        )
+        assert verdict.passed is True
 
 
 def test_a_round_whose_end_cannot_be_had_fails_in_another_class(group):
@@ -348,10 +376,13 @@ def test_a_round_whose_exchange_does_not_aggregate_fails_in_any_class(group):
     """Another member's payload recorded a byte short: nothing the next round's start can be
     rebuilt from, though the round's own steps and payload are honest."""
     for honest in (group[2][RANK, INDEX], honest_of(group, "t2")):
-        members, payloads = load_rank_bundle(honest[1]).rounds[0]
+        members, payloads, signatures = load_rank_bundle(honest[1]).rounds[0]
         other = members.index((RANK + 1) % 3)
         cut = [p[:-1] if i == other else p for i, p in enumerate(payloads)]
-        verdict = judged(group, remade(honest, rounds=[RecordedRound(members, cut)]))
+        # signed by its member, so that it is the rebuilding that fails
+        signatures[other] = local_signing(3).sign(members[other], INDEX, cut[other])
+        made = remade(honest, rounds=[RecordedRound(members, cut, signatures)])
+        verdict = judged(group, made)
         assert verdict.passed is False
         assert verdict.reason.startswith("the slot's next round cannot be rebuilt from the round")
 

@@ -1,0 +1,68 @@
+"""Signed exchanges: what a group's rank sends in a round carries its provider's signature.
+
+The ranks' payloads travel through channels other ranks run: rank 0 hosts the round board's
+store, and gloo relays the others' payloads around its ring. Unsigned, any rank could rewrite
+another's payload on its way, and every record of it would then contradict what its sender
+committed. So a rank signs each payload with its provider's key over the job, the round, its
+rank and the payload's sha256, a receiver refuses one not signed by its sender, and a record
+keeps the signature: only a payload's sender can have made it, which a verifier checks against
+the address that committed the sender's unit. A record of a payload nobody signed fails its
+recorder; a payload its sender signed and did not commit fails the sender (docs/verification.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from eth_account import Account
+from eth_account.messages import encode_defunct
+
+SIGNATURE_BYTES = 65  # r, s, v
+_DOMAIN = b"zoo-compute/round-payload-v1"
+
+
+class RoundSigners(NamedTuple):
+    """Who signs a group's payloads: the job they are for, and each rank's signer's address."""
+
+    job_id: int
+    addresses: Mapping[int, str]  # rank -> address; a rank missing here is not known yet
+
+
+def round_digest(job_id: int, round_: int, rank: int, payload: bytes) -> bytes:
+    """What a rank signs for the payload it sends in a round of a job: a signature cannot be
+    replayed into another job, round or rank."""
+    fields = b"%s|%d|%d|%d|" % (_DOMAIN, job_id, round_, rank)
+    return hashlib.sha256(fields + hashlib.sha256(payload).digest()).digest()
+
+
+def sign_round(key: bytes, job_id: int, round_: int, rank: int, payload: bytes) -> bytes:
+    """The signature of the rank whose provider holds `key` on its payload for the round."""
+    message = encode_defunct(primitive=round_digest(job_id, round_, rank, payload))
+    return bytes(Account.sign_message(message, private_key=key).signature)
+
+
+def round_signer(
+    signature: bytes | None, job_id: int, round_: int, rank: int, payload: bytes
+) -> str | None:
+    """The address that signed `payload` as `rank`'s in the round; None for no signature or
+    one that does not recover (any bytes may arrive here)."""
+    if signature is None or len(signature) != SIGNATURE_BYTES:
+        return None
+    message = encode_defunct(primitive=round_digest(job_id, round_, rank, payload))
+    try:
+        return str(Account.recover_message(message, signature=signature))
+    except Exception:  # noqa: BLE001 - eth_keys raises several kinds for malformed signatures
+        return None
+
+
+def signed_by(
+    signers: RoundSigners, round_: int, rank: int, payload: bytes, signature: bytes | None
+) -> bool:
+    """Whether `rank`'s known signer signed `payload` as its payload for the round."""
+    address = signers.addresses.get(rank)
+    if address is None:
+        return False
+    found = round_signer(signature, signers.job_id, round_, rank, payload)
+    return found is not None and found.lower() == address.lower()

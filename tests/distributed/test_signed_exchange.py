@@ -1,0 +1,96 @@
+"""What a rank sends carries its signature: the rank hosting the round board's store cannot make
+the others aggregate a payload its sender did not send, whatever it writes there."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from marketplace.processes import free_port
+from marketplace.protocol.round_signatures import SIGNATURE_BYTES
+from node.distributed.aggregation import Aggregate
+from node.distributed.exchange import Exchange
+from node.distributed.group import GroupConfig
+from node.distributed.signing import local_signing
+
+RANKS, ROUND, NUMEL = 3, 4, 64
+SIGNING = local_signing(RANKS)
+
+
+@pytest.fixture
+def exchanges() -> list[Exchange]:
+    """Three ranks' exchanges over one board (rank 0 hosts the store), in this process."""
+    store = dist.TCPStore(
+        "127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=10)
+    )
+    config = GroupConfig(ranks=RANKS, deadline_s=30.0, signing=SIGNING)
+    return [Exchange(rank, config, store) for rank in range(RANKS)]
+
+
+def update(rank: int) -> torch.Tensor:
+    return torch.randn(NUMEL, generator=torch.Generator().manual_seed(rank))
+
+
+def run_round(exchanges: list[Exchange], ranks: list[int]) -> dict[int, Aggregate]:
+    """The ranks' exchanges of ROUND, each in a thread of its own, as their processes would."""
+    results: dict[int, Aggregate] = {}
+
+    def run(rank: int) -> None:
+        results[rank] = exchanges[rank](update(rank), ROUND)
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in ranks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
+def rewritten_by_the_host(exchanges: list[Exchange], rank: int, forge) -> None:
+    """Wait for `rank`'s post and rewrite it as the host may: any key, any bytes."""
+    board = exchanges[0].board
+    assert board is not None
+    key = f"{ROUND}/{rank}"
+    while not board.store.check([key]):
+        time.sleep(0.005)
+    posted = board.store.get(key)
+    board.store.set(key, forge(posted[:SIGNATURE_BYTES], posted[SIGNATURE_BYTES:]))  # type: ignore[arg-type]
+
+
+def test_an_honest_round_aggregates_every_signed_payload(exchanges):
+    results = run_round(exchanges, list(range(RANKS)))
+    assert all(exchange.members[-1] == [0, 1, 2] for exchange in exchanges)
+    assert all(torch.equal(results[0].value, results[r].value) for r in range(RANKS))
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        # another well-formed payload under rank 1's signature
+        lambda signature, payload: signature + bytes([payload[0] ^ 0x05]) + payload[1:],
+        # another payload under the host's own signature, posted as rank 1's
+        lambda signature, payload: SIGNING.sign(0, ROUND, payload[::-1]) + payload[::-1],
+        # rank 1's own signature from another round
+        lambda signature, payload: SIGNING.sign(1, ROUND + 1, payload) + payload,
+    ],
+    ids=["payload-changed", "host-signed", "other-round"],
+)
+def test_a_payload_the_host_rewrote_is_refused_by_every_honest_rank(exchanges, forge):
+    """Unsigned, the host's rewrite of rank 1's payload was aggregated by everyone, and rank 1's
+    own record of what it sent was then outvoted: an honest rank slashed. Signed, rank 1's
+    update is left out of the round (the host can always drop it), and the honest ranks agree."""
+    first = threading.Thread(target=lambda: run_round(exchanges, [1]))
+    results: dict[int, Aggregate] = {}
+    first.start()
+    rewritten_by_the_host(exchanges, 1, forge)
+    results = run_round(exchanges, [0, 2])
+    first.join(timeout=60)
+    for honest in (1, 2):
+        assert exchanges[honest].members[-1] == [0, 2]
+        assert 1 in exchanges[honest].outliers[-1]  # reported, for verifiers to re-run
+    assert torch.equal(results[2].value, results[0].value)
