@@ -20,6 +20,7 @@ from marketplace.processes import free_port
 from marketplace.protocol.checkpoint import state_hash
 from marketplace.protocol.journey import Settlement
 from marketplace.protocol.rank_bundle import load_rank_bundle, update_sha256
+from marketplace.protocol.round_signatures import round_signer
 from marketplace.protocol.terms import JobStatus
 from marketplace.sdk import Client
 from node.daemon.group_worker import rendezvous
@@ -131,7 +132,14 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
         bundle = load_rank_bundle(storage.cat(units[2, 1]["cid"]))
         assert (bundle.unit.rank, bundle.unit.trainer["progress"]["step"]) == (2, 20)
         assert [r.members for r in bundle.rounds] == [[0, 1, 2]] * 20
-        assert bundle.payload == b"".join(payloads[2] for _, payloads in bundle.rounds)
+        assert bundle.payload == b"".join(r.payloads[2] for r in bundle.rounds)
+        # and each payload under its slot's provider's signature, over the job and the step
+        holders = [units[s, 1]["provider"] for s in range(3)]
+        assert all(
+            round_signer(r.signatures[s], job_id, 20 + step, s, r.payloads[s]) == holders[s]
+            for step, r in enumerate(bundle.rounds)
+            for s in range(3)
+        )
         assert bytes(units[2, 1]["stateHash"]).hex() == update_sha256(bundle.payload)
         assert settle_and_pay_out(network, job_id).payment > 0
         verdicts = results(ledger, job_id)
