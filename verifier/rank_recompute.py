@@ -142,6 +142,7 @@ def judge_rank(
     reproduces: Reproduces = lambda _: True,
     tolerance: RankTolerance | None = None,
     states: StateSource = lambda _: None,
+    previous_states: StateSource | None = None,
     own_previous: bool = False,
 ) -> RankJudgement:
     """Whether the bundle committed as unit `index` of `slot` reproduces the hash `committed`
@@ -154,8 +155,9 @@ def judge_rank(
     says this unit's provider committed too (the slot was not handed over between them): then
     a previous unit its next one's start cannot be rebuilt from fails this one. A unit whose
     recorded class `reproduces` says no to is judged within `tolerance` (default: the
-    calibrated `rank_tolerance()`) rather than by its hash; a DiLoCo round's segment states,
-    and its previous round's end, are what `states` fetches.
+    calibrated `rank_tolerance()`) rather than by its hash; a DiLoCo round's segment states
+    are what `states` fetches, and its previous round's end what `previous_states` does
+    (default: `states`).
     """
     try:
         config = group_config(spec)
@@ -191,7 +193,9 @@ def judge_rank(
         problem = _round_records_problem(loaded)
         if problem is not None:
             return RankJudgement(False, problem)
-    before = None if previous is None else Previous(*previous, own_previous)
+    before = (
+        None if previous is None else Previous(*previous, own_previous, previous_states or states)
+    )
     if rounds is not None and not reproduces(recorded_class(loaded)):
         tolerance = tolerance or rank_tolerance()
         if isinstance(config, DilocoConfig):
@@ -213,7 +217,7 @@ def judge_rank(
         return RankJudgement(False, "the re-run unit sends a different payload", recomputed)
     if diloco and rerun.segments != [_without_cid(s) for s in loaded.segments or ()]:
         return RankJudgement(False, "the re-run round commits to other segments", recomputed)
-    misplaced = _misplaced_start(spec, config, unit, before, states)
+    misplaced = _misplaced_start(spec, config, unit, before)
     if misplaced is not None:
         return RankJudgement(False, misplaced, recomputed)
     if isinstance(config, DilocoConfig):
@@ -230,6 +234,7 @@ class Previous(NamedTuple):
     commitment: str
     data: bytes  # its bundle
     own: bool  # committed by the judged unit's provider, who answers for it
+    states: StateSource  # fetches its DiLoCo round's states, its end's
 
 
 def _members_problem(config: GroupConfig, rounds: list[RecordedRound]) -> str | None:
@@ -370,7 +375,7 @@ def _judge_round_within(
         return RankJudgement(False, f"the round's local steps: {judged.reason}", None, how)
     problem = _payload_problem(spec, config, bundle, end, tolerance)
     if problem is None:
-        problem = _misplaced_start(spec, config, unit, previous, states, tolerance)
+        problem = _misplaced_start(spec, config, unit, previous, tolerance)
     if problem is None:
         try:
             _following(spec, config, bundle, end)
@@ -447,7 +452,6 @@ def _misplaced_start(
     config: GroupConfig,
     unit: RankUnit,
     previous: Previous | None,
-    states: StateSource = lambda _: None,
     tolerance: RankTolerance | None = None,
 ) -> str | None:
     """Why the unit does not start where the rank was left; None when it does, or when that
@@ -462,7 +466,7 @@ def _misplaced_start(
     if previous is None:
         return None
     try:
-        following = _where_previous_leaves(spec, config, unit, previous, states, tolerance)
+        following = _where_previous_leaves(spec, config, unit, previous, tolerance)
     except Unrebuilt as exc:
         if previous.own:
             return f"the slot's previous unit, the provider's own, cannot be rebuilt: {exc}"
@@ -484,7 +488,6 @@ def _where_previous_leaves(
     config: GroupConfig,
     unit: RankUnit,
     previous: Previous,
-    states: StateSource,
     tolerance: RankTolerance | None,
 ) -> RankUnit:
     """The inputs of `unit` as the slot's previous unit leaves them; Unrebuilt when they cannot
@@ -493,7 +496,7 @@ def _where_previous_leaves(
     if before is None:
         raise Unrebuilt("its bundle is not the rank's previous unit under its commitment")
     if isinstance(config, DilocoConfig):
-        return where_round_leaves(spec, config, before, states)
+        return where_round_leaves(spec, config, before, previous.states)
     return _where_unit_leaves(spec, config, before, previous.commitment, tolerance)
 
 

@@ -386,9 +386,11 @@ def _judge_rank_unit(
         ),
         reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
         tolerance=runner.rank_tolerance,
-        # a round's states and its previous round's: a provider's node holds them, which not
-        # every verifier reaches, so one out of reach leaves the unit unjudged for now
-        states=_provider_states(spec, storage, InputsUnavailable),
+        # a round's states, pinned on the replicas with its bundle: one that no node serves
+        # fails the round once the verifier's patience is over, as its bundle would; its
+        # previous round's, where another provider committed it, are not this one's to serve
+        states=_provider_states(spec, storage),
+        previous_states=_provider_states(spec, storage, Withheld if own else InputsUnavailable),
         own_previous=own,
     )
     passed, reason, recomputed, how = judgement

@@ -285,7 +285,7 @@ class GroupWorker:
         rounds = config.unit_rounds(spec, index)
         storage = self.worker.storage
         commitment, bundle = unit_bundle(
-            spec, config, folder, slot_id, index, storage.add_bytes, last
+            spec, config, folder, slot_id, index, self.worker.keep_state, last
         )
         cid = storage.add_bytes(bundle)
         unit = Unit(job_id, slot_id, index, cid, commitment, seconds)

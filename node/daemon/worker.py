@@ -286,11 +286,17 @@ class Worker:
     def _in_memory(self, job_id: int, slot_id: int, index: int) -> bool:
         return self._last is not None and self._last[0] == (job_id, slot_id, index)
 
+    def keep_state(self, data: bytes) -> str:
+        """Put an intermediate state on this node's IPFS node and pin it on the replicas, where
+        the unit's checkpoint goes: a verifier of another execution class re-runs from it in a
+        dispute, and one that no node serves fails the unit."""
+        cid = self.storage.add_bytes(data)
+        self.storage.pin(cid, replicas=self.replicas)
+        return cid
+
     def _keep_segment(self, segment: dict[str, Any], state: Checkpoint) -> None:
-        """Put a segment's intermediate state on this node's IPFS node and name it in the record:
-        a verifier of another execution class re-runs one segment from it in a dispute, and a
-        state that cannot be fetched fails the unit."""
-        segment["cid"] = self.storage.add_bytes(state.to_bytes())
+        """Keep a segment's state (`keep_state`) and name it in the record."""
+        segment["cid"] = self.keep_state(state.to_bytes())
 
     def _train(self, job_id: int, slot_id: int, index: int) -> Unit:
         """Train unit `index` and journal it once its checkpoint is on this node's IPFS node."""

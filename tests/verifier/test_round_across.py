@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from marketplace.ipfs.importer import only_hash
 from marketplace.protocol import trace
 from marketplace.protocol.rank_bundle import (
     RecordedRound,
@@ -24,7 +25,7 @@ from marketplace.protocol.rank_bundle import (
 from node.distributed.rank_unit import rank_class
 from node.distributed.signing import local_signing
 from verifier import rank_casebook
-from verifier.errors import InputsUnavailable
+from verifier.errors import InputsUnavailable, Withheld
 from verifier.rank_recompute import judge_rank
 from verifier.recompute import Runner, UnitInputs, recompute
 
@@ -221,6 +222,12 @@ def test_recompute_fetches_a_rounds_segment_states_by_the_cids_its_records_carry
     verdict = recompute(inputs, storage, Runner())
     assert verdict.passed is False
     assert verdict.reason == "the round's end state is not available or not what it names"
+    # records naming states that no node serves: its provider pins them on the replicas with
+    # the bundle, so they are withheld, and the round fails once the patience is over
+    unserved = [s | {"cid": str(only_hash(b"unserved %d" % i))} for i, s in enumerate(segments)]
+    inputs = replace(inputs, cid=storage.add_bytes(with_segments((committed, bundle), unserved)[1]))
+    with pytest.raises(Withheld, match="segment state"):
+        recompute(inputs, storage, Runner())
 
 
 def previous_round(group) -> tuple[str, bytes]:
