@@ -27,7 +27,7 @@ from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.spec import JobSpec
 from node.engine import Shard, run_unit
 from node.engine.environment import DEFAULT_HOST, Host
-from node.engine.train import build_optimizer, form_problem
+from node.engine.train import build_optimizer, form_problem, tensor_forms
 
 TOLERANCE_FILE = Path(__file__).with_name("tolerance.json")
 # Policy over the measurements: the bound is MARGIN times the largest honest distance measured,
@@ -112,7 +112,7 @@ def structure_problem(committed: Checkpoint, rerun: Checkpoint) -> str | None:
     cheaper model), other progress, another schedule or generator state. None if nothing."""
     ours, theirs = rerun.state, committed.state
     for part in ("model", "optimizer"):
-        mine, yours = _shapes(ours[part]), _shapes(theirs.get(part, {}))
+        mine, yours = tensor_forms(ours[part]), tensor_forms(theirs.get(part, {}))
         if mine != yours:
             return f"the committed {part} has other tensors than the unit makes"
     keys = ("step", "stream", "cursor", "spec_sha256")
@@ -125,27 +125,13 @@ def structure_problem(committed: Checkpoint, rerun: Checkpoint) -> str | None:
     rng = theirs.get("rng")
     generator = rng.get("torch") if isinstance(rng, Mapping) else None
     mine_rng = ours["rng"]["torch"]
-    if not isinstance(generator, torch.Tensor) or _shapes(generator) != _shapes(mine_rng):
-        return "the committed generator state is not the unit's"
-    if not torch.equal(mine_rng, generator):
+    if (
+        not isinstance(generator, torch.Tensor)
+        or tensor_forms(generator) != tensor_forms(mine_rng)
+        or not torch.equal(mine_rng, generator)
+    ):
         return "the committed generator state is not the unit's"
     return None
-
-
-def _shapes(node: Any, path: str = "") -> dict[str, Any]:
-    if isinstance(node, torch.Tensor):
-        return {path: (str(node.dtype), tuple(node.shape))}
-    if isinstance(node, Mapping):
-        out: dict[str, Any] = {}
-        for key, value in node.items():
-            out |= _shapes(value, f"{path}/{key}")
-        return out
-    if isinstance(node, (list, tuple)):
-        out = {}
-        for i, value in enumerate(node):
-            out |= _shapes(value, f"{path}/{i}")
-        return out
-    return {}
 
 
 def trace_problem(committed: Checkpoint, boundaries: list[int]) -> str | None:
@@ -287,13 +273,14 @@ def judge_trajectory(
     the comparison starts again from the provider's state after the segment. The last segment
     is always re-run alone as well.
     """
-    problem = trace_problem(committed, boundaries) or form_check(spec)(committed)
+    check = form_check(spec)
+    problem = trace_problem(committed, boundaries) or check(committed)
     if problem is None:
         begin = start.step if start is not None else 0
         problem = history_problem(committed, begin, committed.metadata["trace"]["segments"])
     if problem:
         return Judgement(False, problem)
-    states = _of_form(spec, states)
+    states = _of_form(check, states)
     end = boundaries[-1]
     segments = committed.metadata["trace"]["segments"]
     worst: dict[str, float] = {}
@@ -416,10 +403,10 @@ def form_check(spec: JobSpec) -> Callable[[Checkpoint], str | None]:
     return problem
 
 
-def _of_form(spec: JobSpec, states: StateSource) -> StateSource:
-    """`states`, with a state not of the spec's trainer's form taken for none (so the unit fails
-    as one whose states cannot be had), rather than raising in a comparison or a re-run."""
-    problem = form_check(spec)
+def _of_form(problem: Callable[[Checkpoint], str | None], states: StateSource) -> StateSource:
+    """`states`, with a state of which `problem` (a `form_check`) finds one taken for none (so
+    the unit fails as one whose states cannot be had), rather than raising in a comparison or
+    a re-run."""
 
     def of_form(segment: Mapping[str, Any]) -> Checkpoint | None:
         state = states(segment)

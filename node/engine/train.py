@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -251,7 +251,7 @@ def form_problem(
             return "no learning-rate schedule"
     except (KeyError, TypeError):
         return "a part of the training state is missing"
-    if not isinstance(weights, dict) or _forms(weights) != _forms(model.state_dict()):
+    if not isinstance(weights, dict) or tensor_forms(weights) != tensor_forms(model.state_dict()):
         return "the model's tensors are not the spec's model's"
     params = [p for group in optimizer.param_groups for p in group["params"]]
     if not isinstance(groups, list) or [_indices(g) for g in groups] != [
@@ -298,8 +298,19 @@ def _form(x: Any) -> tuple[str, tuple[int, ...]] | None:
     return (str(x.dtype), tuple(x.shape)) if isinstance(x, torch.Tensor) else None
 
 
-def _forms(tensors: dict[str, Any]) -> dict[str, Any]:
-    return {name: _form(t) for name, t in tensors.items()}
+def tensor_forms(node: Any, path: str = "") -> dict[str, Any]:
+    """Every leaf of nested maps and lists by its path: a tensor's dtype and shape, None for
+    anything else. Two states of one form have equal forms."""
+    if isinstance(node, Mapping):
+        items: Iterable[tuple[Any, Any]] = node.items()
+    elif isinstance(node, (list, tuple)):
+        items = enumerate(node)
+    else:
+        return {path: _form(node)}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out |= tensor_forms(value, f"{path}/{key}")
+    return out
 
 
 def _indices(group: Any) -> Any:
