@@ -55,6 +55,7 @@ from .worker import JobUnfit, Worker
 
 log = logging.getLogger(__name__)
 
+HOLDERS = "holders.json"  # in a rank's folder: the job's slot holders, as the chain has them
 ROUND_POLL = 0.2  # seconds between looks at the rank's folder
 CHAIN_POLL = 2.0  # seconds between looks at whether the slot is still ours to deliver
 # Reverts of flagUnit that leave nothing to do: another rank flagged it first, or it is too late.
@@ -116,11 +117,14 @@ class GroupWorker:
         spec = self.worker.specs.of_job(job_id)
         folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
         shutil.rmtree(folder, ignore_errors=True)  # rounds of an attempt that never committed
-        config = replace(
-            group_config(spec),
-            updates_dir=str(folder),
-            signing=self._signing(job_id, slot_id, group_config(spec).ranks),
+        config = group_config(spec)
+        signing = RoundSigning(
+            job_id,
+            self._note_holders(job_id, config.ranks, folder),
+            {slot_id: bytes(self.worker.account.key)},
+            str(folder / HOLDERS),
         )
+        config = replace(config, updates_dir=str(folder), signing=signing)
         done = slot["unitsDone"]
         taken_over = self._last_unit(job_id, slot_id, done - 1, config.uses_board) if done else None
         host, port = rendezvous(self.worker.ledger, job_id)
@@ -150,7 +154,7 @@ class GroupWorker:
             began = time.monotonic()
             units = units_per_node(spec)
             for index in range(done, units):
-                if not self._await_unit(rank, job_id, slot_id, index, folder, stop):
+                if not self._await_unit(rank, job_id, slot_id, index, config, stop):
                     return
                 finished = time.monotonic()
                 self._commit(
@@ -179,14 +183,19 @@ class GroupWorker:
                 rank.terminate()
                 rank.join()
 
-    def _signing(self, job_id: int, slot_id: int, ranks: int) -> RoundSigning:
-        """This rank signs with its provider's key, and takes from each slot what the
-        provider holding it now signed. A slot handed over later keeps its earlier holder's
-        address here, so the new holder's payloads are refused by this rank (it still trains
-        on the others'), never taken for what it did not sign."""
+    def _note_holders(self, job_id: int, ranks: int, folder: Path) -> tuple[str, ...]:
+        """Write down who holds each slot of the job now, for the rank to check what each slot
+        sends against (`RoundSigning.holders_file`): a slot handed over mid-job signs with its
+        new holder's key from then on."""
         ledger = self.worker.ledger
         holders = tuple(ledger.slot(job_id, slot)["provider"] for slot in range(ranks))
-        return RoundSigning(job_id, holders, {slot_id: bytes(self.worker.account.key)})
+        path = folder / HOLDERS
+        if not path.exists() or json.loads(path.read_text()) != list(holders):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(path.name + ".partial")
+            partial.write_text(json.dumps(holders))
+            partial.replace(path)  # whole or not at all: the rank reads it at any time
+        return holders
 
     def _last_unit(self, job_id: int, slot_id: int, index: int, uses_board: bool) -> RankBundle:
         """The slot's last committed unit, to take the rank over from (this node restarted, or
@@ -218,7 +227,7 @@ class GroupWorker:
         left (optimizer, data position, residual; the group's aggregates come from the board).
         It must send the committed payloads again, or it would go on from another state."""
         index = taken_over.unit.round_
-        if not self._await_unit(rank, job_id, slot_id, index, folder, stop):
+        if not self._await_unit(rank, job_id, slot_id, index, config, stop):
             return False
         if sent_in(folder, config.unit_rounds(spec, index), slot_id) != taken_over.payload:
             raise GroupFailed(
@@ -248,13 +257,15 @@ class GroupWorker:
         job_id: int,
         slot_id: int,
         index: int,
-        folder: Path,
+        config: GroupConfig,
         stop: threading.Event,
     ) -> bool:
         """Wait until unit `index` is complete on disk: the next unit's inputs (after the last
         unit, the trained model) are saved only after this unit's payloads were sent.
         False when asked to stop, or once the slot is no longer this node's to deliver (the job
         was stopped, or the slot lost): a rank waiting on a group that ended is let go."""
+        assert config.updates_dir is not None
+        folder = Path(config.updates_dir)
         following = unit_path(folder, index + 1, slot_id)
         looked = time.monotonic()
         while not following.exists() and rank.is_alive():
@@ -264,6 +275,7 @@ class GroupWorker:
                 if self.worker.deliverable(job_id, slot_id) is None:
                     return False
                 self._flag_committed(job_id)
+                self._note_holders(job_id, config.ranks, folder)
                 looked = time.monotonic()
         if not following.exists():
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in unit {index}")

@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -21,7 +21,6 @@ from .aggregation import Aggregate
 from .compression import CompressionError, Compressor, ErrorFeedback, Payload
 from .group import Delay, GroupConfig, Tamper
 from .quorum import RoundBoard
-from .signing import RoundSigning
 
 logger = logging.getLogger(__name__)
 
@@ -122,16 +121,27 @@ class Exchange:
             self.board.post(round_, self.rank, signature + payload.to_bytes())
             members = self.board.members(round_)
             received = [_unpacked(posted) for posted in self.board.payloads(round_, members)]
-        sound = _sound(
-            self.signing, self.config.compressor, members, received, update.numel(), round_
+        members, payloads, signatures, refused = _sound(
+            self._signed, self.config.compressor, members, received, update.numel(), round_
         )
-        members, payloads, signatures, refused = sound
         result = aggregate(self.config, payloads, update.numel(), round_)
         self.members.append(members)
         self.outliers.append(sorted(refused + [members[row] for row in result.outliers]))
         if self.config.updates_dir is not None:
             self._record(self.config.updates_dir, round_, members, payloads, signatures)
         return result
+
+    def _signed(self, member: int, round_: int, data: bytes, signature: bytes) -> bool:
+        """Whether `member`'s signer signed `data` for the round; where not, asked again of the
+        holders the provider's daemon last wrote down, once they changed: a slot may have
+        changed hands."""
+        if self.signing.signed(member, round_, data, signature):
+            return True
+        latest = self.signing.refreshed()
+        if latest.addresses == self.signing.addresses:
+            return False
+        self.signing = latest
+        return latest.signed(member, round_, data, signature)
 
     def _record(
         self,
@@ -289,7 +299,7 @@ def _unpacked(posted: bytes) -> Signed:
 
 
 def _sound(
-    signing: RoundSigning,
+    signed: Callable[[int, int, bytes, bytes], bool],
     compressor: Compressor,
     members: list[int],
     received: Sequence[Signed],
@@ -307,7 +317,7 @@ def _sound(
     for member, (item, signature) in zip(members, received, strict=True):
         data = item.to_bytes() if isinstance(item, Payload) else item
         try:
-            if not signing.signed(member, round_, data, signature):
+            if not signed(member, round_, data, signature):
                 raise CompressionError("its sender did not sign it")
             if isinstance(item, Payload):
                 compressor.validate(item, numel)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from eth_account import Account
 
@@ -18,6 +20,21 @@ class RoundSigning:
     job_id: int
     addresses: tuple[str, ...]  # by rank
     keys: dict[int, bytes] = field(repr=False)  # rank -> private key
+    # where the provider's daemon keeps the slots' holders as the chain has them now (a JSON
+    # list of addresses, by rank): a slot handed over mid-job signs with its new holder's key
+    holders_file: str | None = None
+
+    def refreshed(self) -> RoundSigning:
+        """The signing with the holders the daemon last wrote down; itself without any."""
+        if self.holders_file is None:
+            return self
+        try:
+            holders = json.loads(Path(self.holders_file).read_text())
+        except (OSError, ValueError):
+            return self
+        if not (isinstance(holders, list) and len(holders) == len(self.addresses)):
+            return self
+        return replace(self, addresses=tuple(str(a) for a in holders))
 
     @property
     def signers(self) -> RoundSigners:

@@ -3,45 +3,59 @@ the others aggregate a payload its sender did not send, whatever it writes there
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
+from eth_account import Account
 
 from marketplace.processes import free_port
 from marketplace.protocol.round_signatures import SIGNATURE_BYTES
 from node.distributed.aggregation import Aggregate
 from node.distributed.exchange import Exchange
 from node.distributed.group import GroupConfig
-from node.distributed.signing import local_signing
+from node.distributed.signing import RoundSigning, local_key, local_signing
 
 RANKS, ROUND, NUMEL = 3, 4, 64
 SIGNING = local_signing(RANKS)
 
 
 @pytest.fixture
-def exchanges() -> list[Exchange]:
-    """Three ranks' exchanges over one board (rank 0 hosts the store), in this process."""
-    store = dist.TCPStore(
-        "127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=10)
-    )
-    config = GroupConfig(ranks=RANKS, deadline_s=30.0, signing=SIGNING)
-    return [Exchange(rank, config, store) for rank in range(RANKS)]
+def store() -> dist.TCPStore:
+    """The group's store, which rank 0 hosts."""
+    return dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=10))
+
+
+def over(store: dist.TCPStore, signings: list[RoundSigning]) -> list[Exchange]:
+    """The ranks' exchanges over one board, in this process, each rank signing as given."""
+    return [
+        Exchange(rank, GroupConfig(ranks=RANKS, deadline_s=30.0, signing=signing), store)
+        for rank, signing in enumerate(signings)
+    ]
+
+
+@pytest.fixture
+def exchanges(store) -> list[Exchange]:
+    return over(store, [SIGNING] * RANKS)
 
 
 def update(rank: int) -> torch.Tensor:
     return torch.randn(NUMEL, generator=torch.Generator().manual_seed(rank))
 
 
-def run_round(exchanges: list[Exchange], ranks: list[int]) -> dict[int, Aggregate]:
-    """The ranks' exchanges of ROUND, each in a thread of its own, as their processes would."""
+def run_round(
+    exchanges: list[Exchange], ranks: list[int], round_: int = ROUND
+) -> dict[int, Aggregate]:
+    """The ranks' exchanges of a round, each in a thread of its own, as their processes would."""
     results: dict[int, Aggregate] = {}
 
     def run(rank: int) -> None:
-        results[rank] = exchanges[rank](update(rank), ROUND)
+        results[rank] = exchanges[rank](update(rank), round_)
 
     threads = [threading.Thread(target=run, args=(rank,)) for rank in ranks]
     for thread in threads:
@@ -94,3 +108,19 @@ def test_a_payload_the_host_rewrote_is_refused_by_every_honest_rank(exchanges, f
         assert exchanges[honest].members[-1] == [0, 2]
         assert 1 in exchanges[honest].outliers[-1]  # reported, for verifiers to re-run
     assert torch.equal(results[2].value, results[0].value)
+
+
+def test_a_slot_handed_over_signs_with_its_new_holders_key(store, tmp_path):
+    """Rank 1's slot went to another provider: the ranks refuse what its key signs until the
+    provider's daemon writes the new holder down, and take it from then on."""
+    new_key = local_key(99)
+    holders = tmp_path / "holders.json"
+    watching = replace(SIGNING, holders_file=str(holders))
+    exchanges = over(store, [watching, replace(SIGNING, keys={1: new_key}), watching])
+    run_round(exchanges, list(range(RANKS)))
+    assert exchanges[0].members[-1] == exchanges[2].members[-1] == [0, 2]
+    addresses = list(SIGNING.addresses)
+    addresses[1] = Account.from_key(new_key).address
+    holders.write_text(json.dumps(addresses))
+    run_round(exchanges, list(range(RANKS)), ROUND + 1)
+    assert exchanges[0].members[-1] == exchanges[2].members[-1] == [0, 1, 2]
