@@ -124,8 +124,8 @@ def run_rank_unit(
 def rank_bundle_bytes(spec: JobSpec) -> int:
     """The most bytes an honest rank bundle of `spec`'s group can take: two checkpoints' (the
     rank's trainer and, in the last unit, the trained model; the room covers its residual and
-    outer momentum) and every exchange of a unit, its own payload and each member's. Reading
-    one stops past this, whoever committed it."""
+    outer momentum, and the members' signatures) and every exchange of a unit, its own payload
+    and each member's. Reading one stops past this, whoever committed it."""
     config = group_config(spec)
     exchanges = len(config.unit_rounds(spec, 0))
     payload = config.compressor.payload_bytes(parameter_count(spec))

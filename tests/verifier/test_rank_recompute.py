@@ -387,7 +387,7 @@ def with_member_99(committed_bundle: tuple[str, bytes]) -> tuple[str, bytes]:
 
 @pytest.mark.slow
 def test_a_ddp_rank_recording_members_outside_the_group_fails(ddp_run):
-    """A made-up member's payload is part of every step's aggregate; its single vote won."""
+    """A made-up member's payload is part of every step's aggregate; no signer names it."""
     spec, folder = ddp_run
     made = with_member_99(ddp_bundle(spec, folder, rank=2))
     for peers in (None, peers_of(spec, folder, 2)):

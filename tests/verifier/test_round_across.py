@@ -3,7 +3,8 @@ segments it committed to (a disagreement narrowed to one segment re-run alone fr
 state), its payload against the round's committed end. An honest round passes, which the exact
 check would have slashed it for, and every cheat still fails. Other CPU classes (two threads,
 oneDNN off) stand in for other hardware. In any class, a later round must start where the
-slot's previous round leaves it, and a round's recorded exchange is voted on by its peers."""
+slot's previous round leaves it, and a round's recorded exchange must hold what its members
+signed."""
 
 from __future__ import annotations
 
@@ -321,9 +322,9 @@ def withheld(committed_bundle: tuple[str, bytes]) -> tuple[str, bytes]:
 
 
 def test_a_round_recording_members_outside_the_group_fails(group):
-    """A member the group does not have, with a payload of the rank's choosing (one vote, its
-    own, used to carry it), or the members left out for made-up ones: either would make the
-    slot's next round start from an aggregate of the rank's choosing."""
+    """A member the group does not have, with a payload of the rank's choosing, or the members
+    left out for made-up ones: either would make the slot's next round start from an aggregate
+    of the rank's choosing."""
     spec, _, committed = group
     peers = {rank: committed[rank, 0] for rank in range(3) if rank != RANK}
     honest = committed[RANK, 0]
