@@ -237,6 +237,39 @@ def previous_round(group) -> tuple[str, bytes]:
     return committed[RANK, INDEX - 1]
 
 
+@pytest.mark.slow
+def test_a_previous_rounds_unserved_end_is_withheld_only_by_its_own_provider(group, storage):
+    """The round's start is rebuilt from its previous round's end: a provider that committed
+    both answers for serving it, and a slot's new provider does not (the round waits)."""
+    spec, store, _ = group
+    committed, bundle = honest_of(group, "t2")  # judged in another class, from its states
+    served = [s | {"cid": storage.add_bytes(store[s["cid"]])} for s in segments_of(bundle)]
+    before_hash, before = previous_round(group)
+    gone = [s | {"cid": str(only_hash(b"gone %d" % i))} for i, s in enumerate(segments_of(before))]
+    provider = "0x" + "11" * 20
+    inputs = UnitInputs(
+        1,
+        RANK,
+        INDEX,
+        provider,
+        storage.add_bytes(json.dumps(spec.model_dump(mode="json")).encode()),
+        storage.add_bytes(with_segments((committed, bundle), served)[1]),
+        committed,
+        previous_cid=storage.add_bytes(with_segments((before_hash, before), gone)[1]),
+        previous_state_hash=before_hash,
+        previous_provider=provider,
+    )
+    with pytest.raises(Withheld, match="segment state"):
+        recompute(inputs, storage, Runner())
+    with pytest.raises(InputsUnavailable) as raised:
+        recompute(replace(inputs, previous_provider="0x" + "22" * 20), storage, Runner())
+    assert not isinstance(raised.value, Withheld)
+
+
+def segments_of(bundle: bytes) -> list[dict]:
+    return load_rank_bundle(bundle).segments
+
+
 def test_a_later_round_passes_where_the_slots_previous_round_leaves_it(group):
     """Its start rebuilt from the previous round's committed end and recorded exchange: to the
     bit in the rank's class, within the bound in another."""
