@@ -138,12 +138,6 @@ class Specs:
         return self.machine_speed().at(spec.reproducibility.num_threads)
 
 
-def state_cids(checkpoint: Checkpoint) -> list[str]:
-    """The CIDs of the intermediate states a checkpoint's segment records name."""
-    segments = checkpoint.metadata.get("trace", {}).get("segments", [])
-    return [s["cid"] for s in segments if isinstance(s.get("cid"), str)]
-
-
 def unit_key(job_id: int, slot_id: int, index: int) -> str:
     """The outbox key of a unit's commit."""
     return f"unit:{job_id}:{slot_id}:{index}"
@@ -191,8 +185,6 @@ class Worker:
         self._last: tuple[tuple[int, int, int], Checkpoint] | None = None
         # the training figures of units trained here, until committed
         self._metrics: dict[tuple[int, int, int], dict] = {}
-        # the CIDs of the segment states of units trained here, until committed
-        self._states: dict[tuple[int, int, int], list[str]] = {}
         # the highest `unitsDone` read of each slot: one below it means the slot was rolled back
         self._reached: dict[tuple[int, int], int] = {}
         self._committer = ThreadPoolExecutor(1, thread_name_prefix="commit")
@@ -303,18 +295,8 @@ class Worker:
         return cid
 
     def _keep_segment(self, segment: dict[str, Any], state: Checkpoint) -> None:
-        """Put a segment's state on this node's IPFS node and name it in the record; it is
-        pinned on the replicas with the unit's checkpoint (`commit`), off the training path."""
-        segment["cid"] = self.storage.add_bytes(state.to_bytes())
-
-    def _segment_states(self, unit: Unit) -> list[str]:
-        """The CIDs of the states the unit's segment records name: noted when it was trained
-        here, else read from its checkpoint (this node restarted before committing it)."""
-        noted = self._states.pop((unit.job_id, unit.slot, unit.index), None)
-        if noted is not None:
-            return noted
-        bound = checkpoint_bytes(self.specs.of_job(unit.job_id))
-        return state_cids(Checkpoint.load(self.storage.cat(unit.cid, max_bytes=bound)))
+        """Keep a segment's state (`keep_state`) and name it in the record."""
+        segment["cid"] = self.keep_state(state.to_bytes())
 
     def _train(self, job_id: int, slot_id: int, index: int) -> Unit:
         """Train unit `index` and journal it once its checkpoint is on this node's IPFS node."""
@@ -341,7 +323,6 @@ class Worker:
         self.journal.add_unit(unit)
         self._last = ((job_id, slot_id, index), result.checkpoint)
         self._metrics[(job_id, slot_id, index)] = result.metrics
-        self._states[(job_id, slot_id, index)] = state_cids(result.checkpoint)
         log.info(
             "job=%d slot=%d unit=%d: trained in %.2fs (steps %.2fs, start state %.3fs, saved in "
             "%.3fs) loss=%s cid=%s",
@@ -408,12 +389,10 @@ class Worker:
         return self.committed(job_id, slot_id, index).cid
 
     def commit(self, unit: Unit, slot: dict, interval: int) -> None:
-        """Pin the unit's checkpoint and segment states on the replicas, then commit it. Nothing
-        is metered: the market pays a unit what the job fixed it is worth, however long it took
-        here, so a commit goes out as soon as its checkpoint is pinned."""
+        """Pin the unit's checkpoint on the replicas, then commit it. Nothing is metered: the
+        market pays a unit what the job fixed it is worth, however long it took here, so a commit
+        goes out as soon as its checkpoint is pinned."""
         began = time.monotonic()
-        for cid in self._segment_states(unit):
-            self.storage.pin(cid, replicas=self.replicas)
         self.storage.pin(unit.cid, replicas=self.replicas)
         pinned = time.monotonic()
         late = chain_time(self.ledger.w3) - slot["lastCheckpointAt"] - interval
