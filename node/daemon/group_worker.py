@@ -141,6 +141,7 @@ class GroupWorker:
         rank = multiprocessing.get_context("spawn").Process(
             target=run_rank,
             args=(spec, config, slot_id, host, port, str(folder / "report.json"), None, start),
+            kwargs={"keep_board": True},  # until the job ends: see `_await_exit`
             name=f"rank-{job_id}-{slot_id}",
             daemon=True,
         )
@@ -154,7 +155,7 @@ class GroupWorker:
             began = time.monotonic()
             units = units_per_node(spec)
             for index in range(done, units):
-                if not self._await_unit(rank, job_id, slot_id, index, config, stop):
+                if not self._await_unit(rank, job_id, slot_id, index, folder, config.ranks, stop):
                     return
                 finished = time.monotonic()
                 self._commit(
@@ -168,7 +169,7 @@ class GroupWorker:
                     last=index == units - 1,
                 )
                 began = finished
-            if not self._await_exit(rank, job_id, stop):
+            if not self._await_exit(rank, job_id, stop) or not (folder / "report.json").exists():
                 return
             report = json.loads((folder / "report.json").read_text())
             log.info(
@@ -227,7 +228,7 @@ class GroupWorker:
         left (optimizer, data position, residual; the group's aggregates come from the board).
         It must send the committed payloads again, or it would go on from another state."""
         index = taken_over.unit.round_
-        if not self._await_unit(rank, job_id, slot_id, index, config, stop):
+        if not self._await_unit(rank, job_id, slot_id, index, folder, config.ranks, stop):
             return False
         if sent_in(folder, config.unit_rounds(spec, index), slot_id) != taken_over.payload:
             raise GroupFailed(
@@ -237,16 +238,16 @@ class GroupWorker:
         return True
 
     def _await_exit(self, rank: BaseProcess, job_id: int, stop: threading.Event) -> bool:
-        """Wait for the rank's process to leave the group (rank 0 hosts the group's store and
-        stays until every rank is done with it). False when asked to stop, or once the job no
-        longer runs: every rank is then done, or none will be."""
+        """Wait for the rank's process to leave the group, or for the job to end: rank 0 hosts
+        the group's board and keeps it until then, for a rank that trained but dropped out
+        before committing is re-run from the board by its successor. False when asked to stop."""
         looked = time.monotonic()
         while rank.is_alive():
             if stop.wait(ROUND_POLL):
                 return False
             if time.monotonic() - looked > CHAIN_POLL:
                 if self.worker.ledger.job(job_id)["status"] != JobStatus.RUNNING:
-                    return False
+                    return True  # every rank is done, or none will be
                 self._flag_committed(job_id)
                 looked = time.monotonic()
         return True
@@ -257,15 +258,14 @@ class GroupWorker:
         job_id: int,
         slot_id: int,
         index: int,
-        config: GroupConfig,
+        folder: Path,
+        ranks: int,
         stop: threading.Event,
     ) -> bool:
-        """Wait until unit `index` is complete on disk: the next unit's inputs (after the last
-        unit, the trained model) are saved only after this unit's payloads were sent.
-        False when asked to stop, or once the slot is no longer this node's to deliver (the job
-        was stopped, or the slot lost): a rank waiting on a group that ended is let go."""
-        assert config.updates_dir is not None
-        folder = Path(config.updates_dir)
+        """Wait until unit `index` is complete in the rank's `folder`: the next unit's inputs
+        (after the last unit, the trained model) are saved only after this unit's payloads were
+        sent. False when asked to stop, or once the slot is no longer this node's to deliver
+        (the job was stopped, or the slot lost): a rank waiting on a group that ended is let go."""
         following = unit_path(folder, index + 1, slot_id)
         looked = time.monotonic()
         while not following.exists() and rank.is_alive():
@@ -275,7 +275,7 @@ class GroupWorker:
                 if self.worker.deliverable(job_id, slot_id) is None:
                     return False
                 self._flag_committed(job_id)
-                self._note_holders(job_id, config.ranks, folder)
+                self._note_holders(job_id, ranks, folder)
                 looked = time.monotonic()
         if not following.exists():
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in unit {index}")

@@ -224,6 +224,7 @@ def join_and_run(
     args: tuple[Any, ...],
     report: Path,
     timeout: timedelta = JOIN_TIMEOUT,
+    keep_board: bool = False,
 ) -> None:
     """Join the group that meets at `host:port` (rank 0 hosts its store), run
     `worker(rank, ranks, store, *args)` and write its JSON report to `report`.
@@ -231,12 +232,14 @@ def join_and_run(
     Ranks that exchange through gloo form its process group, which needs every rank at once.
     Ranks that use the board need only the store, so one may join late: a rank that takes
     over from one that dropped out. The store lives in rank 0's process, so rank 0 stays
-    until every rank said it is done with the board.
+    until every rank said it is done with the board, or with `keep_board` until its process
+    is stopped: a market's rank is done only once its units are committed, and one that
+    dropped out after training but before committing is re-run by its successor.
     """
     store = dist.TCPStore(host, port, config.ranks, is_master=rank == 0, timeout=timeout)
     if config.uses_board:
         report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
-        _leave(store, rank, config.ranks)
+        _leave(store, rank, None if keep_board else config.ranks)
         return
     placement = place(store, rank, config.ranks, _asked_device(config, rank))
     dist.init_process_group(
@@ -264,18 +267,19 @@ def _asked_device(config: GroupConfig, rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def _leave(store: dist.Store, rank: int, ranks: int) -> None:
-    """Count this rank out of the board; rank 0 then waits for the others (HOST_TIMEOUT at
-    most: a rank that dropped out and was never replaced never counts itself out)."""
+def _leave(store: dist.Store, rank: int, ranks: int | None) -> None:
+    """Count this rank out of the board; rank 0 then waits for the `ranks` others, or with
+    None until it is stopped (HOST_TIMEOUT at most: a rank that dropped out and was never
+    replaced never counts itself out)."""
     try:
         left = store.add(_LEFT, 1)
     except RuntimeError as exc:  # the host is gone: the group ended, nothing to tell
         logger.info("rank %d: the group's store is gone (%s)", rank, exc)
         return
     deadline = time.monotonic() + HOST_TIMEOUT.total_seconds()
-    while rank == 0 and left < ranks:
+    while rank == 0 and (ranks is None or left < ranks):
         if time.monotonic() > deadline:
-            logger.warning("rank 0 leaves with %d of %d ranks done", left, ranks)
+            logger.warning("rank 0 leaves with %d ranks done", left)
             return
         time.sleep(_LEAVE_POLL_S)
         left = store.add(_LEFT, 0)

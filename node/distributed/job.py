@@ -90,14 +90,23 @@ def run_rank(
     report: str,
     tamper: Tamper | None = None,
     start: RankUnit | None = None,
+    keep_board: bool = False,
 ) -> None:
     """One rank of a group that meets at `host:port`, in a process of its own (a provider's):
     join, train every unit from the seed or from `start`, and write the report to `report`.
 
-    `tamper` replaces what the rank sends, to play a Byzantine rank in tests."""
+    `tamper` replaces what the rank sends, to play a Byzantine rank in tests; `keep_board`:
+    see `join_and_run`."""
     worker = diloco_rank if isinstance(config, DilocoConfig) else ddp_rank
     join_and_run(
-        rank, config, host, port, worker, (spec, config, tamper, None, start), Path(report)
+        rank,
+        config,
+        host,
+        port,
+        worker,
+        (spec, config, tamper, None, start),
+        Path(report),
+        keep_board=keep_board,
     )
 
 

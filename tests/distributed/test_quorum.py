@@ -18,6 +18,7 @@ from tiny_job import tiny_spec
 
 from marketplace.processes import free_port
 from marketplace.protocol.rank_bundle import RankUnit
+from marketplace.protocol.spec import JobSpec
 from node.distributed.diloco import DilocoConfig, train_diloco
 from node.distributed.exchange import sent_in
 from node.distributed.group import GroupConfig
@@ -82,6 +83,28 @@ def test_a_straggler_misses_one_round_and_rejoins_on_the_group_weights() -> None
     assert all(len(digests) == ROUNDS for digests in result.commitments)
 
 
+@dataclass(frozen=True)
+class RankStarter:
+    """Starts a rank of a 3-rank group with a quorum of 2, in a process of its own."""
+
+    spec: JobSpec
+    strategy: type[GroupConfig]
+    port: int
+
+    def __call__(
+        self, rank: int, folder: Path, unit: RankUnit | None = None, keep_board: bool = False
+    ) -> multiprocessing.Process:
+        config = self.strategy(3, quorum=2, deadline_s=DEADLINE_S, updates_dir=str(folder))
+        report = str(folder / "report.json")
+        process = multiprocessing.get_context("spawn").Process(
+            target=run_rank,
+            args=(self.spec, config, rank, "127.0.0.1", self.port, report, None, unit),
+            kwargs={"keep_board": keep_board},
+        )
+        process.start()
+        return process
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("strategy", "steps"), [(DilocoConfig, 20), (GroupConfig, 4)])
 def test_a_rank_killed_mid_job_is_taken_over_from_its_last_unit(
@@ -89,16 +112,7 @@ def test_a_rank_killed_mid_job_is_taken_over_from_its_last_unit(
 ) -> None:
     units = 5
     spec = tiny_spec(units * steps, steps)
-    port = free_port()
-
-    def start(rank: int, folder: Path, unit: RankUnit | None = None) -> multiprocessing.Process:
-        config = strategy(3, quorum=2, deadline_s=DEADLINE_S, updates_dir=str(folder))
-        report = str(folder / "report.json")
-        process = multiprocessing.get_context("spawn").Process(
-            target=run_rank, args=(spec, config, rank, "127.0.0.1", port, report, None, unit)
-        )
-        process.start()
-        return process
+    start = RankStarter(spec, strategy, free_port())
 
     first = [start(rank, tmp_path / str(rank)) for rank in range(3)]
     # Rank 1's machine vanishes as its unit 2 begins, after it sent unit 1.
@@ -125,3 +139,37 @@ def test_a_rank_killed_mid_job_is_taken_over_from_its_last_unit(
     members = reports[0]["members"]
     assert members[:2] == [[0, 1, 2], [0, 1, 2]]
     assert [0, 2] in members[2:]  # the group went on without rank 1 meanwhile
+
+
+@pytest.mark.slow
+def test_a_rank_done_training_but_never_committed_is_re_run_after_the_group_finished(
+    tmp_path: Path,
+) -> None:
+    """A provider's machine may drop after its rank trained every unit but before it committed
+    them: the rank counted itself out of the board, and its successor re-runs the units later.
+    A market's rank 0 (`keep_board`) keeps the board for it until its process is stopped."""
+    spec = tiny_spec(ROUNDS * H, H)
+    start = RankStarter(spec, DilocoConfig, free_port())
+    host = start(0, tmp_path / "0", keep_board=True)
+    try:
+        others = [start(rank, tmp_path / str(rank)) for rank in (1, 2)]
+        for process in others:
+            process.join(timeout=120)
+            assert process.exitcode == 0
+        time.sleep(1.0)
+        assert host.is_alive(), "every rank counted itself out, and rank 0 still keeps the board"
+
+        # Only rank 1's first unit reached the chain: its successor re-runs the rest.
+        successor = start(1, tmp_path / "1-again", RankUnit.load(unit_path(tmp_path / "1", 1, 1)))
+        successor.join(timeout=120)
+        assert successor.exitcode == 0
+    finally:
+        host.terminate()
+        host.join()
+
+    reports = [
+        json.loads((tmp_path / name / "report.json").read_text()) for name in ("0", "1-again", "2")
+    ]
+    assert len({report["weights_sha256"] for report in reports}) == 1  # one group model
+    rounds = range(1, ROUNDS)  # a DiLoCo unit is one round
+    assert sent_in(tmp_path / "1-again", rounds, 1) == sent_in(tmp_path / "1", rounds, 1)

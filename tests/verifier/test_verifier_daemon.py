@@ -23,12 +23,16 @@ ZERO_ADDRESS = "0x" + "00" * 20
 
 
 def results(ledger, job_id):
-    return [
-        e["args"]
-        for e in ledger.verification.events.ResultPosted().get_logs(
-            from_block=0, argument_filters={"jobId": job_id}
-        )
-    ]
+    """The results posted for a job's units, by unit: the Celery worker may finish them in any order."""
+    return sorted(
+        (
+            e["args"]
+            for e in ledger.verification.events.ResultPosted().get_logs(
+                from_block=0, argument_filters={"jobId": job_id}
+            )
+        ),
+        key=lambda result: (result["slot"], result["index"]),
+    )
 
 
 def settled(daemon, kind, count):
