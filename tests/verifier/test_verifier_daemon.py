@@ -23,7 +23,7 @@ ZERO_ADDRESS = "0x" + "00" * 20
 
 
 def results(ledger, job_id):
-    """The results posted for a job's units, by unit: the Celery worker may finish them in any order."""
+    """The results posted for a job's units, by unit: the Celery worker posts in any order."""
     return sorted(
         (
             e["args"]
