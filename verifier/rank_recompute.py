@@ -416,17 +416,18 @@ def round_rerun(
     """A DiLoCo rank's local steps re-run in this verifier's class (with `threads` threads;
     ranks train with one), committing to segments as its rounds do (diloco.local_round);
     `on_segment` receives each with its state."""
-    steps = config.steps_per_unit(spec)
-    every = trace.segment_length(steps)
+    round_steps = config.steps_per_unit(spec)
+    every = trace.segment_length(round_steps)
 
-    def rerun(origin: Checkpoint | None, length: int) -> Ran:
+    def rerun(origin: Checkpoint | None, steps: int, skip: int = 0) -> Ran:
         with rank_threads():
             trainer, _ = rank_trainer(spec, rank, threads)
             if origin is not None:
                 trainer.load(origin.state)
-            if trainer.step % steps == 0:  # a round's start: its trace restarts
+            trainer.cursor += skip
+            if trainer.step % round_steps == 0:  # a round's start: its trace restarts
                 trainer.trace = []
-            losses, segments = local_steps(trainer, trainer.step + length, every, on_segment)
+            losses, segments = local_steps(trainer, trainer.step + steps, every, on_segment)
             return Ran(Checkpoint(trainer.state()), segments, losses)
 
     return rerun

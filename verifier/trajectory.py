@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -203,8 +203,11 @@ class Ran(NamedTuple):
     losses: list[float]
 
 
-# How the unit being judged is re-run: from a state (None: the spec's seed) for so many steps.
-Rerun = Callable[[Checkpoint | None, int], Ran]
+class Rerun(Protocol):
+    """How the unit being judged is re-run: from a state (None: the spec's seed) for so many
+    steps, `skip` batches past where the state's batch cursor stands."""
+
+    def __call__(self, origin: Checkpoint | None, steps: int, skip: int = 0) -> Ran: ...
 
 
 def unit_rerun(
@@ -213,7 +216,7 @@ def unit_rerun(
     """A single node's unit of `shard`, re-run by run_unit in this verifier's class; `run` goes
     to run_unit (storage, local data, limits)."""
 
-    def rerun(origin: Checkpoint | None, steps: int) -> Ran:
+    def rerun(origin: Checkpoint | None, steps: int, skip: int = 0) -> Ran:
         mine: list[dict[str, Any]] = []
         result = run_unit(
             spec,
@@ -224,6 +227,7 @@ def unit_rerun(
             devices=1,  # the bits do not depend on how many devices trained the unit
             host=host,
             on_segment=functools.partial(_keep, mine),
+            skip=skip,
             **run,
         )
         return Ran(result.checkpoint, mine, result.metrics["losses"])
@@ -337,15 +341,16 @@ def judge_trajectory(
                     worst=worst,
                 )
             before_state = before if isinstance(before, Checkpoint) else None
-            share, problem, length = _segment_alone(
+            share, problem, run = _segment_alone(
                 spec, rerun, segments[index], before_state, after, tolerance, worst
             )
-            cost += length
+            cost += run
             if problem or not share <= 1.0:
+                begins = before_state.step if before_state is not None else 0
                 return Judgement(
                     False,
-                    f"segment {index} (steps {int(segments[index]['step']) - length}.."
-                    f"{segments[index]['step']}) re-run alone from the provider's own state "
+                    f"segment {index} (steps {begins}..{segments[index]['step']}) "
+                    "re-run alone from the provider's own state "
                     f"lands {share:.3g} times the bound away ({problem or 'weights and loss'})",
                     index,
                     cost,
@@ -372,16 +377,35 @@ def _segment_alone(
 ) -> tuple[float, str | None, int]:
     """`segment` re-run alone from the provider's state `before` it (None: the spec's seed),
     against the provider's state `after` it: the distance's share of the bound, what makes
-    `after` no result of the segment whatever the class (None if nothing), and the steps run."""
+    `after` no result of the segment whatever the class (None if nothing), and the steps run.
+
+    A rollback later in the unit to before the segment retrains it past the batches it
+    skipped, which `before` does not record: the provider's state ahead by those batches, the
+    segment is re-run again from there (a cheater skipping its own way still fails, as the
+    whole re-run found the unit's end at the batch the verifier's rollbacks reach)."""
     length = int(segment["step"]) - (before.step if before else 0)
-    alone = rerun(before, length)
+    alone, run = rerun(before, length), length
+    skipped = _skipped_ahead(spec, after, alone.checkpoint)
+    if skipped:
+        alone, run = rerun(before, length, skip=skipped), 2 * length
     distances = {
         "weights": ratio(
             after.state["model"], alone.checkpoint.state["model"], _model(before, spec)
         ),
         "loss": _loss_ratio(segment["loss"], sum(alone.losses) / len(alone.losses)),
     }
-    return _share(distances, tolerance, worst), structure_problem(after, alone.checkpoint), length
+    return _share(distances, tolerance, worst), structure_problem(after, alone.checkpoint), run
+
+
+def _skipped_ahead(spec: JobSpec, theirs: Checkpoint, ours: Checkpoint) -> int:
+    """The batches the provider's state is past ours at the same step of the same shard, up to
+    what the unit's rollbacks can skip (0 for more, or none)."""
+    mine, yours = ours.state["progress"], theirs.state["progress"]
+    spike = spec.training.loss_spike
+    most = spike.max_rollbacks * (spec.checkpoint.every + 1 + spike.skip_batches)
+    ahead = int(yours["cursor"]) - int(mine["cursor"])
+    same = (yours["step"], yours["stream"]) == (mine["step"], mine["stream"])
+    return ahead if spike.enabled and same and 0 < ahead <= most else 0
 
 
 _MISSING = object()

@@ -74,6 +74,7 @@ def run_unit(
     on_segment: SegmentSink | None = None,
     devices: int | None = None,
     speed: Speed | None = None,
+    skip: int = 0,
 ) -> UnitResult:
     """Train `steps` optimizer steps from `checkpoint` (None: a fresh model from the spec's seed).
 
@@ -93,10 +94,11 @@ def run_unit(
     with its intermediate state, for a provider to keep for disputes; `devices` is how many devices
     train the unit, data parallel (default: the spec's resources.devices). The result's bits do not
     depend on it (node.engine.parallel), so a verifier may re-run a unit on fewer devices than the
-    provider trained it on.
+    provider trained it on. `skip` batches are skipped before the first step, as a loss-spike
+    rollback to the unit's start does (a verifier re-running a segment alone after one).
     """
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1; got {steps}")
+    if steps < 1 or skip < 0:
+        raise ValueError(f"steps must be >= 1 and skip >= 0; got {steps} and {skip}")
     if shard.sources != tuple(s.name for s in spec.data.sources):
         raise DataError(f"shard sources {list(shard.sources)} are not the job's data sources")
     count = spec.devices if devices is None else devices
@@ -133,6 +135,7 @@ def run_unit(
             )
         if trainer.stream != shard.index:
             trainer.stream, trainer.cursor = shard.index, start
+        trainer.cursor += skip
         follow = (spec, corpora, good, trainer.stream, trainer.cursor, start + steps, executes)
         with parallel.team(placed, _follow, *follow) as trainer.team:
             record = _train(trainer, good, start + steps, on_segment)

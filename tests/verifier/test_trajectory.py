@@ -426,6 +426,38 @@ def test_an_honest_unit_with_loss_spike_rollbacks_passes_a_verifier_of_another_c
     assert verdict.passed and verdict.judgement["mode"] == "tolerant", verdict.reason
 
 
+@pytest.fixture(scope="module")
+def spiky_unit():
+    spec = parse_spec(SPIKY)
+    return spec, None, Shard.of(spec, 0, 0, spec.training.max_steps), spec.checkpoint.every
+
+
+def test_a_segment_re_run_alone_after_a_rollback_skips_the_batches_the_rollback_skipped(
+    spiky_unit, tolerance
+):
+    """A rollback to the unit's start retrains its first segments past the batches it skipped,
+    which the start does not record. With the bound a hundredth of the table's, an honest unit's
+    whole re-run in another class crosses it, and its segments are re-run alone, the first from
+    the unit's start: past those batches too (on the start's own batches, it failed the unit)."""
+    spec, start, shard, every = spiky_unit
+    committed = casebook.honest(spec, start, shard, every, PROVIDER)
+    assert committed[0].state["progress"]["cursor"] > every  # it skipped batches
+    tight = dataclasses.replace(
+        tolerance, margin=tolerance.margin / 100, floor=tolerance.floor / 100
+    )
+    verdict = _judge(spiky_unit, tight, committed)
+    assert verdict.passed, verdict.reason
+    assert verdict.steps_run > every  # segments were re-run alone, the first among them
+
+
+@pytest.mark.parametrize("cheat", sorted(casebook.CHEATS))
+def test_each_cheat_fails_a_unit_with_rollbacks(spiky_unit, tolerance, cheat):
+    spec, start, shard, every = spiky_unit
+    cheated = casebook.CHEATS[cheat](spec, start, shard, every, PROVIDER)
+    verdict = _judge(spiky_unit, tolerance, cheated)
+    assert verdict.passed is False, verdict.reason
+
+
 def test_a_dropout_unit_is_judged_whatever_device_it_names_and_other_masks_fail(
     commit, spec, storage, monkeypatch
 ):
