@@ -392,6 +392,17 @@ class VerifierDaemon:
             previous_provider=previous[0].provider if previous else None,
             withheld_after=withheld_after,
             peers=self._peers(unit),
+            slot_providers=self._slot_providers(unit),
+        )
+
+    def _slot_providers(self, unit: CommittedUnit) -> tuple[tuple[str, ...], ...]:
+        """By slot of a group's unit, the providers that committed to it so far: a payload one
+        signed while it held the slot stands in a record (the slot handed over, or its unit
+        never committed)."""
+        head = self.ledger.w3.eth.block_number
+        return tuple(
+            self.journal.slot_providers(unit.job_id, slot, head)
+            for slot in range(self._group_nodes(unit.job_id))
         )
 
     def collect(self) -> None:

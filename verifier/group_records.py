@@ -6,7 +6,8 @@ it up and what every member sent, each payload with its sender's signature
 can lie in two ways, and each is settled by a signature, which only its signer can make:
 
 - a rank records a payload a member did not send: the record fails its recorder unless the
-  member's signer signed it, or it is what the member committed;
+  member's signer, or a provider that held its slot earlier in the job, signed it, or it is
+  what the member committed;
 - a rank sends the group one payload and commits another: a peer's record of a payload the
   rank's signer signed for that exchange, other than the one it committed, fails the rank.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from marketplace.protocol.rank_bundle import RecordedRound
-from marketplace.protocol.round_signatures import RoundSigners, signed_by
+from marketplace.protocol.round_signatures import RoundSigners, signed_by, signed_by_a_holder
 
 
 class MemberView(NamedTuple):
@@ -49,16 +50,17 @@ def record_problem(
     """Why `rank`'s records of its unit (`exchanges`, the unit's global step or round numbers,
     `exchange` what one is called) or a peer's record of what it sent fail it; None when they
     do not. `views` holds `rank`'s and every peer's that could be read, all of the same unit.
-    A member whose signer is not known (its unit is not committed) cannot be checked."""
+    A member of whose slot no holder is known (none committed anything) cannot be checked."""
     own = views[rank]
     for position, number in enumerate(exchanges):
         recorded = own.rounds[position]
         for index, (sender, data) in enumerate(zip(recorded.members, recorded.payloads)):
-            if sender == rank or sender not in signers.addresses:
+            if sender == rank or not signers.holders(sender):
                 continue
             if sender in views and views[sender].sent[position] == data:
                 continue  # what its sender committed
-            if not signed_by(signers, number, sender, data, _signature(recorded, index)):
+            signature = _signature(recorded, index)
+            if not signed_by_a_holder(signers, number, sender, data, signature):
                 return (
                     f"{exchange} {number} records a payload from rank {sender} that it did not sign"
                 )

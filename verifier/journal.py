@@ -124,6 +124,17 @@ class Journal(JournalDB):
         )
         return (_unit(rows[0]), rows[0][4]) if rows else None
 
+    def slot_providers(self, job_id: int, slot: int, at_block: int) -> tuple[str, ...]:
+        """Every provider that committed a unit of the slot up to `at_block`, first to last."""
+        rows = self._run(
+            "SELECT provider FROM units WHERE job_id = ? AND slot = ? AND block <= ? "
+            "GROUP BY provider ORDER BY MIN(block)",
+            job_id,
+            slot,
+            at_block,
+        )
+        return tuple(row[0] for row in rows)
+
     # --- work ----------------------------------------------------------------------------
 
     def add_work(self, kind: str, unit: CommittedUnit, log_index: int) -> None:

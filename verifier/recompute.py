@@ -141,6 +141,8 @@ class UnitInputs:
     withheld_after: float | None = None
     # group jobs: the other slots' commitments of this unit, whose records vote on this one's
     peers: tuple[PeerUnit, ...] = ()
+    # group jobs: by slot, the providers that committed a unit of it so far
+    slot_providers: tuple[tuple[str, ...], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,7 +150,8 @@ class UnitInputs:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> UnitInputs:
         peers = tuple(PeerUnit(**peer) for peer in data.get("peers", ()))
-        return cls(**data | {"peers": peers})
+        providers = tuple(tuple(slot) for slot in data.get("slot_providers", ()))
+        return cls(**data | {"peers": peers, "slot_providers": providers})
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,7 @@ class Verdict:
             "previous_cid": inputs.previous_cid,
             "committed_state_hash": inputs.state_hash,
             "peers": [asdict(peer) for peer in inputs.peers],
+            "slot_providers": [list(providers) for providers in inputs.slot_providers],
             "recomputed_state_hash": self.recomputed_state_hash,
             "pass": self.passed,
             "reason": self.reason,
@@ -383,6 +387,7 @@ def _judge_rank_unit(
         signers=RoundSigners(
             inputs.job_id,
             {peer.slot: peer.provider for peer in inputs.peers} | {inputs.slot: inputs.provider},
+            dict(enumerate(inputs.slot_providers)),
         ),
         reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
         tolerance=runner.rank_tolerance,

@@ -13,7 +13,8 @@ recorder; a payload its sender signed and did not commit fails the sender (docs/
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from types import MappingProxyType
 from typing import NamedTuple
 
 from eth_account import Account
@@ -24,10 +25,19 @@ _DOMAIN = b"zoo-compute/round-payload-v1"
 
 
 class RoundSigners(NamedTuple):
-    """Who signs a group's payloads: the job they are for, and each rank's signer's address."""
+    """Who signs a group's payloads: the job they are for, each rank's signer's address (the
+    provider that holds or committed its slot), and its slot's former holders."""
 
     job_id: int
     addresses: Mapping[int, str]  # rank -> address; a rank missing here is not known yet
+    # rank -> the slot's earlier providers in the job: what one signed for the rank while it
+    # held the slot is the rank's payload in a record, though not its signer's commitment
+    former: Mapping[int, Collection[str]] = MappingProxyType({})
+
+    def holders(self, rank: int) -> set[str]:
+        """Every address whose signature stands for `rank`'s payload in a record (lower case)."""
+        known = [*self.former.get(rank, ()), *filter(None, [self.addresses.get(rank)])]
+        return {address.lower() for address in known}
 
 
 def round_digest(job_id: int, round_: int, rank: int, payload: bytes) -> bytes:
@@ -62,7 +72,28 @@ def signed_by(
 ) -> bool:
     """Whether `rank`'s known signer signed `payload` as its payload for the round."""
     address = signers.addresses.get(rank)
-    if address is None:
-        return False
-    found = round_signer(signature, signers.job_id, round_, rank, payload)
-    return found is not None and found.lower() == address.lower()
+    return address is not None and _signed_by_one_of(
+        {address.lower()}, signers.job_id, round_, rank, payload, signature
+    )
+
+
+def signed_by_a_holder(
+    signers: RoundSigners, round_: int, rank: int, payload: bytes, signature: bytes | None
+) -> bool:
+    """Whether `rank`'s signer or a former holder of its slot signed `payload` as its payload
+    for the round."""
+    return _signed_by_one_of(
+        signers.holders(rank), signers.job_id, round_, rank, payload, signature
+    )
+
+
+def _signed_by_one_of(
+    addresses: set[str],
+    job_id: int,
+    round_: int,
+    rank: int,
+    payload: bytes,
+    signature: bytes | None,
+) -> bool:
+    found = round_signer(signature, job_id, round_, rank, payload) if addresses else None
+    return found is not None and found.lower() in addresses

@@ -5,6 +5,7 @@ did not commit fails, and the ranks a relay showed different members to all pass
 from __future__ import annotations
 
 from marketplace.protocol.rank_bundle import RecordedRound
+from marketplace.protocol.round_signatures import RoundSigners
 from node.distributed.signing import local_signing
 from verifier.group_records import MemberView, record_problem
 
@@ -72,6 +73,60 @@ def test_a_member_whose_signer_is_unknown_is_not_checked():
     )
     assert record_problem(1, range(ROUND, ROUND + 1), {1: forged}, unknown, "round") is None
     assert judged(1, {1: forged}) == "round 5 records a payload from rank 3 that it did not sign"
+
+
+HANDED_OVER = local_signing(5, job_id=7)  # its key 4 is slot 2's successor's
+SUCCESSOR = HANDED_OVER.signers.addresses[4]
+
+
+def handed_over(signers: RoundSigners) -> RoundSigners:
+    """Slot 2 handed over: its unit committed by the successor, its first holder a former one."""
+    former = signers.addresses[2]
+    return RoundSigners(
+        signers.job_id,
+        {r: a for r, a in signers.addresses.items() if r != 2} | {2: SUCCESSOR},
+        {2: [former]},
+    )
+
+
+def test_a_payload_a_slots_former_holder_signed_stands_in_a_record():
+    """Slot 2's first holder sent the round and dropped out before committing; its successor
+    re-ran the unit and committed the same payload. With the successor's bundle out of reach,
+    rank 1's record of the first holder's payload stands on its signature."""
+    signers = handed_over(SIGNING.signers)
+    record = view(1, [0, 1, 2])
+    assert record_problem(1, range(ROUND, ROUND + 1), {1: record}, signers, "round") is None
+    # a payload neither of the slot's holders signed still fails the recorder
+    record.rounds[0].payloads[2] = b"\x0d" * 4
+    assert record_problem(1, range(ROUND, ROUND + 1), {1: record}, signers, "round") == (
+        "round 5 records a payload from rank 2 that it did not sign"
+    )
+
+
+def test_a_payload_a_former_holder_signed_does_not_fail_the_successor():
+    """The first holder sent the group another payload than the successor, re-running the unit
+    from its inputs, committed: the successor signed nothing of it and passes."""
+    signers = handed_over(SIGNING.signers)
+    sent = b"\x0e" * 4
+    views = {0: view(0, [0, 1, 2], rank_2=sent), 2: view(2, [0, 1, 2])}
+    assert record_problem(2, range(ROUND, ROUND + 1), views, signers, "round") is None
+    assert record_problem(0, range(ROUND, ROUND + 1), views, signers, "round") is None
+
+
+def test_a_member_that_never_committed_is_checked_against_its_slots_holders():
+    """Rank 3 committed earlier units and not this one: a payload recorded as its that it did
+    not sign fails the recorder."""
+    uncommitted = SIGNING.signers._replace(
+        addresses={r: a for r, a in SIGNING.signers.addresses.items() if r != 3},
+        former={3: [SIGNING.signers.addresses[3]]},
+    )
+    honest = view(1, [0, 1, 3])
+    assert record_problem(1, range(ROUND, ROUND + 1), {1: honest}, uncommitted, "round") is None
+    forged = view(1, [0, 1, 3])
+    forged.rounds[0].payloads[2] = b"\x09" * 4
+    assert record_problem(1, range(ROUND, ROUND + 1), {1: forged}, uncommitted, "round") == (
+        "round 5 records a payload from rank 3 that it did not sign"
+    )
 
 
 def test_a_rank_that_signed_another_payload_than_it_committed_fails():
