@@ -28,6 +28,8 @@ import multiprocessing
 import shutil
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -43,6 +45,7 @@ from marketplace.protocol.rank_bundle import (
 from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.terms import JobStatus
 from marketplace.protocol.units import is_group_job, units_per_node
+from marketplace.runtime.loop import TRANSIENT
 from node.distributed.exchange import aggregate_path, sent_in, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, run_rank, unit_bundle
@@ -246,11 +249,21 @@ class GroupWorker:
             if stop.wait(ROUND_POLL):
                 return False
             if time.monotonic() - looked > CHAIN_POLL:
-                if self.worker.ledger.job(job_id)["status"] != JobStatus.RUNNING:
-                    return True  # every rank is done, or none will be
-                self._flag_committed(job_id)
+                with self._chain_blip(job_id):
+                    if self.worker.ledger.job(job_id)["status"] != JobStatus.RUNNING:
+                        return True  # every rank is done, or none will be
+                    self._flag_committed(job_id)
                 looked = time.monotonic()
         return True
+
+    @contextmanager
+    def _chain_blip(self, job_id: int) -> Iterator[None]:
+        """Let a look at the chain fail for now (the RPC node restarting, say): the rank goes on
+        training and the next look tries again, rather than the group losing the rank."""
+        try:
+            yield
+        except TRANSIENT as exc:
+            log.warning("job=%d: could not look at the chain, trying again: %s", job_id, exc)
 
     def _await_unit(
         self,
@@ -272,10 +285,11 @@ class GroupWorker:
             if stop.wait(ROUND_POLL):
                 return False
             if time.monotonic() - looked > CHAIN_POLL:
-                if self.worker.deliverable(job_id, slot_id) is None:
-                    return False
-                self._flag_committed(job_id)
-                self._note_holders(job_id, ranks, folder)
+                with self._chain_blip(job_id):
+                    if self.worker.deliverable(job_id, slot_id) is None:
+                        return False
+                    self._flag_committed(job_id)
+                    self._note_holders(job_id, ranks, folder)
                 looked = time.monotonic()
         if not following.exists():
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in unit {index}")

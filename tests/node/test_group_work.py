@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import multiprocessing
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,8 +15,9 @@ import torch
 from marketplace.protocol.execution import ExecutionClass
 from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, load_rank_bundle, rank_bundle
 from marketplace.protocol.units import units_per_node
-from node.daemon.group_worker import GroupFailed, meeting_point
-from node.distributed.rank_unit import rank_class
+from node.daemon import group_worker
+from node.daemon.group_worker import HOLDERS, GroupFailed, GroupWorker, meeting_point
+from node.distributed.rank_unit import rank_class, unit_path
 from node.engine import load_spec
 
 SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
@@ -83,3 +89,46 @@ def test_a_group_meets_at_the_endpoints_host_and_port(endpoint, expected):
 def test_an_endpoint_without_host_and_port_is_no_meeting_point(endpoint):
     with pytest.raises(GroupFailed, match="names no host and port"):
         meeting_point(endpoint)
+
+
+class FlakyChain:
+    """A node's view of the chain whose RPC node is out of reach for its first `outage` looks."""
+
+    def __init__(self, outage: int):
+        self.outage, self.looks = outage, 0
+
+    def _look(self) -> None:
+        self.looks += 1
+        if self.looks <= self.outage:
+            raise ConnectionError("the RPC node is restarting")
+
+    def deliverable(self, job_id: int, slot_id: int) -> tuple[dict, dict]:
+        self._look()
+        return {}, {}
+
+    def slot(self, job_id: int, slot: int) -> dict:
+        self._look()
+        return {"provider": f"0x{slot:040x}"}
+
+
+def test_a_chain_out_of_reach_for_a_while_does_not_cost_the_group_its_rank(tmp_path, monkeypatch):
+    """The daemon looks at the chain while its rank trains a unit: a look that fails is tried
+    again, rather than ending the rank's process (a ddp group cannot take a rank back)."""
+    monkeypatch.setattr(group_worker, "CHAIN_POLL", 0.05)
+    chain = FlakyChain(outage=3)
+    node = GroupWorker(SimpleNamespace(deliverable=chain.deliverable, ledger=chain), tmp_path)
+    rank = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    rank.start()
+    following = unit_path(tmp_path, 1, 0)
+    following.parent.mkdir(parents=True)
+    finishing = threading.Timer(1.5, following.touch)  # the rank saves its next unit's inputs
+    finishing.start()
+    try:
+        assert node._await_unit(rank, 7, 0, 0, tmp_path, 3, threading.Event())
+        assert rank.is_alive()
+    finally:
+        finishing.cancel()
+        rank.terminate()
+        rank.join()
+    assert chain.looks > chain.outage  # it looked again once the chain was back
+    assert json.loads((tmp_path / HOLDERS).read_text()) == [f"0x{s:040x}" for s in range(3)]
