@@ -264,7 +264,7 @@ class VerifierDaemon:
                     self.journal.update(work, j.SKIPPED)
                     continue
                 self._record_seed(unit)
-                if self._awaits_peers(unit, latest["timestamp"]):
+                if self._awaits_peers(unit, head, latest["timestamp"]):
                     continue
             turns = self._turns(work, latest["timestamp"])
             if not turns or self._answered(work):
@@ -276,7 +276,8 @@ class VerifierDaemon:
                 active = self._active()
             if not active:
                 continue  # its verdict would be refused: nothing is re-run until it is active
-            inputs = self._inputs(unit, self._withheld_after(work, turns, latest["timestamp"]))
+            withheld_after = self._withheld_after(work, turns, latest["timestamp"])
+            inputs = self._inputs(unit, withheld_after, head)
             if inputs is None:
                 log.warning(
                     "job %d was created before this journal began: its units are not checked",
@@ -341,10 +342,9 @@ class VerifierDaemon:
         spec = self._specs[job_id]
         return spec.distributed.nodes if spec and spec.distributed.strategy != "single" else 0
 
-    def _peers(self, unit: CommittedUnit) -> tuple[PeerUnit, ...]:
+    def _peers(self, unit: CommittedUnit, head: int) -> tuple[PeerUnit, ...]:
         """The other ranks' commitments of a group's unit so far: their records vote on this
         one's (a ddp unit's steps, a DiLoCo round's exchange)."""
-        head = self.ledger.w3.eth.block_number
         found = [
             self.journal.latest_unit(unit.job_id, slot, unit.index, head)
             for slot in range(self._group_nodes(unit.job_id))
@@ -354,11 +354,11 @@ class VerifierDaemon:
             PeerUnit(p.slot, p.cid, p.state_hash.hex(), p.provider) for p, _ in filter(None, found)
         )
 
-    def _awaits_peers(self, unit: CommittedUnit, now: int) -> bool:
+    def _awaits_peers(self, unit: CommittedUnit, head: int, now: int) -> bool:
         """Whether to hold a group's unit back until every other rank committed the same unit, for
         half the verification window at most: the re-run needs the time that is left."""
         nodes = self._group_nodes(unit.job_id)
-        if not nodes or len(self._peers(unit)) == nodes - 1:
+        if not nodes or len(self._peers(unit, head)) == nodes - 1:
             return False
         window = self.ledger.verification_window()
         return now < unit.committed_at + window // 2
@@ -370,7 +370,7 @@ class VerifierDaemon:
         last_turn_middle = turns[-1] + self.ledger.turn_length(work.kind == j.DISPUTE) // 2
         return time.time() + max(0, min(self.withheld_patience, last_turn_middle - now))
 
-    def _inputs(self, unit: CommittedUnit, withheld_after: float) -> UnitInputs | None:
+    def _inputs(self, unit: CommittedUnit, withheld_after: float, head: int) -> UnitInputs | None:
         spec_cid = self.journal.spec_cid(unit.job_id)
         if spec_cid is None:
             return None
@@ -391,15 +391,14 @@ class VerifierDaemon:
             previous_state_hash=previous[0].state_hash.hex() if previous else None,
             previous_provider=previous[0].provider if previous else None,
             withheld_after=withheld_after,
-            peers=self._peers(unit),
-            slot_providers=self._slot_providers(unit),
+            peers=self._peers(unit, head),
+            slot_providers=self._slot_providers(unit, head),
         )
 
-    def _slot_providers(self, unit: CommittedUnit) -> tuple[tuple[str, ...], ...]:
+    def _slot_providers(self, unit: CommittedUnit, head: int) -> tuple[tuple[str, ...], ...]:
         """By slot of a group's unit, the providers that committed to it so far: a payload one
         signed while it held the slot stands in a record (the slot handed over, or its unit
         never committed)."""
-        head = self.ledger.w3.eth.block_number
         return tuple(
             self.journal.slot_providers(unit.job_id, slot, head)
             for slot in range(self._group_nodes(unit.job_id))

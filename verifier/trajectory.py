@@ -400,11 +400,11 @@ def _segment_alone(
 def _skipped_ahead(spec: JobSpec, theirs: Checkpoint, ours: Checkpoint) -> int:
     """The batches the provider's state is past ours at the same step of the same shard, up to
     what the unit's rollbacks can skip (0 for more, or none)."""
-    mine, yours = ours.state["progress"], theirs.state["progress"]
+    at_theirs, at_ours = theirs.state["progress"], ours.state["progress"]
     spike = spec.training.loss_spike
     most = spike.max_rollbacks * (spec.checkpoint.every + 1 + spike.skip_batches)
-    ahead = int(yours["cursor"]) - int(mine["cursor"])
-    same = (yours["step"], yours["stream"]) == (mine["step"], mine["stream"])
+    ahead = int(at_theirs["cursor"]) - int(at_ours["cursor"])
+    same = (at_theirs["step"], at_theirs["stream"]) == (at_ours["step"], at_ours["stream"])
     return ahead if spike.enabled and same and 0 < ahead <= most else 0
 
 

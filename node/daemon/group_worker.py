@@ -96,6 +96,7 @@ class GroupWorker:
         self.worker = worker
         self.scratch = scratch  # rank folders live here, one per job and slot
         self._to_flag: list[tuple[int, int]] = []  # (rank, round) to flag once committed
+        self._holders: tuple[str, ...] | None = None  # what the rank's holders file holds
 
     def check_job(self, job_id: int, job: dict) -> None:
         """Refuse, before bidding, a job this node could not deliver (see `Specs.check_job`), or a
@@ -120,6 +121,7 @@ class GroupWorker:
         spec = self.worker.specs.of_job(job_id)
         folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
         shutil.rmtree(folder, ignore_errors=True)  # rounds of an attempt that never committed
+        self._holders = None
         config = group_config(spec)
         signing = RoundSigning(
             job_id,
@@ -193,12 +195,13 @@ class GroupWorker:
         new holder's key from then on."""
         ledger = self.worker.ledger
         holders = tuple(ledger.slot(job_id, slot)["provider"] for slot in range(ranks))
-        path = folder / HOLDERS
-        if not path.exists() or json.loads(path.read_text()) != list(holders):
+        if holders != self._holders:
+            path = folder / HOLDERS
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(path.name + ".partial")
             partial.write_text(json.dumps(holders))
             partial.replace(path)  # whole or not at all: the rank reads it at any time
+            self._holders = holders
         return holders
 
     def _last_unit(self, job_id: int, slot_id: int, index: int, uses_board: bool) -> RankBundle:
