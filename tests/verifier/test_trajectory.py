@@ -450,6 +450,21 @@ def test_a_segment_re_run_alone_after_a_rollback_skips_the_batches_the_rollback_
     assert verdict.steps_run > every  # segments were re-run alone, the first among them
 
 
+def test_batches_skipped_without_a_rollback_fail_the_unit(unit, tolerance):
+    """The skip a rolled-back segment is re-run with is no way to choose one's own batches: a
+    provider that skips some with no spike ends the unit past where the verifier's re-run does."""
+    spec, start, shard, every = unit
+    states: dict[str, Checkpoint] = {}
+    skipped = run_unit(
+        spec, start, shard, every, device="cpu", host=PROVIDER, skip=3,
+        on_segment=lambda segment, state: states.__setitem__(segment["state_hash"], state),
+    )  # fmt: skip
+    assert skipped.metrics["rollbacks"] == 0
+    verdict = _judge(unit, tolerance, (skipped.checkpoint, states))
+    assert verdict.passed is False
+    assert "batch cursor" in verdict.reason
+
+
 @pytest.mark.parametrize("cheat", sorted(casebook.CHEATS))
 def test_each_cheat_fails_a_unit_with_rollbacks(spiky_unit, tolerance, cheat):
     spec, start, shard, every = spiky_unit
