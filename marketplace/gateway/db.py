@@ -3,6 +3,7 @@ cursor."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from sqlalchemy import (
@@ -16,6 +17,7 @@ from sqlalchemy import (
     create_engine,
     event,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, sessionmaker
 
 from marketplace.config import Settings
@@ -333,8 +335,22 @@ def open_database(url: str) -> sessionmaker:
     engine = create_engine(url)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
-    Base.metadata.create_all(engine)
+    _create_tables(engine)
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def _create_tables(engine, tries: int = 20) -> None:
+    """Create the missing tables. The API server and the indexer start together and both create
+    the schema: the loser of that race meets a table the winner has just made, or a locked file,
+    and looks again."""
+    for attempt in range(tries):
+        try:
+            Base.metadata.create_all(engine)
+            return
+        except DBAPIError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

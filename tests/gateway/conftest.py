@@ -155,7 +155,7 @@ def served_gateway(ledger, story, ipfs_api, tmp_path_factory) -> Iterator[str]:
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for_http(f"{url}/health", server)
+        wait_for_http(f"{url}/health", server, log=root / "gateway.log")
         wait_until_caught_up(url, ledger.w3.eth.block_number, indexer)
         yield url
     finally:

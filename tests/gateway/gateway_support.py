@@ -32,7 +32,10 @@ def gateway_env(ledger, root: Path, ipfs_api: str | None = None) -> dict[str, st
     )
 
 
-def wait_for_http(url: str, process: subprocess.Popen, timeout: float = 30) -> None:
+def wait_for_http(
+    url: str, process: subprocess.Popen, timeout: float = 30, log: Path | None = None
+) -> None:
+    """Wait until `url` answers; fail with the end of the process's `log` when it exits first."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -40,7 +43,8 @@ def wait_for_http(url: str, process: subprocess.Popen, timeout: float = 30) -> N
             return
         except httpx.TransportError:
             if time.monotonic() > deadline or process.poll() is not None:
-                pytest.fail(f"nothing answers at {url}")
+                said = log.read_text()[-4000:] if log else ""
+                pytest.fail(f"nothing answers at {url} (exit code {process.poll()})\n{said}")
             time.sleep(0.2)
 
 

@@ -3,6 +3,7 @@ indexer and server."""
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 import time
@@ -93,6 +94,30 @@ def test_cli_indexes_and_serves(ledger, story, env, tmp_path):
         terminate(server)
         terminate(indexer)
     assert "indexer ready" in indexer.stdout.read()
+
+
+def _open_when_all_are_ready(url: str, ready) -> None:
+    ready.wait()
+    db.open_database(url)
+
+
+def test_the_server_and_the_indexer_create_one_database_at_once(tmp_path):
+    """`gateway serve` and `gateway index` start together and both create the schema on one file:
+    neither may die of the other's half-made tables or its lock."""
+    fork = multiprocessing.get_context("fork")
+    for attempt in range(8):
+        url = f"sqlite:///{tmp_path / f'gateway-{attempt}.sqlite3'}"
+        ready = fork.Barrier(3)
+        opening = [
+            fork.Process(target=_open_when_all_are_ready, args=(url, ready)) for _ in range(3)
+        ]
+        for process in opening:
+            process.start()
+        for process in opening:
+            process.join(60)
+        assert [process.exitcode for process in opening] == [0, 0, 0]
+    with db.open_database(url)() as session:
+        assert session.scalar(select(db.IndexerState.next_block)) is None
 
 
 def test_devnet_runs_the_gateway_and_stops_it_by_pid(ledger, ipfs_api, tmp_path):
