@@ -229,7 +229,7 @@ class VerifierDaemon:
 
     def _on_slot_assigned(self, event: EventData) -> None:
         args = event["args"]
-        self.journal.hold_slot(args["jobId"], args["slot"], args["provider"])
+        self.journal.hold_slot(args["jobId"], args["slot"], args["provider"], event["blockNumber"])
 
     def _on_slot_released(self, event: EventData) -> None:
         self.journal.release_slot(event["args"]["jobId"], event["args"]["slot"])
@@ -396,9 +396,9 @@ class VerifierDaemon:
         )
 
     def _slot_providers(self, unit: CommittedUnit, head: int) -> tuple[tuple[str, ...], ...]:
-        """By slot of a group's unit, the providers that committed to it so far: a payload one
-        signed while it held the slot stands in a record (the slot handed over, or its unit
-        never committed)."""
+        """By slot of a group's unit, the providers that held it so far: a payload one signed
+        while it held the slot stands in a record (the slot handed over, or its unit never
+        committed, or its holder dropped out before committing anything)."""
         return tuple(
             self.journal.slot_providers(unit.job_id, slot, head)
             for slot in range(self._group_nodes(unit.job_id))

@@ -50,7 +50,8 @@ def record_problem(
     """Why `rank`'s records of its unit (`exchanges`, the unit's global step or round numbers,
     `exchange` what one is called) or a peer's record of what it sent fail it; None when they
     do not. `views` holds `rank`'s and every peer's that could be read, all of the same unit.
-    A member of whose slot no holder is known (none committed anything) cannot be checked."""
+    A member of whose slot no holder is known (a journal without the slot's assignment)
+    cannot be checked."""
     own = views[rank]
     for position, number in enumerate(exchanges):
         recorded = own.rounds[position]

@@ -30,6 +30,11 @@ CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, spec_cid TEXT NOT N
 CREATE TABLE IF NOT EXISTS slots (
     job_id INTEGER, slot INTEGER, provider TEXT, PRIMARY KEY (job_id, slot)
 );
+-- every provider a slot was assigned to, at its first assignment's block
+CREATE TABLE IF NOT EXISTS holders (
+    job_id INTEGER, slot INTEGER, provider TEXT, block INTEGER,
+    PRIMARY KEY (job_id, slot, provider)
+);
 -- a registration's benchmark report, from the event to the attestation (or its rejection)
 CREATE TABLE IF NOT EXISTS admissions (
     provider TEXT, attestation BLOB, state TEXT NOT NULL, fetches INTEGER NOT NULL DEFAULT 0,
@@ -125,13 +130,16 @@ class Journal(JournalDB):
         return (_unit(rows[0]), rows[0][4]) if rows else None
 
     def slot_providers(self, job_id: int, slot: int, at_block: int) -> tuple[str, ...]:
-        """Every provider that committed a unit of the slot up to `at_block`, first to last."""
+        """Every provider that held the slot up to `at_block`, first to last: each it was
+        assigned to, whether or not it committed anything, and each that committed a unit (a
+        journal begun before assignments were kept has only those)."""
         rows = self._run(
-            "SELECT provider FROM units WHERE job_id = ? AND slot = ? AND block <= ? "
-            "GROUP BY provider ORDER BY MIN(block)",
-            job_id,
-            slot,
-            at_block,
+            "SELECT provider FROM ("
+            "SELECT provider, block FROM holders WHERE job_id = ? AND slot = ? AND block <= ? "
+            "UNION ALL "
+            "SELECT provider, block FROM units WHERE job_id = ? AND slot = ? AND block <= ?"
+            ") GROUP BY provider ORDER BY MIN(block), provider",
+            *(job_id, slot, at_block) * 2,
         )
         return tuple(row[0] for row in rows)
 
@@ -274,8 +282,11 @@ class Journal(JournalDB):
 
     # --- slots held, for downtime reports ------------------------------------------------
 
-    def hold_slot(self, job_id: int, slot: int, provider: str) -> None:
+    def hold_slot(self, job_id: int, slot: int, provider: str, block: int) -> None:
+        """`provider` holds the slot from `block` on: its downtime is reportable, and what it
+        signs for the group is its slot's (`slot_providers`)."""
         self._run("INSERT OR REPLACE INTO slots VALUES (?,?,?)", job_id, slot, provider)
+        self._run("INSERT OR IGNORE INTO holders VALUES (?,?,?,?)", job_id, slot, provider, block)
 
     def release_slot(self, job_id: int, slot: int) -> None:
         self._run("DELETE FROM slots WHERE job_id = ? AND slot = ?", job_id, slot)

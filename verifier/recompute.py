@@ -141,7 +141,7 @@ class UnitInputs:
     withheld_after: float | None = None
     # group jobs: the other slots' commitments of this unit, whose records vote on this one's
     peers: tuple[PeerUnit, ...] = ()
-    # group jobs: by slot, the providers that committed a unit of it so far
+    # group jobs: by slot, the providers it was assigned to or committed by so far
     slot_providers: tuple[tuple[str, ...], ...] = ()
 
     def to_json(self) -> dict[str, Any]:

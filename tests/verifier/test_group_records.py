@@ -8,6 +8,7 @@ from marketplace.protocol.rank_bundle import RecordedRound
 from marketplace.protocol.round_signatures import RoundSigners
 from node.distributed.signing import local_signing
 from verifier.group_records import MemberView, record_problem
+from verifier.journal import Journal
 
 ROUND = 5
 SIGNING = local_signing(4, job_id=7)
@@ -111,6 +112,52 @@ def test_a_payload_a_former_holder_signed_does_not_fail_the_successor():
     views = {0: view(0, [0, 1, 2], rank_2=sent), 2: view(2, [0, 1, 2])}
     assert record_problem(2, range(ROUND, ROUND + 1), views, signers, "round") is None
     assert record_problem(0, range(ROUND, ROUND + 1), views, signers, "round") is None
+
+
+def test_a_slots_holder_that_dropped_before_committing_anything_is_known_by_its_assignment(
+    tmp_path,
+):
+    """Slot 2's first holder won it, sent the round and dropped out before committing anything;
+    its successor, of another class, re-ran the round and committed another payload. Rank 1's
+    honest record of the first holder's payload stands on its signature: the verifier's journal
+    keeps every provider a slot was assigned to (SlotAssigned), not only those that committed,
+    which failed the honest recorder. A payload no holder signed still fails it."""
+    first = SIGNING.signers.addresses[2]
+    journal = Journal(tmp_path / "journal.sqlite3")
+    journal.hold_slot(7, 2, first, block=10)
+    journal.hold_slot(7, 2, SUCCESSOR, block=20)
+    journal.hold_slot(7, 2, first, block=30)  # assigned again: still first in the order
+    journal.hold_slot(7, 2, HANDED_OVER.signers.addresses[3], block=40)  # after the unit
+    assert journal.slot_providers(7, 2, at_block=25) == (first, SUCCESSOR)
+    signers = RoundSigners(
+        7,
+        {r: a for r, a in SIGNING.signers.addresses.items() if r != 2} | {2: SUCCESSOR},
+        {2: journal.slot_providers(7, 2, at_block=25)},
+    )
+    journal.close()
+    record = view(1, [0, 1, 2])
+    resent = b"\x0f" * 4
+    successor = MemberView(
+        [resent],
+        [
+            RecordedRound(
+                [0, 1, 2],
+                [SENT[0], SENT[1], resent],
+                [signed(0, SENT[0]), signed(1, SENT[1]), b"\x00" * 65],
+            )
+        ],
+    )
+    views = {1: record, 2: successor}
+    assert record_problem(1, range(ROUND, ROUND + 1), views, signers, "round") is None
+    assert record_problem(2, range(ROUND, ROUND + 1), views, signers, "round") is None
+    committers_only = signers._replace(former={})
+    assert record_problem(1, range(ROUND, ROUND + 1), views, committers_only, "round") == (
+        "round 5 records a payload from rank 2 that it did not sign"
+    )
+    record.rounds[0].payloads[2] = b"\x0d" * 4
+    assert record_problem(1, range(ROUND, ROUND + 1), views, signers, "round") == (
+        "round 5 records a payload from rank 2 that it did not sign"
+    )
 
 
 def test_a_member_that_never_committed_is_checked_against_its_slots_holders():

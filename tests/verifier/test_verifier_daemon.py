@@ -274,6 +274,16 @@ def test_a_report_nobody_serves_is_tried_a_bounded_number_of_times(
     assert ledger.staking_account(absent.address)["admitted"] is False
 
 
+def test_a_slots_holder_is_known_from_its_assignment_before_it_commits(job, make_daemon, cast):
+    """What a holder signs for its group stands in its peers' records even if it drops out
+    before committing anything: the daemon keeps every assignment."""
+    provider = job(ALWAYS)
+    daemon = make_daemon(cast.verifiers[0])
+    daemon.tick()
+    head = daemon.ledger.w3.eth.block_number
+    assert daemon.journal.slot_providers(provider.job_id, 0, head) == (provider.account.address,)
+
+
 def test_overdue_slot_is_reported(job, make_daemon, cast):
     provider = job(ALWAYS)
     provider.honest(0)
