@@ -50,6 +50,24 @@ def recorded_round(updates_dir: str | os.PathLike[str], round_: int) -> Recorded
     )
 
 
+def settle_round(updates_dir: str | os.PathLike[str], round_: int, recorded: RecordedRound) -> None:
+    """Write down a round the group closed before, as a committed unit records it: a rank that
+    meets it takes it as recorded rather than exchanging (`Exchange`). A group whose host
+    dropped meets again on a new board, which holds none of its rounds; a rank starting again
+    from its last committed unit goes through the rounds the group committed meanwhile
+    exactly as they were."""
+    if recorded.signatures is None:
+        raise ValueError(f"round {round_}: a settled round keeps every member's signature")
+    for member, payload, signature in zip(
+        recorded.members, recorded.payloads, recorded.signatures, strict=True
+    ):
+        update_path(updates_dir, round_, member).parent.mkdir(parents=True, exist_ok=True)
+        update_path(updates_dir, round_, member).write_bytes(payload)
+        signature_path(updates_dir, round_, member).write_bytes(signature)
+    seen = {"members": recorded.members, "outliers": []}
+    aggregate_path(updates_dir, round_).write_text(json.dumps(seen))
+
+
 def sent_in(updates_dir: str | os.PathLike[str], rounds: range, rank: int) -> bytes:
     """What a rank sent in `rounds`, back to back: the payload of the unit they make up."""
     return b"".join(update_path(updates_dir, round_, rank).read_bytes() for round_ in rounds)
@@ -109,20 +127,25 @@ class Exchange:
         update = update.detach().cpu()  # payloads are built, sent and aggregated on the CPU
         if self.tamper is not None:
             update = self.tamper(self.rank, update)
+        settled = self._settled(round_)  # read before this rank's payload is saved over it
         payload = encode_update(self.config.compressor, self.feedback, update, round_)
         signature = self.signing.sign(self.rank, round_, payload.to_bytes())
         self._account(payload, signature, round_)
         if self.delay is not None:
             time.sleep(self.delay(self.rank, round_))
         received: Sequence[Signed]
-        if self.board is None:
+        signed = self._signed
+        if settled is not None:
+            members, received = self._as_settled(settled, payload, round_)
+            signed = _checked_when_settled
+        elif self.board is None:
             members, received = list(range(self.config.ranks)), _all_gather(payload, signature)
         else:
             self.board.post(round_, self.rank, signature + payload.to_bytes())
             members = self.board.members(round_)
             received = [_unpacked(posted) for posted in self.board.payloads(round_, members)]
         members, payloads, signatures, refused = _sound(
-            self._signed, self.config.compressor, members, received, update.numel(), round_
+            signed, self.config.compressor, members, received, update.numel(), round_
         )
         result = aggregate(self.config, payloads, update.numel(), round_)
         self.members.append(members)
@@ -130,6 +153,36 @@ class Exchange:
         if self.config.updates_dir is not None:
             self._record(self.config.updates_dir, round_, members, payloads, signatures)
         return result
+
+    def _settled(self, round_: int) -> RecordedRound | None:
+        """The round as its daemon wrote it down before the rank started (`settle_round`), if
+        the group closed it before."""
+        if self.config.updates_dir is None:
+            return None
+        if not aggregate_path(self.config.updates_dir, round_).exists():
+            return None
+        return recorded_round(self.config.updates_dir, round_)
+
+    def _as_settled(
+        self, settled: RecordedRound, payload: Payload, round_: int
+    ) -> tuple[list[int], list[Signed]]:
+        """A settled round's members and what they signed; this rank, if one of them, must have
+        sent what the round holds, or it would go on from another state than the group's."""
+        members = settled.members
+        if (
+            self.rank in members
+            and settled.payloads[members.index(self.rank)] != payload.to_bytes()
+        ):
+            raise ReplayMismatch(
+                f"round {round_} was settled with another payload from rank {self.rank} "
+                "than its re-run sends"
+            )
+        assert settled.signatures is not None  # `settle_round` writes every one
+        logger.info("round %d: settled before, with ranks %s", round_, settled.members)
+        return members, [
+            Signed(data, sig)
+            for data, sig in zip(settled.payloads, settled.signatures, strict=True)
+        ]
 
     def _signed(self, member: int, round_: int, data: bytes, signature: bytes) -> bool:
         """Whether `member`'s signer signed `data` for the round; where not, asked again of the
@@ -296,6 +349,12 @@ class Signed(NamedTuple):
 def _unpacked(posted: bytes) -> Signed:
     """A board entry: the sender's signature, then its payload."""
     return Signed(posted[SIGNATURE_BYTES:], posted[:SIGNATURE_BYTES])
+
+
+def _checked_when_settled(member: int, round_: int, data: bytes, signature: bytes) -> bool:
+    """A settled round's signatures were checked against its slots' holders on the chain,
+    former ones included, before the daemon wrote it down (node/daemon/group_worker.py)."""
+    return True
 
 
 def _sound(

@@ -18,6 +18,7 @@ from .ddp import ddp_rank, rerun_ddp_unit, train_ddp
 from .diloco import DilocoConfig, diloco_rank, rerun_diloco_unit, train_diloco
 from .exchange import recorded_round, sent_in
 from .group import (
+    Delay,
     DistributedConfigError,
     DistributedResult,
     GroupConfig,
@@ -91,12 +92,13 @@ def run_rank(
     tamper: Tamper | None = None,
     start: RankUnit | None = None,
     keep_board: bool = False,
+    delay: Delay | None = None,
 ) -> None:
     """One rank of a group that meets at `host:port`, in a process of its own (a provider's):
     join, train every unit from the seed or from `start`, and write the report to `report`.
 
-    `tamper` replaces what the rank sends, to play a Byzantine rank in tests; `keep_board`:
-    see `join_and_run`."""
+    `tamper` replaces what the rank sends and `delay` holds it back, to play a Byzantine rank
+    or a straggler in tests; `keep_board`: see `join_and_run`."""
     worker = diloco_rank if isinstance(config, DilocoConfig) else ddp_rank
     join_and_run(
         rank,
@@ -104,7 +106,7 @@ def run_rank(
         host,
         port,
         worker,
-        (spec, config, tamper, None, start),
+        (spec, config, tamper, delay, start),
         Path(report),
         keep_board=keep_board,
     )

@@ -20,7 +20,7 @@ from marketplace.processes import free_port
 from marketplace.protocol.rank_bundle import RankUnit
 from marketplace.protocol.spec import JobSpec
 from node.distributed.diloco import DilocoConfig, train_diloco
-from node.distributed.exchange import sent_in
+from node.distributed.exchange import recorded_round, sent_in, settle_round
 from node.distributed.group import GroupConfig
 from node.distributed.job import run_rank
 from node.distributed.quorum import QuorumTimeout, RoundBoard
@@ -92,14 +92,19 @@ class RankStarter:
     port: int
 
     def __call__(
-        self, rank: int, folder: Path, unit: RankUnit | None = None, keep_board: bool = False
+        self,
+        rank: int,
+        folder: Path,
+        unit: RankUnit | None = None,
+        keep_board: bool = False,
+        delay: LateOnce | None = None,
     ) -> multiprocessing.Process:
         config = self.strategy(3, quorum=2, deadline_s=DEADLINE_S, updates_dir=str(folder))
         report = str(folder / "report.json")
         process = multiprocessing.get_context("spawn").Process(
             target=run_rank,
             args=(self.spec, config, rank, "127.0.0.1", self.port, report, None, unit),
-            kwargs={"keep_board": keep_board},
+            kwargs={"keep_board": keep_board, "delay": delay},
         )
         process.start()
         return process
@@ -173,3 +178,59 @@ def test_a_rank_done_training_but_never_committed_is_re_run_after_the_group_fini
     assert len({report["weights_sha256"] for report in reports}) == 1  # one group model
     rounds = range(1, ROUNDS)  # a DiLoCo unit is one round
     assert sent_in(tmp_path / "1-again", rounds, 1) == sent_in(tmp_path / "1", rounds, 1)
+
+
+def _wait_for(path: Path, process: multiprocessing.Process) -> None:
+    while not path.exists():
+        assert process.is_alive(), f"the rank ended before {path.name}"
+        time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_a_group_whose_host_dropped_meets_again_and_goes_through_its_settled_rounds(
+    tmp_path: Path,
+) -> None:
+    """Round 0 closes without rank 2, which was late; then rank 0's machine vanishes, and
+    the board its process hosted with it. The group meets again on a new board, each rank from
+    its first unit (as from the last one its provider committed), with round 0 written down from
+    a committed record: it is gone through as it was, so every rank starts its next unit bit
+    for bit where it did before, and the group trains one model from there. On the new board
+    alone round 0 would close with all three and the ranks would go on from another state than
+    the one their committed units record."""
+    spec = tiny_spec(ROUNDS * H, H)
+    first, again = tmp_path / "first", tmp_path / "again"
+    start = RankStarter(spec, DilocoConfig, free_port())
+    late = LateOnce(rank=2, round_=0, seconds=3 * DEADLINE_S)
+    host = start(0, first / "0", keep_board=True)
+    others = [start(1, first / "1"), start(2, first / "2", delay=late)]
+    _wait_for(unit_path(first / "0", 1, 0), host)  # round 0 closed, with ranks 0 and 1
+    os.kill(host.pid, signal.SIGKILL)
+    host.join()
+    for process in others:
+        process.join(timeout=60)
+        assert process.exitcode != 0, "the board went with its host"
+    settled = recorded_round(first / "0", 0)
+    assert settled.members == [0, 1]
+
+    restart = RankStarter(spec, DilocoConfig, free_port())
+    processes = []
+    for rank in range(3):
+        settle_round(again / str(rank), 0, settled)
+        processes.append(restart(rank, again / str(rank), keep_board=rank == 0))
+    try:
+        for process in processes[1:]:
+            process.join(timeout=120)
+            assert process.exitcode == 0
+    finally:
+        processes[0].terminate()
+        processes[0].join()
+
+    assert all(recorded_round(again / str(rank), 0) == settled for rank in range(3))
+    for rank in (0, 1):
+        before = unit_path(first / str(rank), 1, rank)
+        if before.exists():  # rank 1 may have gone before it saved it
+            after = RankUnit.load(unit_path(again / str(rank), 1, rank))
+            assert after.state_hash() == RankUnit.load(before).state_hash()
+    reports = [json.loads((again / str(rank) / "report.json").read_text()) for rank in range(3)]
+    assert len({report["weights_sha256"] for report in reports}) == 1  # one group model
+    assert reports[1]["members"] == [[0, 1], [0, 1, 2], [0, 1, 2], [0, 1, 2]]

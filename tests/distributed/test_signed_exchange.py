@@ -17,7 +17,7 @@ from eth_account import Account
 from marketplace.processes import free_port
 from marketplace.protocol.round_signatures import SIGNATURE_BYTES
 from node.distributed.aggregation import Aggregate
-from node.distributed.exchange import Exchange
+from node.distributed.exchange import Exchange, ReplayMismatch, recorded_round, settle_round
 from node.distributed.group import GroupConfig
 from node.distributed.signing import RoundSigning, local_key, local_signing
 
@@ -124,3 +124,57 @@ def test_a_slot_handed_over_signs_with_its_new_holders_key(store, tmp_path):
     holders.write_text(json.dumps(addresses))
     run_round(exchanges, list(range(RANKS)), ROUND + 1)
     assert exchanges[0].members[-1] == exchanges[2].members[-1] == [0, 1, 2]
+
+
+def recording(store: dist.TCPStore, folder, **settings) -> list[Exchange]:
+    """The ranks' exchanges over one board, each saving its rounds in `folder`/first-<rank>."""
+    return [
+        Exchange(
+            rank,
+            GroupConfig(
+                ranks=RANKS,
+                signing=SIGNING,
+                updates_dir=str(folder / f"first-{rank}"),
+                **{"deadline_s": 30.0} | settings,
+            ),
+            store,
+        )
+        for rank in range(RANKS)
+    ]
+
+
+def test_a_settled_round_is_gone_through_as_recorded_on_a_new_board(store, tmp_path):
+    """The group's host dropped after round 4 closed without rank 2; the group meets again on a
+    new board, where rank 2 would be on time. Written down from the committed record, the round
+    is gone through as it was: the same members and aggregate, nothing posted to the board."""
+    first = recording(store, tmp_path, deadline_s=0.2, quorum=2)
+    closed = run_round(first, [0, 1])
+    recorded = recorded_round(tmp_path / "first-0", ROUND)
+    assert recorded.members == [0, 1] and store.check([f"rounds/{ROUND}/opened"])
+
+    board = dist.TCPStore("127.0.0.1", free_port(), 1, is_master=True, timeout=timedelta(seconds=5))
+    again = tmp_path / "again-2"
+    settle_round(again, ROUND, recorded)
+    config = GroupConfig(ranks=RANKS, deadline_s=30.0, signing=SIGNING, updates_dir=str(again))
+    rank_2 = Exchange(2, config, board)
+    result = rank_2(update(2), ROUND)
+    assert torch.equal(result.value, closed[0].value) and rank_2.members == [[0, 1]]
+    assert recorded_round(again, ROUND) == recorded
+    assert not board.check([f"rounds/{ROUND}/opened"])  # nothing was exchanged
+
+
+def test_a_settled_round_that_holds_another_payload_of_the_rank_stops_it(store, tmp_path):
+    """A rank that would send something else than the settled round holds from it cannot go on
+    from the group's state: it stops rather than train on from another."""
+    first = recording(store, tmp_path)
+    run_round(first, list(range(RANKS)))
+    recorded = recorded_round(tmp_path / "first-0", ROUND)
+    payloads = list(recorded.payloads)
+    payloads[1] = payloads[2]
+    again = tmp_path / "again-1"
+    settle_round(again, ROUND, recorded._replace(payloads=payloads))
+    config = GroupConfig(ranks=RANKS, deadline_s=30.0, signing=SIGNING, updates_dir=str(again))
+    with pytest.raises(
+        ReplayMismatch, match="round 4 was settled with another payload from rank 1"
+    ):
+        Exchange(1, config, store)(update(1), ROUND)
