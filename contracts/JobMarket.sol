@@ -69,6 +69,9 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
     mapping(uint256 jobId => mapping(uint32 round => bool)) private _cutShort;
     mapping(uint256 jobId => mapping(address verifier => bool)) private _feesClaimed;
     mapping(address account => uint256) private _owed;
+    /// @dev When slot 0 was last assigned after the job's first auction round: the group of the
+    /// job's slots meets at its provider, so the others are late only from then.
+    mapping(uint256 jobId => uint40) private _hostSince;
     /// @notice ZEN wei slashed from `provider` for faults in job `jobId`: never above the job's
     /// collateral, whatever the number of faults reported.
     mapping(uint256 jobId => mapping(address provider => uint256)) public slashedIn;
@@ -362,12 +365,20 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         Slot storage s = _slots[jobId][slotId];
         if (s.provider == address(0)) revert SlotVacant(jobId, slotId);
         if (s.done) revert SlotDone(jobId, slotId);
-        // A holder waiting on the review of a bad input it flagged is late only from its end.
-        uint256 from = verification.inputUnderReviewUntil(jobId, slotId);
-        if (from < s.lastCheckpointAt) from = s.lastCheckpointAt;
-        uint256 deadline = from + j.checkpointInterval;
+        if (slotId != 0 && _slots[jobId][0].provider == address(0)) revert GroupHostVacant(jobId);
+        uint256 deadline = checkpointDeadline(jobId, slotId);
         if (block.timestamp <= deadline) revert NotOverdue(deadline);
         _removeProvider(j, jobId, slotId, s, IStaking.SlashReason.Downtime, msg.sender, true);
+    }
+
+    /// @inheritdoc IJobMarket
+    function checkpointDeadline(uint256 jobId, uint16 slotId) public view returns (uint256) {
+        // A holder waiting on the review of a bad input it flagged is late only from its end.
+        uint256 from = verification.inputUnderReviewUntil(jobId, slotId);
+        uint256 last = _slots[jobId][slotId].lastCheckpointAt;
+        if (from < last) from = last;
+        if (slotId != 0 && from < _hostSince[jobId]) from = _hostSince[jobId];
+        return from + _job(jobId).checkpointInterval;
     }
 
     /// @inheritdoc IJobMarket
@@ -611,6 +622,7 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         p.slot = slotId;
         p.state = ParticipantState.Active;
         _participantList[jobId].push(provider);
+        if (slotId == 0 && _jobs[jobId].round > 1) _hostSince[jobId] = uint40(block.timestamp);
         emit SlotAssigned(jobId, slotId, provider, price);
     }
 

@@ -62,7 +62,7 @@ MOOT = {
     "ConflictOfInterest",
 }
 # Reverts of reportDowntime that mean there is nothing (more) to report.
-NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone"}
+NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone", "GroupHostVacant"}
 # Reverts of a fee claim or withdrawal after a restart, or of a zero share: nothing to collect.
 NOTHING_OWED = {"AlreadyClaimed", "NothingOwed"}
 # Reverts of recordSeed: another verifier recorded it first, or it is lost (and the unit with it
@@ -584,11 +584,17 @@ class VerifierDaemon:
                 job["status"] != JobStatus.RUNNING
                 or slot["provider"] == ZERO_ADDRESS
                 or slot["done"]
-                or now <= slot["lastCheckpointAt"] + job["checkpointInterval"]
+                or now <= slot["lastCheckpointAt"] + job["checkpointInterval"]  # the earliest
             ):
                 continue
+            # a group waits for its host's successor, and is late only from its arrival
+            if slot_id != 0 and self.ledger.slot(job_id, 0)["provider"] == ZERO_ADDRESS:
+                continue
+            deadline = self.ledger.checkpoint_deadline(job_id, slot_id)
+            if now <= deadline:
+                continue
             report = self.ledger.report_downtime_call(job_id, slot_id)
-            key = f"downtime:{job_id}:{slot_id}:{slot['provider']}:{slot['lastCheckpointAt']}"
+            key = f"downtime:{job_id}:{slot_id}:{slot['provider']}:{deadline}"
             if self._send(key, report, NOT_OVERDUE) is not None:
                 continue
             log.info("reported downtime of %s in job %d slot %d", slot["provider"], job_id, slot_id)

@@ -141,6 +141,9 @@ interface IJobMarket {
     error NotOverdue(uint256 deadline);
     /// @notice Thrown when a slot has no provider.
     error SlotVacant(uint256 jobId, uint256 slot);
+    /// @notice Thrown when downtime is reported in a group whose slot 0, where the group meets, waits
+    /// for a new holder: the other slots cannot train meanwhile.
+    error GroupHostVacant(uint256 jobId);
     /// @notice Thrown when anyone but the job's user cancels it.
     error NotJobUser(address caller);
     /// @notice Thrown when settling before the verification window of the last unit ends.
@@ -276,8 +279,16 @@ interface IJobMarket {
     function commitCheckpoint(uint256 jobId, uint16 slot, uint32 index, string calldata cid, bytes32 stateHash) external;
 
     /// @notice Reports a slot whose provider missed its checkpoint deadline: slashes it (Downtime,
-    /// the caller as reporter) and re-auctions the slot from its last accepted checkpoint.
+    /// the caller as reporter) and re-auctions the slot from its last accepted checkpoint. In a job of
+    /// several slots, which train as one group meeting at slot 0's provider, another slot cannot be
+    /// reported while slot 0 waits for a new holder (`GroupHostVacant`).
     function reportDowntime(uint256 jobId, uint16 slot) external;
+
+    /// @notice When slot `slot` is late if it has not committed its next unit: `checkpointInterval`
+    /// after its last checkpoint (or assignment), after the review of an input its holder flagged,
+    /// and, for a slot other than 0, after slot 0's holder was assigned (a group whose host dropped
+    /// meets again at its successor's).
+    function checkpointDeadline(uint256 jobId, uint16 slot) external view returns (uint256);
 
     /// @notice The user cancels: a full refund before any slot is assigned, or, while a slot waits for
     /// a re-auction, stops the job so accepted work settles and the rest is refunded.

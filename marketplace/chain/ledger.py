@@ -321,6 +321,10 @@ class Ledger:
     def slot(self, job_id: int, slot: int) -> dict:
         return self.struct(self.market, "slot", job_id, slot)
 
+    def checkpoint_deadline(self, job_id: int, slot: int) -> int:
+        """When the slot is late without its next unit (unix seconds, the chain's clock)."""
+        return call(self.market.functions.checkpointDeadline(job_id, slot))
+
     # --- work and verification -----------------------------------------------------------
 
     def commit_checkpoint(
@@ -352,6 +356,14 @@ class Ledger:
         return self.market.events.CheckpointCommitted().get_logs(
             from_block=self.deployment.deploy_block, argument_filters=filters
         )
+
+    def slot_holders(self, job_id: int, slot: int) -> list[str]:
+        """Every provider the slot was assigned to (SlotAssigned), first to last, each once."""
+        events = self.market.events.SlotAssigned().get_logs(
+            from_block=self.deployment.deploy_block,
+            argument_filters={"jobId": job_id, "slot": slot},
+        )
+        return list(dict.fromkeys(event["args"]["provider"] for event in events))
 
     def unit_from_event(self, event) -> CommittedUnit:
         args = event["args"]

@@ -13,7 +13,10 @@ listens on the endpoint its provider registered with the Staking contract.
 A rank can be taken over mid-job when the group's rounds have a deadline (the others go on
 with a quorum meanwhile): a provider that won the slot in its re-auction, or this node after
 a restart, starts from the slot's last committed bundle, re-runs that unit and catches up
-on the group's weights from the rounds on the board.
+on the group's weights from the rounds the group committed since, written down from their
+records (`exchange.settle_round`), then from the board. So a group whose host dropped, and
+its board with it, meets again at slot 0's next holder's endpoint: each rank's daemon lets
+its rank go once slot 0 changed hands and starts it again from its last committed unit.
 
 A round's robust aggregation may exclude a rank: the lowest rank it kept flags the excluded
 ranks' units holding that round on-chain once they are committed, and verifiers re-run them
@@ -36,19 +39,22 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from marketplace.chain.errors import ContractRevert
-from marketplace.chain.ledger import Ledger
+from marketplace.chain.ledger import ZERO_ADDRESS, Ledger
 from marketplace.errors import ZooError
 from marketplace.protocol.rank_bundle import (
     RankBundle,
+    RecordedRound,
     load_rank_bundle,
 )
+from marketplace.protocol.round_signatures import RoundSigners, signed_by_a_holder
 from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.terms import JobStatus
-from marketplace.protocol.units import is_group_job, units_per_node
+from marketplace.protocol.units import UnitFormatError, is_group_job, units_per_node
 from marketplace.runtime.loop import TRANSIENT
-from node.distributed.exchange import aggregate_path, sent_in, update_path
+from marketplace.storage import StorageError
+from node.distributed.exchange import aggregate_path, sent_in, settle_round, update_path
 from node.distributed.group import GroupConfig
-from node.distributed.job import group_config, run_rank, unit_bundle
+from node.distributed.job import group_config, rank_bundle_bytes, run_rank, unit_bundle
 from node.distributed.rank_unit import unit_path
 from node.distributed.signing import RoundSigning
 from node.engine import DataError
@@ -97,6 +103,7 @@ class GroupWorker:
         self.scratch = scratch  # rank folders live here, one per job and slot
         self._to_flag: list[tuple[int, int]] = []  # (rank, round) to flag once committed
         self._holders: tuple[str, ...] | None = None  # what the rank's holders file holds
+        self._host: str | None = None  # slot 0's provider, whose board the rank joined
 
     def check_job(self, job_id: int, job: dict) -> None:
         """Refuse, before bidding, a job this node could not deliver (see `Specs.check_job`), or a
@@ -118,6 +125,10 @@ class GroupWorker:
         if held is None:
             return
         slot, _ = held
+        self._host = self.worker.ledger.slot(job_id, 0)["provider"]
+        if self._host == ZERO_ADDRESS:
+            log.info("job=%d: the group waits for slot 0's next holder, its host", job_id)
+            return
         spec = self.worker.specs.of_job(job_id)
         folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
         shutil.rmtree(folder, ignore_errors=True)  # rounds of an attempt that never committed
@@ -131,7 +142,11 @@ class GroupWorker:
         )
         config = replace(config, updates_dir=str(folder), signing=signing)
         done = slot["unitsDone"]
-        taken_over = self._last_unit(job_id, slot_id, done - 1, config.uses_board) if done else None
+        taken_over = (
+            self._last_unit(job_id, slot_id, done - 1, spec, config.uses_board) if done else None
+        )
+        if config.uses_board:
+            self._settle(job_id, taken_over, spec, config, folder)
         host, port = rendezvous(self.worker.ledger, job_id)
         log.info(
             "job=%d: rank %d of %d from unit %d, meeting at %s:%d",
@@ -204,7 +219,9 @@ class GroupWorker:
             self._holders = holders
         return holders
 
-    def _last_unit(self, job_id: int, slot_id: int, index: int, uses_board: bool) -> RankBundle:
+    def _last_unit(
+        self, job_id: int, slot_id: int, index: int, spec: JobSpec, uses_board: bool
+    ) -> RankBundle:
         """The slot's last committed unit, to take the rank over from (this node restarted, or
         won the slot after its provider dropped out). Only a group whose rounds have a deadline
         goes on without a rank and lets one join late; the others wait for every rank."""
@@ -217,7 +234,69 @@ class GroupWorker:
         log.info(
             "job=%d slot=%d: taking the rank over from unit %d (%s)", job_id, slot_id, index, cid
         )
-        return load_rank_bundle(self.worker.storage.cat(cid))
+        return load_rank_bundle(self.worker.storage.cat(cid, max_bytes=rank_bundle_bytes(spec)))
+
+    def _settle(
+        self,
+        job_id: int,
+        taken_over: RankBundle | None,
+        spec: JobSpec,
+        config: GroupConfig,
+        folder: Path,
+    ) -> None:
+        """Write down, for the rank to go through as they were, the rounds the group committed
+        from the rank's first unit to train on: the slot's last committed unit's as the slot
+        recorded them, each later one's as the lowest slot that committed it did. On a new board
+        (the host dropped) they are gone, and on any board they must be met as the committed
+        units record them. Settling ends before a record that is out of reach or holds a payload
+        that no holder of its member's slot signed: from there the rank exchanges."""
+        ledger = self.worker.ledger
+        ranks = range(config.ranks)
+        done = [ledger.slot(job_id, slot)["unitsDone"] for slot in ranks]
+        if taken_over is None:
+            index, records = 0, self._committed_rounds(job_id, 0, done, spec)
+        else:
+            index, records = taken_over.unit.round_, taken_over.rounds
+        if records is None:
+            return
+        signers = RoundSigners(
+            job_id, {}, {slot: ledger.slot_holders(job_id, slot) for slot in ranks}
+        )
+        while records is not None:
+            rounds = config.unit_rounds(spec, index)
+            vouched = len(records) == len(rounds) and all(
+                _vouched(signers, round_, recorded) for round_, recorded in zip(rounds, records)
+            )
+            if not vouched:
+                log.warning(
+                    "job=%d: unit %d's rounds are not recorded as their members signed them; "
+                    "the rank exchanges them",
+                    job_id,
+                    index,
+                )
+                return
+            for round_, recorded in zip(rounds, records, strict=True):
+                settle_round(folder, round_, recorded)
+            index += 1
+            records = self._committed_rounds(job_id, index, done, spec)
+
+    def _committed_rounds(
+        self, job_id: int, index: int, done: list[int], spec: JobSpec
+    ) -> list[RecordedRound] | None:
+        """Unit `index`'s rounds as the lowest slot that committed it recorded them; None when no
+        slot has, or its bundle is out of reach or no rank bundle."""
+        committed = [slot for slot, units in enumerate(done) if units > index]
+        if not committed:
+            return None
+        cid = self.worker.committed_cid(job_id, committed[0], index)
+        try:
+            bundle = load_rank_bundle(
+                self.worker.storage.cat(cid, max_bytes=rank_bundle_bytes(spec))
+            )
+        except (StorageError, UnitFormatError) as exc:
+            log.warning("job=%d: unit %d of slot %d unread (%s)", job_id, index, committed[0], exc)
+            return None
+        return bundle.rounds
 
     def _replay(
         self,
@@ -255,8 +334,19 @@ class GroupWorker:
                 with self._chain_blip(job_id):
                     if self.worker.ledger.job(job_id)["status"] != JobStatus.RUNNING:
                         return True  # every rank is done, or none will be
+                    if self._host_moved(job_id):
+                        return False
                     self._flag_committed(job_id)
                 looked = time.monotonic()
+        return True
+
+    def _host_moved(self, job_id: int) -> bool:
+        """Whether slot 0, whose provider hosts the group's board, changed hands since the rank
+        joined: its board is gone with its holder, and the rank meets the group again at the
+        next holder's, from its last committed unit."""
+        if self.worker.ledger.slot(job_id, 0)["provider"] == self._host:
+            return False
+        log.warning("job=%d: slot 0 changed hands; the rank meets the group again", job_id)
         return True
 
     @contextmanager
@@ -289,7 +379,7 @@ class GroupWorker:
                 return False
             if time.monotonic() - looked > CHAIN_POLL:
                 with self._chain_blip(job_id):
-                    if self.worker.deliverable(job_id, slot_id) is None:
+                    if self.worker.deliverable(job_id, slot_id) is None or self._host_moved(job_id):
                         return False
                     self._flag_committed(job_id)
                     self._note_holders(job_id, ranks, folder)
@@ -361,3 +451,18 @@ class GroupWorker:
                     "job=%d: rank %d's round %d not flagged: %s", job_id, rank, round_, exc.name
                 )
             self._to_flag.remove((rank, round_))
+
+
+def _vouched(signers: RoundSigners, round_: int, recorded: RecordedRound) -> bool:
+    """Whether every payload of a recorded round, from distinct ranks of the group, carries
+    the signature of a provider its member's slot was assigned to."""
+    members, signatures = recorded.members, recorded.signatures
+    return (
+        signatures is not None
+        and len(set(members)) == len(members) == len(recorded.payloads) == len(signatures)
+        and all(member in signers.former for member in members)
+        and all(
+            signed_by_a_holder(signers, round_, member, payload, signature)
+            for member, payload, signature in zip(members, recorded.payloads, signatures)
+        )
+    )

@@ -723,6 +723,32 @@ contract JobMarketTest is BaseTest {
         return market.job(jobId).round;
     }
 
+    /// A group's slots meet at slot 0's provider, whose board goes with it: while slot 0 waits for
+    /// a new holder the others cannot train, and they are late only from its successor's arrival.
+    function test_reportDowntime_aGroupWaitsForItsHostsSuccessor() public {
+        uint256 jobId = _startTwoSlotJob();
+        address rank = market.slot(jobId, 1).provider;
+        skip(INTERVAL + 1);
+        vm.prank(provider3);
+        market.reportDowntime(jobId, 0);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.GroupHostVacant.selector, jobId));
+        market.reportDowntime(jobId, 1);
+
+        _auction(jobId, provider3, PRICE);
+        uint256 arrived = block.timestamp;
+        assertEq(market.checkpointDeadline(jobId, 0), arrived + INTERVAL);
+        assertEq(market.checkpointDeadline(jobId, 1), arrived + INTERVAL);
+        skip(INTERVAL);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.NotOverdue.selector, arrived + INTERVAL));
+        market.reportDowntime(jobId, 1);
+        _checkpoint(jobId, 1);
+        assertEq(staking.account(rank).staked, PROVIDER_STAKE, "the rank went on, unharmed");
+
+        skip(INTERVAL + 1);
+        market.reportDowntime(jobId, 1);
+        assertEq(uint8(market.participant(jobId, rank).state), uint8(IJobMarket.ParticipantState.Removed));
+    }
+
     function test_RevertWhen_reportBeforeDeadline() public {
         uint256 jobId = _startJob();
         uint256 deadline = block.timestamp + INTERVAL;

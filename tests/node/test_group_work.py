@@ -17,8 +17,12 @@ from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, load_rank_
 from marketplace.protocol.units import units_per_node
 from node.daemon import group_worker
 from node.daemon.group_worker import HOLDERS, GroupFailed, GroupWorker, meeting_point
+from node.distributed.exchange import aggregate_path, recorded_round
+from node.distributed.job import group_config
 from node.distributed.rank_unit import rank_class, unit_path
+from node.distributed.signing import local_signing
 from node.engine import load_spec
+from verifier import rank_casebook
 
 SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
 
@@ -117,6 +121,7 @@ def test_a_chain_out_of_reach_for_a_while_does_not_cost_the_group_its_rank(tmp_p
     monkeypatch.setattr(group_worker, "CHAIN_POLL", 0.05)
     chain = FlakyChain(outage=3)
     node = GroupWorker(SimpleNamespace(deliverable=chain.deliverable, ledger=chain), tmp_path)
+    node._host = f"0x{0:040x}"  # slot 0's provider when the rank joined
     rank = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
     rank.start()
     following = unit_path(tmp_path, 1, 0)
@@ -132,3 +137,109 @@ def test_a_chain_out_of_reach_for_a_while_does_not_cost_the_group_its_rank(tmp_p
         rank.join()
     assert chain.looks > chain.outage  # it looked again once the chain was back
     assert json.loads((tmp_path / HOLDERS).read_text()) == [f"0x{s:040x}" for s in range(3)]
+
+
+class SlotChain:
+    """A node's view of the chain where slot 0's provider is `host` until `moves_after` looks,
+    then another's."""
+
+    def __init__(self, host: str, moves_after: int):
+        self.host, self.moves_after, self.looks = host, moves_after, 0
+
+    def deliverable(self, job_id: int, slot_id: int) -> tuple[dict, dict]:
+        return {}, {}
+
+    def slot(self, job_id: int, slot: int) -> dict:
+        if slot == 0:
+            self.looks += 1
+            if self.looks > self.moves_after:
+                return {"provider": "0x" + "ab" * 20}
+        return {"provider": self.host}
+
+
+def test_a_rank_whose_group_host_changed_hands_is_let_go_to_meet_it_again(tmp_path, monkeypatch):
+    """Slot 0's provider hosts the group's board: once slot 0 changes hands the board is gone
+    with its holder, and the rank, waiting on it, is let go to start again at the next holder's
+    rather than waiting out the board's timeout."""
+    monkeypatch.setattr(group_worker, "CHAIN_POLL", 0.05)
+    chain = SlotChain("0x" + "cd" * 20, moves_after=2)
+    node = GroupWorker(SimpleNamespace(deliverable=chain.deliverable, ledger=chain), tmp_path)
+    node._host = chain.host  # slot 0's provider when the rank joined
+    rank = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    rank.start()
+    try:
+        assert not node._await_unit(rank, 7, 1, 0, tmp_path, 3, threading.Event())
+        assert rank.is_alive() and chain.looks == 3  # let go at the first look after the move
+    finally:
+        rank.terminate()
+        rank.join()
+
+
+class CommittedGroup:
+    """The chain and IPFS as a node sees them for a trained group: slot `s` committed its first
+    `done[s]` units, each slot was assigned to its local signer only."""
+
+    def __init__(self, spec, folder: Path, done: list[int]):
+        self.done, self.store = done, {}
+        self.cids = {
+            (rank, index): rank_casebook.pin(
+                self.store, rank_casebook.committed_bundle(spec, folder, rank, index)[1]
+            )
+            for rank, units in enumerate(done)
+            for index in range(units)
+        }
+        self.holders = local_signing(len(done)).addresses
+
+    def slot(self, job_id: int, slot: int) -> dict:
+        return {"unitsDone": self.done[slot], "provider": self.holders[slot]}
+
+    def slot_holders(self, job_id: int, slot: int) -> list[str]:
+        return [self.holders[slot]]
+
+    def committed_cid(self, job_id: int, slot: int, index: int) -> str:
+        return self.cids[slot, index]
+
+    def cat(self, cid: str, max_bytes: int | None = None) -> bytes:
+        return self.store[cid]
+
+
+@pytest.mark.slow
+def test_a_rank_starting_again_settles_the_rounds_the_group_committed_since_its_last_unit(
+    tmp_path,
+):
+    """Slot 2 committed unit 0 only, slot 0 units 0 and 1, slot 1 units 0 to 2. Slot 2's rank
+    starts again from its unit 0 with the group's rounds written down as committed: round 0 as
+    it recorded it, round 1 as slot 0 did (the lowest that committed it), round 2 as slot 1
+    did; round 3, which nobody committed, it exchanges. A record with a payload its member did
+    not sign settles nothing from its round on."""
+    spec = rank_casebook.group_spec("random-8bit", units=4, every=3, strategy="diloco")
+    trained = tmp_path / "group"
+    rank_casebook.train_group(spec, trained)
+    group = CommittedGroup(spec, trained, done=[2, 3, 1])
+    worker = SimpleNamespace(ledger=group, storage=group, committed_cid=group.committed_cid)
+    node = GroupWorker(worker, tmp_path)
+    config = group_config(spec)
+    own = load_rank_bundle(group.store[group.cids[2, 0]])
+
+    node._settle(0, own, spec, config, tmp_path / "again")
+    settled = {r for r in range(4) if aggregate_path(tmp_path / "again", r).exists()}
+    assert settled == {0, 1, 2}
+    for round_, slot in [(0, 2), (1, 0), (2, 1)]:
+        committed = load_rank_bundle(group.store[group.cids[slot, round_]]).rounds
+        assert committed is not None
+        assert recorded_round(tmp_path / "again", round_) == committed[0]
+
+    forged = load_rank_bundle(group.store[group.cids[0, 1]])
+    assert forged.rounds is not None
+    payloads = [bytes(len(p)) for p in forged.rounds[0].payloads]
+    made_up = forged.rounds[0]._replace(payloads=payloads)
+    group.store[group.cids[0, 1]] = rank_bundle(
+        forged.unit, forged.payload, rounds=[made_up], execution=forged.execution
+    )
+    node._settle(0, own, spec, config, tmp_path / "forged")
+    assert [aggregate_path(tmp_path / "forged", r).exists() for r in range(4)] == [
+        True,
+        False,
+        False,
+        False,
+    ]

@@ -216,11 +216,14 @@ class ScriptedProvider:
 
 @pytest.fixture
 def job(ledger, cast, storage, spec_cid) -> Callable[..., ScriptedProvider]:
-    """Onboards the cast, creates a job of SPEC at a sample rate, auctions it to providers[0].
+    """Onboards the cast, creates a job of SPEC at a sample rate, auctions its `nodes` slots to
+    the first providers (the one of slot 0 returned).
     Only the cast's verifiers numbered in `judges` stay staked: the ledger draws who judges among
     them."""
 
-    def create(sample_rate_bps: int, judges: tuple[int, ...] = (0, 1)) -> ScriptedProvider:
+    def create(
+        sample_rate_bps: int, judges: tuple[int, ...] = (0, 1), nodes: int = 1
+    ) -> ScriptedProvider:
         scenario = Scenario()
         onboard(ledger, cast, scenario)
         for i, verifier in enumerate(cast.verifiers):
@@ -229,7 +232,7 @@ def job(ledger, cast, storage, spec_cid) -> Callable[..., ScriptedProvider]:
         request = JobRequest(
             spec_cid=spec_cid,
             tier=Tier.COMMUNITY,
-            nodes=1,
+            nodes=nodes,
             units_per_node=UNITS,
             checkpoint_interval=3_600,
             sample_rate_bps=sample_rate_bps,
@@ -237,12 +240,15 @@ def job(ledger, cast, storage, spec_cid) -> Callable[..., ScriptedProvider]:
             budget=5_000 * ZEN,
         )
         job_id = ledger.create_job(cast.user, request)
-        provider = cast.providers[0]
-        bid = ledger.commit_bid(provider, job_id, 60 * ZEN)
+        bidders = cast.providers[:nodes]
+        bids = [ledger.commit_bid(bidder, job_id, 60 * ZEN) for bidder in bidders]
         advance_time(ledger.w3, PARAMETERS.bid_window + 1)
-        ledger.reveal_bid(provider, bid)
+        for bidder, bid in zip(bidders, bids, strict=True):
+            ledger.reveal_bid(bidder, bid)
         advance_time(ledger.w3, PARAMETERS.reveal_window + 1)
         ledger.close_auction(cast.governor, job_id)
+        holder = ledger.slot(job_id, 0)["provider"]
+        provider = next(p for p in bidders if p.address == holder)
         return ScriptedProvider(ledger, storage, provider, parse_spec(SPEC), job_id)
 
     return create

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from marketplace.chain.anvil import advance_time, mine
+from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.devnet.accounts import devnet_account
 from marketplace.ipfs.cid import CID
@@ -297,6 +298,47 @@ def test_overdue_slot_is_reported(job, make_daemon, cast):
     assert removed["args"]["reason"] == SlashReason.DOWNTIME
     (slash,) = daemon.ledger.staking.events.Slashed().get_logs(from_block=0)
     assert slash["args"]["reporter"] == cast.verifiers[0].address
+
+
+def test_a_groups_slots_are_not_reported_while_its_host_waits_for_a_successor(
+    job, make_daemon, cast
+):
+    """Slot 0's provider hosts the group: reported for downtime, it takes the group's board
+    with it, and the other slot, which could not train since, is not reported until the host's
+    successor has been there a whole checkpoint interval."""
+    provider = job(ALWAYS, nodes=2)
+    ledger = provider.ledger
+    rank = ledger.slot(provider.job_id, 1)["provider"]
+    daemon = make_daemon(cast.verifiers[0])
+    daemon.tick()
+    advance_time(ledger.w3, 3_601)
+    ledger.send(ledger.report_downtime_call(provider.job_id, 0), cast.verifiers[1])
+
+    daemon.tick()
+    daemon.report_downtime()
+    removed = ledger.market.events.ProviderRemoved().get_logs(from_block=0)
+    assert [event["args"]["slot"] for event in removed] == [0]
+    assert ledger.slot(provider.job_id, 1)["provider"] == rank
+
+    market = ledger.market.functions
+    successor = cast.providers[2]
+    bid = ledger.commit_bid(successor, provider.job_id, 60 * ZEN)
+    advance_time(ledger.w3, market.bidWindow().call() + 1)
+    ledger.reveal_bid(successor, bid)
+    advance_time(ledger.w3, market.revealWindow().call() + 1)
+    ledger.close_auction(cast.governor, provider.job_id)
+    arrived = ledger.w3.eth.get_block("latest")["timestamp"]
+    assert ledger.checkpoint_deadline(provider.job_id, 1) == arrived + 3_600
+    daemon.report_downtime()
+    assert len(ledger.market.events.ProviderRemoved().get_logs(from_block=0)) == 1
+
+    # the successor hosts and trains; the rank stays silent a whole interval from its arrival
+    advance_time(ledger.w3, 3_601)
+    cid = provider.storage.add_bytes(b"the successor's unit")
+    ledger.commit_checkpoint(successor, provider.job_id, 0, cid, bytes(32))
+    daemon.report_downtime()
+    removed = ledger.market.events.ProviderRemoved().get_logs(from_block=0)
+    assert [(e["args"]["slot"], e["args"]["provider"]) for e in removed][1:] == [(1, rank)]
 
 
 def test_unit_past_its_verification_window_is_not_rerun(job, make_daemon, cast):
