@@ -365,10 +365,17 @@ contract JobMarket is IJobMarket, AccessControl, ReentrancyGuard {
         Slot storage s = _slots[jobId][slotId];
         if (s.provider == address(0)) revert SlotVacant(jobId, slotId);
         if (s.done) revert SlotDone(jobId, slotId);
-        if (slotId != 0 && _slots[jobId][0].provider == address(0)) revert GroupHostVacant(jobId);
+        if (slotId != 0 && _groupHostDown(jobId)) revert GroupHostDown(jobId);
         uint256 deadline = checkpointDeadline(jobId, slotId);
         if (block.timestamp <= deadline) revert NotOverdue(deadline);
         _removeProvider(j, jobId, slotId, s, IStaking.SlashReason.Downtime, msg.sender, true);
+    }
+
+    /// @dev Whether slot 0, whose provider hosts the group, is vacant or itself late: its board is
+    /// gone, so the others, stalled with it, are not to blame.
+    function _groupHostDown(uint256 jobId) internal view returns (bool) {
+        Slot storage host = _slots[jobId][0];
+        return host.provider == address(0) || (!host.done && block.timestamp > checkpointDeadline(jobId, 0));
     }
 
     /// @inheritdoc IJobMarket

@@ -62,7 +62,7 @@ MOOT = {
     "ConflictOfInterest",
 }
 # Reverts of reportDowntime that mean there is nothing (more) to report.
-NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone", "GroupHostVacant"}
+NOT_OVERDUE = {"NotOverdue", "WrongJobStatus", "SlotVacant", "SlotDone", "GroupHostDown"}
 # Reverts of a fee claim or withdrawal after a restart, or of a zero share: nothing to collect.
 NOTHING_OWED = {"AlreadyClaimed", "NothingOwed"}
 # Reverts of recordSeed: another verifier recorded it first, or it is lost (and the unit with it
@@ -571,6 +571,14 @@ class VerifierDaemon:
 
     # --- downtime ------------------------------------------------------------------------
 
+    def _group_host_down(self, job_id: int, now: int) -> bool:
+        """Whether slot 0, where the job's group meets, is vacant or late itself: the others
+        stalled with its board, and it is reported first (the ledger's `GroupHostDown`)."""
+        host = self.ledger.slot(job_id, 0)
+        return host["provider"] == ZERO_ADDRESS or (
+            not host["done"] and now > self.ledger.checkpoint_deadline(job_id, 0)
+        )
+
     def report_downtime(self) -> None:
         """Report every held slot past its checkpoint deadline (the reporter earns a share)."""
         held = self.journal.held_slots()
@@ -587,8 +595,7 @@ class VerifierDaemon:
                 or now <= slot["lastCheckpointAt"] + job["checkpointInterval"]  # the earliest
             ):
                 continue
-            # a group waits for its host's successor, and is late only from its arrival
-            if slot_id != 0 and self.ledger.slot(job_id, 0)["provider"] == ZERO_ADDRESS:
+            if slot_id != 0 and self._group_host_down(job_id, now):
                 continue
             deadline = self.ledger.checkpoint_deadline(job_id, slot_id)
             if now <= deadline:

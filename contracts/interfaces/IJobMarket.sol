@@ -141,9 +141,10 @@ interface IJobMarket {
     error NotOverdue(uint256 deadline);
     /// @notice Thrown when a slot has no provider.
     error SlotVacant(uint256 jobId, uint256 slot);
-    /// @notice Thrown when downtime is reported in a group whose slot 0, where the group meets, waits
-    /// for a new holder: the other slots cannot train meanwhile.
-    error GroupHostVacant(uint256 jobId);
+    /// @notice Thrown when downtime is reported of a slot of a group whose slot 0, where the group
+    /// meets, is vacant or late itself: the other slots cannot train meanwhile, and slot 0 is
+    /// reported first.
+    error GroupHostDown(uint256 jobId);
     /// @notice Thrown when anyone but the job's user cancels it.
     error NotJobUser(address caller);
     /// @notice Thrown when settling before the verification window of the last unit ends.
@@ -281,7 +282,7 @@ interface IJobMarket {
     /// @notice Reports a slot whose provider missed its checkpoint deadline: slashes it (Downtime,
     /// the caller as reporter) and re-auctions the slot from its last accepted checkpoint. In a job of
     /// several slots, which train as one group meeting at slot 0's provider, another slot cannot be
-    /// reported while slot 0 waits for a new holder (`GroupHostVacant`).
+    /// reported while slot 0 is vacant or late itself (`GroupHostDown`).
     function reportDowntime(uint256 jobId, uint16 slot) external;
 
     /// @notice When slot `slot` is late if it has not committed its next unit: `checkpointInterval`

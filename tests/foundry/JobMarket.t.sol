@@ -723,15 +723,18 @@ contract JobMarketTest is BaseTest {
         return market.job(jobId).round;
     }
 
-    /// A group's slots meet at slot 0's provider, whose board goes with it: while slot 0 waits for
-    /// a new holder the others cannot train, and they are late only from its successor's arrival.
+    /// A group's slots meet at slot 0's provider, whose board goes with it: while slot 0 is late or
+    /// waits for a new holder the others cannot train, so it is reported first and they are late
+    /// only from its successor's arrival.
     function test_reportDowntime_aGroupWaitsForItsHostsSuccessor() public {
         uint256 jobId = _startTwoSlotJob();
         address rank = market.slot(jobId, 1).provider;
         skip(INTERVAL + 1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.GroupHostDown.selector, jobId));
+        market.reportDowntime(jobId, 1);
         vm.prank(provider3);
         market.reportDowntime(jobId, 0);
-        vm.expectRevert(abi.encodeWithSelector(IJobMarket.GroupHostVacant.selector, jobId));
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.GroupHostDown.selector, jobId));
         market.reportDowntime(jobId, 1);
 
         _auction(jobId, provider3, PRICE);
@@ -745,8 +748,20 @@ contract JobMarketTest is BaseTest {
         assertEq(staking.account(rank).staked, PROVIDER_STAKE, "the rank went on, unharmed");
 
         skip(INTERVAL + 1);
+        vm.expectRevert(abi.encodeWithSelector(IJobMarket.GroupHostDown.selector, jobId));
+        market.reportDowntime(jobId, 1);
+        _checkpoint(jobId, 0);
         market.reportDowntime(jobId, 1);
         assertEq(uint8(market.participant(jobId, rank).state), uint8(IJobMarket.ParticipantState.Removed));
+    }
+
+    /// A finished slot 0 stands in the way of no report of the others.
+    function test_reportDowntime_ofARankOnceItsHostFinished() public {
+        uint256 jobId = _startTwoSlotJob();
+        _completeSlot(jobId, 0);
+        skip(INTERVAL + 1);
+        market.reportDowntime(jobId, 1);
+        assertEq(market.slot(jobId, 1).provider, address(0));
     }
 
     function test_RevertWhen_reportBeforeDeadline() public {

@@ -303,18 +303,16 @@ def test_overdue_slot_is_reported(job, make_daemon, cast):
 def test_a_groups_slots_are_not_reported_while_its_host_waits_for_a_successor(
     job, make_daemon, cast
 ):
-    """Slot 0's provider hosts the group: reported for downtime, it takes the group's board
-    with it, and the other slot, which could not train since, is not reported until the host's
-    successor has been there a whole checkpoint interval."""
+    """Slot 0's provider hosts the group, and its board goes with it: of a group whose slots are
+    all late, the host is reported and the other slot, which could not train since, is not,
+    until the host's successor has been there a whole checkpoint interval."""
     provider = job(ALWAYS, nodes=2)
     ledger = provider.ledger
     rank = ledger.slot(provider.job_id, 1)["provider"]
     daemon = make_daemon(cast.verifiers[0])
     daemon.tick()
     advance_time(ledger.w3, 3_601)
-    ledger.send(ledger.report_downtime_call(provider.job_id, 0), cast.verifiers[1])
-
-    daemon.tick()
+    daemon.report_downtime()
     daemon.report_downtime()
     removed = ledger.market.events.ProviderRemoved().get_logs(from_block=0)
     assert [event["args"]["slot"] for event in removed] == [0]

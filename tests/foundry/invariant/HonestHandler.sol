@@ -355,8 +355,8 @@ contract HonestHandler is CommonBase, StdCheats, StdUtils {
             IJobMarket.Slot memory slot = market.slot(jobId, s);
             if (slot.provider == address(0) || slot.done) continue;
             if (!isHonest[slot.provider]) {
-                bool hostVacant = s != 0 && market.slot(jobId, 0).provider == address(0);
-                if (!hostVacant && block.timestamp > market.checkpointDeadline(jobId, s)) {
+                bool hostDown = s != 0 && LedgerRecords.groupHostDown(market, jobId);
+                if (!hostDown && block.timestamp > market.checkpointDeadline(jobId, s)) {
                     vm.prank(_honest[_honest.length - 1]);
                     market.reportDowntime(jobId, s);
                     ++calls["reportDowntime"];

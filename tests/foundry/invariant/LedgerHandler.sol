@@ -260,9 +260,9 @@ contract LedgerHandler is CommonBase, StdCheats, StdUtils {
         uint16 slotId = uint16(bound(slotSeed, 0, j.nodes - 1));
         IJobMarket.Slot memory s = market.slot(jobId, slotId);
         if (s.provider == address(0) || s.done) return;
-        if (slotId != 0 && market.slot(jobId, 0).provider == address(0)) return; // the group's host
         uint256 deadline = market.checkpointDeadline(jobId, slotId);
         if (block.timestamp <= deadline) vm.warp(deadline + 1);
+        if (slotId != 0 && LedgerRecords.groupHostDown(market, jobId)) return; // slot 0 is reported first
         address reporter = _pick(_verifiers, reporterSeed);
         _protocolSlash(abi.encodeCall(market.reportDowntime, (jobId, slotId)), reporter, address(market));
         ++calls["reportDowntime"];

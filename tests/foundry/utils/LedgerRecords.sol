@@ -11,6 +11,14 @@ library LedgerRecords {
     bytes32 internal constant PERMIT_TYPEHASH =
         keccak256("Permit(address owner,address spender,uint256 value,uint256 nonce,uint256 deadline)");
 
+    /// @notice Whether slot 0 of a group job, where the group meets, is vacant or itself late: the
+    /// market then reports none of the other slots (`GroupHostDown`), as an off-chain reporter
+    /// reads it.
+    function groupHostDown(IJobMarket market, uint256 jobId) internal view returns (bool) {
+        IJobMarket.Slot memory host = market.slot(jobId, 0);
+        return host.provider == address(0) || (!host.done && block.timestamp > market.checkpointDeadline(jobId, 0));
+    }
+
     /// @notice The unit record of the `CheckpointCommitted` event in `logs`, emitted in the current
     /// block, exactly as the market hashes it.
     function unitFromLogs(Vm.Log[] memory logs) internal view returns (IJobMarket.Unit memory) {
