@@ -58,13 +58,27 @@ def settle_round(updates_dir: str | os.PathLike[str], round_: int, recorded: Rec
     exactly as they were."""
     if recorded.signatures is None:
         raise ValueError(f"round {round_}: a settled round keeps every member's signature")
-    for member, payload, signature in zip(
+    aggregate_path(updates_dir, round_).parent.mkdir(parents=True, exist_ok=True)
+    _write_round(updates_dir, round_, recorded, [])
+
+
+def _write_round(
+    updates_dir: str | os.PathLike[str],
+    round_: int,
+    recorded: RecordedRound,
+    outliers: list[int],
+    saved: int | None = None,
+) -> None:
+    """Save a round as `recorded_round` reads it back: every member's payload and signature
+    (but member `saved`'s, already saved) and who made it up and was flagged."""
+    assert recorded.signatures is not None
+    for member, data, signature in zip(
         recorded.members, recorded.payloads, recorded.signatures, strict=True
     ):
-        update_path(updates_dir, round_, member).parent.mkdir(parents=True, exist_ok=True)
-        update_path(updates_dir, round_, member).write_bytes(payload)
-        signature_path(updates_dir, round_, member).write_bytes(signature)
-    seen = {"members": recorded.members, "outliers": []}
+        if member != saved:
+            update_path(updates_dir, round_, member).write_bytes(data)
+            signature_path(updates_dir, round_, member).write_bytes(signature)
+    seen = {"members": recorded.members, "outliers": outliers}
     aggregate_path(updates_dir, round_).write_text(json.dumps(seen))
 
 
@@ -206,12 +220,8 @@ class Exchange:
     ) -> None:
         """Save who made up the round, whom the aggregator flagged and what every member sent
         and signed: a ddp unit's verifier rebuilds each step's aggregate from them."""
-        for member, payload, signature in zip(members, payloads, signatures, strict=True):
-            if member != self.rank:  # its own is saved already
-                update_path(updates_dir, round_, member).write_bytes(payload.to_bytes())
-                signature_path(updates_dir, round_, member).write_bytes(signature)
-        seen = {"members": members, "outliers": self.outliers[-1]}
-        aggregate_path(updates_dir, round_).write_text(json.dumps(seen))
+        recorded = RecordedRound(members, [p.to_bytes() for p in payloads], signatures)
+        _write_round(updates_dir, round_, recorded, self.outliers[-1], saved=self.rank)
 
     def _account(self, payload: Payload, signature: bytes, round_: int) -> None:
         self.bytes_sent += payload.nbytes
