@@ -236,7 +236,16 @@ def join_and_run(
     is stopped: a market's rank is done only once its units are committed, and one that
     dropped out after training but before committing is re-run by its successor.
     """
-    store = dist.TCPStore(host, port, config.ranks, is_master=rank == 0, timeout=timeout)
+    # A board's host waits for no one: the others may join late, or have finished already
+    # when a successor hosts it to go through the group's settled rounds.
+    store = dist.TCPStore(
+        host,
+        port,
+        config.ranks,
+        is_master=rank == 0,
+        timeout=timeout,
+        wait_for_workers=not config.uses_board,
+    )
     if config.uses_board:
         report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
         _leave(store, rank, None if keep_board else config.ranks)

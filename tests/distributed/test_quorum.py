@@ -180,9 +180,11 @@ def test_a_rank_done_training_but_never_committed_is_re_run_after_the_group_fini
     assert sent_in(tmp_path / "1-again", rounds, 1) == sent_in(tmp_path / "1", rounds, 1)
 
 
-def _wait_for(path: Path, process: multiprocessing.Process) -> None:
+def _wait_for(path: Path, process: multiprocessing.Process, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
     while not path.exists():
         assert process.is_alive(), f"the rank ended before {path.name}"
+        assert time.monotonic() < deadline, f"no {path.name} after {timeout:.0f}s"
         time.sleep(0.005)
 
 
@@ -234,3 +236,37 @@ def test_a_group_whose_host_dropped_meets_again_and_goes_through_its_settled_rou
     reports = [json.loads((again / str(rank) / "report.json").read_text()) for rank in range(3)]
     assert len({report["weights_sha256"] for report in reports}) == 1  # one group model
     assert reports[1]["members"] == [[0, 1], [0, 1, 2], [0, 1, 2], [0, 1, 2]]
+
+
+@pytest.mark.slow
+def test_a_host_taken_over_after_the_others_finished_goes_through_the_settled_rounds_alone(
+    tmp_path: Path,
+) -> None:
+    """The host's machine may drop after the whole group trained every round but before its
+    provider committed more than its first unit. The others are done and gone; its successor
+    hosts a new board that no other rank will join, re-runs the first unit and goes through the
+    later rounds as the others' committed records hold them, to the group's model."""
+    spec = tiny_spec(ROUNDS * H, H)
+    first, again = tmp_path / "first", tmp_path / "again"
+    start = RankStarter(spec, DilocoConfig, free_port())
+    host = start(0, first / "0", keep_board=True)
+    others = [start(rank, first / str(rank)) for rank in (1, 2)]
+    for process in others:
+        process.join(timeout=120)
+        assert process.exitcode == 0
+    os.kill(host.pid, signal.SIGKILL)
+    host.join()
+
+    for round_ in range(1, ROUNDS):  # a DiLoCo unit is one round
+        settle_round(again, round_, recorded_round(first / "1", round_))
+    restart = RankStarter(spec, DilocoConfig, free_port())
+    successor = restart(0, again, RankUnit.load(unit_path(first / "0", 1, 0)), keep_board=True)
+    try:
+        _wait_for(again / "report.json", successor)
+    finally:
+        successor.terminate()
+        successor.join()
+
+    reports = [json.loads((folder / "report.json").read_text()) for folder in (again, first / "1")]
+    assert reports[0]["weights_sha256"] == reports[1]["weights_sha256"]  # the group's model
+    assert sent_in(again, range(1, ROUNDS), 0) == sent_in(first / "0", range(1, ROUNDS), 0)
