@@ -236,20 +236,12 @@ def join_and_run(
     is stopped: a market's rank is done only once its units are committed, and one that
     dropped out after training but before committing is re-run by its successor.
     """
-    # A board's host waits for no one: the others may join late, or have finished already
-    # when a successor hosts it to go through the group's settled rounds.
-    store = dist.TCPStore(
-        host,
-        port,
-        config.ranks,
-        is_master=rank == 0,
-        timeout=timeout,
-        wait_for_workers=not config.uses_board,
-    )
     if config.uses_board:
+        store = _board(host, port, rank, config.ranks, timeout)
         report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
         _leave(store, rank, None if keep_board else config.ranks)
         return
+    store = dist.TCPStore(host, port, config.ranks, is_master=rank == 0, timeout=timeout)
     placement = place(store, rank, config.ranks, _asked_device(config, rank))
     dist.init_process_group(
         placement.backend,
@@ -268,6 +260,51 @@ def join_and_run(
         dist.destroy_process_group()
 
 
+def _board(host: str, port: int, rank: int, ranks: int, timeout: timedelta) -> dist.Store:
+    """The store of the group's round board. Its host waits for no one, for the others may
+    join late, or be done already when a successor hosts it. The others connect on first use:
+    a rank that goes through only rounds its group settled before (exchange.settle_round)
+    needs no board, and its host may be gone."""
+    if rank == 0:
+        return dist.TCPStore(
+            host, port, ranks, is_master=True, timeout=timeout, wait_for_workers=False
+        )
+    return _OnFirstUse(lambda: dist.TCPStore(host, port, ranks, is_master=False, timeout=timeout))
+
+
+class _OnFirstUse(dist.Store):
+    """A store that connects when it is first used: the operations a board uses."""
+
+    def __init__(self, connect: Callable[[], dist.Store]):
+        super().__init__()
+        self._connect = connect
+        self._store: dist.Store | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self._store is not None
+
+    def _used(self) -> dist.Store:
+        if self._store is None:
+            self._store = self._connect()
+        return self._store
+
+    def set(self, key: str, value: Any) -> None:
+        self._used().set(key, value)
+
+    def get(self, key: str) -> bytes:
+        return self._used().get(key)
+
+    def add(self, key: str, amount: int) -> int:
+        return self._used().add(key, amount)
+
+    def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+        return self._used().compare_set(key, expected, desired)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._used().check(keys)
+
+
 def _asked_device(config: GroupConfig, rank: int) -> torch.device:
     """Where a rank asks to train: a CUDA device of its machine, by rank, when the group asks
     for CUDA and the machine has one; else the CPU."""
@@ -279,7 +316,9 @@ def _asked_device(config: GroupConfig, rank: int) -> torch.device:
 def _leave(store: dist.Store, rank: int, ranks: int | None) -> None:
     """Count this rank out of the board; rank 0 then waits for the `ranks` others, or with
     None until it is stopped (HOST_TIMEOUT at most: a rank that dropped out and was never
-    replaced never counts itself out)."""
+    replaced never counts itself out). A rank that never met the board has nothing to tell."""
+    if isinstance(store, _OnFirstUse) and not store.connected:
+        return
     try:
         left = store.add(_LEFT, 1)
     except RuntimeError as exc:  # the host is gone: the group ended, nothing to tell

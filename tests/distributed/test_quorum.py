@@ -208,9 +208,11 @@ def test_a_group_whose_host_dropped_meets_again_and_goes_through_its_settled_rou
     _wait_for(unit_path(first / "0", 1, 0), host)  # round 0 closed, with ranks 0 and 1
     os.kill(host.pid, signal.SIGKILL)
     host.join()
-    for process in others:
-        process.join(timeout=60)
+    for process in others:  # failed, or waiting to reach a board that is gone
+        process.join(timeout=20)
         assert process.exitcode != 0, "the board went with its host"
+        process.kill()
+        process.join()
     settled = recorded_round(first / "0", 0)
     assert settled.members == [0, 1]
 
@@ -239,18 +241,20 @@ def test_a_group_whose_host_dropped_meets_again_and_goes_through_its_settled_rou
 
 
 @pytest.mark.slow
-def test_a_host_taken_over_after_the_others_finished_goes_through_the_settled_rounds_alone(
-    tmp_path: Path,
+@pytest.mark.parametrize("rank", [0, 1], ids=["the-host", "a-rank-whose-host-is-gone"])
+def test_a_rank_taken_over_after_its_group_finished_goes_through_the_settled_rounds_alone(
+    tmp_path: Path, rank: int
 ) -> None:
-    """The host's machine may drop after the whole group trained every round but before its
-    provider committed more than its first unit. The others are done and gone; its successor
-    hosts a new board that no other rank will join, re-runs the first unit and goes through the
-    later rounds as the others' committed records hold them, to the group's model."""
+    """A rank's machine may drop after the whole group trained every round but before its
+    provider committed more than the rank's first unit, and the host's with it. The others are
+    done and gone; the rank's successor re-runs its first unit and goes through the later
+    rounds as the others' committed records hold them, to the group's model: a successor host
+    hosts a board no other rank will join, another rank needs no board at all."""
     spec = tiny_spec(ROUNDS * H, H)
     first, again = tmp_path / "first", tmp_path / "again"
     start = RankStarter(spec, DilocoConfig, free_port())
     host = start(0, first / "0", keep_board=True)
-    others = [start(rank, first / str(rank)) for rank in (1, 2)]
+    others = [start(other, first / str(other)) for other in (1, 2)]
     for process in others:
         process.join(timeout=120)
         assert process.exitcode == 0
@@ -258,15 +262,16 @@ def test_a_host_taken_over_after_the_others_finished_goes_through_the_settled_ro
     host.join()
 
     for round_ in range(1, ROUNDS):  # a DiLoCo unit is one round
-        settle_round(again, round_, recorded_round(first / "1", round_))
-    restart = RankStarter(spec, DilocoConfig, free_port())
-    successor = restart(0, again, RankUnit.load(unit_path(first / "0", 1, 0)), keep_board=True)
+        settle_round(again, round_, recorded_round(first / "2", round_))
+    meeting = RankStarter(spec, DilocoConfig, free_port() if rank == 0 else start.port)
+    successor = meeting(rank, again, RankUnit.load(unit_path(first / str(rank), 1, rank)))
     try:
-        _wait_for(again / "report.json", successor)
+        _wait_for(again / "report.json", successor, timeout=60)
     finally:
         successor.terminate()
         successor.join()
 
-    reports = [json.loads((folder / "report.json").read_text()) for folder in (again, first / "1")]
-    assert reports[0]["weights_sha256"] == reports[1]["weights_sha256"]  # the group's model
-    assert sent_in(again, range(1, ROUNDS), 0) == sent_in(first / "0", range(1, ROUNDS), 0)
+    trained = [json.loads((folder / "report.json").read_text()) for folder in (again, first / "2")]
+    assert trained[0]["weights_sha256"] == trained[1]["weights_sha256"]  # the group's model
+    rounds = range(1, ROUNDS)
+    assert sent_in(again, rounds, rank) == sent_in(first / str(rank), rounds, rank)
