@@ -175,7 +175,8 @@ class GroupWorker:
             began = time.monotonic()
             units = units_per_node(spec)
             for index in range(done, units):
-                if not self._await_unit(rank, job_id, slot_id, index, folder, config.ranks, stop):
+                rounds = config.unit_rounds(spec, index)
+                if not self._await_unit(rank, job_id, slot_id, index, folder, config, rounds, stop):
                     return
                 finished = time.monotonic()
                 self._commit(
@@ -313,7 +314,8 @@ class GroupWorker:
         left (optimizer, data position, residual; the group's aggregates come from the board).
         It must send the committed payloads again, or it would go on from another state."""
         index = taken_over.unit.round_
-        if not self._await_unit(rank, job_id, slot_id, index, folder, config.ranks, stop):
+        rounds = config.unit_rounds(spec, index)
+        if not self._await_unit(rank, job_id, slot_id, index, folder, config, rounds, stop):
             return False
         if sent_in(folder, config.unit_rounds(spec, index), slot_id) != taken_over.payload:
             raise GroupFailed(
@@ -365,13 +367,15 @@ class GroupWorker:
         slot_id: int,
         index: int,
         folder: Path,
-        ranks: int,
+        config: GroupConfig,
+        rounds: range,
         stop: threading.Event,
     ) -> bool:
-        """Wait until unit `index` is complete in the rank's `folder`: the next unit's inputs
-        (after the last unit, the trained model) are saved only after this unit's payloads were
-        sent. False when asked to stop, or once the slot is no longer this node's to deliver
-        (the job was stopped, or the slot lost): a rank waiting on a group that ended is let go."""
+        """Wait until unit `index` (`rounds`) is complete in the rank's `folder`: the next unit's
+        inputs (after the last unit, the trained model) are saved only after this unit's payloads
+        were sent. False when asked to stop, or once the slot is no longer this node's to deliver
+        (the job was stopped, or the slot lost), its host moved or the rank waits on a round its
+        board will never close: a rank waiting on a group that ended is let go."""
         following = unit_path(folder, index + 1, slot_id)
         looked = time.monotonic()
         while not following.exists() and rank.is_alive():
@@ -379,13 +383,59 @@ class GroupWorker:
                 return False
             if time.monotonic() - looked > CHAIN_POLL:
                 with self._chain_blip(job_id):
-                    if self.worker.deliverable(job_id, slot_id) is None or self._host_moved(job_id):
+                    if (
+                        self.worker.deliverable(job_id, slot_id) is None
+                        or self._host_moved(job_id)
+                        or self._settled_elsewhere(job_id, slot_id, index, folder, config, rounds)
+                    ):
                         return False
                     self._flag_committed(job_id)
-                    self._note_holders(job_id, ranks, folder)
+                    self._note_holders(job_id, config.ranks, folder)
                 looked = time.monotonic()
         if not following.exists():
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in unit {index}")
+        return True
+
+    def _settled_elsewhere(
+        self,
+        job_id: int,
+        slot_id: int,
+        index: int,
+        folder: Path,
+        config: GroupConfig,
+        rounds: range,
+    ) -> bool:
+        """Whether the rank has waited on its board past a round's deadline for a round of unit
+        `index` that another slot committed: the others went through it as settled (this daemon
+        read the chain before that commit landed), so the board will never close it. The rank
+        is let go and starts again, with the round settled from the committed record."""
+        if config.deadline_s is None:  # no board: the group's collectives close every round
+            return False
+        waiting = [
+            round_
+            for round_ in rounds
+            if update_path(folder, round_, slot_id).exists()
+            and not aggregate_path(folder, round_).exists()
+        ]
+        try:
+            posted = update_path(folder, waiting[0], slot_id).stat().st_mtime if waiting else None
+        except FileNotFoundError:  # the unit was committed and its files dropped meanwhile
+            return False
+        if posted is None or time.time() - posted < config.deadline_s + CHAIN_POLL:
+            return False
+        ledger = self.worker.ledger
+        if not any(
+            ledger.slot(job_id, slot)["unitsDone"] > index
+            for slot in range(config.ranks)
+            if slot != slot_id
+        ):
+            return False
+        log.warning(
+            "job=%d: round %d, which the group committed, is not closing on the rank's board; "
+            "the rank starts again from its last committed unit",
+            job_id,
+            waiting[0],
+        )
         return True
 
     def _commit(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import threading
 import time
 from pathlib import Path
@@ -17,7 +18,8 @@ from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, load_rank_
 from marketplace.protocol.units import units_per_node
 from node.daemon import group_worker
 from node.daemon.group_worker import HOLDERS, GroupFailed, GroupWorker, meeting_point
-from node.distributed.exchange import aggregate_path, recorded_round
+from node.distributed.exchange import aggregate_path, recorded_round, update_path
+from node.distributed.group import GroupConfig
 from node.distributed.job import group_config
 from node.distributed.rank_unit import rank_class, unit_path
 from node.distributed.signing import local_signing
@@ -25,6 +27,7 @@ from node.engine import load_spec
 from verifier import rank_casebook
 
 SPECS = Path(__file__).resolve().parents[2] / "node" / "specs"
+THREE = GroupConfig(3)  # a group of three ranks that exchange through gloo
 
 
 def test_a_group_job_delivers_one_unit_per_round_and_a_single_job_one_per_checkpoint():
@@ -129,7 +132,7 @@ def test_a_chain_out_of_reach_for_a_while_does_not_cost_the_group_its_rank(tmp_p
     finishing = threading.Timer(1.5, following.touch)  # the rank saves its next unit's inputs
     finishing.start()
     try:
-        assert node._await_unit(rank, 7, 0, 0, tmp_path, 3, threading.Event())
+        assert node._await_unit(rank, 7, 0, 0, tmp_path, THREE, range(1), threading.Event())
         assert rank.is_alive()
     finally:
         finishing.cancel()
@@ -168,9 +171,64 @@ def test_a_rank_whose_group_host_changed_hands_is_let_go_to_meet_it_again(tmp_pa
     rank = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
     rank.start()
     try:
-        assert not node._await_unit(rank, 7, 1, 0, tmp_path, 3, threading.Event())
+        assert not node._await_unit(rank, 7, 1, 0, tmp_path, THREE, range(1), threading.Event())
         assert rank.is_alive() and chain.looks == 3  # let go at the first look after the move
     finally:
+        rank.terminate()
+        rank.join()
+
+
+class CommittedUnits:
+    """A node's view of the chain where slot 0's provider stays put and each slot has
+    committed `done[slot]` units."""
+
+    def __init__(self, done: list[int]):
+        self.done = done
+
+    def deliverable(self, job_id: int, slot_id: int) -> tuple[dict, dict]:
+        return {}, {}
+
+    def slot(self, job_id: int, slot: int) -> dict:
+        return {"provider": f"0x{slot:040x}", "unitsDone": self.done[slot]}
+
+
+@pytest.mark.parametrize(
+    ("posted_ago", "done", "let_go"),
+    [
+        (60.0, [2, 2, 3], True),  # slot 2 committed the unit: the round closed elsewhere
+        (60.0, [2, 2, 2], False),  # no one has: the others are behind, and will post
+        (0.0, [2, 2, 3], False),  # posted just now: the board may close it yet
+    ],
+)
+def test_a_rank_waiting_on_a_round_the_group_committed_is_let_go_to_settle_it(
+    tmp_path, monkeypatch, posted_ago, done, let_go
+):
+    """A rank that starts again reads which rounds the group committed; a commit that lands
+    just after is gone through as settled by the others, and the board never closes that round
+    for this rank. Once its post is older than the round's deadline while another slot committed
+    the unit, the rank is let go, to start again with the round settled, rather than waiting out
+    the board's timeout (past its checkpoint deadline)."""
+    monkeypatch.setattr(group_worker, "CHAIN_POLL", 0.05)
+    chain = CommittedUnits(done)
+    node = GroupWorker(SimpleNamespace(deliverable=chain.deliverable, ledger=chain), tmp_path)
+    node._host = f"0x{0:040x}"
+    posted = update_path(tmp_path, 2, 1)  # rank 1's payload of round 2, its unit 2
+    posted.parent.mkdir(parents=True)
+    posted.write_bytes(b"payload")
+    os.utime(posted, (time.time() - posted_ago,) * 2)
+    following = unit_path(tmp_path, 3, 1)
+    following.parent.mkdir(parents=True)
+    finishing = threading.Timer(1.0, following.touch)  # else the round closes after all
+    finishing.start()
+    config = GroupConfig(3, quorum=2, deadline_s=3.0)
+    rank = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    rank.start()
+    try:
+        waited = node._await_unit(rank, 7, 1, 2, tmp_path, config, range(2, 3), threading.Event())
+        assert waited is not let_go
+        assert following.exists() is not let_go  # let go at once, not once the unit was done
+    finally:
+        finishing.cancel()
         rank.terminate()
         rank.join()
 
