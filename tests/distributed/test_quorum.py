@@ -208,11 +208,10 @@ def test_a_group_whose_host_dropped_meets_again_and_goes_through_its_settled_rou
     _wait_for(unit_path(first / "0", 1, 0), host)  # round 0 closed, with ranks 0 and 1
     os.kill(host.pid, signal.SIGKILL)
     host.join()
-    for process in others:  # failed, or waiting to reach a board that is gone
-        process.join(timeout=20)
-        assert process.exitcode != 0, "the board went with its host"
-        process.kill()
-        process.join()
+    others[0].join(timeout=60)  # rank 1 met the board in round 0
+    assert others[0].exitcode not in (0, None), "the board went with its host"
+    others[1].kill()  # rank 2, late, may still be trying to reach it
+    others[1].join()
     settled = recorded_round(first / "0", 0)
     assert settled.members == [0, 1]
 
