@@ -386,7 +386,9 @@ class GroupWorker:
                     if (
                         self.worker.deliverable(job_id, slot_id) is None
                         or self._host_moved(job_id)
-                        or self._settled_elsewhere(job_id, slot_id, index, folder, config, rounds)
+                        or self._settled_elsewhere(
+                            job_id, slot_id, index, config, _posted(folder, rounds, slot_id)
+                        )
                     ):
                         return False
                     self._flag_committed(job_id)
@@ -397,31 +399,16 @@ class GroupWorker:
         return True
 
     def _settled_elsewhere(
-        self,
-        job_id: int,
-        slot_id: int,
-        index: int,
-        folder: Path,
-        config: GroupConfig,
-        rounds: range,
+        self, job_id: int, slot_id: int, index: int, config: GroupConfig, posted: float | None
     ) -> bool:
-        """Whether the rank has waited on its board past a round's deadline for a round of unit
-        `index` that another slot committed: the others went through it as settled (this daemon
-        read the chain before that commit landed), so the board will never close it. The rank
-        is let go and starts again, with the round settled from the committed record."""
-        if config.deadline_s is None:  # no board: the group's collectives close every round
+        """Whether the rank has waited on its board past a round's deadline (its post of a round
+        of unit `index` unanswered since `posted`) while another slot committed the unit: the
+        others went through that round as settled (this daemon read the chain before that
+        commit landed), so the board will never close it. The rank is let go and starts again,
+        with the round settled from the committed record."""
+        if config.deadline_s is None or posted is None:  # no board, or no round waited on
             return False
-        waiting = [
-            round_
-            for round_ in rounds
-            if update_path(folder, round_, slot_id).exists()
-            and not aggregate_path(folder, round_).exists()
-        ]
-        try:
-            posted = update_path(folder, waiting[0], slot_id).stat().st_mtime if waiting else None
-        except FileNotFoundError:  # the unit was committed and its files dropped meanwhile
-            return False
-        if posted is None or time.time() - posted < config.deadline_s + CHAIN_POLL:
+        if time.time() - posted < config.deadline_s + CHAIN_POLL:
             return False
         ledger = self.worker.ledger
         if not any(
@@ -431,10 +418,10 @@ class GroupWorker:
         ):
             return False
         log.warning(
-            "job=%d: round %d, which the group committed, is not closing on the rank's board; "
-            "the rank starts again from its last committed unit",
+            "job=%d: a round of unit %d, which the group committed, is not closing on the "
+            "rank's board; the rank starts again from its last committed unit",
             job_id,
-            waiting[0],
+            index,
         )
         return True
 
@@ -501,6 +488,19 @@ class GroupWorker:
                     "job=%d: rank %d's round %d not flagged: %s", job_id, rank, round_, exc.name
                 )
             self._to_flag.remove((rank, round_))
+
+
+def _posted(folder: Path, rounds: range, rank: int) -> float | None:
+    """When the rank posted the first of `rounds` whose members it is still waiting for (the
+    mtime of its saved payload), or None."""
+    for round_ in rounds:
+        if aggregate_path(folder, round_).exists():
+            continue
+        try:
+            return update_path(folder, round_, rank).stat().st_mtime
+        except FileNotFoundError:  # not posted yet, or the unit's files were dropped
+            return None
+    return None
 
 
 def _vouched(signers: RoundSigners, round_: int, recorded: RecordedRound) -> bool:
