@@ -317,7 +317,7 @@ class GroupWorker:
         rounds = config.unit_rounds(spec, index)
         if not self._await_unit(rank, job_id, slot_id, index, folder, config, rounds, stop):
             return False
-        if sent_in(folder, config.unit_rounds(spec, index), slot_id) != taken_over.payload:
+        if sent_in(folder, rounds, slot_id) != taken_over.payload:
             raise GroupFailed(
                 f"job {job_id} slot {slot_id}: unit {index} re-run from its inputs "
                 "does not give the payload the slot committed"
