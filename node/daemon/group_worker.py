@@ -249,8 +249,9 @@ class GroupWorker:
         from the rank's first unit to train on: the slot's last committed unit's as the slot
         recorded them, each later one's as the lowest slot that committed it did. On a new board
         (the host dropped) they are gone, and on any board they must be met as the committed
-        units record them. Settling ends before a record that is out of reach or holds a payload
-        that no holder of its member's slot signed: from there the rank exchanges."""
+        units record them. Settling ends before a record that is out of reach, holds a payload
+        that no holder of its member's slot signed, or names fewer members than a round closes
+        with: from there the rank exchanges."""
         ledger = self.worker.ledger
         ranks = range(config.ranks)
         done = [ledger.slot(job_id, slot)["unitsDone"] for slot in ranks]
@@ -266,7 +267,8 @@ class GroupWorker:
         while records is not None:
             rounds = config.unit_rounds(spec, index)
             vouched = len(records) == len(rounds) and all(
-                _vouched(signers, round_, recorded) for round_, recorded in zip(rounds, records)
+                _vouched(signers, round_, recorded, config.fewest_members)
+                for round_, recorded in zip(rounds, records)
             )
             if not vouched:
                 log.warning(
@@ -503,12 +505,15 @@ def _posted(folder: Path, rounds: range, rank: int) -> float | None:
     return None
 
 
-def _vouched(signers: RoundSigners, round_: int, recorded: RecordedRound) -> bool:
-    """Whether every payload of a recorded round, from distinct ranks of the group, carries
-    the signature of a provider its member's slot was assigned to."""
+def _vouched(signers: RoundSigners, round_: int, recorded: RecordedRound, fewest: int) -> bool:
+    """Whether a recorded round could have closed on the board: at least `fewest` distinct
+    ranks of the group, every payload carrying the signature of a provider its member's slot
+    was assigned to. A record short of the quorum is refused, or a co-member could commit one
+    naming only itself and move where a rank waiting on the board goes on from."""
     members, signatures = recorded.members, recorded.signatures
     return (
         signatures is not None
+        and len(members) >= fewest
         and len(set(members)) == len(members) == len(recorded.payloads) == len(signatures)
         and all(member in signers.former for member in members)
         and all(

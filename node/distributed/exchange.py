@@ -129,8 +129,7 @@ class Exchange:
         self.signing = config.round_signing
         self.board = None
         if config.deadline_s is not None:  # the rounds have a deadline: `config.uses_board`
-            quorum = config.quorum or config.ranks
-            self.board = RoundBoard(store, config.ranks, quorum, config.deadline_s)
+            self.board = RoundBoard(store, config.ranks, config.fewest_members, config.deadline_s)
         self.bytes_sent = 0
         self.commitments: list[str] = []  # this rank's payload digest, per exchange
         self.outliers: list[list[int]] = []  # ranks the aggregator flagged, per exchange

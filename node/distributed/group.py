@@ -95,6 +95,11 @@ class GroupConfig:
         return self.signing or local_signing(self.ranks)
 
     @property
+    def fewest_members(self) -> int:
+        """Updates a round closes with at the fewest: the quorum, or every rank."""
+        return self.quorum or self.ranks
+
+    @property
     def uses_board(self) -> bool:
         """Whether the ranks exchange through the store's `RoundBoard` rather than gloo.
 

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -261,43 +262,85 @@ class CommittedGroup:
         return self.store[cid]
 
 
+@pytest.fixture(scope="module")
+def committed_group(tmp_path_factory):
+    """A DiLoCo group of three trained for four rounds, one a unit; slot 2 committed unit 0
+    only, slot 0 units 0 and 1, slot 1 units 0 to 2."""
+    spec = rank_casebook.group_spec("random-8bit", units=4, every=3, strategy="diloco")
+    trained = tmp_path_factory.mktemp("group")
+    rank_casebook.train_group(spec, trained)
+    return spec, trained
+
+
+def _settled(spec, group: CommittedGroup, config: GroupConfig, folder: Path) -> list[bool]:
+    """Which of the four rounds slot 2's rank, starting again from its unit 0, writes down."""
+    worker = SimpleNamespace(ledger=group, storage=group, committed_cid=group.committed_cid)
+    own = load_rank_bundle(group.store[group.cids[2, 0]])
+    GroupWorker(worker, folder)._settle(0, own, spec, config, folder)
+    return [aggregate_path(folder, r).exists() for r in range(4)]
+
+
 @pytest.mark.slow
 def test_a_rank_starting_again_settles_the_rounds_the_group_committed_since_its_last_unit(
-    tmp_path,
+    committed_group, tmp_path
 ):
-    """Slot 2 committed unit 0 only, slot 0 units 0 and 1, slot 1 units 0 to 2. Slot 2's rank
-    starts again from its unit 0 with the group's rounds written down as committed: round 0 as
-    it recorded it, round 1 as slot 0 did (the lowest that committed it), round 2 as slot 1
-    did; round 3, which nobody committed, it exchanges. A record with a payload its member did
-    not sign settles nothing from its round on."""
-    spec = rank_casebook.group_spec("random-8bit", units=4, every=3, strategy="diloco")
-    trained = tmp_path / "group"
-    rank_casebook.train_group(spec, trained)
+    """Round 0 as slot 2 recorded it, round 1 as slot 0 did (the lowest that committed it),
+    round 2 as slot 1 did; round 3, which nobody committed, the rank exchanges."""
+    spec, trained = committed_group
     group = CommittedGroup(spec, trained, done=[2, 3, 1])
-    worker = SimpleNamespace(ledger=group, storage=group, committed_cid=group.committed_cid)
-    node = GroupWorker(worker, tmp_path)
-    config = group_config(spec)
-    own = load_rank_bundle(group.store[group.cids[2, 0]])
-
-    node._settle(0, own, spec, config, tmp_path / "again")
-    settled = {r for r in range(4) if aggregate_path(tmp_path / "again", r).exists()}
-    assert settled == {0, 1, 2}
+    assert _settled(spec, group, group_config(spec), tmp_path) == [True, True, True, False]
     for round_, slot in [(0, 2), (1, 0), (2, 1)]:
         committed = load_rank_bundle(group.store[group.cids[slot, round_]]).rounds
         assert committed is not None
-        assert recorded_round(tmp_path / "again", round_) == committed[0]
+        assert recorded_round(tmp_path, round_) == committed[0]
 
-    forged = load_rank_bundle(group.store[group.cids[0, 1]])
-    assert forged.rounds is not None
-    payloads = [bytes(len(p)) for p in forged.rounds[0].payloads]
-    made_up = forged.rounds[0]._replace(payloads=payloads)
+
+def _unsigned(recorded: RecordedRound) -> RecordedRound:
+    return recorded._replace(payloads=[bytes(len(p)) for p in recorded.payloads])
+
+
+def _cut_to(members: list[int]):
+    def cut(recorded: RecordedRound) -> RecordedRound:
+        kept = [recorded.members.index(m) for m in members]
+        assert recorded.signatures is not None
+        return RecordedRound(
+            members,
+            [recorded.payloads[i] for i in kept],
+            [recorded.signatures[i] for i in kept],
+        )
+
+    return cut
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("record", "quorum", "settled"),
+    [
+        (_unsigned, None, [True, False, False, False]),
+        (_cut_to([0]), None, [True, False, False, False]),
+        (_cut_to([0, 1]), None, [True, False, False, False]),
+        (_cut_to([0, 1]), 2, [True, True, True, False]),
+    ],
+    ids=["payloads-no-member-signed", "its-recorder-alone", "short-of-every-rank", "a-quorum"],
+)
+def test_a_committed_record_that_could_not_have_closed_on_the_board_settles_nothing(
+    committed_group, tmp_path, record, quorum, settled
+):
+    """Slot 0 commits unit 1 with its round recorded otherwise: with payloads no member
+    signed, or with its own signed payloads but fewer members than a round closes with (its
+    own alone would let a co-member that commits early move where a rank waiting on the board
+    goes on from). Slot 2's rank settles nothing from that round on, and exchanges it."""
+    spec, trained = committed_group
+    group = CommittedGroup(spec, trained, done=[2, 3, 1])
+    honest = load_rank_bundle(group.store[group.cids[0, 1]])
+    assert honest.rounds is not None
     group.store[group.cids[0, 1]] = rank_bundle(
-        forged.unit, forged.payload, rounds=[made_up], execution=forged.execution
+        honest.unit,
+        honest.payload,
+        rounds=[record(honest.rounds[0])],
+        execution=honest.execution,
     )
-    node._settle(0, own, spec, config, tmp_path / "forged")
-    assert [aggregate_path(tmp_path / "forged", r).exists() for r in range(4)] == [
-        True,
-        False,
-        False,
-        False,
-    ]
+    config = group_config(spec)
+    if quorum is not None:
+        config = replace(config, quorum=quorum, deadline_s=1.0)
+    assert _settled(spec, group, config, tmp_path) == settled
