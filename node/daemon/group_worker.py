@@ -31,7 +31,7 @@ import multiprocessing
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from multiprocessing.process import BaseProcess
@@ -45,14 +45,21 @@ from marketplace.protocol.rank_bundle import (
     RankBundle,
     RecordedRound,
     load_rank_bundle,
+    update_sha256,
 )
 from marketplace.protocol.round_signatures import RoundSigners, signed_by_a_holder
 from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.terms import JobStatus
 from marketplace.protocol.units import UnitFormatError, is_group_job, units_per_node
 from marketplace.runtime.loop import TRANSIENT
-from marketplace.storage import StorageError
-from node.distributed.exchange import aggregate_path, sent_in, settle_round, update_path
+from marketplace.storage import ContentNotFound, ContentTooLarge, StorageError
+from node.distributed.exchange import (
+    aggregate_path,
+    recorded_round,
+    sent_in,
+    settle_round,
+    update_path,
+)
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, rank_bundle_bytes, run_rank, unit_bundle
 from node.distributed.rank_unit import unit_path
@@ -131,7 +138,8 @@ class GroupWorker:
             return
         spec = self.worker.specs.of_job(job_id)
         folder = self.scratch / f"job-{job_id}-slot-{slot_id}"
-        shutil.rmtree(folder, ignore_errors=True)  # rounds of an attempt that never committed
+        own = _own_rounds(folder)
+        shutil.rmtree(folder, ignore_errors=True)  # the rest of an attempt that never committed
         self._holders = None
         config = group_config(spec)
         signing = RoundSigning(
@@ -146,7 +154,7 @@ class GroupWorker:
             self._last_unit(job_id, slot_id, done - 1, spec, config.uses_board) if done else None
         )
         if config.uses_board:
-            self._settle(job_id, taken_over, spec, config, folder)
+            self._settle(job_id, taken_over, spec, config, folder, own)
         host, port = rendezvous(self.worker.ledger, job_id)
         log.info(
             "job=%d: rank %d of %d from unit %d, meeting at %s:%d",
@@ -225,17 +233,33 @@ class GroupWorker:
     ) -> RankBundle:
         """The slot's last committed unit, to take the rank over from (this node restarted, or
         won the slot after its provider dropped out). Only a group whose rounds have a deadline
-        goes on without a rank and lets one join late; the others wait for every rank."""
+        goes on without a rank and lets one join late; the others wait for every rank. A unit
+        whose bundle cannot be read, is another's or does not hold the payload it committed is
+        flagged, as a single node's bad checkpoint is (`Worker.reject_input`)."""
         if not uses_board:
             raise GroupFailed(
                 f"job {job_id} slot {slot_id}: taking a rank over mid-job (from unit {index + 1}) "
                 "needs rounds with a deadline (distributed.unit_deadline_s and a quorum)"
             )
-        cid = self.worker.committed_cid(job_id, slot_id, index)
+        unit = self.worker.committed(job_id, slot_id, index)
         log.info(
-            "job=%d slot=%d: taking the rank over from unit %d (%s)", job_id, slot_id, index, cid
+            "job=%d slot=%d: taking the rank over from unit %d (%s)",
+            job_id,
+            slot_id,
+            index,
+            unit.cid,
         )
-        return load_rank_bundle(self.worker.storage.cat(cid, max_bytes=rank_bundle_bytes(spec)))
+        try:
+            bundle = load_rank_bundle(
+                self.worker.storage.cat(unit.cid, max_bytes=rank_bundle_bytes(spec))
+            )
+        except (ContentNotFound, ContentTooLarge, UnitFormatError) as exc:
+            self.worker.reject_input(unit, f"its rank bundle cannot be read: {exc}")
+        if (bundle.unit.rank, bundle.unit.round_) != (slot_id, index):
+            self.worker.reject_input(unit, "its rank bundle is another rank's or unit's")
+        if update_sha256(bundle.payload) != unit.state_hash.hex():
+            self.worker.reject_input(unit, "its rank bundle does not hold the payload it committed")
+        return bundle
 
     def _settle(
         self,
@@ -244,62 +268,76 @@ class GroupWorker:
         spec: JobSpec,
         config: GroupConfig,
         folder: Path,
+        own: dict[int, RecordedRound],
     ) -> None:
-        """Write down, for the rank to go through as they were, the rounds the group committed
-        from the rank's first unit to train on: the slot's last committed unit's as the slot
-        recorded them, each later one's as the lowest slot that committed it did. On a new board
-        (the host dropped) they are gone, and on any board they must be met as the committed
-        units record them. Settling ends before a record that is out of reach, holds a payload
-        that no holder of its member's slot signed, or names fewer members than a round closes
-        with: from there the rank exchanges."""
+        """Write down, for the rank to go through as they were, the rounds the group closed from
+        the rank's first unit to train on: each as the rank itself recorded it in an attempt
+        that did not commit it (`own`), else as the slot's last committed unit records it, else
+        as the lowest slot that committed its unit with a record that holds (`_vouched`). On a
+        new board (the host dropped) they are gone, and on any board they must be met as they
+        were: a rank that met a round otherwise than before would sign another payload for a
+        round it signed one for, and a peer's record of the first would fail it. Settling ends
+        before the first round with no such record: from there the rank exchanges."""
         ledger = self.worker.ledger
         ranks = range(config.ranks)
         done = [ledger.slot(job_id, slot)["unitsDone"] for slot in ranks]
-        if taken_over is None:
-            index, records = 0, self._committed_rounds(job_id, 0, done, spec)
-        else:
-            index, records = taken_over.unit.round_, taken_over.rounds
-        if records is None:
-            return
         signers = RoundSigners(
             job_id, {}, {slot: ledger.slot_holders(job_id, slot) for slot in ranks}
         )
-        while records is not None:
+
+        def vouched(index: int, records: list[RecordedRound] | None) -> bool:
             rounds = config.unit_rounds(spec, index)
-            vouched = len(records) == len(rounds) and all(
-                _vouched(signers, round_, recorded, config.fewest_members)
-                for round_, recorded in zip(rounds, records)
-            )
-            if not vouched:
-                log.warning(
-                    "job=%d: unit %d's rounds are not recorded as their members signed them; "
-                    "the rank exchanges them",
-                    job_id,
-                    index,
+            return (
+                records is not None
+                and len(records) == len(rounds)
+                and all(
+                    _vouched(signers, round_, recorded, config.fewest_members)
+                    for round_, recorded in zip(rounds, records)
                 )
-                return
-            for round_, recorded in zip(rounds, records, strict=True):
+            )
+
+        index = 0 if taken_over is None else taken_over.unit.round_
+        while True:
+            if taken_over is not None and index == taken_over.unit.round_:
+                records = taken_over.rounds if vouched(index, taken_over.rounds) else None
+            else:
+                records = self._committed_rounds(job_id, index, done, spec, vouched)
+            for position, round_ in enumerate(config.unit_rounds(spec, index)):
+                recorded = own.get(round_) or (records[position] if records else None)
+                if recorded is None:
+                    return
                 settle_round(folder, round_, recorded)
             index += 1
-            records = self._committed_rounds(job_id, index, done, spec)
 
     def _committed_rounds(
-        self, job_id: int, index: int, done: list[int], spec: JobSpec
+        self,
+        job_id: int,
+        index: int,
+        done: list[int],
+        spec: JobSpec,
+        vouched: Callable[[int, list[RecordedRound] | None], bool],
     ) -> list[RecordedRound] | None:
-        """Unit `index`'s rounds as the lowest slot that committed it recorded them; None when no
-        slot has, or its bundle is out of reach or no rank bundle."""
-        committed = [slot for slot, units in enumerate(done) if units > index]
-        if not committed:
-            return None
-        cid = self.worker.committed_cid(job_id, committed[0], index)
-        try:
-            bundle = load_rank_bundle(
-                self.worker.storage.cat(cid, max_bytes=rank_bundle_bytes(spec))
+        """Unit `index`'s rounds as the lowest slot that committed it with records that hold
+        recorded them; None when no slot did. A slot's bundle out of reach, or records that do
+        not hold, cost the rank a look at the next slot's, not the round."""
+        for slot in [slot for slot, units in enumerate(done) if units > index]:
+            cid = self.worker.committed_cid(job_id, slot, index)
+            try:
+                bundle = load_rank_bundle(
+                    self.worker.storage.cat(cid, max_bytes=rank_bundle_bytes(spec))
+                )
+            except (StorageError, UnitFormatError) as exc:
+                log.warning("job=%d: unit %d of slot %d unread (%s)", job_id, index, slot, exc)
+                continue
+            if vouched(index, bundle.rounds):
+                return bundle.rounds
+            log.warning(
+                "job=%d: slot %d's unit %d records rounds that could not have closed as recorded",
+                job_id,
+                slot,
+                index,
             )
-        except (StorageError, UnitFormatError) as exc:
-            log.warning("job=%d: unit %d of slot %d unread (%s)", job_id, index, committed[0], exc)
-            return None
-        return bundle.rounds
+        return None
 
     def _replay(
         self,
@@ -490,6 +528,20 @@ class GroupWorker:
                     "job=%d: rank %d's round %d not flagged: %s", job_id, rank, round_, exc.name
                 )
             self._to_flag.remove((rank, round_))
+
+
+def _own_rounds(folder: Path) -> dict[int, RecordedRound]:
+    """The rounds a rank's earlier attempt went through and did not commit, as it recorded
+    them in its folder (`Exchange._record`); one whose files did not all get written is left
+    out, to be met again."""
+    rounds = {}
+    for aggregate in folder.glob("round-*/aggregate.json"):
+        round_ = int(aggregate.parent.name.removeprefix("round-"))
+        try:
+            rounds[round_] = recorded_round(folder, round_)
+        except (OSError, ValueError, KeyError):
+            continue
+    return rounds
 
 
 def _posted(folder: Path, rounds: range, rank: int) -> float | None:

@@ -352,12 +352,12 @@ class Worker:
         except (CheckpointError, ContentTooLarge, ContentNotFound) as exc:
             # not found on any node: withheld, or not there yet; verifiers re-running a flagged
             # unit judge which (an honest unit passes), and the next tick looks again
-            self._reject_input(unit, f"its checkpoint cannot be read: {exc}")
+            self.reject_input(unit, f"its checkpoint cannot be read: {exc}")
         if checkpoint.state_hash() != unit.state_hash.hex():
-            self._reject_input(unit, "its checkpoint does not hold the state it committed")
+            self.reject_input(unit, "its checkpoint does not hold the state it committed")
         return checkpoint
 
-    def _reject_input(self, unit: CommittedUnit, reason: str) -> NoReturn:
+    def reject_input(self, unit: CommittedUnit, reason: str) -> NoReturn:
         """Work built on a bad unit would be bad work: flag the unit, so that verifiers re-run
         it whether or not it was sampled (a confirmed failure rolls the slot back past it), and
         train nothing on it."""

@@ -15,11 +15,19 @@ import pytest
 import torch
 
 from marketplace.protocol.execution import ExecutionClass
-from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, load_rank_bundle, rank_bundle
+from marketplace.protocol.rank_bundle import (
+    RankBundle,
+    RankUnit,
+    RecordedRound,
+    load_rank_bundle,
+    rank_bundle,
+)
 from marketplace.protocol.units import units_per_node
+from marketplace.storage import ContentNotFound
 from node.daemon import group_worker
 from node.daemon.group_worker import HOLDERS, GroupFailed, GroupWorker, meeting_point
-from node.distributed.exchange import aggregate_path, recorded_round, update_path
+from node.daemon.worker import BadInput, Worker
+from node.distributed.exchange import aggregate_path, recorded_round, settle_round, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config
 from node.distributed.rank_unit import rank_class, unit_path
@@ -240,14 +248,17 @@ class CommittedGroup:
 
     def __init__(self, spec, folder: Path, done: list[int]):
         self.done, self.store = done, {}
-        self.cids = {
-            (rank, index): rank_casebook.pin(
-                self.store, rank_casebook.committed_bundle(spec, folder, rank, index)[1]
-            )
+        self.commitments = {
+            (rank, index): rank_casebook.committed_bundle(spec, folder, rank, index)
             for rank, units in enumerate(done)
             for index in range(units)
         }
+        self.cids = {
+            key: rank_casebook.pin(self.store, bundle)
+            for key, (_, bundle) in self.commitments.items()
+        }
         self.holders = local_signing(len(done)).addresses
+        self.flagged: list[tuple[int, int, int]] = []
 
     def slot(self, job_id: int, slot: int) -> dict:
         return {"unitsDone": self.done[slot], "provider": self.holders[slot]}
@@ -255,28 +266,58 @@ class CommittedGroup:
     def slot_holders(self, job_id: int, slot: int) -> list[str]:
         return [self.holders[slot]]
 
+    def committed(self, job_id: int, slot: int, index: int) -> SimpleNamespace:
+        commitment, _ = self.commitments[slot, index]
+        return SimpleNamespace(
+            job_id=job_id,
+            slot=slot,
+            index=index,
+            cid=self.cids[slot, index],
+            state_hash=bytes.fromhex(commitment),
+        )
+
     def committed_cid(self, job_id: int, slot: int, index: int) -> str:
         return self.cids[slot, index]
 
     def cat(self, cid: str, max_bytes: int | None = None) -> bytes:
+        if cid not in self.store:
+            raise ContentNotFound(f"{cid} is on no node")
         return self.store[cid]
+
+    def worker(self) -> SimpleNamespace:
+        """A provider's worker over this group: its commit path's reads, and flagging a unit
+        as `Worker.reject_input` does, onto the chain as this group records it."""
+        worker = SimpleNamespace(
+            ledger=self,
+            storage=self,
+            committed=self.committed,
+            committed_cid=self.committed_cid,
+            outbox=SimpleNamespace(send=lambda key, call: self.flagged.append(call)),
+        )
+        self.flag_unit_call = lambda unit: (unit.job_id, unit.slot, unit.index)
+        worker.reject_input = lambda unit, reason: Worker.reject_input(worker, unit, reason)
+        return worker
 
 
 @pytest.fixture(scope="module")
 def committed_group(tmp_path_factory):
-    """A DiLoCo group of three trained for four rounds, one a unit; slot 2 committed unit 0
-    only, slot 0 units 0 and 1, slot 1 units 0 to 2."""
+    """A DiLoCo group of three trained for four rounds, one a unit."""
     spec = rank_casebook.group_spec("random-8bit", units=4, every=3, strategy="diloco")
     trained = tmp_path_factory.mktemp("group")
     rank_casebook.train_group(spec, trained)
     return spec, trained
 
 
-def _settled(spec, group: CommittedGroup, config: GroupConfig, folder: Path) -> list[bool]:
+def _settled(
+    spec,
+    group: CommittedGroup,
+    config: GroupConfig,
+    folder: Path,
+    own: dict[int, RecordedRound] | None = None,
+) -> list[bool]:
     """Which of the four rounds slot 2's rank, starting again from its unit 0, writes down."""
-    worker = SimpleNamespace(ledger=group, storage=group, committed_cid=group.committed_cid)
-    own = load_rank_bundle(group.store[group.cids[2, 0]])
-    GroupWorker(worker, folder)._settle(0, own, spec, config, folder)
+    taken_over = load_rank_bundle(group.store[group.cids[2, 0]])
+    GroupWorker(group.worker(), folder)._settle(0, taken_over, spec, config, folder, own or {})
     return [aggregate_path(folder, r).exists() for r in range(4)]
 
 
@@ -284,8 +325,9 @@ def _settled(spec, group: CommittedGroup, config: GroupConfig, folder: Path) -> 
 def test_a_rank_starting_again_settles_the_rounds_the_group_committed_since_its_last_unit(
     committed_group, tmp_path
 ):
-    """Round 0 as slot 2 recorded it, round 1 as slot 0 did (the lowest that committed it),
-    round 2 as slot 1 did; round 3, which nobody committed, the rank exchanges."""
+    """Slot 2 committed unit 0 only, slot 0 units 0 and 1, slot 1 units 0 to 2. Round 0 as
+    slot 2 recorded it, round 1 as slot 0 did (the lowest that committed it), round 2 as slot 1
+    did; round 3, which nobody committed, the rank exchanges."""
     spec, trained = committed_group
     group = CommittedGroup(spec, trained, done=[2, 3, 1])
     assert _settled(spec, group, group_config(spec), tmp_path) == [True, True, True, False]
@@ -312,6 +354,17 @@ def _cut_to(members: list[int]):
     return cut
 
 
+def _recommit(group: CommittedGroup, slot: int, index: int, record) -> RecordedRound:
+    """Slot `slot`'s unit `index` as committed with its round recorded as `record` makes it."""
+    honest = load_rank_bundle(group.store[group.cids[slot, index]])
+    assert honest.rounds is not None
+    [recorded] = [record(r) for r in honest.rounds]
+    group.store[group.cids[slot, index]] = rank_bundle(
+        honest.unit, honest.payload, rounds=[recorded], execution=honest.execution
+    )
+    return recorded
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("record", "quorum", "settled"),
@@ -326,21 +379,95 @@ def _cut_to(members: list[int]):
 def test_a_committed_record_that_could_not_have_closed_on_the_board_settles_nothing(
     committed_group, tmp_path, record, quorum, settled
 ):
-    """Slot 0 commits unit 1 with its round recorded otherwise: with payloads no member
-    signed, or with its own signed payloads but fewer members than a round closes with (its
-    own alone would let a co-member that commits early move where a rank waiting on the board
-    goes on from). Slot 2's rank settles nothing from that round on, and exchanges it."""
+    """Slots 0 and 1, the two that committed unit 1, commit it with its round recorded
+    otherwise: with payloads no member signed, or with their own signed payloads but fewer
+    members than a round closes with (its recorder alone would let a co-member that commits
+    early move where a rank waiting on the board goes on from). Slot 2's rank settles nothing
+    from that round on, and exchanges it."""
     spec, trained = committed_group
     group = CommittedGroup(spec, trained, done=[2, 3, 1])
-    honest = load_rank_bundle(group.store[group.cids[0, 1]])
-    assert honest.rounds is not None
-    group.store[group.cids[0, 1]] = rank_bundle(
-        honest.unit,
-        honest.payload,
-        rounds=[record(honest.rounds[0])],
-        execution=honest.execution,
-    )
+    _recommit(group, 0, 1, record)
+    _recommit(group, 1, 1, record)
     config = group_config(spec)
     if quorum is not None:
         config = replace(config, quorum=quorum, deadline_s=1.0)
     assert _settled(spec, group, config, tmp_path) == settled
+
+
+@pytest.mark.slow
+def test_a_record_that_does_not_hold_costs_the_rank_a_look_at_the_next_slots(
+    committed_group, tmp_path
+):
+    """Slot 0, the lowest that committed unit 1, records its round as its own payload alone:
+    the rank settles the round from slot 1's record instead, rather than meeting a round no one
+    will post again."""
+    spec, trained = committed_group
+    group = CommittedGroup(spec, trained, done=[2, 3, 1])
+    _recommit(group, 0, 1, _cut_to([0]))
+    del group.store[group.cids[1, 2]]  # and slot 1's unit 2 is out of reach: no one else has it
+    assert _settled(spec, group, group_config(spec), tmp_path) == [True, True, False, False]
+    committed = load_rank_bundle(group.store[group.cids[1, 1]]).rounds
+    assert committed is not None
+    assert recorded_round(tmp_path, 1) == committed[0]
+
+
+@pytest.mark.slow
+def test_a_rank_starting_again_goes_through_the_rounds_it_went_through_as_it_recorded_them(
+    committed_group, tmp_path
+):
+    """Rank 2 went through round 1 with ranks 1 and 2 alone (what its board showed it) and
+    signed its payloads from there on; slot 0 committed the round with all three. Starting
+    again, the rank must meet the round as it did, or it would sign other payloads for the
+    rounds it signed already, and a peer's record of the first would fail it: its own record,
+    read back from its folder, comes first."""
+    spec, trained = committed_group
+    group = CommittedGroup(spec, trained, done=[2, 3, 1])
+    committed = load_rank_bundle(group.store[group.cids[0, 1]]).rounds
+    assert committed is not None
+    seen = _cut_to([1, 2])(committed[0])
+    attempt = tmp_path / "attempt"
+    settle_round(attempt, 1, seen)
+    broken = aggregate_path(attempt, 3)  # a round whose files did not all get written
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"members": [0, 1]}')
+    own = group_worker._own_rounds(attempt)
+    assert own == {1: seen}
+    config = replace(group_config(spec), quorum=2, deadline_s=1.0)
+    assert _settled(spec, group, config, tmp_path / "again", own) == [True, True, True, False]
+    assert recorded_round(tmp_path / "again", 1) == seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("tamper", "reason"),
+    [
+        ("withheld", "its rank bundle cannot be read"),
+        ("another-unit", "its rank bundle is another rank's or unit's"),
+        ("another-payload", "its rank bundle does not hold the payload it committed"),
+    ],
+)
+def test_a_slot_taken_over_from_a_unit_that_does_not_hold_flags_it_and_trains_nothing(
+    committed_group, tmp_path, tamper, reason
+):
+    """The slot's last committed unit is what its successor starts from: one whose bundle is
+    withheld, is another unit's, or holds another payload than its commitment is flagged, so
+    verifiers re-run it (a confirmed failure rolls the slot back past it), and nothing is
+    trained on it."""
+    spec, trained = committed_group
+    group = CommittedGroup(spec, trained, done=[2, 3, 1])
+    cid = group.cids[1, 1]
+    if tamper == "withheld":
+        del group.store[cid]
+    elif tamper == "another-unit":
+        group.store[cid] = group.store[group.cids[1, 0]]
+    else:
+        bundle = load_rank_bundle(group.store[cid])
+        group.store[cid] = rank_bundle(
+            bundle.unit, bytes(len(bundle.payload)), rounds=bundle.rounds,
+            execution=bundle.execution,
+        )  # fmt: skip
+    node = GroupWorker(group.worker(), tmp_path)
+    with pytest.raises(BadInput, match=reason):
+        node._last_unit(0, 1, 1, spec, uses_board=True)
+    assert group.flagged == [(0, 1, 1)]
+    assert isinstance(node._last_unit(0, 1, 2, spec, uses_board=True), RankBundle)
