@@ -156,7 +156,8 @@ class Exchange:
         else:
             self.board.post(round_, self.rank, signature + payload.to_bytes())
             members = self.board.members(round_)
-            received = [_unpacked(posted) for posted in self.board.payloads(round_, members)]
+            posted = self.board.payloads(round_, members, SIGNATURE_BYTES + payload.nbytes)
+            received = [_unpacked(data) for data in posted]
         members, payloads, signatures, refused = _sound(
             signed, self.config.compressor, members, received, update.numel(), round_
         )

@@ -13,6 +13,9 @@ from marketplace.errors import ZooError
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.005  # between looks at the store while a round is open
+# bytes of a payload per key: torch's TCPStore refuses a value over 8 MiB, and a model's
+# compressed update can be larger, so a payload goes up in parts
+PART_BYTES = 4 * 2**20
 
 
 class QuorumTimeout(ZooError, TimeoutError):
@@ -23,13 +26,19 @@ class RoundBoard:
     """The group's key-value store used as a notice board, one round at a time.
 
     Every rank posts its payload under `(round, rank)` and waits. The round closes when all
-    ranks have posted, or once `deadline_s` has passed since the first post and at least
+    ranks have posted, or once `deadline_s` has passed since this rank posted and at least
     `quorum` have: the first rank to see either writes the round's members with an atomic
     compare-and-set, and every rank reads the same members back, so all aggregate the same
     payloads. A rank that posts after the round closed is told it is not a member and
     takes the round's result from the members' payloads like everyone else, which is how
     a straggler rejoins on the group's state without any catch-up protocol. Payloads
     stay on the board while the group lives, for ranks that are still behind.
+
+    Any member can write any key, so nothing read off the board sets a rank's clock: each
+    times the deadline and the give-up from its own post (the earliest poster still closes
+    the round for all), and takes the board's members only if they could be a round's,
+    closing the round on its own view otherwise. Honest ranks may then hold different
+    members, which the verifiers allow (verifier/group_records.py).
 
     torchft 0.2.0 (Manager + lighthouse) forms a quorum the same way, from the replicas
     that join within a timeout, but falls short here: the Manager's only data collective is
@@ -54,24 +63,38 @@ class RoundBoard:
         self.quorum = quorum
         self.deadline_s = deadline_s
         self.give_up_s = give_up_s  # a round without a quorum for this long fails the job
+        self.posted_at: dict[int, float] = {}  # this rank's clock when it posted, per round
 
     def post(self, round_: int, rank: int, payload: bytes) -> None:
-        # the first post opens the round; compare_set keeps the earliest time
-        self.store.compare_set(f"{round_}/opened", "", repr(time.time()))
-        # the stub says str, but the binding takes bytes as they are
-        self.store.set(f"{round_}/{rank}", payload)  # type: ignore[arg-type]
+        self.posted_at.setdefault(round_, time.monotonic())
+        parts = [payload[i : i + PART_BYTES] for i in range(0, len(payload), PART_BYTES)]
+        for index, part in enumerate(parts):
+            # the stub says str, but the binding takes bytes as they are
+            self.store.set(f"{round_}/{rank}/{index}", part)  # type: ignore[arg-type]
+        self.store.set(f"{round_}/{rank}", str(len(parts)))  # posted, once every part is up
 
     def members(self, round_: int) -> list[int]:
-        """The ranks whose payloads make up `round_`, the same on every rank."""
+        """The ranks whose payloads make up `round_`, the same on every rank unless a member
+        wrote unsound ones on the board."""
         key = f"{round_}/members"
-        opened = float(self.store.get(f"{round_}/opened"))
-        while not self.store.check([key]):
+        posted_at = self.posted_at.get(round_, time.monotonic())
+        while True:
+            if self.store.check([key]) and (members := self._sound(round_, self.store.get(key))):
+                break
             posted = [r for r in range(self.ranks) if self.store.check([f"{round_}/{r}"])]
-            waited = time.time() - opened
+            waited = time.monotonic() - posted_at
             if len(posted) == self.ranks or (
                 waited >= self.deadline_s and len(posted) >= self.quorum
             ):
-                self.store.compare_set(key, "", json.dumps(posted))
+                written = self.store.compare_set(key, "", json.dumps(posted))
+                if (members := self._sound(round_, written)) is None:  # ours are sound
+                    logger.warning(
+                        "round %d: the board's members %r are unsound; closing with ranks %s",
+                        round_,
+                        written[:100],
+                        posted,
+                    )
+                    members = posted
                 break
             if waited >= self.give_up_s:
                 raise QuorumTimeout(
@@ -79,10 +102,40 @@ class RoundBoard:
                     f"{waited:.0f} s; the quorum is {self.quorum}"
                 )
             time.sleep(_POLL_S)
-        members = json.loads(self.store.get(key))
         if len(members) < self.ranks:
             logger.info("round %d closed with ranks %s", round_, members)
         return members
 
-    def payloads(self, round_: int, members: list[int]) -> list[bytes]:
-        return [self.store.get(f"{round_}/{rank}") for rank in members]
+    def _sound(self, round_: int, written: bytes) -> list[int] | None:
+        """The members `written` for `round_` if an honest rank could have written them: ranks
+        that posted, in order, at least a quorum. Anything else crashes or stalls the round, or
+        makes the rank's committed record one the verifiers refuse."""
+        try:
+            members = json.loads(written)
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+            return None
+        if (
+            isinstance(members, list)
+            and all(type(m) is int and 0 <= m < self.ranks for m in members)
+            and members == sorted(set(members))
+            and len(members) >= self.quorum
+            and self.store.check([f"{round_}/{m}" for m in members])
+        ):
+            return members
+        return None
+
+    def payloads(self, round_: int, members: list[int], max_bytes: int) -> list[bytes]:
+        """What each member posted, b"" for a post whose parts could not be a payload of at
+        most `max_bytes` or are not all up (another member can write any key): the rank
+        refuses it as unsigned rather than reading without bound or waiting on a part."""
+        return [self._payload(f"{round_}/{rank}", max_bytes) for rank in members]
+
+    def _payload(self, key: str, max_bytes: int) -> bytes:
+        count = self.store.get(key)
+        parts = int(count) if count.isdigit() and len(count) < 8 else 0
+        if not 0 < parts <= -(-max_bytes // PART_BYTES):
+            return b""
+        keys = [f"{key}/{index}" for index in range(parts)]
+        if not self.store.check(keys):
+            return b""
+        return b"".join(self.store.get(k) for k in keys)

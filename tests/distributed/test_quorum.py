@@ -8,6 +8,8 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -54,7 +56,34 @@ def test_a_round_closes_with_the_quorum_and_a_late_rank_reads_the_same_members(s
     assert board.members(0) == [0, 1]
     board.post(0, 2, b"late")
     assert board.members(0) == [0, 1]
-    assert board.payloads(0, [0, 1]) == [b"a", b"b"]
+    assert board.payloads(0, [0, 1], max_bytes=1) == [b"a", b"b"]
+
+
+def test_a_payload_past_what_the_store_takes_in_one_value_goes_up_in_parts(store) -> None:
+    """torch's TCPStore refuses a value over 8 MiB; a large model's update is bigger."""
+    board = RoundBoard(store, ranks=2, quorum=2, deadline_s=1.0)
+    large = bytes(range(256)) * (9 * 2**20 // 256 + 1)
+    board.post(0, 0, large)
+    board.post(0, 1, b"small")
+    assert board.members(0) == [0, 1]
+    assert board.payloads(0, [0, 1], max_bytes=len(large)) == [large, b"small"]
+
+
+@pytest.mark.parametrize(
+    "count",
+    [b"1000000", b"2", b"0", b"-1", b"x", b"9" * 40],
+    ids=["past-the-bound", "a-part-missing", "none", "negative", "not-a-number", "huge"],
+)
+def test_a_post_that_could_not_be_a_payload_reads_as_nothing(store, count) -> None:
+    """Another member writes rank 1's post: a count of parts past what a payload of the round
+    can have, or naming a part that is not up, reads as b"" at once (refused as unsigned),
+    rather than reading without bound or waiting minutes on a key."""
+    board = RoundBoard(store, ranks=2, quorum=2, deadline_s=1.0)
+    board.post(0, 0, b"a" * 100)
+    board.post(0, 1, b"b")
+    store.set("rounds/0/1", count)
+    with _within(2.0):
+        assert board.payloads(0, [0, 1], max_bytes=5 * 2**20) == [b"a" * 100, b""]
 
 
 def test_a_round_closes_at_once_when_every_rank_posted(store) -> None:
@@ -69,6 +98,75 @@ def test_without_a_quorum_the_round_gives_up(store) -> None:
     board.post(0, 0, b"a")
     with pytest.raises(QuorumTimeout, match="1 of 3 updates"):
         board.members(0)
+
+
+@contextmanager
+def _within(seconds: float) -> Iterator[None]:
+    """Fails the test where the block runs past `seconds`, however it waits."""
+
+    def late(*_: object) -> None:
+        pytest.fail(f"still waiting after {seconds} s")
+
+    before = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        b"[0, 0, 0, 2]",  # not distinct: the rank's committed record would be refused
+        b"[]",  # nothing to aggregate
+        b"[3]",  # below the quorum: the member's update alone
+        b"[0, 1, 3]",  # a rank that never posted: reading its payload waits for minutes
+        b"[0, 1, 9]",
+        b"[2, 1, 0]",  # not in the order ranks write them
+        b"[false, true, 2]",
+        b'["0", "1"]',
+        b"[0.0, 1.0]",
+        b'{"0": 1}',
+        pytest.param(b"[" * 100_000, id="nested-too-deep"),
+        b"not json",
+        b"\xff",
+    ],
+)
+def test_members_a_member_wrote_out_of_turn_do_not_close_the_round(store, planted) -> None:
+    """Rank 3 writes the round's members before anyone posts; ranks 0-2 close it on their own
+    view at the deadline, with members a round could have."""
+    store.set("rounds/0/members", planted)
+    boards = [RoundBoard(store, ranks=4, quorum=2, deadline_s=0.1) for _ in range(3)]
+    for rank, board in enumerate(boards):
+        board.post(0, rank, bytes([rank]))
+    for board in boards:
+        with _within(2.0):
+            members = board.members(0)
+        assert members == sorted(set(members)) and all(type(m) is int for m in members)
+        assert 2 <= len(members) and set(members) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("opened", [b"nan", b"inf", b"-inf", b"0", b"1e12", b"x"])
+def test_a_planted_opening_time_moves_neither_the_deadline_nor_the_give_up(store, opened) -> None:
+    """A member writes when the round opened (or runs a fast clock): each rank still closes the
+    round at the deadline after it posted, or gives up at `give_up_s`, neither before nor never."""
+    board = RoundBoard(store, ranks=3, quorum=2, deadline_s=0.2, give_up_s=0.5)
+    for round_ in (0, 1):
+        store.set(f"rounds/{round_}/opened", opened)
+    start = time.monotonic()
+    board.post(0, 0, b"a")
+    board.post(0, 1, b"b")
+    with _within(2.0):
+        assert board.members(0) == [0, 1]
+    assert time.monotonic() - start >= 0.2
+
+    start = time.monotonic()
+    board.post(1, 0, b"a")
+    with _within(2.0), pytest.raises(QuorumTimeout, match="1 of 3 updates"):
+        board.members(1)
+    assert time.monotonic() - start >= 0.5
 
 
 @pytest.mark.slow
