@@ -15,7 +15,8 @@ round leaves it: its committed end state, the residual its payload leaves, and t
 on the aggregate of what that round's members sent, as its bundle records them. So a round
 fails unless its successor's start can be rebuilt from it, and a unit fails when its own
 provider's previous unit cannot be rebuilt. Whatever a bundle's inputs raise when re-run or
-rebuilt fails its unit: the bundle is its provider's own commitment.
+rebuilt fails its unit: the bundle is its provider's own commitment. The job's last unit's
+bundle holds the trained model the user gets: it must be where the re-run leaves the rank.
 
 A verifier that does not reproduce the rank's recorded execution class judges the unit within
 calibrated bounds instead. A ddp unit step by step (`TolerantReplay`): the committed payload
@@ -47,6 +48,7 @@ from marketplace.protocol.rank_bundle import (
     update_sha256,
 )
 from marketplace.protocol.round_signatures import RoundSigners
+from marketplace.protocol.units import units_per_node
 from marketplace.storage import StorageError
 from node.distributed.ddp import replay_ddp_unit
 from node.distributed.diloco import DilocoConfig, following_round, local_steps, round_vector
@@ -55,6 +57,7 @@ from node.distributed.group import DistributedConfigError, GroupConfig, rank_tra
 from node.distributed.job import first_unit, group_config, run_rank_unit
 from node.distributed.rank_unit import rank_threads
 from node.engine import JobSpec
+from node.engine.limits import parameter_count
 from node.engine.unit import SegmentSink
 from verifier.errors import VerifierError
 from verifier.group_records import MemberView, member_view, record_problem
@@ -173,6 +176,9 @@ def judge_rank(
             False,
             f"the bundle holds rank {unit.rank} unit {unit.round_}, not {slot} unit {index}",
         )
+    problem = _inputs_problem(spec, unit)
+    if problem is not None:
+        return RankJudgement(False, problem)
     if update_sha256(payload) != committed:
         return RankJudgement(False, "the pinned payload is not the committed one")
     expected = len(config.unit_rounds(spec, index))
@@ -220,11 +226,18 @@ def judge_rank(
     misplaced = _misplaced_start(spec, config, unit, before)
     if misplaced is not None:
         return RankJudgement(False, misplaced, recomputed)
+    following = rerun.following
     if isinstance(config, DilocoConfig):
         try:  # its end is the re-run's, to the bit: it commits to the very same segments
-            where_round_leaves(spec, config, loaded, lambda record: ends.get(record["state_hash"]))
+            following = where_round_leaves(
+                spec, config, loaded, lambda record: ends.get(record["state_hash"])
+            )
         except Unrebuilt as exc:
             return RankJudgement(False, _unrebuilt_round(exc), recomputed)
+    assert following is not None  # a ddp re-run's, or the rebuilt start of the next round
+    problem = _weights_problem(spec, loaded, following, 0.0)
+    if problem is not None:
+        return RankJudgement(False, problem, recomputed)
     return RankJudgement(True, "the re-run unit sends the committed payload", recomputed)
 
 
@@ -235,6 +248,38 @@ class Previous(NamedTuple):
     data: bytes  # its bundle
     own: bool  # committed by the judged unit's provider, who answers for it
     states: StateSource  # fetches its DiLoCo round's states, its end's
+
+
+def _inputs_problem(spec: JobSpec, unit: RankUnit) -> str | None:
+    """Why a bundle's inputs are not what a rank saves, told before anything is run from them;
+    None when they are. A rank's error feedback residual and outer momentum are each absent or
+    a finite float32 vector over the model's parameters; a re-run adds them to such a vector,
+    so any other shape is broadcast: a residual of (M, 1) makes an (M, N) vector, which runs
+    the verifier out of memory before it reaches a verdict."""
+    numel = parameter_count(spec)
+    for name, held in (("residual", unit.residual), ("momentum", unit.momentum)):
+        if held is not None and not (
+            held.dtype == torch.float32 and held.shape == (numel,) and bool(held.isfinite().all())
+        ):
+            return f"the unit's {name} is not a finite float32 vector of {numel} parameters"
+    return None
+
+
+def _weights_problem(
+    spec: JobSpec, bundle: RankBundle, following: RankUnit, bound: float
+) -> str | None:
+    """Why the trained model a bundle holds is not the one its unit leaves the rank with: only
+    the job's last unit holds one (job.unit_bundle), and the user's model is read from it
+    (units.RankBundleUnits.trained_model), so it must be the weights of `following`, where the
+    re-run leaves the rank, within `bound` of them as `state_gap` measures (0: to the bit).
+    None when it is, or when the bundle holds none."""
+    if bundle.weights is None:
+        return None
+    if bundle.unit.round_ != units_per_node(spec) - 1:
+        return "the bundle holds a trained model, but its unit is not the job's last"
+    if state_gap(following.trainer["model"], bundle.weights) > bound:
+        return "the bundle's trained model is not where the unit leaves the rank"
+    return None
 
 
 def _members_problem(config: GroupConfig, rounds: list[RecordedRound]) -> str | None:
@@ -316,15 +361,19 @@ def _judge_within(
     if own is None or bundle.rounds is None:
         return RankJudgement(False, "the payload does not split into the unit's steps")
     try:
-        replay_within(spec, config, bundle.unit, bundle.rounds, own.sent, tolerance.payload)
+        following = replay_within(
+            spec, config, bundle.unit, bundle.rounds, own.sent, tolerance.payload
+        )
     except RankCheat as exc:
         return RankJudgement(False, f"the re-run does not explain the committed payload: {exc}")
     # e.g. a recorded payload that does not parse (CompressionError)
     except Exception as exc:  # noqa: BLE001 - whatever it raises fails the unit (_unrunnable)
         return RankJudgement(False, f"the bundle cannot be re-run: {_unrunnable(exc)}")
-    misplaced = _misplaced_start(spec, config, bundle.unit, previous, tolerance=tolerance)
-    if misplaced is not None:
-        return RankJudgement(False, misplaced)
+    problem = _misplaced_start(spec, config, bundle.unit, previous, tolerance=tolerance)
+    if problem is None:
+        problem = _weights_problem(spec, bundle, following, tolerance.trainer)
+    if problem is not None:
+        return RankJudgement(False, problem)
     return RankJudgement(True, "the re-run explains every committed payload within the slack")
 
 
@@ -378,9 +427,11 @@ def _judge_round_within(
         problem = _misplaced_start(spec, config, unit, previous, tolerance)
     if problem is None:
         try:
-            _following(spec, config, bundle, end)
+            following = _following(spec, config, bundle, end)
         except Unrebuilt as exc:
             problem = _unrebuilt_round(exc)
+        else:
+            problem = _weights_problem(spec, bundle, following, tolerance.round_start)
     if problem is not None:
         return RankJudgement(False, problem, None, how)
     return RankJudgement(True, "the round's steps and payload are within bounds", None, how)
@@ -496,6 +547,9 @@ def _where_previous_leaves(
     before = _committed_bundle(previous.data, unit.rank, unit.round_ - 1, previous.commitment)
     if before is None:
         raise Unrebuilt("its bundle is not the rank's previous unit under its commitment")
+    problem = _inputs_problem(spec, before.unit)
+    if problem is not None:
+        raise Unrebuilt(problem)
     if isinstance(config, DilocoConfig):
         return where_round_leaves(spec, config, before, previous.states)
     return _where_unit_leaves(spec, config, before, previous.commitment, tolerance)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,10 +23,11 @@ from node.distributed.ddp import train_ddp
 from node.distributed.diloco import rerun_diloco_unit
 from node.distributed.exchange import recorded_round, sent_in
 from node.distributed.group import rank_trainer
-from node.distributed.job import first_unit, group_config, run_rank_unit
+from node.distributed.job import first_unit, group_config, run_rank_unit, unit_bundle
 from node.distributed.rank_unit import unit_path
 from node.distributed.signing import local_signing
 from node.engine import parse_spec
+from node.engine.limits import parameter_count
 from verifier import rank_casebook
 from verifier.rank_recompute import judge_rank
 
@@ -174,6 +176,47 @@ def test_a_bundle_of_malformed_fields_fails_rather_than_stopping_its_verifier(sp
     ), verdict.reason
 
 
+def with_inputs(committed_bundle: tuple[str, bytes], **fields) -> tuple[str, bytes]:
+    """The bundle with its unit's `fields` (RankUnit's) in place of its own, under its
+    commitment."""
+    committed, bundle = committed_bundle
+    loaded = load_rank_bundle(bundle)
+    return committed, rank_bundle(*loaded._replace(unit=replace(loaded.unit, **fields)))
+
+
+def with_weights(committed_bundle: tuple[str, bytes], weights) -> tuple[str, bytes]:
+    """The bundle holding `weights` as its trained model, under its commitment."""
+    committed, bundle = committed_bundle
+    return committed, rank_bundle(*load_rank_bundle(bundle)._replace(weights=weights))
+
+
+def misshapen(spec, field: str) -> str:
+    """The verdict's reason on a bundle whose `field` is not what a rank saves."""
+    return (
+        f"the unit's {field} is not a finite float32 vector of {parameter_count(spec)} parameters"
+    )
+
+
+# A residual of (M, 1) is broadcast by the re-run into an (M, N) vector: with a large M the
+# verifier's worker runs out of memory and the unit is never judged (M is 4 here).
+@pytest.mark.parametrize(
+    ("field", "held"),
+    [
+        ("residual", lambda n: torch.zeros(4, 1)),
+        ("residual", lambda n: torch.zeros(n + 1)),
+        ("residual", lambda n: torch.zeros(n, dtype=torch.float64)),
+        ("momentum", lambda n: torch.zeros(4, 1)),
+        ("momentum", lambda n: torch.full((n,), float("nan"))),
+    ],
+    ids=["residual-column", "residual-long", "residual-float64", "momentum-column", "momentum-nan"],
+)
+def test_inputs_a_rank_never_saves_fail_before_anything_is_re_run(spec, honest, field, held):
+    unit, _ = honest
+    made = with_inputs(round_bundle(spec, unit), **{field: held(parameter_count(spec))})
+    verdict = judged_round(spec, *made)
+    assert verdict == (False, misshapen(spec, field), None, None)
+
+
 def test_a_single_node_spec_cannot_be_judged_as_a_rank(honest):
     single = parse_spec(SPEC_TEXT.split("distributed:")[0] + "reproducibility: {seed: 1}\n")
     unit, payload = honest
@@ -222,6 +265,13 @@ def peers_of(spec, folder: Path, rank: int, **bundles: tuple[str, bytes]):
         for peer in range(3)
         if peer != rank
     }
+
+
+def last_bundle(spec, folder: Path, rank: int = 2, index: int = 1) -> tuple[str, bytes]:
+    """The commitment and bundle of `rank`'s unit `index` as its provider's node makes those of
+    the job's last unit: with the weights the unit leaves the rank at."""
+    pin = functools.partial(rank_casebook.pin, STORE)
+    return unit_bundle(spec, group_config(spec), folder, rank, index, pin, last=True)
 
 
 def recording(
@@ -455,3 +505,70 @@ def test_a_ddp_unit_after_its_providers_unit_that_cannot_be_rebuilt_fails(ddp_ru
         signers=rank_casebook.local_signers(spec),
     )
     assert verdict.passed is True
+
+
+@pytest.mark.slow
+def test_a_ddp_residual_its_re_run_would_broadcast_fails_before_it_runs(ddp_run):
+    """In the unit judged, or in its provider's previous unit its start is rebuilt from, whether
+    that is re-run exactly or within bounds."""
+    spec, folder = ddp_run
+    honest = ddp_bundle(spec, folder, rank=2)
+    column = torch.zeros(4, 1)
+    verdict = judge_rank(
+        spec, 2, 1, *with_inputs(honest, residual=column), signers=rank_casebook.local_signers(spec)
+    )
+    assert verdict == (False, misshapen(spec, "residual"), None, None)
+    previous = with_inputs(ddp_bundle(spec, folder, rank=2, index=0), residual=column)
+    for reproduces in (lambda _: True, lambda _: False):
+        verdict = judge_rank(
+            spec,
+            2,
+            1,
+            *honest,
+            previous=previous,
+            own_previous=True,
+            reproduces=reproduces,
+            signers=rank_casebook.local_signers(spec),
+        )
+        assert verdict.passed is False
+        assert verdict.reason == (
+            "the slot's previous unit, the provider's own, cannot be rebuilt: "
+            + misshapen(spec, "residual")
+        )
+
+
+@pytest.mark.slow
+def test_a_ddp_last_units_trained_model_must_be_where_its_re_run_leaves_the_rank(ddp_run):
+    """The user's model is read from the ranks' last bundles: a rank that trains honestly but
+    commits other weights there fails, judged exactly or within bounds; a unit before the last
+    holds none."""
+    spec, folder = ddp_run
+    honest = last_bundle(spec, folder)
+    loaded = load_rank_bundle(honest[1])
+    zeros = {name: torch.zeros_like(t) for name, t in loaded.weights.items()}
+    made_up = [
+        with_weights(honest, zeros),
+        with_weights(honest, loaded.unit.trainer["model"]),  # the unit's start
+    ]
+    for reproduces in (lambda _: True, lambda _: False):
+        judge = functools.partial(
+            judge_rank,
+            spec,
+            2,
+            1,
+            previous=ddp_bundle(spec, folder, rank=2, index=0),
+            reproduces=reproduces,
+            signers=rank_casebook.local_signers(spec),
+        )
+        assert judge(*honest).passed is True
+        for made in made_up:
+            verdict = judge(*made)
+            assert verdict.passed is False
+            assert (
+                verdict.reason == "the bundle's trained model is not where the unit leaves the rank"
+            )
+    early = judge_rank(
+        spec, 2, 0, *last_bundle(spec, folder, index=0), signers=rank_casebook.local_signers(spec)
+    )
+    assert early.passed is False
+    assert early.reason == "the bundle holds a trained model, but its unit is not the job's last"

@@ -9,6 +9,7 @@ signed."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import replace
 
@@ -23,8 +24,10 @@ from marketplace.protocol.rank_bundle import (
     rank_bundle,
     update_sha256,
 )
+from node.distributed.job import group_config, unit_bundle
 from node.distributed.rank_unit import rank_class
 from node.distributed.signing import local_signing
+from node.engine.limits import parameter_count
 from verifier import rank_casebook
 from verifier.errors import InputsUnavailable, Withheld
 from verifier.rank_recompute import judge_rank
@@ -37,13 +40,17 @@ EVERY = 8  # local steps per round: one-step segments
 @pytest.fixture(scope="module")
 def group(tmp_path_factory):
     """2 rounds of 8 local steps, top-k 10% at 2 bits, trained by its 3 ranks here; every
-    rank's every round committed as its provider's node pins it."""
+    rank's every round committed as its provider's node pins it, the last with the trained
+    model."""
     spec = rank_casebook.group_spec("topk-2bit", units=2, every=EVERY, strategy="diloco")
     folder = tmp_path_factory.mktemp("diloco")
     rank_casebook.train_group(spec, folder)
     store: rank_casebook.Store = {}
+    pin = functools.partial(rank_casebook.pin, store)
     committed = {
-        (rank, index): rank_casebook.committed_bundle(spec, folder, rank, index, store)
+        (rank, index): unit_bundle(
+            spec, group_config(spec), folder, rank, index, pin, last=index == 1
+        )
         for rank in range(3)
         for index in range(2)
     }
@@ -192,7 +199,7 @@ def test_a_round_whose_residual_or_payload_does_not_fit_its_model_fails(group):
     short = remade((committed, bundle), unit=replace(loaded.unit, residual=torch.zeros(7)))
     verdict = judged(group, short)
     assert verdict.passed is False
-    assert verdict.reason.startswith("the payload cannot be checked")
+    assert verdict.reason == misshapen(group, "residual")
     cut = loaded.payload[:-1]
     _, made = remade((committed, bundle), payload=cut, rounds=rank_casebook.as_sent(loaded, cut))
     verdict = judged(group, (update_sha256(cut), made))
@@ -498,3 +505,60 @@ def test_a_failure_to_fetch_is_raised_and_anything_else_fails_the_round(group, c
     assert verdict.passed is False
     assert verdict.reason.endswith("a state its provider made")
     assert "a rank bundle's inputs raised ZeroDivisionError" in caplog.text
+
+
+def misshapen(group, field: str) -> str:
+    """The verdict's reason on a bundle whose `field` is not what a rank saves."""
+    spec, _, _ = group
+    return (
+        f"the unit's {field} is not a finite float32 vector of {parameter_count(spec)} parameters"
+    )
+
+
+def test_a_previous_round_whose_residual_its_rebuild_would_broadcast_fails_its_providers_next(
+    group,
+):
+    """A residual of (M, 1) is broadcast by the rebuild into an (M, N) vector: with a large M
+    the verifier's worker runs out of memory and the round is never judged (M is 4 here). Not
+    held to the round unless the round before is its provider's too."""
+    previous = previous_round(group)
+    loaded = load_rank_bundle(previous[1])
+    column = remade(previous, unit=replace(loaded.unit, residual=torch.zeros(4, 1)))
+    for honest in (group[2][RANK, INDEX], honest_of(group, "t2")):
+        verdict = judged(group, honest, previous=column, own_previous=True)
+        assert verdict.passed is False
+        assert verdict.reason == (
+            "the slot's previous unit, the provider's own, cannot be rebuilt: "
+            + misshapen(group, "residual")
+        )
+        assert judged(group, honest, previous=column).passed is True
+
+
+def test_a_last_rounds_trained_model_must_be_where_the_round_leaves_the_rank(group):
+    """The user's model is read from the ranks' last bundles: a rank that trains its round
+    honestly but commits other weights there fails, in its class or another (zeros, or its
+    round's own end, the outer step skipped); a round before the last holds none."""
+    spec, store, committed = group
+    honest = committed[RANK, INDEX]
+    loaded = load_rank_bundle(honest[1])
+    own_end = rank_casebook.stored(store)(loaded.segments[-1]).state["model"]
+    zeros = {name: torch.zeros_like(t) for name, t in loaded.weights.items()}
+    for bundle in (honest, remade(honest_of(group, "t2"), weights=loaded.weights)):
+        assert judged(group, bundle, previous=previous_round(group)).passed is True
+        for weights in (zeros, own_end):
+            verdict = judged(group, remade(bundle, weights=weights), previous=previous_round(group))
+            assert verdict.passed is False
+            assert (
+                verdict.reason == "the bundle's trained model is not where the unit leaves the rank"
+            )
+    early = remade(previous_round(group), weights=loaded.weights)
+    verdict = judge_rank(
+        spec,
+        RANK,
+        0,
+        *early,
+        states=rank_casebook.stored(store),
+        signers=rank_casebook.local_signers(spec),
+    )
+    assert verdict.passed is False
+    assert verdict.reason == "the bundle holds a trained model, but its unit is not the job's last"
