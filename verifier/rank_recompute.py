@@ -55,9 +55,8 @@ from node.distributed.diloco import DilocoConfig, following_round, local_steps, 
 from node.distributed.exchange import RankCheat, Slack, TolerantReplay, rms
 from node.distributed.group import DistributedConfigError, GroupConfig, rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
-from node.distributed.rank_unit import rank_threads
+from node.distributed.rank_unit import inputs_problem, rank_threads
 from node.engine import JobSpec
-from node.engine.limits import parameter_count
 from node.engine.unit import SegmentSink
 from verifier.errors import VerifierError
 from verifier.group_records import MemberView, member_view, record_problem
@@ -176,7 +175,7 @@ def judge_rank(
             False,
             f"the bundle holds rank {unit.rank} unit {unit.round_}, not {slot} unit {index}",
         )
-    problem = _inputs_problem(spec, unit)
+    problem = inputs_problem(spec, unit)
     if problem is not None:
         return RankJudgement(False, problem)
     if update_sha256(payload) != committed:
@@ -248,21 +247,6 @@ class Previous(NamedTuple):
     data: bytes  # its bundle
     own: bool  # committed by the judged unit's provider, who answers for it
     states: StateSource  # fetches its DiLoCo round's states, its end's
-
-
-def _inputs_problem(spec: JobSpec, unit: RankUnit) -> str | None:
-    """Why a bundle's inputs are not what a rank saves, told before anything is run from them;
-    None when they are. A rank's error feedback residual and outer momentum are each absent or
-    a finite float32 vector over the model's parameters; a re-run adds them to such a vector,
-    so any other shape is broadcast: a residual of (M, 1) makes an (M, N) vector, which runs
-    the verifier out of memory before it reaches a verdict."""
-    numel = parameter_count(spec)
-    for name, held in (("residual", unit.residual), ("momentum", unit.momentum)):
-        if held is not None and not (
-            held.dtype == torch.float32 and held.shape == (numel,) and bool(held.isfinite().all())
-        ):
-            return f"the unit's {name} is not a finite float32 vector of {numel} parameters"
-    return None
 
 
 def _weights_problem(
@@ -547,7 +531,7 @@ def _where_previous_leaves(
     before = _committed_bundle(previous.data, unit.rank, unit.round_ - 1, previous.commitment)
     if before is None:
         raise Unrebuilt("its bundle is not the rank's previous unit under its commitment")
-    problem = _inputs_problem(spec, before.unit)
+    problem = inputs_problem(spec, before.unit)
     if problem is not None:
         raise Unrebuilt(problem)
     if isinstance(config, DilocoConfig):

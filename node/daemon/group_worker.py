@@ -62,7 +62,7 @@ from node.distributed.exchange import (
 )
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, rank_bundle_bytes, run_rank, unit_bundle
-from node.distributed.rank_unit import unit_path
+from node.distributed.rank_unit import inputs_problem, unit_path
 from node.distributed.signing import RoundSigning
 from node.engine import DataError
 
@@ -259,6 +259,9 @@ class GroupWorker:
             self.worker.reject_input(unit, "its rank bundle is another rank's or unit's")
         if update_sha256(bundle.payload) != unit.state_hash.hex():
             self.worker.reject_input(unit, "its rank bundle does not hold the payload it committed")
+        problem = inputs_problem(spec, bundle.unit)
+        if problem is not None:
+            self.worker.reject_input(unit, problem)
         return bundle
 
     def _settle(

@@ -22,9 +22,25 @@ from marketplace.protocol.execution import ExecutionClass
 from marketplace.protocol.rank_bundle import RankUnit
 from marketplace.protocol.spec import JobSpec
 from node.engine.environment import Host, execution_class
+from node.engine.limits import parameter_count
 from node.engine.train import Trainer
 
 from .compression import ErrorFeedback
+
+
+def inputs_problem(spec: JobSpec, unit: RankUnit) -> str | None:
+    """Why a rank bundle's inputs are not what a rank saves, told before anything is run from
+    them (a verifier's re-run, a successor's take-over); None when they are. The error feedback
+    residual and outer momentum are each absent or a finite float32 vector over the model's
+    parameters: a run adds them to such a vector, so any other shape is broadcast, and a
+    residual of (M, 1) makes an (M, N) vector that runs the machine out of memory."""
+    numel = parameter_count(spec)
+    for name, held in (("residual", unit.residual), ("momentum", unit.momentum)):
+        if held is not None and not (
+            held.dtype == torch.float32 and held.shape == (numel,) and bool(held.isfinite().all())
+        ):
+            return f"the unit's {name} is not a finite float32 vector of {numel} parameters"
+    return None
 
 
 def restore(unit: RankUnit, trainer: Trainer, feedback: ErrorFeedback | None) -> None:

@@ -444,13 +444,15 @@ def test_a_rank_starting_again_goes_through_the_rounds_it_went_through_as_it_rec
         ("withheld", "its rank bundle cannot be read"),
         ("another-unit", "its rank bundle is another rank's or unit's"),
         ("another-payload", "its rank bundle does not hold the payload it committed"),
+        ("a-column-residual", "the unit's residual is not a finite float32 vector"),
     ],
 )
 def test_a_slot_taken_over_from_a_unit_that_does_not_hold_flags_it_and_trains_nothing(
     committed_group, tmp_path, tamper, reason
 ):
     """The slot's last committed unit is what its successor starts from: one whose bundle is
-    withheld, is another unit's, or holds another payload than its commitment is flagged, so
+    withheld, is another unit's, holds another payload than its commitment or inputs no rank
+    saves is flagged, so
     verifiers re-run it (a confirmed failure rolls the slot back past it), and nothing is
     trained on it."""
     spec, trained = committed_group
@@ -460,11 +462,17 @@ def test_a_slot_taken_over_from_a_unit_that_does_not_hold_flags_it_and_trains_no
         del group.store[cid]
     elif tamper == "another-unit":
         group.store[cid] = group.store[group.cids[1, 0]]
-    else:
+    elif tamper == "another-payload":
         bundle = load_rank_bundle(group.store[cid])
         group.store[cid] = rank_bundle(
             bundle.unit, bytes(len(bundle.payload)), rounds=bundle.rounds,
             execution=bundle.execution,
+        )  # fmt: skip
+    else:  # broadcast by the successor's run into a (M, N) vector: out of memory for a large M
+        bundle = load_rank_bundle(group.store[cid])
+        group.store[cid] = rank_bundle(
+            replace(bundle.unit, residual=torch.zeros(4, 1)), bundle.payload,
+            rounds=bundle.rounds, execution=bundle.execution,
         )  # fmt: skip
     node = GroupWorker(group.worker(), tmp_path)
     with pytest.raises(BadInput, match=reason):
