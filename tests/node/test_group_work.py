@@ -452,9 +452,8 @@ def test_a_slot_taken_over_from_a_unit_that_does_not_hold_flags_it_and_trains_no
 ):
     """The slot's last committed unit is what its successor starts from: one whose bundle is
     withheld, is another unit's, holds another payload than its commitment or inputs no rank
-    saves is flagged, so
-    verifiers re-run it (a confirmed failure rolls the slot back past it), and nothing is
-    trained on it."""
+    saves is flagged, so verifiers re-run it (a confirmed failure rolls the slot back past it),
+    and nothing is trained on it."""
     spec, trained = committed_group
     group = CommittedGroup(spec, trained, done=[2, 3, 1])
     cid = group.cids[1, 1]
