@@ -30,9 +30,10 @@ from marketplace.protocol.rank_bundle import (
 )
 from marketplace.protocol.round_signatures import RoundSigners
 from marketplace.protocol.spec import JobSpec, parse_spec
+from marketplace.protocol.units import units_per_node
 from node.distributed.compression import Compressor, Payload
 from node.distributed.ddp import replay_ddp_unit
-from node.distributed.diloco import DilocoConfig, rerun_diloco_unit, round_vector
+from node.distributed.diloco import DilocoConfig, following_round, rerun_diloco_unit, round_vector
 from node.distributed.exchange import (
     ReplayExchange,
     Slack,
@@ -120,10 +121,18 @@ def committed_bundle(
     spec: JobSpec, folder: Path, rank: int, index: int, store: Store | None = None
 ) -> tuple[str, bytes]:
     """The commitment and bundle of `rank`'s unit `index` of a group trained into `folder`, as
-    its provider pins them (a DiLoCo round's segment states into `store`)."""
+    its provider pins them (a DiLoCo round's segment states into `store`; the job's last unit
+    with the trained model)."""
     into = {} if store is None else store
     config = group_config(spec)
-    return unit_bundle(spec, config, folder, rank, index, functools.partial(pin, into))
+    last = _last(spec, index)
+    return unit_bundle(spec, config, folder, rank, index, functools.partial(pin, into), last)
+
+
+def _last(spec: JobSpec, index: int) -> bool:
+    """Whether unit `index` is the job's last: its bundle holds the trained model, which the
+    user's model is read from (job.unit_bundle)."""
+    return index == units_per_node(spec) - 1
 
 
 @contextmanager
@@ -175,17 +184,19 @@ def provide(
     """The rank's unit of `bundle` as a provider in class `host` commits it, the other members'
     payloads being the recorded ones: honest, or cheating by sending `tamper(update)`, by
     training another spec (`trains`: less precision, a smaller batch) or from other inputs
-    (`unit`: another shard). Its commitment and bundle."""
+    (`unit`: another shard). Its commitment and bundle, the job's last unit's with the weights
+    its run leaves the rank at."""
     loaded = load_rank_bundle(bundle)
     start = unit or loaded.unit
     assert loaded.rounds is not None, "a ddp bundle"
     config = group_config(spec)
     exchange = _Providing(start.rank, config, loaded.rounds, tamper)
     with rank_host(host) as threads:
-        replay_ddp_unit(trains or spec, config, start, exchange, threads)
+        following = replay_ddp_unit(trains or spec, config, start, exchange, threads)
         execution = rank_class(spec, threads).to_dict()
     payload = b"".join(exchange.sent)
-    made = rank_bundle(loaded.unit, payload, rounds=exchange.recorded, execution=execution)
+    weights = following.trainer["model"] if _last(spec, loaded.unit.round_) else None
+    made = rank_bundle(loaded.unit, payload, weights, exchange.recorded, execution)
     return update_sha256(payload), made
 
 
@@ -242,7 +253,8 @@ def copy_of_another(spec: JobSpec, bundle: bytes, other: bytes, host: str) -> tu
         for r, own in zip(mine.rounds, sent, strict=True)
     ]
     payload = b"".join(sent)
-    return update_sha256(payload), rank_bundle(mine.unit, payload, rounds=rounds)
+    made = rank_bundle(*mine._replace(payload=payload, rounds=rounds, execution=None))
+    return update_sha256(payload), made
 
 
 # (spec, the rank's honest bundle, another rank's bundle of the unit, the cheater's class) ->
@@ -268,7 +280,7 @@ def provide_round(
 ) -> tuple[str, bytes]:
     """The rank's DiLoCo round of `bundle` as a provider in class `host` commits it, its
     segment states pinned into `store`: honest, or cheating in its local steps as
-    casebook.CHEATING[cheat] does. Its commitment and bundle."""
+    casebook.CHEATING[cheat] does. Its commitment and bundle (`_round_bundle`)."""
     loaded = load_rank_bundle(bundle)
     config = group_config(spec)
     assert isinstance(config, DilocoConfig), "a DiLoCo spec"
@@ -283,9 +295,29 @@ def provide_round(
     with rank_host(host) as threads, way:
         payload, _ = rerun_diloco_unit(spec, config, loaded.unit, threads, keep)
         execution = rank_class(spec, threads).to_dict()
-    rounds = as_sent(loaded, payload)
-    made = rank_bundle(loaded.unit, payload, None, rounds, execution, segments)
-    return update_sha256(payload), made
+    return _round_bundle(
+        spec, loaded._replace(payload=payload, execution=execution), segments, store
+    )
+
+
+def _round_bundle(
+    spec: JobSpec, sent: RankBundle, segments: list[dict[str, Any]], store: Store
+) -> tuple[str, bytes]:
+    """The commitment and bundle of a DiLoCo round as its provider commits it: `sent`'s inputs,
+    payload and class, its exchange as the group received that payload (`as_sent`), and
+    `segments`, whose states are in `store`. The job's last round's holds the trained model:
+    the outer step on that exchange from the state its last segment names, as the rank makes
+    its next inputs (diloco.following_round), so that only what a cheat changes fails it."""
+    unit, payload = sent.unit, sent.payload
+    rounds = as_sent(sent, payload)
+    weights = None
+    if _last(spec, unit.round_):
+        config = group_config(spec)
+        assert isinstance(config, DilocoConfig) and rounds is not None, "a DiLoCo round"
+        end = _state(store, segments[-1]).state
+        weights = following_round(spec, config, unit, end, payload, rounds[0]).trainer["model"]
+    bundle = rank_bundle(unit, payload, weights, rounds, sent.execution, segments)
+    return update_sha256(payload), bundle
 
 
 def as_sent(bundle: RankBundle, payload: bytes) -> list[RecordedRound] | None:
@@ -356,9 +388,7 @@ def noised_payload(
     end = _state(store, loaded.segments[-1]).state["model"]
     _, vector = round_vector(spec, config, loaded.unit, end)
     payload = config.compressor.compress(_noised(vector), loaded.unit.round_).to_bytes()
-    rounds = as_sent(loaded, payload)
-    made = rank_bundle(loaded.unit, payload, None, rounds, loaded.execution, loaded.segments)
-    return update_sha256(payload), made
+    return _round_bundle(spec, loaded._replace(payload=payload), loaded.segments, store)
 
 
 def copied_round(
@@ -366,9 +396,9 @@ def copied_round(
 ) -> tuple[str, bytes]:
     """Commits another rank's round (`other`'s payload and segments) as its own, and sends it."""
     mine, theirs = load_rank_bundle(bundle), load_rank_bundle(other)
-    rounds = as_sent(mine, theirs.payload)
-    made = rank_bundle(mine.unit, theirs.payload, None, rounds, theirs.execution, theirs.segments)
-    return update_sha256(theirs.payload), made
+    assert theirs.segments is not None, "a DiLoCo round"
+    copied = mine._replace(payload=theirs.payload, execution=theirs.execution)
+    return _round_bundle(spec, copied, theirs.segments, store)
 
 
 # (spec, the rank's honest bundle, another rank's bundle of the round, the cheater's class, the

@@ -256,10 +256,11 @@ def _weights_problem(
     the job's last unit holds one (job.unit_bundle), and the user's model is read from it
     (units.RankBundleUnits.trained_model), so it must be the weights of `following`, where the
     re-run leaves the rank, within `bound` of them as `state_gap` measures (0: to the bit).
-    None when it is, or when the bundle holds none."""
+    None when it is, or when the unit is not the last and holds none."""
+    last = bundle.unit.round_ == units_per_node(spec) - 1
     if bundle.weights is None:
-        return None
-    if bundle.unit.round_ != units_per_node(spec) - 1:
+        return "the job's last unit holds no trained model" if last else None
+    if not last:
         return "the bundle holds a trained model, but its unit is not the job's last"
     if state_gap(following.trainer["model"], bundle.weights) > bound:
         return "the bundle's trained model is not where the unit leaves the rank"

@@ -80,7 +80,7 @@ def test_a_rank_recording_this_verifiers_class_is_judged_by_its_hash(group):
     assert verdict.passed is True and verdict.recomputed_state_hash == committed
     loaded = load_rank_bundle(bundle)
     for record in (None, {"device": "gpu-nobody-has"}):
-        other = rank_bundle(loaded.unit, loaded.payload, rounds=loaded.rounds, execution=record)
+        other = rank_bundle(*loaded._replace(execution=record))
         verdict = judged(group, (committed, other))
         assert verdict.passed is True
         assert verdict.reason == "the re-run explains every committed payload within the slack"
@@ -113,7 +113,7 @@ def test_a_unit_that_does_not_start_where_the_previous_one_ends_fails_within_the
     moved = replace(unit, trainer=trainer)
     committed, made = rank_casebook.provide(spec, bundle, "t2", unit=moved)
     loaded = load_rank_bundle(made)
-    made = rank_bundle(moved, loaded.payload, rounds=loaded.rounds, execution=loaded.execution)
+    made = rank_bundle(*loaded._replace(unit=moved))
     verdict = judged(group, (committed, made))
     assert verdict.passed is False
     assert verdict.reason == "the unit does not start where the slot's previous unit ends"

@@ -23,7 +23,7 @@ from node.distributed.ddp import train_ddp
 from node.distributed.diloco import rerun_diloco_unit
 from node.distributed.exchange import recorded_round, sent_in
 from node.distributed.group import rank_trainer
-from node.distributed.job import first_unit, group_config, run_rank_unit, unit_bundle
+from node.distributed.job import first_unit, group_config, run_rank_unit
 from node.distributed.rank_unit import unit_path
 from node.distributed.signing import local_signing
 from node.engine import parse_spec
@@ -250,12 +250,17 @@ def ddp_run(tmp_path_factory):
 
 
 def ddp_bundle(spec, folder: Path, rank: int, index: int = 1) -> tuple[str, bytes]:
-    """The commitment and bundle of `rank`'s unit `index`, as its provider pins them."""
-    rounds = group_config(spec).unit_rounds(spec, index)
-    payload = sent_in(folder, rounds, rank)
-    recorded = [recorded_round(folder, r) for r in rounds]
-    unit = RankUnit.load(unit_path(folder, index, rank))
-    return update_sha256(payload), rank_bundle(unit, payload, rounds=recorded)
+    """The commitment and bundle of `rank`'s unit `index` (by default the job's last), as its
+    provider pins them."""
+    return rank_casebook.committed_bundle(spec, folder, rank, index)
+
+
+def provided(spec, unit: RankUnit, rounds: list[RecordedRound]) -> tuple[str, bytes]:
+    """The commitment and bundle of the job's last unit as a rank makes them from `unit` and
+    the steps `rounds` records: what it sends, and the weights it is left at."""
+    rerun = run_rank_unit(spec, group_config(spec), unit, rounds)
+    weights = rerun.following.trainer["model"]
+    return rerun.sha256, rank_bundle(unit, rerun.payload, weights, rounds)
 
 
 def peers_of(spec, folder: Path, rank: int, **bundles: tuple[str, bytes]):
@@ -267,26 +272,19 @@ def peers_of(spec, folder: Path, rank: int, **bundles: tuple[str, bytes]):
     }
 
 
-def last_bundle(spec, folder: Path, rank: int = 2, index: int = 1) -> tuple[str, bytes]:
-    """The commitment and bundle of `rank`'s unit `index` as its provider's node makes those of
-    the job's last unit: with the weights the unit leaves the rank at."""
-    pin = functools.partial(rank_casebook.pin, STORE)
-    return unit_bundle(spec, group_config(spec), folder, rank, index, pin, last=True)
-
-
 def recording(
     committed_bundle: tuple[str, bytes], step: int, sender: int, data: bytes, signed: bool = False
 ):
     """The bundle with its record of what `sender` sent at the unit's `step` replaced by `data`,
     under `sender`'s signature on it if `signed`."""
     committed, bundle = committed_bundle
-    unit, payload, _, rounds, *_ = load_rank_bundle(bundle)
-    members, payloads, signatures = rounds[step]
+    loaded = load_rank_bundle(bundle)
+    members, payloads, signatures = loaded.rounds[step]
     payloads[members.index(sender)] = data
     if signed:
-        signing = local_signing(3)
-        signatures[members.index(sender)] = signing.sign(sender, 2 * unit.round_ + step, data)
-    return committed, rank_bundle(unit, payload, rounds=rounds)
+        exchange = 2 * loaded.unit.round_ + step
+        signatures[members.index(sender)] = local_signing(3).sign(sender, exchange, data)
+    return committed, rank_bundle(*loaded)
 
 
 @pytest.mark.slow
@@ -317,8 +315,7 @@ def test_a_ddp_unit_that_does_not_start_where_the_previous_one_ends_is_named(ddp
     unit = replace(first_unit(spec, 2), round_=1)
     recorded = [recorded_round(folder, step) for step in (2, 3)]
     rounds = [RecordedRound(r.members[:2], r.payloads[:2], r.signatures[:2]) for r in recorded]
-    payload = run_rank_unit(spec, group_config(spec), unit, rounds).payload
-    committed, bundle = update_sha256(payload), rank_bundle(unit, payload, rounds=rounds)
+    committed, bundle = provided(spec, unit, rounds)
     assert (
         judge_rank(spec, 2, 1, committed, bundle, signers=rank_casebook.local_signers(spec)).passed
         is True
@@ -382,7 +379,9 @@ def test_a_ddp_rank_that_sent_the_group_another_payload_than_it_committed_is_nam
         signers=rank_casebook.local_signers(spec),
     )
     assert alone.passed is False
-    committed, bundle = received.pop("rank_2")
+    # rank 2 trained on from what it received
+    recorded = load_rank_bundle(received.pop("rank_2")[1])
+    committed, bundle = provided(spec, recorded.unit, recorded.rounds)
     peers = peers_of(spec, folder, 2, **received)
     assert (
         judge_rank(
@@ -457,8 +456,7 @@ def test_a_ddp_rank_leaving_members_out_of_its_steps_is_judged_on_its_own_steps(
     unit = RankUnit.load(unit_path(folder, 1, 2))
     kept = [recorded_round(folder, step) for step in (2, 3)]
     rounds = [RecordedRound(r.members[:2], r.payloads[:2], r.signatures[:2]) for r in kept]
-    payload = run_rank_unit(spec, group_config(spec), unit, rounds).payload
-    made = update_sha256(payload), rank_bundle(unit, payload, rounds=rounds)
+    made = provided(spec, unit, rounds)
     verdict = judge_rank(spec, 2, 1, *made, signers=rank_casebook.local_signers(spec))
     assert verdict.passed is True
 
@@ -537,21 +535,10 @@ def test_a_ddp_residual_its_re_run_would_broadcast_fails_before_it_runs(ddp_run)
         )
 
 
-@pytest.mark.slow
-def test_a_ddp_last_units_trained_model_must_be_where_its_re_run_leaves_the_rank(ddp_run):
-    """The user's model is read from the ranks' last bundles: a rank that trains honestly but
-    commits other weights there fails, judged exactly or within bounds; a unit before the last
-    holds none."""
-    spec, folder = ddp_run
-    honest = last_bundle(spec, folder)
-    loaded = load_rank_bundle(honest[1])
-    zeros = {name: torch.zeros_like(t) for name, t in loaded.weights.items()}
-    made_up = [
-        with_weights(honest, zeros),
-        with_weights(honest, loaded.unit.trainer["model"]),  # the unit's start
-    ]
+def judges_of_the_last_unit(spec, folder: Path):
+    """Judges of rank 2's last unit after its previous one: exactly, and within bounds."""
     for reproduces in (lambda _: True, lambda _: False):
-        judge = functools.partial(
+        yield functools.partial(
             judge_rank,
             spec,
             2,
@@ -560,6 +547,22 @@ def test_a_ddp_last_units_trained_model_must_be_where_its_re_run_leaves_the_rank
             reproduces=reproduces,
             signers=rank_casebook.local_signers(spec),
         )
+
+
+@pytest.mark.slow
+def test_a_ddp_last_units_trained_model_must_be_where_its_re_run_leaves_the_rank(ddp_run):
+    """The user's model is read from the ranks' last bundles: a rank that trains honestly but
+    commits other weights there fails, judged exactly or within bounds; a unit before the last
+    holds none."""
+    spec, folder = ddp_run
+    honest = ddp_bundle(spec, folder, rank=2)
+    loaded = load_rank_bundle(honest[1])
+    zeros = {name: torch.zeros_like(t) for name, t in loaded.weights.items()}
+    made_up = [
+        with_weights(honest, zeros),
+        with_weights(honest, loaded.unit.trainer["model"]),  # the unit's start
+    ]
+    for judge in judges_of_the_last_unit(spec, folder):
         assert judge(*honest).passed is True
         for made in made_up:
             verdict = judge(*made)
@@ -567,8 +570,19 @@ def test_a_ddp_last_units_trained_model_must_be_where_its_re_run_leaves_the_rank
             assert (
                 verdict.reason == "the bundle's trained model is not where the unit leaves the rank"
             )
-    early = judge_rank(
-        spec, 2, 0, *last_bundle(spec, folder, index=0), signers=rank_casebook.local_signers(spec)
-    )
+    first = with_weights(ddp_bundle(spec, folder, rank=2, index=0), loaded.weights)
+    early = judge_rank(spec, 2, 0, *first, signers=rank_casebook.local_signers(spec))
     assert early.passed is False
     assert early.reason == "the bundle holds a trained model, but its unit is not the job's last"
+
+
+@pytest.mark.slow
+def test_a_ddp_last_unit_without_its_trained_model_fails(ddp_run):
+    """The user's model is read from the ranks' last bundles: a rank that trains honestly but
+    leaves it out fails, judged exactly or within bounds."""
+    spec, folder = ddp_run
+    bare = with_weights(ddp_bundle(spec, folder, rank=2), None)
+    for judge in judges_of_the_last_unit(spec, folder):
+        verdict = judge(*bare)
+        assert verdict.passed is False
+        assert verdict.reason == "the job's last unit holds no trained model"

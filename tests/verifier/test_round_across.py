@@ -9,7 +9,6 @@ signed."""
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from dataclasses import replace
 
@@ -24,7 +23,6 @@ from marketplace.protocol.rank_bundle import (
     rank_bundle,
     update_sha256,
 )
-from node.distributed.job import group_config, unit_bundle
 from node.distributed.rank_unit import rank_class
 from node.distributed.signing import local_signing
 from node.engine.limits import parameter_count
@@ -46,11 +44,8 @@ def group(tmp_path_factory):
     folder = tmp_path_factory.mktemp("diloco")
     rank_casebook.train_group(spec, folder)
     store: rank_casebook.Store = {}
-    pin = functools.partial(rank_casebook.pin, store)
     committed = {
-        (rank, index): unit_bundle(
-            spec, group_config(spec), folder, rank, index, pin, last=index == 1
-        )
+        (rank, index): rank_casebook.committed_bundle(spec, folder, rank, index, store)
         for rank in range(3)
         for index in range(2)
     }
@@ -543,7 +538,7 @@ def test_a_last_rounds_trained_model_must_be_where_the_round_leaves_the_rank(gro
     loaded = load_rank_bundle(honest[1])
     own_end = rank_casebook.stored(store)(loaded.segments[-1]).state["model"]
     zeros = {name: torch.zeros_like(t) for name, t in loaded.weights.items()}
-    for bundle in (honest, remade(honest_of(group, "t2"), weights=loaded.weights)):
+    for bundle in (honest, honest_of(group, "t2")):
         assert judged(group, bundle, previous=previous_round(group)).passed is True
         for weights in (zeros, own_end):
             verdict = judged(group, remade(bundle, weights=weights), previous=previous_round(group))
