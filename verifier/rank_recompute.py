@@ -492,16 +492,18 @@ def _misplaced_start(
     tolerance: RankTolerance | None = None,
 ) -> str | None:
     """Why the unit does not start where the rank was left; None when it does, or when that
-    cannot be told: no previous bundle, or another provider's that its next unit's start cannot
-    be rebuilt from (it fails its own verification; the slot's new provider did not commit it).
+    cannot be told beyond its place in the job (`_stray_start`): no previous bundle, or another
+    provider's that its next unit's start cannot be rebuilt from (it fails its own
+    verification; the slot's new provider did not commit it).
     With a `tolerance`, the start is compared within it (and a ddp unit's previous one re-run
     within it too); without, to the bit."""
     if unit.round_ == 0:
         if unit.state_hash() != first_unit(spec, unit.rank).state_hash():
             return "the unit does not start from the job's seed"
         return None
-    if previous is None:
-        return None
+    stray = _stray_start(spec, config, unit)
+    if stray is not None or previous is None:
+        return stray
     try:
         following = _where_previous_leaves(spec, config, unit, previous, tolerance)
     except Unrebuilt as exc:
@@ -517,6 +519,25 @@ def _misplaced_start(
         ends = trainer <= tolerance.trainer and residual <= tolerance.residual
     if not ends:
         return "the unit does not start where the slot's previous unit ends"
+    return None
+
+
+def _stray_start(spec: JobSpec, config: GroupConfig, unit: RankUnit) -> str | None:
+    """Why the unit's start is not at its rank's place in the job, whatever its previous unit:
+    its step must be the unit's first, its data the rank's own shard, and its cursor at or past
+    that step (a rank draws one batch a step, more past a spike). Held even where the previous
+    unit cannot be rebuilt, or a slot's new provider could start from a copy of an earlier
+    state, its segments included, and train nothing."""
+    progress = unit.trainer.get("progress")
+    begins = unit.round_ * config.steps_per_unit(spec)
+    if not (
+        isinstance(progress, dict)
+        and progress.get("step") == begins
+        and progress.get("stream") == unit.rank
+        and isinstance(progress.get("cursor"), int)
+        and progress["cursor"] >= begins
+    ):
+        return "the unit does not start at its rank's step, shard and data position"
     return None
 
 

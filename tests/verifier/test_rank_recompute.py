@@ -311,10 +311,16 @@ def test_an_honest_ddp_unit_reproduces_from_its_recorded_rounds(ddp_run):
 def test_a_ddp_unit_that_does_not_start_where_the_previous_one_ends_is_named(ddp_run):
     spec, folder = ddp_run
     # Rank 2 skips its first unit: it runs its second from the seed, with records that leave
-    # itself out, so the bundle re-runs to its commitment.
-    unit = replace(first_unit(spec, 2), round_=1)
+    # itself out, so the bundle re-runs to its commitment. From the seed's step and data
+    # position it fails alone; moved on to the unit's, only where the previous unit ends tells.
+    seed = first_unit(spec, 2)
     recorded = [recorded_round(folder, step) for step in (2, 3)]
     rounds = [RecordedRound(r.members[:2], r.payloads[:2], r.signatures[:2]) for r in recorded]
+    committed, bundle = provided(spec, replace(seed, round_=1), rounds)
+    verdict = judge_rank(spec, 2, 1, committed, bundle, signers=rank_casebook.local_signers(spec))
+    assert verdict.reason == "the unit does not start at its rank's step, shard and data position"
+    moved = seed.trainer["progress"] | {"step": 2, "cursor": 2}
+    unit = replace(seed, round_=1, trainer=seed.trainer | {"progress": moved})
     committed, bundle = provided(spec, unit, rounds)
     assert (
         judge_rank(spec, 2, 1, committed, bundle, signers=rank_casebook.local_signers(spec)).passed

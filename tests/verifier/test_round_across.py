@@ -23,6 +23,7 @@ from marketplace.protocol.rank_bundle import (
     rank_bundle,
     update_sha256,
 )
+from node.distributed.job import first_unit
 from node.distributed.rank_unit import rank_class
 from node.distributed.signing import local_signing
 from node.engine.limits import parameter_count
@@ -451,6 +452,46 @@ def test_a_round_after_its_providers_round_that_cannot_be_rebuilt_fails(group, h
         assert judged(group, made, previous=unbuildable).passed is True
     honest = committed[RANK, INDEX] if host == "t1" else honest_of(group, host)
     assert judged(group, honest, previous=previous, own_previous=True).passed is True
+
+
+STRAY = "the unit does not start at its rank's step, shard and data position"
+
+
+def moved_start(spec, how: str):
+    """A start move (rank_casebook.StartMove): the slot's first round's start with its step
+    moved on to this round's (a copy of a state whose segments are pinned already, which trains
+    nothing new), or this round's start on the next rank's data."""
+
+    def move(unit, end):
+        if how == "earlier":
+            first = first_unit(spec, unit.rank).trainer
+            progress = first["progress"] | {"step": unit.trainer["progress"]["step"]}
+            return replace(unit, trainer=first | {"progress": progress})
+        progress = unit.trainer["progress"] | {"stream": (unit.rank + 1) % 3}
+        return replace(unit, trainer=unit.trainer | {"progress": progress})
+
+    return move
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["earlier", "shard"])
+def test_a_round_after_another_providers_round_that_cannot_be_rebuilt_starts_at_its_place(
+    group, how
+):
+    """A slot's new provider is not held to where a previous round it did not commit leaves
+    the rank when that round cannot be rebuilt, but its round still starts at the rank's step,
+    shard and data position: from a copy of an earlier state, or on another rank's data, it
+    fails."""
+    spec, store, committed = group
+    previous = previous_round(group)
+    made = rank_casebook.started_elsewhere(
+        spec, committed[RANK, INDEX][1], previous[1], "t2", store, moved_start(spec, how)
+    )
+    assert made is not None
+    for unbuildable in (withheld(previous), outside_the_group(previous)):
+        verdict = judged(group, made, previous=unbuildable)
+        assert verdict.passed is False
+        assert verdict.reason == STRAY
 
 
 def inf_step(committed_bundle: tuple[str, bytes], where: str) -> tuple[str, bytes]:
