@@ -78,9 +78,12 @@ class RoundBoard:
         wrote unsound ones on the board."""
         key = f"{round_}/members"
         posted_at = self.posted_at.get(round_, time.monotonic())
+        planted = False  # the board's members were unsound: not read again, up to 8 MiB a look
         while True:
-            if self.store.check([key]) and (members := self._sound(round_, self.store.get(key))):
-                break
+            if not planted and self.store.check([key]):
+                if (members := self._sound(round_, self.store.get(key))) is not None:
+                    break
+                planted = True
             posted = [r for r in range(self.ranks) if self.store.check([f"{round_}/{r}"])]
             waited = time.monotonic() - posted_at
             if len(posted) == self.ranks or (
