@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import cast
 
 from eth_account.signers.local import LocalAccount
@@ -12,7 +13,7 @@ from eth_typing import HexStr
 from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract.contract import ContractFunction
-from web3.exceptions import TransactionNotFound, Web3RPCError
+from web3.exceptions import TimeExhausted, TransactionNotFound, Web3RPCError
 from web3.types import TxReceipt
 
 from marketplace.chain.errors import ChainError, TransactionReverted
@@ -22,14 +23,15 @@ from .journal import CONFIRMED, MINED, JournalDB, Outgoing
 
 log = logging.getLogger(__name__)
 
+RECEIPT_POLL_S = 0.1  # between looks for a receipt, as web3's own wait
+
 
 class Outbox:
     """Sends the daemon's transactions so that a crash at any point never sends one twice.
 
     A transaction is signed, then journaled with its hash, then broadcast. After a restart the
     same key finds the journaled transaction and waits for it (or broadcasts the very same bytes
-    again), so a commitment or checkpoint cannot land twice under two nonces. One lock orders
-    every send, so the loop and the training thread never race for a nonce.
+    again), so a commitment or checkpoint cannot land twice under two nonces.
 
     A receipt is not the end: a reorg may drop the block that holds it. The event follower tells
     the outbox which blocks it read on the chain as it is now (`confirm`) and from which block a
@@ -37,6 +39,12 @@ class Outbox:
     sent again, the very same bytes in the order they were signed, so each lands once on the
     branch the chain kept (or, if that branch already holds it, is found there). One that now
     fails frees its key, as any mined failure does: the role's next tick decides anew.
+
+    Sends go one at a time, each to its receipt, so the loop and the training thread never race
+    for a nonce and each transaction is built on the state its predecessor left. Signing,
+    broadcasting and journaling take a second lock, the only one the follower takes: a send
+    waiting for its receipt never holds up the follower, which must first send again what a
+    reorg dropped before that send's transaction (their nonces come first).
     """
 
     def __init__(
@@ -46,6 +54,7 @@ class Outbox:
         self.account = account
         self.journal = journal
         self.receipt_timeout = receipt_timeout
+        self._sending = threading.Lock()
         self._lock = threading.Lock()
 
     def sent(self, key: str) -> bool:
@@ -56,20 +65,20 @@ class Outbox:
         would revert (nothing is journaled then, so the key stays free), or TransactionReverted,
         with the contract's error as its reason, if it was mined and failed: nothing was done
         under the key, so it is free again and a later send estimates anew."""
-        with self._lock:
-            outgoing = self.journal.outgoing(key)
-            if outgoing is None:
-                outgoing = self._sign(key, fn)
-            elif not self._known(outgoing):
-                outgoing = self._rebroadcast(outgoing, fn)
-            receipt = self.w3.eth.wait_for_transaction_receipt(
-                HexStr(outgoing.tx_hash), timeout=self.receipt_timeout
-            )
-            if receipt["status"] != 1:
-                self.journal.forget_outgoing(key)
-                reason = revert_reason(self.w3, HexBytes(outgoing.tx_hash))
-                raise TransactionReverted(outgoing.tx_hash, receipt["blockNumber"], reason)
-            self.journal.finish_outgoing(key, receipt["blockNumber"])
+        with self._sending:
+            with self._lock:
+                outgoing = self.journal.outgoing(key)
+                if outgoing is None:
+                    outgoing = self._sign(key, fn)
+                elif not self._known(outgoing):
+                    outgoing = self._rebroadcast(outgoing, fn)
+            outgoing, receipt = self._await_receipt(outgoing, fn)
+            with self._lock:
+                if receipt["status"] != 1:
+                    self.journal.forget_outgoing(key)
+                    reason = revert_reason(self.w3, HexBytes(outgoing.tx_hash))
+                    raise TransactionReverted(outgoing.tx_hash, receipt["blockNumber"], reason)
+                self.journal.finish_outgoing(key, receipt["blockNumber"])
         return receipt
 
     def resend_after(self, fork: int) -> None:
@@ -112,14 +121,42 @@ class Outbox:
         for outgoing in dropped:
             if self.journal.outgoing(outgoing.key) is None:
                 continue
-            receipt = self.w3.eth.wait_for_transaction_receipt(
-                HexStr(outgoing.tx_hash), timeout=self.receipt_timeout
-            )
+            outgoing, receipt = self._await_receipt(outgoing)
             if receipt["status"] == 1:
                 self.journal.finish_outgoing(outgoing.key, receipt["blockNumber"])
             else:
                 log.warning("%s failed once sent again after the reorg", outgoing.key)
                 self.journal.forget_outgoing(outgoing.key)
+
+    def _await_receipt(
+        self, outgoing: Outgoing, fn: ContractFunction | None = None
+    ) -> tuple[Outgoing, TxReceipt]:
+        """`outgoing`'s receipt, and the transaction it is for: one the node no longer knows (a
+        reorg dropped its block before its receipt was read) is sent again, the same bytes, or,
+        for a send (`fn`), signed afresh if its nonce went to another transaction meanwhile.
+        The follower holds the lock while it sends again what the reorg dropped before it."""
+        deadline = time.monotonic() + self.receipt_timeout
+        while (receipt := self._receipt(outgoing)) is None:
+            if time.monotonic() >= deadline:
+                raise TimeExhausted(
+                    f"{outgoing.key}: transaction {outgoing.tx_hash} is not in the chain after "
+                    f"{self.receipt_timeout:g} seconds"
+                )
+            if not self._known(outgoing):
+                outgoing = self._send_dropped(outgoing, fn)
+            time.sleep(RECEIPT_POLL_S)
+        return outgoing, receipt
+
+    def _send_dropped(self, outgoing: Outgoing, fn: ContractFunction | None) -> Outgoing:
+        if fn is None:  # the follower's, under the lock
+            log.warning("a reorg dropped %s again; sending it again", outgoing.key)
+            self._broadcast(outgoing)
+            return outgoing
+        with self._lock:
+            if self._receipt(outgoing) is not None or self._known(outgoing):
+                return outgoing  # the follower sent it again meanwhile
+            log.warning("a reorg dropped %s before its receipt; sending it again", outgoing.key)
+            return self._rebroadcast(outgoing, fn)
 
     def _sign(self, key: str, fn: ContractFunction) -> Outgoing:
         # eth-account types a transaction as a plain dict of the same fields (web3 casts alike).

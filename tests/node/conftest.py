@@ -163,13 +163,15 @@ def real_time_chain(w3) -> Iterator[None]:
 
 @pytest.fixture
 def start_daemon(ledger, onboarded, real_time_chain, node_env, tmp_path) -> Iterator:
-    """Starts daemons sharing one home (one journal) per test; kills leftovers at teardown."""
+    """Starts daemons sharing one home (one journal) per test; kills leftovers at teardown. The
+    log's tail goes to stdout, which pytest shows for a failed test alone: CI keeps no files."""
     end_open_auctions(ledger)
     started: list[Daemon] = []
     env = node_env.with_home(tmp_path / "home")
+    log_path = tmp_path / "daemon.log"
 
     def start() -> Daemon:
-        daemon = Daemon(env, tmp_path / "daemon.log")
+        daemon = Daemon(env, log_path)
         started.append(daemon)
         daemon.wait_ready()
         return daemon
@@ -177,6 +179,9 @@ def start_daemon(ledger, onboarded, real_time_chain, node_env, tmp_path) -> Iter
     yield start
     for daemon in started:
         daemon.stop()
+    if log_path.exists():
+        tail = log_path.read_text().splitlines()[-80:]
+        print("the daemon's log, its last lines:", *tail, sep="\n")
 
 
 def end_open_auctions(ledger: Ledger) -> None:

@@ -3,6 +3,9 @@ and a transaction that was mined but failed."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from marketplace.chain.errors import ContractRevert, TransactionReverted
@@ -145,3 +148,53 @@ def test_a_transaction_dropped_before_the_follower_read_its_block_is_sent_again(
     assert journal.unconfirmed(approvals[0]["blockNumber"])  # so not confirmed yet
     follower.follow()
     assert not journal.unconfirmed(approvals[0]["blockNumber"])
+
+
+def test_a_transaction_dropped_while_its_receipt_is_awaited_lands_after_those_before_it(
+    w3, ledger, tmp_path
+):
+    """A send's transaction is mined, and a reorg drops its block and its predecessor's before
+    the send reads the receipt. The follower sends the predecessor again while the send still
+    waits (a send does not hold it up), then the send's own goes again: both land once, in
+    their order, the very same transactions, long before the send would give up."""
+    account, journal, outbox, follower = watched_outbox(w3, ledger, tmp_path)
+    outbox.receipt_timeout = 30
+    allowance = ledger.zen.functions.allowance(account.address, ledger.market.address)
+    first = outbox.send("first", ledger.zen.functions.approve(ledger.market.address, 7))
+    follower.follow()
+
+    broadcast, reorganised = outbox._broadcast, threading.Event()
+
+    def broadcast_then_reorg(outgoing):
+        broadcast(outgoing)
+        if outgoing.key == "second" and not reorganised.is_set():
+            someone = w3.eth.accounts[0]
+            filler = {"from": someone, "to": someone, "value": "0x1"}
+            w3.provider.make_request("anvil_reorg", [2, [[filler, 0]]])
+            reorganised.set()
+
+    outbox._broadcast = broadcast_then_reorg
+    sent: list = []
+    began = time.monotonic()
+    sending = threading.Thread(
+        target=lambda: sent.append(
+            outbox.send("second", ledger.zen.functions.approve(ledger.market.address, 9))
+        )
+    )
+    sending.start()
+    assert reorganised.wait(10)
+    assert allowance.call() == 0  # neither is on the branch the chain kept
+
+    follower.follow()
+    sending.join(outbox.receipt_timeout + 5)
+
+    assert sent and sent[0]["status"] == 1
+    assert time.monotonic() - began < outbox.receipt_timeout / 2
+    assert allowance.call() == 9
+    approvals = ledger.zen.events.Approval().get_logs(
+        from_block=first["blockNumber"], argument_filters={"owner": account.address}
+    )
+    assert [event["args"]["value"] for event in approvals] == [7, 9]
+    assert approvals[0]["transactionHash"] == first["transactionHash"]
+    assert approvals[1]["transactionHash"] == sent[0]["transactionHash"]
+    assert journal.outgoing("second").tx_hash.endswith(sent[0]["transactionHash"].hex())
