@@ -43,7 +43,7 @@ def test_a_verdict_signed_before_a_crash_is_posted_once(
         if crash_at == "broadcast":  # signed and journaled, never sent
             patch.setattr(type(daemon.outbox), "_broadcast", crash)
         else:  # sent, the daemon gone before its receipt
-            patch.setattr(w3.eth, "wait_for_transaction_receipt", crash)
+            patch.setattr(type(daemon.outbox), "_await_receipt", crash)
         with pytest.raises(Crash):
             daemon.post()
     signed = daemon.journal.outgoing(work.key)
