@@ -60,10 +60,9 @@ def judged(
 
 
 def share_of_bound(spec: JobSpec, bundle: bytes) -> float:
-    """The largest over the unit's steps of the slack its payloads need over the bound there."""
-    slack = rank_tolerance().payload
+    """The largest slack the unit's payloads need, over the bound."""
     needed, _ = rank_casebook.rerun_needs(spec, bundle, "t1")
-    return max(n / slack.at(step) for step, n in enumerate(needed, start=1))
+    return max(needed) / rank_tolerance().payload
 
 
 def main() -> int:

@@ -113,7 +113,7 @@ def share_of_bound(
     payload = config.compressor.parse(loaded.payload, vector.numel())
     needed = rank_casebook.needed_slack(config.compressor, payload, vector, loaded.unit.round_)
     steps = verdict.judgement["decisive_share_of_bound"]
-    return max(steps, needed / rank_tolerance().payload.at(1))
+    return max(steps, needed / rank_tolerance().payload)
 
 
 def main() -> int:

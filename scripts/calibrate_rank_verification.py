@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from marketplace.protocol.rank_bundle import RankUnit, load_rank_bundle
-from marketplace.protocol.spec import JobSpec
+from marketplace.protocol.spec import MAX_DDP_UNIT_STEPS, JobSpec
 from node.distributed.diloco import DilocoConfig
 from node.distributed.job import group_config
 from node.distributed.rank_unit import unit_path
@@ -48,9 +48,10 @@ from verifier.rank_recompute import (
 )
 from verifier.trajectory import MEASURES, TOLERANCE_FORMAT
 
-EVERY = 20  # steps per unit: node/specs/tiny-ddp-3.yaml's
+DDP_EVERY = MAX_DDP_UNIT_STEPS  # steps per ddp unit: the longest a spec may ask for
 UNITS = 2
-ROUNDS = 3  # DiLoCo rounds of EVERY local steps: node/specs/tiny-diloco-3.yaml's
+EVERY = 20  # local steps per DiLoCo round: node/specs/tiny-diloco-3.yaml's
+ROUNDS = 3
 
 
 def main() -> int:
@@ -92,10 +93,10 @@ def measure_ddp(
 ) -> tuple[tuple[list[float], float, float], int]:
     """The largest payload slack per step of a ddp unit, trainer gap and residual gap; the
     class pairs measured."""
-    payload, trainer, residual = [0.0] * EVERY, 0.0, 0.0
+    payload, trainer, residual = [0.0] * DDP_EVERY, 0.0, 0.0
     pairs = 0
     for compression, seed in groups:
-        spec = rank_casebook.group_spec(compression, seed=100 + seed, units=UNITS, every=EVERY)
+        spec = rank_casebook.group_spec(compression, seed=100 + seed, units=UNITS, every=DDP_EVERY)
         with tempfile.TemporaryDirectory(prefix="zoo-calibrate-") as folder:
             rank_casebook.train_group(spec, Path(folder))
             for rank, index in itertools.product(range(spec.distributed.nodes), range(UNITS)):

@@ -36,7 +36,6 @@ from node.distributed.ddp import replay_ddp_unit
 from node.distributed.diloco import DilocoConfig, following_round, rerun_diloco_unit, round_vector
 from node.distributed.exchange import (
     ReplayExchange,
-    Slack,
     TolerantReplay,
     aggregate_recorded,
     encode_update,
@@ -484,7 +483,7 @@ class NeededSlack(TolerantReplay):
     def __init__(
         self, rank: int, config: GroupConfig, rounds: list[RecordedRound], sent: list[bytes]
     ):
-        super().__init__(rank, config, rounds, sent, Slack(0.0, 1))
+        super().__init__(rank, config, rounds, sent, 0.0)
         self.needed: list[float] = []
 
     def check(self, payload: Payload, vector: torch.Tensor, round_: int) -> None:

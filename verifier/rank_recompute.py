@@ -48,11 +48,12 @@ from marketplace.protocol.rank_bundle import (
     update_sha256,
 )
 from marketplace.protocol.round_signatures import RoundSigners
+from marketplace.protocol.spec import MAX_DDP_UNIT_STEPS
 from marketplace.protocol.units import units_per_node
 from marketplace.storage import StorageError
 from node.distributed.ddp import replay_ddp_unit
 from node.distributed.diloco import DilocoConfig, following_round, local_steps, round_vector
-from node.distributed.exchange import RankCheat, Slack, TolerantReplay, rms
+from node.distributed.exchange import RankCheat, TolerantReplay, rms
 from node.distributed.group import DistributedConfigError, GroupConfig, rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
 from node.distributed.rank_unit import inputs_problem, rank_threads
@@ -95,7 +96,7 @@ class Unrebuilt(ValueError):
 
 
 class RankTolerance(NamedTuple):
-    payload: Slack
+    payload: float  # a ddp step's slack, a share of the vector's RMS; a DiLoCo round payload's
     trainer: float
     residual: float
     rounds: Tolerance  # a DiLoCo round's segment ends, measured as a single node's unit's are
@@ -104,18 +105,21 @@ class RankTolerance(NamedTuple):
 
 def rank_tolerance(tolerance: Tolerance | None = None) -> RankTolerance:
     """How far a rank of another class may be from a verifier's re-run: the bounds of the
-    calibrated table (scripts/calibrate_rank_verification.py), the payload's for as many steps
-    as it measured."""
+    calibrated table (scripts/calibrate_rank_verification.py). ValueError for a table that
+    did not measure ddp units as long as a spec may ask for: its bounds would not hold."""
     tolerance = tolerance or Tolerance.load(RANK_TOLERANCE_FILE, RANK_MEASURES)
-    steps = len(tolerance.measured["payload"])
-    payload = Slack(tolerance.bound("payload"), steps)
+    if (steps := len(tolerance.measured["payload"])) < MAX_DDP_UNIT_STEPS:
+        raise ValueError(
+            f"the rank table measured {steps}-step ddp units, and a spec's may have "
+            f"{MAX_DDP_UNIT_STEPS} steps"
+        )
     rounds = Tolerance(
         {m: tolerance.measured[key] for key, m in ROUND_MEASURES.items()},
         tolerance.margin,
         tolerance.floor,
     )
     return RankTolerance(
-        payload,
+        tolerance.bound("payload"),
         tolerance.bound("trainer"),
         tolerance.bound("residual"),
         rounds,
@@ -437,7 +441,7 @@ def _payload_problem(
     # a residual or payload that does not fit
     except Exception as exc:  # noqa: BLE001 - whatever it raises fails the unit (_unrunnable)
         return f"the payload cannot be checked: {_unrunnable(exc)}"
-    slack = tolerance.payload.at(1) * rms(vector)
+    slack = tolerance.payload * rms(vector)
     why = config.compressor.explains(payload, vector, slack, bundle.unit.round_)
     return None if why is None else f"the payload is not what the round's end makes: {why}"
 
@@ -475,7 +479,7 @@ def replay_within(
     unit: RankUnit,
     rounds: list[RecordedRound],
     sent: list[bytes],
-    slack: Slack,
+    slack: float,
 ) -> RankUnit:
     """Re-run a ddp unit judging each step's payload in `sent` within `slack` (RankCheat at the
     first it does not explain); where the unit leaves the rank."""

@@ -265,26 +265,14 @@ class RankCheat(ValueError):
     """A committed payload that no vector within the slack of a verifier's own makes."""
 
 
-class Slack(NamedTuple):
-    """How far a rank's step vectors may lie from a verifier's in any entry: `share` of the
-    vector's RMS for the first `steps` steps of a unit (the steps it was calibrated on), growing
-    in proportion past them: error feedback carries each step's rounding into the next, so at
-    worst the steps' differences add up."""
-
-    share: float
-    steps: int
-
-    def at(self, step: int) -> float:
-        """The share at the unit's `step`, counted from 1."""
-        return self.share * max(1.0, step / self.steps)
-
-
 class TolerantReplay:
     """A rank's exchanges played back for a verifier of another execution class: what the rank
     committed for each step must be a compression of a vector within `slack` (a share of the
-    vector's RMS) of the verifier's own, its update plus its residual. The residual then takes
-    what the committed payload left out, and the step aggregates what the members sent, as
-    recorded, so the re-run stays on the group's trajectory rather than drifting from it."""
+    vector's RMS, in any entry) of the verifier's own, its update plus its residual. The
+    residual then takes what the committed payload left out, and the step aggregates what the
+    members sent, as recorded, so the re-run stays on the group's trajectory rather than
+    drifting from it. Error feedback still carries each step's rounding into the next, so the
+    slack holds for units as long as the ones it was measured on (MAX_DDP_UNIT_STEPS)."""
 
     def __init__(
         self,
@@ -292,7 +280,7 @@ class TolerantReplay:
         config: GroupConfig,
         rounds: list[RecordedRound],
         committed: list[bytes],
-        slack: Slack,
+        slack: float,
     ):
         self.rank = rank
         self.config = config
@@ -300,7 +288,6 @@ class TolerantReplay:
         self.rounds = iter(rounds)
         self.committed = iter(committed)
         self.slack = slack
-        self.steps = 0
 
     def __call__(self, update: torch.Tensor, round_: int) -> Aggregate:
         compressor, numel = self.config.compressor, update.numel()
@@ -311,7 +298,6 @@ class TolerantReplay:
         if self.rank in members and recorded[members.index(self.rank)] != data:
             raise RankCheat(f"round {round_} records another payload than the rank committed")
         payload = compressor.parse(data, numel)
-        self.steps += 1
         self.check(payload, vector, round_)
         if self.feedback is not None:
             residual = vector - compressor.decompress(payload, numel, round_)
@@ -322,7 +308,7 @@ class TolerantReplay:
 
     def check(self, payload: Payload, vector: torch.Tensor, round_: int) -> None:
         """RankCheat unless `payload` is explained by `vector` within the slack."""
-        slack = self.slack.at(self.steps) * rms(vector)
+        slack = self.slack * rms(vector)
         why = self.config.compressor.explains(payload, vector, slack, round_)
         if why is not None:
             raise RankCheat(f"round {round_}: {why}")

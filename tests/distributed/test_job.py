@@ -30,6 +30,7 @@ def test_the_example_diloco_spec_maps_to_its_group() -> None:
 def test_a_ddp_spec_without_settings_gets_the_plain_all_reduce() -> None:
     raw = load_spec("node/specs/tiny.yaml").model_dump(mode="json")
     raw["distributed"] = {"nodes": 3, "strategy": "ddp"}
+    raw["checkpoint"]["every"] = 20
     assert group_config(parse_spec(raw)) == GroupConfig(ranks=3, compressor=Compressor(seed=1337))
 
 

@@ -12,11 +12,13 @@ import pytest
 import torch
 
 from marketplace.protocol.rank_bundle import load_rank_bundle, rank_bundle, update_sha256
+from marketplace.protocol.spec import MAX_DDP_UNIT_STEPS
 from node.distributed.rank_unit import rank_class
 from node.engine.environment import Host
 from verifier import rank_casebook
-from verifier.rank_recompute import judge_rank, rank_tolerance
+from verifier.rank_recompute import RANK_MEASURES, RANK_TOLERANCE_FILE, judge_rank, rank_tolerance
 from verifier.recompute import Runner
+from verifier.trajectory import Tolerance
 
 RANK, INDEX = 2, 1
 
@@ -119,11 +121,17 @@ def test_a_unit_that_does_not_start_where_the_previous_one_ends_fails_within_the
     assert verdict.reason == "the unit does not start where the slot's previous unit ends"
 
 
-def test_the_shipped_slack_covers_the_calibrated_steps_and_grows_past_them():
-    slack = rank_tolerance().payload
-    assert 0 < slack.share < 1e-2 and slack.steps >= 20
-    assert slack.at(1) == slack.at(slack.steps) == slack.share
-    assert slack.at(2 * slack.steps) == pytest.approx(2 * slack.share)
+def test_the_shipped_table_measured_ddp_units_as_long_as_a_spec_may_ask_for():
+    """Error feedback carries each step's rounding into the next, so a slack holds only for
+    units as long as those it was measured on; a table that measured shorter ones is refused."""
+    shipped = Tolerance.load(RANK_TOLERANCE_FILE, RANK_MEASURES)
+    assert len(shipped.measured["payload"]) == MAX_DDP_UNIT_STEPS
+    assert 0 < rank_tolerance(shipped).payload < 1e-2
+    measured = dict(shipped.measured)
+    measured["payload"] = measured["payload"][: MAX_DDP_UNIT_STEPS - 1]
+    shorter = f"{MAX_DDP_UNIT_STEPS - 1}-step ddp units"
+    with pytest.raises(ValueError, match=f"{shorter}, and a spec's may have {MAX_DDP_UNIT_STEPS}"):
+        rank_tolerance(replace(shipped, measured=measured))
 
 
 def test_a_bundle_whose_payload_does_not_split_into_steps_fails(group):
