@@ -25,6 +25,7 @@ whatever their sample.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import multiprocessing
@@ -34,9 +35,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import torch.distributed as dist
 
 from marketplace.chain.errors import ContractRevert
 from marketplace.chain.ledger import ZERO_ADDRESS, Ledger
@@ -62,6 +66,7 @@ from node.distributed.exchange import (
 )
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config, rank_bundle_bytes, run_rank, unit_bundle
+from node.distributed.quorum import RoundBoard
 from node.distributed.rank_unit import inputs_problem, unit_path
 from node.distributed.signing import RoundSigning
 from node.engine import DataError
@@ -74,12 +79,20 @@ log = logging.getLogger(__name__)
 HOLDERS = "holders.json"  # in a rank's folder: the job's slot holders, as the chain has them
 ROUND_POLL = 0.2  # seconds between looks at the rank's folder
 CHAIN_POLL = 2.0  # seconds between looks at whether the slot is still ours to deliver
+BOARD_TIMEOUT = timedelta(seconds=30)  # for the host's daemon to reach its rank's board
 # Reverts of flagUnit that leave nothing to do: another rank flagged it first, or it is too late.
 NOT_FLAGGABLE = ("AlreadyFlagged", "VerificationWindowClosed", "NotInTheJob", "UnitMismatch")
 
 
 class GroupFailed(ZooError):
     """The group could not form, or this rank's process ended before its last round."""
+
+
+def _host_board(host: str, port: int, config: GroupConfig) -> RoundBoard:
+    """The board this node's rank hosts, as its daemon reaches it."""
+    assert config.deadline_s is not None, "a group whose rounds have a deadline uses a board"
+    store = dist.TCPStore(host, port, is_master=False, timeout=BOARD_TIMEOUT)
+    return RoundBoard(store, config.ranks, config.fewest_members, config.deadline_s)
 
 
 def rendezvous(ledger: Ledger, job_id: int) -> tuple[str, int]:
@@ -175,6 +188,10 @@ class GroupWorker:
         )
         rank.start()
         self._to_flag = []
+        # the host clears its board of the rounds every slot committed (`_clear_board`), reached
+        # once its rank's process has opened it
+        board = functools.cache(lambda: _host_board(host, port, config))
+        cleared = done
         try:
             if taken_over is not None and not self._replay(
                 rank, job_id, slot_id, taken_over, spec, config, folder, stop
@@ -198,6 +215,8 @@ class GroupWorker:
                     last=index == units - 1,
                 )
                 began = finished
+                if slot_id == 0 and config.uses_board:
+                    cleared = self._clear_board(job_id, spec, config, board, cleared)
             if not self._await_exit(rank, job_id, stop) or not (folder / "report.json").exists():
                 return
             report = json.loads((folder / "report.json").read_text())
@@ -440,6 +459,33 @@ class GroupWorker:
         if not following.exists():
             raise GroupFailed(f"rank {slot_id} exited with {rank.exitcode} in unit {index}")
         return True
+
+    def _clear_board(
+        self,
+        job_id: int,
+        spec: JobSpec,
+        config: GroupConfig,
+        board: Callable[[], RoundBoard],
+        cleared: int,
+    ) -> int:
+        """Take the rounds of the units every slot committed, from unit `cleared` on, off the
+        host's board (`RoundBoard.forget`); the units cleared now. A look at the chain or the
+        board that fails leaves them for the next commit: the rank trains on meanwhile."""
+        try:
+            ledger = self.worker.ledger
+            settled = min(ledger.slot(job_id, slot)["unitsDone"] for slot in range(config.ranks))
+            for index in range(cleared, settled):
+                for round_ in config.unit_rounds(spec, index):
+                    board().forget(round_)
+                cleared = index + 1
+                log.info(
+                    "job=%d: unit %d's rounds, which every slot committed, are off the board",
+                    job_id,
+                    index,
+                )
+        except (*TRANSIENT, dist.DistError) as exc:  # the chain, or the board, out of reach
+            log.warning("job=%d: the board keeps units from %d for now: %s", job_id, cleared, exc)
+        return cleared
 
     def _settled_elsewhere(
         self, job_id: int, slot_id: int, index: int, config: GroupConfig, posted: float | None

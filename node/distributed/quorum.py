@@ -32,7 +32,8 @@ class RoundBoard:
     payloads. A rank that posts after the round closed is told it is not a member and
     takes the round's result from the members' payloads like everyone else, which is how
     a straggler rejoins on the group's state without any catch-up protocol. Payloads
-    stay on the board while the group lives, for ranks that are still behind.
+    stay on the board for ranks that are still behind, until every slot committed their
+    round's unit (`forget`).
 
     Any member can write any key, so nothing read off the board sets a rank's clock: each
     times the deadline and the give-up from its own post (the earliest poster still closes
@@ -126,6 +127,23 @@ class RoundBoard:
         ):
             return members
         return None
+
+    def forget(self, round_: int) -> None:
+        """Take the round off the board, once every slot committed the unit it is in: no rank
+        reads it again (one that starts again goes through it from the committed records), and
+        the host's memory would otherwise grow with every round of the job. A count a member
+        planted costs one look past the parts there are."""
+        for rank in range(self.ranks):
+            key = f"{round_}/{rank}"
+            if not self.store.check([key]):
+                continue
+            count = self.store.get(key)
+            parts = int(count) if count.isdigit() and len(count) < 8 else 0
+            for index in range(parts):
+                if not self.store.delete_key(f"{key}/{index}"):
+                    break
+            self.store.delete_key(key)
+        self.store.delete_key(f"{round_}/members")
 
     def payloads(self, round_: int, members: list[int], max_bytes: int) -> list[bytes]:
         """What each member posted, b"" for a post whose parts could not be a payload of at

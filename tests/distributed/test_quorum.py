@@ -25,7 +25,7 @@ from node.distributed.diloco import DilocoConfig, train_diloco
 from node.distributed.exchange import recorded_round, sent_in, settle_round
 from node.distributed.group import GroupConfig
 from node.distributed.job import run_rank
-from node.distributed.quorum import QuorumTimeout, RoundBoard
+from node.distributed.quorum import PART_BYTES, QuorumTimeout, RoundBoard
 from node.distributed.rank_unit import unit_path
 
 ROUNDS, H = 4, 5
@@ -84,6 +84,28 @@ def test_a_post_that_could_not_be_a_payload_reads_as_nothing(store, count) -> No
     store.set("rounds/0/1", count)
     with _within(2.0):
         assert board.payloads(0, [0, 1], max_bytes=5 * 2**20) == [b"a" * 100, b""]
+
+
+def test_a_round_every_slot_committed_is_taken_off_the_board_and_the_next_stays(store) -> None:
+    board = RoundBoard(store, ranks=3, quorum=2, deadline_s=0.0)
+    big = os.urandom(2 * PART_BYTES + 1)  # three parts
+    for round_ in (1, 2):
+        board.post(round_, 0, big)
+        board.post(round_, 2, b"two")
+        assert board.members(round_) == [0, 2]
+    store.set("rounds/1/1", "9999999")  # a count a member planted, one part behind it
+    store.set("rounds/1/1/0", b"planted")
+    held = store.num_keys()
+
+    board.forget(1)
+
+    # rank 0's three parts and count, rank 2's part and count, the planted ones, the members
+    assert held - store.num_keys() == 4 + 2 + 2 + 1
+    gone = ("0", "0/0", "0/2", "2", "2/0", "1", "1/0", "members")
+    assert not any(store.check([f"rounds/1/{key}"]) for key in gone)
+    assert board.payloads(2, [0, 2], len(big)) == [big, b"two"]
+    board.forget(1)  # again: nothing left to take
+    assert board.payloads(2, [0, 2], len(big)) == [big, b"two"]
 
 
 def test_a_round_closes_at_once_when_every_rank_posted(store) -> None:

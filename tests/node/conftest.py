@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from daemon_support import PASSWORD, Daemon, IpfsNode, skip_past
+from daemon_support import PASSWORD, Daemon, IpfsNode, end_open_auctions
 from eth_account.signers.local import LocalAccount
 
 from marketplace.chain.deploy import ZEN, Deployment, Parameters, deploy
@@ -18,7 +18,6 @@ from marketplace.cli import main
 from marketplace.config import Settings
 from marketplace.devnet.accounts import devnet_account
 from marketplace.devnet.scripted_job import Cast, Scenario, onboard
-from marketplace.protocol.terms import JobStatus
 from marketplace.storage import Storage
 from marketplace.wallet import import_key
 
@@ -163,15 +162,13 @@ def real_time_chain(w3) -> Iterator[None]:
 
 @pytest.fixture
 def start_daemon(ledger, onboarded, real_time_chain, node_env, tmp_path) -> Iterator:
-    """Starts daemons sharing one home (one journal) per test; kills leftovers at teardown. The
-    log's tail goes to stdout, which pytest shows for a failed test alone: CI keeps no files."""
+    """Starts daemons sharing one home (one journal) per test; kills leftovers at teardown."""
     end_open_auctions(ledger)
     started: list[Daemon] = []
     env = node_env.with_home(tmp_path / "home")
-    log_path = tmp_path / "daemon.log"
 
     def start() -> Daemon:
-        daemon = Daemon(env, log_path)
+        daemon = Daemon(env, tmp_path / "daemon.log")
         started.append(daemon)
         daemon.wait_ready()
         return daemon
@@ -179,17 +176,3 @@ def start_daemon(ledger, onboarded, real_time_chain, node_env, tmp_path) -> Iter
     yield start
     for daemon in started:
         daemon.stop()
-    if log_path.exists():
-        tail = log_path.read_text().splitlines()[-80:]
-        print("the daemon's log, its last lines:", *tail, sep="\n")
-
-
-def end_open_auctions(ledger: Ledger) -> None:
-    """Move the chain's clock past every auction earlier tests left open on it: a daemon bids on
-    any auction it sees, one at a time, so a leftover one could hold off the test's own bid."""
-    market = ledger.market.functions
-    jobs = (ledger.struct(ledger.market, "job", j) for j in range(1, market.jobCount().call() + 1))
-    running = (JobStatus.OPEN, JobStatus.RUNNING)
-    open_until = [job["revealDeadline"] for job in jobs if job["status"] in running]
-    if open_until:
-        skip_past(ledger, max(open_until))

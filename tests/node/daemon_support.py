@@ -11,6 +11,7 @@ from pathlib import Path
 
 from marketplace.chain.anvil import advance_time
 from marketplace.chain.ledger import Ledger
+from marketplace.protocol.terms import JobStatus
 from marketplace.runtime.clock import chain_time
 
 PASSWORD = "correct horse battery staple"
@@ -99,9 +100,12 @@ class Daemon:
         return self.process.wait(timeout)
 
     def stop(self) -> None:
+        """Kill it if it still runs; its log's tail goes to stdout, which pytest shows for a
+        failed test alone (CI keeps no files)."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+        print("the daemon's log, its last lines:", *self.output.splitlines()[-80:], sep="\n")
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
@@ -119,3 +123,14 @@ def skip_past(ledger: Ledger, deadline: int) -> None:
     now = chain_time(ledger.w3)
     if now <= deadline:
         advance_time(ledger.w3, deadline + 1 - now)
+
+
+def end_open_auctions(ledger: Ledger) -> None:
+    """Move the chain's clock past every auction earlier tests left open on it: a daemon bids on
+    any auction it sees, one at a time, so a leftover one could hold off the test's own bid."""
+    market = ledger.market.functions
+    jobs = (ledger.struct(ledger.market, "job", j) for j in range(1, market.jobCount().call() + 1))
+    running = (JobStatus.OPEN, JobStatus.RUNNING)
+    open_until = [job["revealDeadline"] for job in jobs if job["status"] in running]
+    if open_until:
+        skip_past(ledger, max(open_until))

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import os
 import threading
 import time
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
 
+from marketplace.processes import free_port
 from marketplace.protocol.execution import ExecutionClass
 from marketplace.protocol.rank_bundle import (
     RankBundle,
@@ -30,6 +34,7 @@ from node.daemon.worker import BadInput, Worker
 from node.distributed.exchange import aggregate_path, recorded_round, settle_round, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config
+from node.distributed.quorum import RoundBoard
 from node.distributed.rank_unit import rank_class, unit_path
 from node.distributed.signing import local_signing
 from node.engine import load_spec
@@ -478,3 +483,35 @@ def test_a_slot_taken_over_from_a_unit_that_does_not_hold_flags_it_and_trains_no
         node._last_unit(0, 1, 1, spec, uses_board=True)
     assert group.flagged == [(0, 1, 1)]
     assert isinstance(node._last_unit(0, 1, 2, spec, uses_board=True), RankBundle)
+
+
+def test_the_host_clears_its_board_of_the_rounds_every_slot_committed(tmp_path):
+    """A round stays on the host's board until every slot committed its unit, then the host's
+    daemon takes it off, so the board does not grow with the job; a look at the chain that
+    fails leaves the rounds for the next commit."""
+    spec = load_spec(SPECS / "tiny-diloco-3.yaml")
+    config = replace(group_config(spec), deadline_s=5.0)  # rounds with a deadline: a board
+    port = free_port()
+    store = dist.TCPStore(
+        "127.0.0.1", port, is_master=True, timeout=timedelta(seconds=5), wait_for_workers=False
+    )
+    posted = RoundBoard(store, 3, 2, 0.0)  # the ranks' side of the same board
+    for round_, rank in itertools.product(range(4), range(3)):
+        posted.post(round_, rank, b"payload %d" % rank)
+    chain = CommittedUnits([3, 2, 3])
+    node = GroupWorker(SimpleNamespace(ledger=chain), tmp_path)
+
+    def board() -> RoundBoard:
+        return group_worker._host_board("127.0.0.1", port, config)
+
+    def on_board() -> list[int]:
+        return [round_ for round_ in range(4) if store.check([f"rounds/{round_}/1"])]
+
+    assert node._clear_board(7, spec, config, board, 0) == 2  # slot 1 has yet to commit unit 2
+    assert on_board() == [2, 3]
+    assert posted.payloads(2, [0, 1, 2], 100) == [b"payload 0", b"payload 1", b"payload 2"]
+    node.worker.ledger = FlakyChain(outage=1)
+    assert node._clear_board(7, spec, config, board, 2) == 2
+    node.worker.ledger = CommittedUnits([4, 4, 4])
+    assert node._clear_board(7, spec, config, board, 2) == 4
+    assert on_board() == [] and store.num_keys() <= 1  # the store's own count of clients

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from click.testing import CliRunner
-from daemon_support import Daemon, wait_for
+from daemon_support import Daemon, end_open_auctions, wait_for
 from test_daemon import bids_in, create_job, events, reveals_in, wait_paid
 
 from marketplace.cli import main
@@ -69,6 +69,7 @@ def gateway(anvil, manifest, deployment, ipfs_nodes, tmp_path) -> Iterator[str]:
 def test_a_line_for_each_committed_unit(
     ledger, cast, onboarded, real_time_chain, node_env, ipfs_nodes, gateway, tmp_path
 ):
+    end_open_auctions(ledger)
     daemon = Daemon(
         node_env.with_home(tmp_path / "home") | {"ZOO_GATEWAY_URL": gateway},
         tmp_path / "daemon.log",
