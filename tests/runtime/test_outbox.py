@@ -168,6 +168,8 @@ def test_a_transaction_dropped_while_its_receipt_is_awaited_lands_after_those_be
     def broadcast_then_reorg(outgoing):
         broadcast(outgoing)
         if outgoing.key == "second" and not reorganised.is_set():
+            # mined (Anvil may mine a moment after it answers), then dropped with its predecessor
+            w3.eth.wait_for_transaction_receipt(outgoing.tx_hash, timeout=10)
             someone = w3.eth.accounts[0]
             filler = {"from": someone, "to": someone, "value": "0x1"}
             w3.provider.make_request("anvil_reorg", [2, [[filler, 0]]])
