@@ -30,7 +30,7 @@ from marketplace.protocol.rank_bundle import (
 )
 from marketplace.protocol.round_signatures import RoundSigners
 from marketplace.protocol.spec import JobSpec, parse_spec
-from marketplace.protocol.units import units_per_node
+from marketplace.protocol.units import is_last_unit
 from node.distributed.compression import Compressor, Payload
 from node.distributed.ddp import replay_ddp_unit
 from node.distributed.diloco import DilocoConfig, following_round, rerun_diloco_unit, round_vector
@@ -124,14 +124,8 @@ def committed_bundle(
     with the trained model)."""
     into = {} if store is None else store
     config = group_config(spec)
-    last = _last(spec, index)
+    last = is_last_unit(spec, index)
     return unit_bundle(spec, config, folder, rank, index, functools.partial(pin, into), last)
-
-
-def _last(spec: JobSpec, index: int) -> bool:
-    """Whether unit `index` is the job's last: its bundle holds the trained model, which the
-    user's model is read from (job.unit_bundle)."""
-    return index == units_per_node(spec) - 1
 
 
 @contextmanager
@@ -194,7 +188,7 @@ def provide(
         following = replay_ddp_unit(trains or spec, config, start, exchange, threads)
         execution = rank_class(spec, threads).to_dict()
     payload = b"".join(exchange.sent)
-    weights = following.trainer["model"] if _last(spec, loaded.unit.round_) else None
+    weights = following.trainer["model"] if is_last_unit(spec, loaded.unit.round_) else None
     made = rank_bundle(loaded.unit, payload, weights, exchange.recorded, execution)
     return update_sha256(payload), made
 
@@ -310,7 +304,7 @@ def _round_bundle(
     unit, payload = sent.unit, sent.payload
     rounds = as_sent(sent, payload)
     weights = None
-    if _last(spec, unit.round_):
+    if is_last_unit(spec, unit.round_):
         config = group_config(spec)
         assert isinstance(config, DilocoConfig) and rounds is not None, "a DiLoCo round"
         end = _state(store, segments[-1]).state

@@ -49,7 +49,7 @@ from marketplace.protocol.rank_bundle import (
 )
 from marketplace.protocol.round_signatures import RoundSigners
 from marketplace.protocol.spec import MAX_DDP_UNIT_STEPS
-from marketplace.protocol.units import units_per_node
+from marketplace.protocol.units import is_last_unit
 from marketplace.storage import StorageError
 from node.distributed.ddp import replay_ddp_unit
 from node.distributed.diloco import DilocoConfig, following_round, local_steps, round_vector
@@ -261,7 +261,7 @@ def _weights_problem(
     (units.RankBundleUnits.trained_model), so it must be the weights of `following`, where the
     re-run leaves the rank, within `bound` of them as `state_gap` measures (0: to the bit).
     None when it is, or when the unit is not the last and holds none."""
-    last = bundle.unit.round_ == units_per_node(spec) - 1
+    last = is_last_unit(spec, bundle.unit.round_)
     if bundle.weights is None:
         return "the job's last unit holds no trained model" if last else None
     if not last:

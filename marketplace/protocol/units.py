@@ -233,6 +233,11 @@ def units_per_node(spec: JobSpec) -> int:
     return unit_format(spec).units(spec)
 
 
+def is_last_unit(spec: JobSpec, index: int) -> bool:
+    """Whether unit `index` is a slot's last: a group rank's holds the trained model."""
+    return index == units_per_node(spec) - 1
+
+
 def unit_steps(spec: JobSpec, index: int) -> int:
     """Optimizer steps in a slot's unit `index`."""
     return unit_format(spec).steps(spec, index)

@@ -54,7 +54,7 @@ from marketplace.protocol.rank_bundle import (
 from marketplace.protocol.round_signatures import RoundSigners, signed_by_a_holder
 from marketplace.protocol.spec import JobSpec
 from marketplace.protocol.terms import JobStatus
-from marketplace.protocol.units import UnitFormatError, is_group_job, units_per_node
+from marketplace.protocol.units import UnitFormatError, is_group_job, is_last_unit, units_per_node
 from marketplace.runtime.loop import TRANSIENT
 from marketplace.storage import ContentNotFound, ContentTooLarge, StorageError
 from node.distributed.exchange import (
@@ -212,7 +212,7 @@ class GroupWorker:
                     config,
                     folder,
                     finished - began,
-                    last=index == units - 1,
+                    last=is_last_unit(spec, index),
                 )
                 began = finished
                 if slot_id == 0 and config.uses_board:

@@ -137,9 +137,7 @@ class RoundBoard:
             key = f"{round_}/{rank}"
             if not self.store.check([key]):
                 continue
-            count = self.store.get(key)
-            parts = int(count) if count.isdigit() and len(count) < 8 else 0
-            for index in range(parts):
+            for index in range(self._parts(key)):
                 if not self.store.delete_key(f"{key}/{index}"):
                     break
             self.store.delete_key(key)
@@ -151,9 +149,13 @@ class RoundBoard:
         refuses it as unsigned rather than reading without bound or waiting on a part."""
         return [self._payload(f"{round_}/{rank}", max_bytes) for rank in members]
 
-    def _payload(self, key: str, max_bytes: int) -> bytes:
+    def _parts(self, key: str) -> int:
+        """How many parts the post under `key` says it is in; 0 for a count no post writes."""
         count = self.store.get(key)
-        parts = int(count) if count.isdigit() and len(count) < 8 else 0
+        return int(count) if count.isdigit() and len(count) < 8 else 0
+
+    def _payload(self, key: str, max_bytes: int) -> bytes:
+        parts = self._parts(key)
         if not 0 < parts <= -(-max_bytes // PART_BYTES):
             return b""
         keys = [f"{key}/{index}" for index in range(parts)]
