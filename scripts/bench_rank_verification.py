@@ -8,10 +8,12 @@ RANK_HOSTS (the group's others' payloads as recorded) and judged by a verifier i
 rank class: within the shipped slack (verifier/rank_tolerance.json), and by hash. Each cheat of
 rank_casebook.CHEATS is committed at one unit per group and judged within the slack. A unit's
 share of the bound is the least slack its payloads need (rank_casebook.rerun_needs) over the
-bound at its steps.
+bound, or its residuals' gaps over theirs where it commits residuals inside it (units longer
+than DDP_RESIDUAL_EVERY steps), whichever is larger.
 
     python scripts/bench_rank_verification.py              # a quick run (2 seeds)
     python scripts/bench_rank_verification.py --seeds 4    # the figure
+    python scripts/bench_rank_verification.py --every 60   # units of three residual stretches
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from node.distributed.rank_unit import rank_class
 from verifier import rank_casebook
 from verifier.rank_recompute import RankJudgement, judge_rank, rank_tolerance
 
-EVERY = 20  # steps per unit: node/specs/tiny-ddp-3.yaml's
+EVERY = 20  # steps per unit by default: node/specs/tiny-ddp-3.yaml's
 UNITS = 2
 TARGETS = {
     "false_failure_ratio": "<= 0",
@@ -60,14 +62,17 @@ def judged(
 
 
 def share_of_bound(spec: JobSpec, bundle: bytes) -> float:
-    """The largest slack the unit's payloads need, over the bound."""
-    needed, _ = rank_casebook.rerun_needs(spec, bundle, "t1")
-    return max(needed) / rank_tolerance().payload
+    """The largest slack the unit's payloads need over its bound, or its committed residuals'
+    largest gap over theirs, whichever is larger."""
+    needed, gaps, _ = rank_casebook.rerun_needs(spec, bundle, "t1")
+    tolerance = rank_tolerance()
+    return max([max(needed) / tolerance.payload, *(g / tolerance.residual for g in gaps)])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2, help="groups trained per compression")
+    parser.add_argument("--every", type=int, default=EVERY, help="steps per ddp unit")
     args = parser.parse_args()
     bench = Bench("rank-verification", TARGETS)
     _, *hosts = rank_casebook.RANK_HOSTS  # the classes honest providers stand in with
@@ -79,7 +84,7 @@ def main() -> int:
     provide_s = verify_s = 0.0
     groups = list(itertools.product(rank_casebook.COMPRESSIONS, range(args.seeds)))
     for number, (compression, seed) in enumerate(groups):
-        spec = rank_casebook.group_spec(compression, seed=300 + seed, units=UNITS, every=EVERY)
+        spec = rank_casebook.group_spec(compression, seed=300 + seed, units=UNITS, every=args.every)
         with tempfile.TemporaryDirectory(prefix="zoo-bench-") as folder:
             rank_casebook.train_group(spec, Path(folder))
             bundles = {

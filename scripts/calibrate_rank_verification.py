@@ -7,9 +7,10 @@ is then re-run in the other CPU classes of RANK_HOSTS as a verifier re-runs it.
 
 - ddp: the re-run follows the group's recorded aggregates, and each step's committed payload is
   measured by the least slack (a share of the re-run vector's RMS) within which the re-run
-  explains it; where the re-run leaves the rank is measured against where the rank went on from:
-  its trainer's state and its residual, each by the largest difference of a tensor's entries
-  over that tensor's RMS.
+  explains it, per step since the re-run last took up a residual the rank committed; each
+  residual the rank commits inside its unit (every DDP_RESIDUAL_EVERY steps), and where the
+  re-run leaves the rank against where the rank went on from (its trainer's state and its
+  residual), by the largest difference of a tensor's entries over that tensor's RMS.
 - DiLoCo: each round is re-run from its start and from each of the rank's segment states, and
   every segment end compared by the distances a single node's unit is judged by (weights,
   sketch, loss: verifier/trajectory.py), per steps since the common start; and the next round's
@@ -21,6 +22,7 @@ verifier/trajectory.py (MARGIN, FLOOR).
 
     python scripts/calibrate_rank_verification.py            # writes verifier/rank_tolerance.json
     python scripts/calibrate_rank_verification.py --check    # prints, writes nothing
+    python scripts/calibrate_rank_verification.py --check --ddp-every 60   # longer ddp units
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from pathlib import Path
 
 import torch
 
-from marketplace.protocol.rank_bundle import RankUnit, load_rank_bundle
-from marketplace.protocol.spec import MAX_DDP_UNIT_STEPS, JobSpec
+from marketplace.protocol.rank_bundle import DDP_RESIDUAL_EVERY, RankUnit, load_rank_bundle
+from marketplace.protocol.spec import JobSpec
 from node.distributed.diloco import DilocoConfig
 from node.distributed.job import group_config
 from node.distributed.rank_unit import unit_path
@@ -48,7 +50,6 @@ from verifier.rank_recompute import (
 )
 from verifier.trajectory import MEASURES, TOLERANCE_FORMAT
 
-DDP_EVERY = MAX_DDP_UNIT_STEPS  # steps per ddp unit: the longest a spec may ask for
 UNITS = 2
 EVERY = 20  # local steps per DiLoCo round: node/specs/tiny-diloco-3.yaml's
 ROUNDS = 3
@@ -58,12 +59,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2, help="groups trained per compression")
     parser.add_argument("--check", action="store_true", help="print only; write nothing")
+    parser.add_argument(
+        "--ddp-every", type=int, default=DDP_RESIDUAL_EVERY, help="steps per ddp unit"
+    )
     parser.add_argument("--out", type=Path, default=RANK_TOLERANCE_FILE, help="where to write")
     args = parser.parse_args()
+    if args.ddp_every < DDP_RESIDUAL_EVERY:
+        parser.error(f"--ddp-every must be at least {DDP_RESIDUAL_EVERY}: the table's length")
 
     trained, *others = rank_casebook.RANK_HOSTS
     groups = list(itertools.product(rank_casebook.COMPRESSIONS, range(args.seeds)))
-    (payload, trainer, residual), pairs = measure_ddp(groups, others)
+    (payload, trainer, residual), pairs = measure_ddp(groups, others, args.ddp_every)
     rounds, round_start, round_pairs = measure_rounds(groups, others)
     document = {
         "format": TOLERANCE_FORMAT,
@@ -89,14 +95,15 @@ def main() -> int:
 
 
 def measure_ddp(
-    groups: list[tuple[str, int]], others: list[str]
+    groups: list[tuple[str, int]], others: list[str], every: int
 ) -> tuple[tuple[list[float], float, float], int]:
-    """The largest payload slack per step of a ddp unit, trainer gap and residual gap; the
-    class pairs measured."""
-    payload, trainer, residual = [0.0] * DDP_EVERY, 0.0, 0.0
+    """The largest payload slack per step since a re-run's start or its last committed
+    residual, trainer gap and residual gap, over ddp units of `every` steps; the class pairs
+    measured."""
+    payload, trainer, residual = [0.0] * DDP_RESIDUAL_EVERY, 0.0, 0.0
     pairs = 0
     for compression, seed in groups:
-        spec = rank_casebook.group_spec(compression, seed=100 + seed, units=UNITS, every=DDP_EVERY)
+        spec = rank_casebook.group_spec(compression, seed=100 + seed, units=UNITS, every=every)
         with tempfile.TemporaryDirectory(prefix="zoo-calibrate-") as folder:
             rank_casebook.train_group(spec, Path(folder))
             for rank, index in itertools.product(range(spec.distributed.nodes), range(UNITS)):
@@ -105,10 +112,13 @@ def measure_ddp(
                 following = RankUnit.load(unit_path(folder, index + 1, rank))
                 for host in others:
                     pairs += 1
-                    needed, rerun = rank_casebook.rerun_needs(spec, bundle, host)
-                    payload = [max(a, b) for a, b in zip(payload, needed, strict=True)]
+                    needed, inside, rerun = rank_casebook.rerun_needs(spec, bundle, host)
+                    for step, need in enumerate(needed):
+                        at = step % DDP_RESIDUAL_EVERY  # residuals are taken up at multiples
+                        payload[at] = max(payload[at], need)
                     gaps = start_gaps(rerun, following)
-                    trainer, residual = max(trainer, gaps[0]), max(residual, gaps[1])
+                    trainer = max(trainer, gaps[0])
+                    residual = max(residual, gaps[1], *inside)
         print(
             f"ddp {compression} seed {seed}: payload {max(payload):.3g}, "
             f"trainer {trainer:.3g}, residual {residual:.3g}",

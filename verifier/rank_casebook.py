@@ -32,7 +32,7 @@ from marketplace.protocol.round_signatures import RoundSigners
 from marketplace.protocol.spec import JobSpec, parse_spec
 from marketplace.protocol.units import is_last_unit
 from node.distributed.compression import Compressor, Payload
-from node.distributed.ddp import replay_ddp_unit
+from node.distributed.ddp import kept_in, replay_ddp_unit
 from node.distributed.diloco import DilocoConfig, following_round, rerun_diloco_unit, round_vector
 from node.distributed.exchange import (
     ReplayExchange,
@@ -47,7 +47,7 @@ from node.distributed.rank_unit import rank_class
 from node.distributed.signing import local_signing
 from verifier import casebook
 from verifier.group_records import member_view
-from verifier.rank_recompute import round_rerun
+from verifier.rank_recompute import round_rerun, state_gap
 from verifier.trajectory import Segment, StateSource, segment_drift
 
 SPECS = Path(__file__).resolve().parents[1] / "node" / "specs"
@@ -184,12 +184,16 @@ def provide(
     assert loaded.rounds is not None, "a ddp bundle"
     config = group_config(spec)
     exchange = _Providing(start.rank, config, loaded.rounds, tamper)
+    residuals: list[torch.Tensor] = []
     with rank_host(host) as threads:
-        following = replay_ddp_unit(trains or spec, config, start, exchange, threads)
+        following = replay_ddp_unit(
+            trains or spec, config, start, exchange, threads, kept_in(residuals)
+        )
         execution = rank_class(spec, threads).to_dict()
     payload = b"".join(exchange.sent)
     weights = following.trainer["model"] if is_last_unit(spec, loaded.unit.round_) else None
-    made = rank_bundle(loaded.unit, payload, weights, exchange.recorded, execution)
+    recorded = exchange.recorded
+    made = rank_bundle(loaded.unit, payload, weights, recorded, execution, residuals=residuals)
     return update_sha256(payload), made
 
 
@@ -508,16 +512,26 @@ def needed_slack(
     return high
 
 
-def rerun_needs(spec: JobSpec, bundle: bytes, host: str) -> tuple[list[float], RankUnit]:
-    """The slack every step of the bundle's unit needs when a verifier in class `host` re-runs
-    it, and where that re-run leaves the rank."""
+def rerun_needs(
+    spec: JobSpec, bundle: bytes, host: str
+) -> tuple[list[float], list[float], RankUnit]:
+    """When a verifier in class `host` re-runs the bundle's unit: the slack every step needs,
+    how far each residual the unit commits inside it is from the re-run's (which goes on from
+    the committed one, as a verifier's does: `rank_recompute.replay_within`), and where the
+    re-run leaves the rank."""
     loaded = load_rank_bundle(bundle)
     assert loaded.rounds is not None
     config = group_config(spec)
     exchange = NeededSlack(loaded.unit.rank, config, loaded.rounds, _steps(bundle))
+    gaps: list[float] = []
+
+    def measured(index: int, residual: torch.Tensor) -> torch.Tensor:
+        gaps.append(state_gap(residual, loaded.residuals[index]))
+        return loaded.residuals[index].clone()
+
     with rank_host(host) as threads:
-        following = replay_ddp_unit(spec, config, loaded.unit, exchange, threads)
-    return exchange.needed, following
+        following = replay_ddp_unit(spec, config, loaded.unit, exchange, threads, measured)
+    return exchange.needed, gaps, following
 
 
 def local_signers(spec: JobSpec) -> RoundSigners:

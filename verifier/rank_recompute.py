@@ -41,6 +41,7 @@ from marketplace.protocol import trace
 from marketplace.protocol.checkpoint import Checkpoint
 from marketplace.protocol.execution import ExecutionClass, ExecutionClassError
 from marketplace.protocol.rank_bundle import (
+    DDP_RESIDUAL_EVERY,
     RankBundle,
     RankUnit,
     RecordedRound,
@@ -48,7 +49,6 @@ from marketplace.protocol.rank_bundle import (
     update_sha256,
 )
 from marketplace.protocol.round_signatures import RoundSigners
-from marketplace.protocol.spec import MAX_DDP_UNIT_STEPS
 from marketplace.protocol.units import is_last_unit
 from marketplace.storage import StorageError
 from node.distributed.ddp import replay_ddp_unit
@@ -56,7 +56,7 @@ from node.distributed.diloco import DilocoConfig, following_round, local_steps, 
 from node.distributed.exchange import RankCheat, TolerantReplay, rms
 from node.distributed.group import DistributedConfigError, GroupConfig, rank_trainer
 from node.distributed.job import first_unit, group_config, run_rank_unit
-from node.distributed.rank_unit import inputs_problem, rank_threads
+from node.distributed.rank_unit import inputs_problem, rank_threads, residuals_problem
 from node.engine import JobSpec
 from node.engine.unit import SegmentSink
 from verifier.errors import VerifierError
@@ -106,12 +106,13 @@ class RankTolerance(NamedTuple):
 def rank_tolerance(tolerance: Tolerance | None = None) -> RankTolerance:
     """How far a rank of another class may be from a verifier's re-run: the bounds of the
     calibrated table (scripts/calibrate_rank_verification.py). ValueError for a table that
-    did not measure ddp units as long as a spec may ask for: its bounds would not hold."""
+    measured ddp steps over fewer steps than a rank's re-run goes between committed residuals:
+    its bounds would not hold."""
     tolerance = tolerance or Tolerance.load(RANK_TOLERANCE_FILE, RANK_MEASURES)
-    if (steps := len(tolerance.measured["payload"])) < MAX_DDP_UNIT_STEPS:
+    if (steps := len(tolerance.measured["payload"])) < DDP_RESIDUAL_EVERY:
         raise ValueError(
-            f"the rank table measured {steps}-step ddp units, and a spec's may have "
-            f"{MAX_DDP_UNIT_STEPS} steps"
+            f"the rank table measured ddp re-runs of {steps} steps, and one goes "
+            f"{DDP_RESIDUAL_EVERY} steps between committed residuals"
         )
     rounds = Tolerance(
         {m: tolerance.measured[key] for key, m in ROUND_MEASURES.items()},
@@ -179,7 +180,7 @@ def judge_rank(
             False,
             f"the bundle holds rank {unit.rank} unit {unit.round_}, not {slot} unit {index}",
         )
-    problem = inputs_problem(spec, unit)
+    problem = inputs_problem(spec, unit) or _residuals_problem(spec, config, loaded)
     if problem is not None:
         return RankJudgement(False, problem)
     if update_sha256(payload) != committed:
@@ -226,6 +227,8 @@ def judge_rank(
         return RankJudgement(False, "the re-run unit sends a different payload", recomputed)
     if diloco and rerun.segments != [_without_cid(s) for s in loaded.segments or ()]:
         return RankJudgement(False, "the re-run round commits to other segments", recomputed)
+    if not all(map(torch.equal, rerun.residuals, loaded.residuals)):
+        return RankJudgement(False, "the re-run unit commits to other residuals", recomputed)
     misplaced = _misplaced_start(spec, config, unit, before)
     if misplaced is not None:
         return RankJudgement(False, misplaced, recomputed)
@@ -328,6 +331,11 @@ def _without_cid(segment: Any) -> Any:
     )
 
 
+def _residuals_problem(spec: JobSpec, config: GroupConfig, bundle: RankBundle) -> str | None:
+    """Why the residuals a bundle commits inside its unit are not those its rank commits."""
+    return residuals_problem(spec, bundle.residuals, len(config.residual_steps(spec)))
+
+
 def recorded_class(bundle: RankBundle) -> str | None:
     """The id of the class a bundle records; None when it records none well-formed."""
     try:
@@ -350,9 +358,7 @@ def _judge_within(
     if own is None or bundle.rounds is None:
         return RankJudgement(False, "the payload does not split into the unit's steps")
     try:
-        following = replay_within(
-            spec, config, bundle.unit, bundle.rounds, own.sent, tolerance.payload
-        )
+        following = replay_within(spec, config, bundle, own.sent, tolerance)
     except RankCheat as exc:
         return RankJudgement(False, f"the re-run does not explain the committed payload: {exc}")
     # e.g. a recorded payload that does not parse (CompressionError)
@@ -476,16 +482,30 @@ def round_rerun(
 def replay_within(
     spec: JobSpec,
     config: GroupConfig,
-    unit: RankUnit,
-    rounds: list[RecordedRound],
+    bundle: RankBundle,
     sent: list[bytes],
-    slack: float,
+    tolerance: RankTolerance,
 ) -> RankUnit:
-    """Re-run a ddp unit judging each step's payload in `sent` within `slack` (RankCheat at the
-    first it does not explain); where the unit leaves the rank."""
-    return replay_ddp_unit(
-        spec, config, unit, TolerantReplay(unit.rank, config, rounds, sent, slack)
-    )
+    """Re-run a ddp bundle's unit judging each step's payload in `sent` within the tolerance's
+    slack, and each residual the bundle commits inside the unit within its residual gap, going
+    on from the committed one (RankCheat at the first it does not explain); where the unit
+    leaves the rank."""
+    assert bundle.rounds is not None  # a ddp bundle's
+    unit, ends = bundle.unit, config.residual_steps(spec)
+
+    def judged(index: int, residual: torch.Tensor) -> torch.Tensor:
+        committed = bundle.residuals[index]
+        gap = state_gap(residual, committed)
+        if gap > tolerance.residual:
+            step = config.unit_rounds(spec, unit.round_)[ends[index] - 1]
+            raise RankCheat(
+                f"round {step}: the residual committed after it is {gap:.3g} of its RMS from "
+                f"the re-run's (bound {tolerance.residual:.3g})"
+            )
+        return committed.clone()
+
+    exchange = TolerantReplay(unit.rank, config, bundle.rounds, sent, tolerance.payload)
+    return replay_ddp_unit(spec, config, unit, exchange, at_residual=judged)
 
 
 def _misplaced_start(
@@ -576,15 +596,13 @@ def _where_unit_leaves(
     tolerance, if given); Unrebuilt when it fails its own verification."""
     if before.rounds is None:
         raise Unrebuilt("its bundle records none of its steps")
-    problem = _members_problem(config, before.rounds)
+    problem = _members_problem(config, before.rounds) or _residuals_problem(spec, config, before)
     sent = member_view(before.payload, before.rounds)
     if problem is not None or sent is None:
         raise Unrebuilt(problem or "its payload does not split into its steps")
     with _rebuilding():
         if tolerance is not None:
-            return replay_within(
-                spec, config, before.unit, before.rounds, sent.sent, tolerance.payload
-            )
+            return replay_within(spec, config, before, sent.sent, tolerance)
         rerun = run_rank_unit(spec, config, before.unit, before.rounds)
         if rerun.sha256 != commitment or rerun.following is None:
             raise Unrebuilt("its re-run sends another payload than it committed")

@@ -11,13 +11,18 @@ bytes, or names the rank that sent something else. The unit's state hash is the 
 sha256 (`update_sha256`), the rank's commitment. A rank's last bundle also holds the group's
 trained model: every rank ends with the same weights, so the result is what all slots' last
 units agree on.
+
+A ddp rank with error feedback also commits its residual every `DDP_RESIDUAL_EVERY` steps
+inside its unit: a verifier of another class takes it up there, so its re-run's residual,
+which carries every step's rounding into the next, never drifts further from the rank's than
+over the steps its bounds were measured on.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
@@ -29,6 +34,10 @@ from marketplace.protocol.tagged import dump_tagged, load_tagged
 from marketplace.protocol.units import RANK_BUNDLES, UnitFormatError
 
 _RANK_UNIT_TAG = "zoo-compute/rank-inputs-v1"  # a rank's saved inputs, on its provider's disk
+# a ddp rank's residual is committed after every this many steps of its unit (not at its end,
+# where the next unit's inputs hold it): the stretch the rank table measures
+# (scripts/calibrate_rank_verification.py)
+DDP_RESIDUAL_EVERY = 20
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,9 @@ class RankBundle(NamedTuple):
     # ends in, which the provider pins; a verifier of another class judges the round by them.
     # None in ddp and in bundles that record none
     segments: list[dict[str, Any]] | None = None
+    # ddp with error feedback: the rank's residual after each `DDP_RESIDUAL_EVERY` steps of
+    # the unit, before its end; (N,) tensors, their form checked where they are used
+    residuals: tuple[torch.Tensor, ...] = ()
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> RankBundle:
@@ -116,6 +128,9 @@ class RankBundle(NamedTuple):
             raise UnitFormatError("a rank bundle's weights are not a map of tensors")
         recorded = fields.get("rounds")
         rounds = None if recorded is None else [_recorded_round(r) for r in _list(recorded)]
+        residuals = _list(fields.get("residuals", []))
+        if not all(isinstance(r, torch.Tensor) for r in residuals):
+            raise UnitFormatError("a rank bundle's residuals are not tensors")
         unit = RankUnit.from_fields(fields)
         return cls(
             unit,
@@ -124,6 +139,7 @@ class RankBundle(NamedTuple):
             rounds,
             fields.get("execution"),
             fields.get("segments"),
+            tuple(residuals),
         )
 
 
@@ -139,10 +155,12 @@ def rank_bundle(
     rounds: list[RecordedRound] | None = None,
     execution: dict[str, Any] | None = None,
     segments: list[dict[str, Any]] | None = None,
+    residuals: Sequence[torch.Tensor] = (),
 ) -> bytes:
     """What a group job's unit pins: the rank's inputs and the payloads it sent, the unit's
-    exchanges, in DiLoCo the round's segment records, and the class it ran in; the last
-    unit's also holds the trained model, the job's result."""
+    exchanges, in DiLoCo the round's segment records, in ddp the residuals it committed inside
+    the unit, and the class it ran in; the last unit's also holds the trained model, the
+    job's result."""
     return dump_tagged(
         RANK_BUNDLES.tag,
         {
@@ -163,6 +181,7 @@ def rank_bundle(
             ],
             "execution": execution,
             "segments": segments,
+            "residuals": list(residuals),
         },
     )
 

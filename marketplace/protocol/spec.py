@@ -37,9 +37,6 @@ logger = logging.getLogger(__name__)
 # A spec is a page of YAML; one that is longer is not read, wherever it comes from.
 MAX_SPEC_BYTES = 100_000
 VOCAB_SIZE = 256  # without a tokenizer every data source is a byte stream: one id per byte
-# a ddp rank commits no state inside its unit, so a verifier of another class judges the whole
-# unit within bounds measured on units this long (scripts/calibrate_rank_verification.py)
-MAX_DDP_UNIT_STEPS = 20
 
 
 class SpecError(ValueError):
@@ -755,19 +752,6 @@ class JobSpec(_Section, _LeavesOutUnset):
                 "distributed.diloco.inner_steps ({inner}) must divide checkpoint.every "
                 "({every}): a work unit is whole rounds",
                 {"inner": inner, "every": self.checkpoint.every},
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _ddp_unit_verifiable(self) -> JobSpec:
-        if self.distributed.strategy == "ddp" and self.checkpoint.every > MAX_DDP_UNIT_STEPS:
-            raise PydanticCustomError(
-                "ddp_unit_too_long",
-                "a ddp unit is at most {most} steps (checkpoint.every is {every}): a ddp rank "
-                "commits nothing inside its unit, and verifiers of another hardware class judge "
-                "it within bounds measured on units that long; for longer units use strategy "
-                "diloco, whose rounds commit their states every few steps",
-                {"most": MAX_DDP_UNIT_STEPS, "every": self.checkpoint.every},
             )
         return self
 

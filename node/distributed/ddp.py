@@ -7,10 +7,11 @@ played back.
 """
 
 # Without `from __future__ import annotations`: DDP checks a hook's annotations at run time.
+import functools
 import itertools
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,6 +23,7 @@ from marketplace.protocol.rank_bundle import RankUnit, RecordedRound
 from marketplace.protocol.spec import JobSpec
 from node.engine.train import Trainer
 
+from .compression import ErrorFeedback
 from .exchange import Exchange, ReplayExchange, TolerantReplay
 from .group import (
     Delay,
@@ -34,9 +36,13 @@ from .group import (
     rank_trainer,
     spawn,
 )
-from .rank_unit import rank_threads, restore, save_unit_inputs
+from .rank_unit import keep_residual, rank_threads, restore, save_unit_inputs
 
 logger = logging.getLogger(__name__)
+
+# the rank's residual after one of its unit's residual steps (GroupConfig.residual_steps; its
+# index among them) -> the residual the unit goes on with
+AtResidual = Callable[[int, torch.Tensor], torch.Tensor]
 
 
 class StepExchange:
@@ -139,6 +145,27 @@ def ddp_steps(trainer: Trainer, steps: int) -> list[float]:
     return losses
 
 
+def ddp_unit(
+    spec: JobSpec,
+    config: GroupConfig,
+    trainer: Trainer,
+    feedback: ErrorFeedback | None,
+    at_residual: AtResidual | None = None,
+) -> list[float]:
+    """A rank's ddp unit: its steps (`ddp_steps`) and their losses. After each of its residual
+    steps, `at_residual` gets the rank's residual (to commit it, or to judge a committed one)
+    and gives the one the unit goes on with."""
+    losses: list[float] = []
+    done = 0
+    for index, step in enumerate(config.residual_steps(spec)):
+        losses += ddp_steps(trainer, step - done)
+        done = step
+        if at_residual is not None and feedback is not None:
+            assert feedback.residual is not None  # the rank has sent since the unit began
+            feedback.residual = at_residual(index, feedback.residual)
+    return losses + ddp_steps(trainer, config.steps_per_unit(spec) - done)
+
+
 def ddp_rank(
     rank: int,
     ranks: int,
@@ -165,7 +192,10 @@ def ddp_rank(
                 save_unit_inputs(config.updates_dir, rank, index, trainer, exchange.feedback)
             if index == units:
                 break
-            losses = ddp_steps(trainer, every)
+            keep = None
+            if config.updates_dir is not None:
+                keep = functools.partial(keep_residual, config.updates_dir, rank, index)
+            losses = ddp_unit(spec, config, trainer, exchange.feedback, keep)
             train_losses.append(sum(losses) / len(losses))
             eval_losses.append(trainer.evaluate(eval_batches) if rank == 0 else float("nan"))
     logger.info("rank %d done: eval loss %.4f", rank, eval_losses[-1])
@@ -174,12 +204,24 @@ def ddp_rank(
 
 def rerun_ddp_unit(
     spec: JobSpec, config: GroupConfig, unit: RankUnit, rounds: list[RecordedRound]
-) -> tuple[bytes, RankUnit]:
+) -> tuple[bytes, RankUnit, list[torch.Tensor]]:
     """What the rank sent in its unit, re-run from its inputs and the unit's recorded rounds,
-    and where the unit leaves it: the inputs of its next unit."""
+    where the unit leaves it (the inputs of its next unit), and the residuals it commits."""
     exchange = ReplayExchange(unit.rank, config, rounds)
-    following = replay_ddp_unit(spec, config, unit, exchange)
-    return b"".join(exchange.sent), following
+    residuals: list[torch.Tensor] = []
+    following = replay_ddp_unit(spec, config, unit, exchange, at_residual=kept_in(residuals))
+    return b"".join(exchange.sent), following, residuals
+
+
+def kept_in(residuals: list[torch.Tensor]) -> AtResidual:
+    """An `AtResidual` that keeps a copy of each residual in `residuals` and goes on with it:
+    the residuals a rank commits."""
+
+    def keep(index: int, residual: torch.Tensor) -> torch.Tensor:
+        residuals.append(residual.clone())
+        return residual
+
+    return keep
 
 
 def replay_ddp_unit(
@@ -188,14 +230,16 @@ def replay_ddp_unit(
     unit: RankUnit,
     exchange: ReplayExchange | TolerantReplay,
     threads: int = 1,
+    at_residual: AtResidual | None = None,
 ) -> RankUnit:
     """Re-run the rank's unit from its inputs on `threads` threads, its exchanges played back by
-    `exchange`; where the unit leaves the rank."""
+    `exchange` and its residuals handed to `at_residual` (`ddp_unit`); where the unit leaves
+    the rank."""
     with rank_threads():
         trainer, _ = rank_trainer(spec, unit.rank, threads)
         restore(unit, trainer, exchange.feedback)
         with ddp_group():
             wrap(trainer, exchange)
-            ddp_steps(trainer, config.steps_per_unit(spec))
+            ddp_unit(spec, config, trainer, exchange.feedback, at_residual)
         residual = None if exchange.feedback is None else exchange.feedback.residual
         return RankUnit(unit.rank, unit.round_ + 1, trainer.state(), residual)

@@ -69,6 +69,11 @@ class DilocoConfig(GroupConfig):
     def unit_rounds(self, spec: JobSpec, index: int) -> range:
         return range(index, index + 1)
 
+    def residual_steps(self, spec: JobSpec) -> range:
+        """None: a round's residual changes only at its one exchange, and its local steps
+        commit segments (`segment_ends`)."""
+        return range(0)
+
     def segment_ends(self, spec: JobSpec, index: int) -> list[int]:
         """The steps at which round `index` commits to a segment (`local_round`)."""
         steps = self.steps_per_unit(spec)

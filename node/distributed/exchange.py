@@ -272,7 +272,8 @@ class TolerantReplay:
     residual then takes what the committed payload left out, and the step aggregates what the
     members sent, as recorded, so the re-run stays on the group's trajectory rather than
     drifting from it. Error feedback still carries each step's rounding into the next, so the
-    slack holds for units as long as the ones it was measured on (MAX_DDP_UNIT_STEPS)."""
+    slack holds only over as many steps as it was measured on: the re-run takes up the rank's
+    committed residual every DDP_RESIDUAL_EVERY steps (verifier.rank_recompute.replay_within)."""
 
     def __init__(
         self,

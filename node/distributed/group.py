@@ -21,6 +21,7 @@ from torch.nn.utils import parameters_to_vector
 
 from marketplace.errors import ZooError
 from marketplace.processes import free_port
+from marketplace.protocol.rank_bundle import DDP_RESIDUAL_EVERY
 from marketplace.protocol.spec import JobSpec
 from node.engine.data import Sampler, load_corpora
 from node.engine.devices import group_device, place
@@ -89,6 +90,14 @@ class GroupConfig:
         """The exchanges a rank's unit `index` takes part in; ddp exchanges at every step."""
         steps = self.steps_per_unit(spec)
         return range(index * steps, (index + 1) * steps)
+
+    def residual_steps(self, spec: JobSpec) -> range:
+        """The steps into a ddp unit after which its rank commits its error-feedback residual
+        (rank_bundle.DDP_RESIDUAL_EVERY); none without error feedback, which carries nothing
+        from one step into the next."""
+        if not self.error_feedback:
+            return range(0)
+        return range(DDP_RESIDUAL_EVERY, self.steps_per_unit(spec), DDP_RESIDUAL_EVERY)
 
     @property
     def round_signing(self) -> RoundSigning:

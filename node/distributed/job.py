@@ -26,7 +26,14 @@ from .group import (
     join_and_run,
     rank_trainer,
 )
-from .rank_unit import RankUpdate, kept_segments, rank_class, rank_threads, unit_path
+from .rank_unit import (
+    RankUpdate,
+    kept_residuals,
+    kept_segments,
+    rank_class,
+    rank_threads,
+    unit_path,
+)
 
 
 def group_config(
@@ -122,25 +129,27 @@ def run_rank_unit(
     """Re-run one rank's unit from its inputs (and, in ddp, the unit's recorded rounds): what
     it should have sent, the hash it should have committed and, in DiLoCo, the segments, which
     `on_segment` receives with their states."""
-    following, segments = None, None
     if isinstance(config, DilocoConfig):
         payload, segments = rerun_diloco_unit(spec, config, unit, on_segment=on_segment)
-    else:
-        if rounds is None:
-            raise ValueError("a ddp unit is re-run from the rounds it took part in")
-        payload, following = rerun_ddp_unit(spec, config, unit, rounds)
-    return RankUpdate(payload, update_sha256(payload), following, segments)
+        return RankUpdate(payload, update_sha256(payload), segments=segments)
+    if rounds is None:
+        raise ValueError("a ddp unit is re-run from the rounds it took part in")
+    payload, following, residuals = rerun_ddp_unit(spec, config, unit, rounds)
+    return RankUpdate(payload, update_sha256(payload), following, residuals=residuals)
 
 
 def rank_bundle_bytes(spec: JobSpec) -> int:
     """The most bytes an honest rank bundle of `spec`'s group can take: two checkpoints' (the
     rank's trainer and, in the last unit, the trained model; the room covers its residual and
-    outer momentum, and the members' signatures) and every exchange of a unit, its own payload
-    and each member's. Reading one stops past this, whoever committed it."""
+    outer momentum, and the members' signatures), every exchange of a unit, its own payload
+    and each member's, and in ddp the residuals committed inside the unit (each with a few KiB
+    for its framing). Reading one stops past this, whoever committed it."""
     config = group_config(spec)
     exchanges = len(config.unit_rounds(spec, 0))
-    payload = config.compressor.payload_bytes(parameter_count(spec))
-    return 2 * checkpoint_bytes(spec) + exchanges * (config.ranks + 1) * payload
+    numel = parameter_count(spec)
+    payload = config.compressor.payload_bytes(numel)
+    residuals = len(config.residual_steps(spec)) * (4 * numel + 4096)
+    return 2 * checkpoint_bytes(spec) + exchanges * (config.ranks + 1) * payload + residuals
 
 
 def first_unit(spec: JobSpec, rank: int) -> RankUnit:
@@ -162,8 +171,9 @@ def unit_bundle(
     """The commitment and rank bundle of `rank`'s unit `index` from its `updates_dir`: its
     inputs and payloads; every exchange's members and what they sent (a ddp unit's steps, a
     DiLoCo round's one); in DiLoCo the round's segment records, each naming the state it ends
-    in by the CID `pin` gives its bytes; and the class it trained in (this node's CPU). The
-    last unit's also holds the trained model."""
+    in by the CID `pin` gives its bytes; in ddp the residuals committed inside the unit; and
+    the class it trained in (this node's CPU). The last unit's also holds the trained
+    model."""
     rounds = config.unit_rounds(spec, index)
     payload = sent_in(updates_dir, rounds, rank)
     inputs = RankUnit.load(unit_path(updates_dir, index, rank))
@@ -172,12 +182,14 @@ def unit_bundle(
     )
     # ddp steps are re-run from the others' payloads; a DiLoCo round's make the next one's start
     recorded = [recorded_round(updates_dir, r) for r in rounds]
-    segments = None
+    segments, residuals = None, []
     if isinstance(config, DilocoConfig):
         segments = [
             record | {"cid": pin(state.read_bytes())}
             for record, state in kept_segments(updates_dir, index, rank)
         ]
+    else:
+        residuals = kept_residuals(updates_dir, index, rank, len(config.residual_steps(spec)))
     execution = rank_class(spec).to_dict()
-    bundle = rank_bundle(inputs, payload, weights, recorded, execution, segments)
+    bundle = rank_bundle(inputs, payload, weights, recorded, execution, segments, residuals)
     return update_sha256(payload), bundle

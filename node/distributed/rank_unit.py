@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, cast
@@ -32,15 +32,35 @@ def inputs_problem(spec: JobSpec, unit: RankUnit) -> str | None:
     """Why a rank bundle's inputs are not what a rank saves, told before anything is run from
     them (a verifier's re-run, a successor's take-over); None when they are. The error feedback
     residual and outer momentum are each absent or a finite float32 vector over the model's
-    parameters: a run adds them to such a vector, so any other shape is broadcast, and a
-    residual of (M, 1) makes an (M, N) vector that runs the machine out of memory."""
-    numel = parameter_count(spec)
+    parameters (`_vector_problem`)."""
     for name, held in (("residual", unit.residual), ("momentum", unit.momentum)):
-        if held is not None and not (
-            held.dtype == torch.float32 and held.shape == (numel,) and bool(held.isfinite().all())
-        ):
-            return f"the unit's {name} is not a finite float32 vector of {numel} parameters"
+        problem = None if held is None else _vector_problem(spec, f"the unit's {name}", held)
+        if problem is not None:
+            return problem
     return None
+
+
+def residuals_problem(spec: JobSpec, residuals: Sequence[torch.Tensor], count: int) -> str | None:
+    """Why the residuals a ddp bundle commits inside its unit are not the `count` finite
+    float32 vectors over the model's parameters a rank commits (`GroupConfig.residual_steps`);
+    None when they are."""
+    if len(residuals) != count:
+        return f"the bundle commits {len(residuals)} residuals inside its unit, not {count}"
+    for number, residual in enumerate(residuals, 1):
+        problem = _vector_problem(spec, f"residual {number} of the unit", residual)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _vector_problem(spec: JobSpec, name: str, held: torch.Tensor) -> str | None:
+    """Why `held` is not a finite float32 vector over the model's parameters: a run adds it to
+    such a vector, so any other shape is broadcast, and one of (M, 1) makes an (M, N) vector
+    that runs the machine out of memory."""
+    numel = parameter_count(spec)
+    if held.dtype == torch.float32 and held.shape == (numel,) and bool(held.isfinite().all()):
+        return None
+    return f"{name} is not a finite float32 vector of {numel} parameters"
 
 
 def restore(unit: RankUnit, trainer: Trainer, feedback: ErrorFeedback | None) -> None:
@@ -63,6 +83,26 @@ def save_unit_inputs(
     RankUnit(rank, index, trainer.state(), residual, momentum).save(
         unit_path(updates_dir, index, rank)
     )
+
+
+def keep_residual(
+    updates_dir: str | os.PathLike[str], rank: int, index: int, number: int, residual: torch.Tensor
+) -> torch.Tensor:
+    """Keep the residual the rank's ddp unit `index` commits after its residual step `number`
+    (to bundle it), and go on with it."""
+    path = unit_path(updates_dir, index, rank).with_name(f"rank-{rank}-residual-{number:04d}.pt")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(residual.clone(), path)
+    return residual
+
+
+def kept_residuals(
+    updates_dir: str | os.PathLike[str], index: int, rank: int, count: int
+) -> list[torch.Tensor]:
+    """The `count` residuals the rank's ddp unit `index` committed inside it, in order."""
+    folder = unit_path(updates_dir, index, rank).parent
+    paths = [folder / f"rank-{rank}-residual-{number:04d}.pt" for number in range(count)]
+    return [torch.load(path, weights_only=True) for path in paths]
 
 
 def save_segment(
@@ -102,6 +142,8 @@ class RankUpdate(NamedTuple):
     following: RankUnit | None = None
     # DiLoCo: the records of the segments the round committed to (protocol.trace)
     segments: list[dict[str, Any]] | None = None
+    # ddp: the residuals the unit commits inside it (GroupConfig.residual_steps)
+    residuals: Sequence[torch.Tensor] = ()
 
 
 def unit_path(updates_dir: str | os.PathLike[str], index: int, rank: int) -> Path:

@@ -37,3 +37,30 @@ def test_a_ddp_spec_without_settings_gets_the_plain_all_reduce() -> None:
 def test_a_single_node_spec_has_no_group() -> None:
     with pytest.raises(DistributedConfigError, match="single"):
         group_config(load_spec("node/specs/tiny.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("strategy", "every", "error_feedback", "steps"),
+    [
+        ("ddp", 20, True, []),
+        ("ddp", 25, True, [20]),
+        ("ddp", 60, True, [20, 40]),
+        ("ddp", 60, False, []),  # nothing carries from one step into the next
+        ("diloco", 60, True, []),  # a round commits segments instead
+    ],
+)
+def test_a_ddp_rank_commits_its_residual_every_20_steps_inside_its_unit(
+    strategy, every, error_feedback, steps
+) -> None:
+    raw = load_spec("node/specs/tiny.yaml").model_dump(mode="json")
+    raw["distributed"] = {
+        "nodes": 3,
+        "strategy": strategy,
+        "compression": {"ratio": 0.1, "bits": 8, "error_feedback": error_feedback},
+    }
+    if strategy == "diloco":
+        raw["distributed"]["diloco"] = {"inner_steps": every}
+    raw["checkpoint"]["every"] = every
+    raw["training"]["max_steps"] = 2 * every
+    spec = parse_spec(raw)
+    assert list(group_config(spec).residual_steps(spec)) == steps

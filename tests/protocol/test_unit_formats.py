@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import save
 
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError, state_hash
-from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, rank_bundle
+from marketplace.protocol.rank_bundle import RankUnit, RecordedRound, load_rank_bundle, rank_bundle
 from marketplace.protocol.spec import load_spec, parse_spec
-from marketplace.protocol.tagged import MAX_HEADER_BYTES
+from marketplace.protocol.tagged import MAX_HEADER_BYTES, dump_tagged, load_tagged
 from marketplace.protocol.units import (
     CHECKPOINTS,
     RANK_BUNDLES,
@@ -108,14 +108,24 @@ def test_a_rank_bundle_round_trips_through_its_bytes():
     unit = RankUnit(1, 2, TRAINER, torch.ones(3), torch.full((3,), 0.5))
     rounds = [RecordedRound([0, 1], [b"a", b"bc"]), RecordedRound([1], [b"d"])]
     weights = {"w": torch.arange(3.0)}
-    data = rank_bundle(unit, b"\x00\x01payload", weights, rounds)
+    residuals = [torch.full((3,), 0.25), torch.full((3,), -1.0)]
+    data = rank_bundle(unit, b"\x00\x01payload", weights, rounds, residuals=residuals)
     fmt, bundle = read_unit(data)
     assert fmt is RANK_BUNDLES
     assert (bundle.unit.rank, bundle.unit.round_) == (1, 2)
     assert bundle.unit.state_hash() == unit.state_hash()
     assert bundle.payload == b"\x00\x01payload" and bundle.rounds == rounds
     assert torch.equal(bundle.weights["w"], weights["w"])
+    assert list(map(torch.equal, bundle.residuals, residuals)) == [True, True]
     assert RANK_BUNDLES.read(data).unit.state_hash() == unit.state_hash()
+
+
+def test_a_rank_bundle_whose_residuals_are_not_tensors_is_no_rank_bundle():
+    fields = load_tagged(rank_bundle(RankUnit(0, 1, TRAINER, None), b"p"), RANK_BUNDLES.tag)
+    for residuals in (["not a tensor"], "none", {"0": torch.zeros(3)}):
+        data = dump_tagged(RANK_BUNDLES.tag, fields | {"residuals": residuals})
+        with pytest.raises(UnitFormatError):
+            load_rank_bundle(data)
 
 
 def test_each_format_reads_the_loss_its_units_report():

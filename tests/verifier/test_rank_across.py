@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from marketplace.protocol.rank_bundle import load_rank_bundle, rank_bundle, update_sha256
-from marketplace.protocol.spec import MAX_DDP_UNIT_STEPS
+from marketplace.protocol.rank_bundle import (
+    DDP_RESIDUAL_EVERY,
+    load_rank_bundle,
+    rank_bundle,
+    update_sha256,
+)
 from node.distributed.rank_unit import rank_class
 from node.engine.environment import Host
 from verifier import rank_casebook
@@ -121,16 +125,17 @@ def test_a_unit_that_does_not_start_where_the_previous_one_ends_fails_within_the
     assert verdict.reason == "the unit does not start where the slot's previous unit ends"
 
 
-def test_the_shipped_table_measured_ddp_units_as_long_as_a_spec_may_ask_for():
-    """Error feedback carries each step's rounding into the next, so a slack holds only for
-    units as long as those it was measured on; a table that measured shorter ones is refused."""
+def test_the_shipped_table_measured_ddp_re_runs_as_long_as_a_rank_goes_between_residuals():
+    """Error feedback carries each step's rounding into the next, so a slack holds only over as
+    many steps as it was measured on; a table that measured fewer than a rank goes between the
+    residuals it commits is refused."""
     shipped = Tolerance.load(RANK_TOLERANCE_FILE, RANK_MEASURES)
-    assert len(shipped.measured["payload"]) == MAX_DDP_UNIT_STEPS
+    assert len(shipped.measured["payload"]) == DDP_RESIDUAL_EVERY
     assert 0 < rank_tolerance(shipped).payload < 1e-2
     measured = dict(shipped.measured)
-    measured["payload"] = measured["payload"][: MAX_DDP_UNIT_STEPS - 1]
-    shorter = f"{MAX_DDP_UNIT_STEPS - 1}-step ddp units"
-    with pytest.raises(ValueError, match=f"{shorter}, and a spec's may have {MAX_DDP_UNIT_STEPS}"):
+    measured["payload"] = measured["payload"][: DDP_RESIDUAL_EVERY - 1]
+    shorter = f"ddp re-runs of {DDP_RESIDUAL_EVERY - 1} steps"
+    with pytest.raises(ValueError, match=f"{shorter}, and one goes {DDP_RESIDUAL_EVERY} steps"):
         rank_tolerance(replace(shipped, measured=measured))
 
 
