@@ -155,3 +155,30 @@ def test_residuals_not_of_a_ranks_form_fail_the_unit_before_anything_runs(
     verdict = judged(group, with_residuals((committed, bundle), made), exact=exact)
     assert verdict.passed is False
     assert words in verdict.reason
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_next_unit_fails_when_its_providers_previous_unit_commits_no_residual(group, exact):
+    """The previous unit fails its own verification, and its provider answers for where it
+    leaves the slot: the next unit's start cannot be checked against it."""
+    spec, _ = group
+    committed, bundle = bundle_of(group)
+    previous = with_residuals(bundle_of(group, index=INDEX - 1), [])
+    own = rank_class(spec).class_id()
+    verdict = judge_rank(
+        spec,
+        RANK,
+        INDEX,
+        committed,
+        bundle,
+        None,
+        previous,
+        reproduces=(lambda _: True) if exact else (lambda class_id: class_id != own),
+        signers=rank_casebook.local_signers(spec),
+        own_previous=True,
+    )
+    assert verdict.passed is False
+    assert verdict.reason == (
+        "the slot's previous unit, the provider's own, cannot be rebuilt: "
+        "the bundle commits 0 residuals inside its unit, not 1"
+    )
