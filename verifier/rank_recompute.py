@@ -20,7 +20,8 @@ bundle holds the trained model the user gets: it must be where the re-run leaves
 
 A verifier that does not reproduce the rank's recorded execution class judges the unit within
 calibrated bounds instead. A ddp unit step by step (`TolerantReplay`): the committed payload
-must be a compression of a vector within the slack of the verifier's own in every entry. A
+must be a compression of a vector within the slack of the verifier's own in every entry, and
+each residual committed inside the unit within a gap of the re-run's, which goes on from it. A
 DiLoCo round by the segments its local steps committed to, as a single node's unit is judged
 (verifier.trajectory), and its payload against what the round's committed end makes (see
 docs/verification.md).
