@@ -1,6 +1,8 @@
 """A ddp rank judged by a verifier of another execution class: an honest rank passes within the
-calibrated slack, which the exact check would have slashed it for, and every cheat still fails.
-Other CPU classes (two threads, oneDNN off) stand in for other hardware."""
+calibrated slack, which the exact check would have slashed it for, and every cheat still fails;
+in a unit longer than the stretch the table measures, the residuals its rank commits inside it
+are judged and taken up. Other CPU classes (two threads, oneDNN off) stand in for other
+hardware."""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ from marketplace.protocol.rank_bundle import (
     rank_bundle,
     update_sha256,
 )
+from node.distributed.exchange import rms
+from node.distributed.job import group_config
 from node.distributed.rank_unit import rank_class
 from node.engine.environment import Host
+from node.engine.limits import parameter_count
 from verifier import rank_casebook
 from verifier.rank_recompute import RANK_MEASURES, RANK_TOLERANCE_FILE, judge_rank, rank_tolerance
 from verifier.recompute import Runner
@@ -47,10 +52,23 @@ def this_verifier(spec):
     return lambda class_id: class_id == own
 
 
+def another_verifier(spec):
+    """Whether a verifier of another class reproduces a class: any but this machine's."""
+    own = rank_class(spec).class_id()
+    return lambda class_id: class_id != own
+
+
+def any_class(class_id: str | None) -> bool:
+    """A verifier that reproduces every class bit for bit: judged by the hash."""
+    return True
+
+
 def judged(group, committed_bundle: tuple[str, bytes], **kwargs):
+    """Judged by this verifier (or one that reproduces what `reproduces` says), against the slot's
+    previous unit as the group committed it (or `previous`)."""
     spec, _ = group
     committed, bundle = committed_bundle
-    previous = bundles(group, index=INDEX - 1)
+    previous = kwargs.pop("previous", None) or bundles(group, index=INDEX - 1)
     return judge_rank(
         spec,
         RANK,
@@ -67,13 +85,17 @@ def judged(group, committed_bundle: tuple[str, bytes], **kwargs):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("host", ["t2", "t1-nodnn"])
-def test_an_honest_rank_of_another_class_passes_where_the_exact_check_fails_it(group, host):
+@pytest.mark.parametrize("units", ["group", "long_group"])  # the latter's commit a residual
+def test_an_honest_rank_of_another_class_passes_where_the_exact_check_fails_it(
+    request, units, host
+):
+    group = request.getfixturevalue(units)
     spec, _ = group
     honest = rank_casebook.provide(spec, bundles(group)[1], host)
     verdict = judged(group, honest)
     assert verdict.passed is True, verdict.reason
     assert verdict.reason == "the re-run explains every committed payload within the slack"
-    exact = judged(group, honest, reproduces=lambda _: True)
+    exact = judged(group, honest, reproduces=any_class)
     assert exact.passed is False  # its bits are not this class's
 
 
@@ -158,3 +180,128 @@ def test_a_verifier_reproduces_the_rank_class_it_re_runs_in_and_those_it_declare
     assert not runner.reproduces_rank(spec, None)
     assert Runner(classes=frozenset({other})).reproduces_rank(spec, other)
     assert runner.rank_tolerance == rank_tolerance()
+
+
+# --- a ddp unit longer than the stretch the table measures ------------------------------------
+
+LONG = DDP_RESIDUAL_EVERY + 5  # steps per unit: one residual committed inside, then 5 more
+
+
+@pytest.fixture(scope="module")
+def long_group(tmp_path_factory):
+    """The shipped ddp spec's compression, 2 units of 25 steps, trained by its 3 ranks here."""
+    spec = rank_casebook.group_spec("random-8bit", units=2, every=LONG)
+    folder = tmp_path_factory.mktemp("long-group")
+    rank_casebook.train_group(spec, folder)
+    return spec, folder
+
+
+def with_residuals(committed_bundle: tuple[str, bytes], residuals) -> tuple[str, bytes]:
+    committed, bundle = committed_bundle
+    loaded = load_rank_bundle(bundle)
+    return committed, rank_bundle(*loaded._replace(residuals=tuple(residuals)))
+
+
+def nudged(residual: torch.Tensor, share: float) -> torch.Tensor:
+    """`residual` moved by `share` of its RMS in every entry."""
+    return residual + share * rms(residual)
+
+
+def test_a_long_ddp_unit_commits_its_residual_after_each_measured_stretch(long_group):
+    spec, _ = long_group
+    assert list(group_config(spec).residual_steps(spec)) == [DDP_RESIDUAL_EVERY]
+    for index in range(2):
+        residuals = load_rank_bundle(bundles(long_group, index=index)[1]).residuals
+        assert [r.shape for r in residuals] == [(parameter_count(spec),)]
+    # the rank's own re-run commits to the very residual: what the rank trained with
+    verdict = judged(long_group, bundles(long_group), reproduces=any_class)
+    assert verdict.passed is True, verdict.reason
+    assert verdict.reason == "the re-run unit sends the committed payload"
+
+
+def test_a_residual_off_by_one_bit_fails_a_verifier_of_the_ranks_own_class(long_group):
+    committed, bundle = bundles(long_group)
+    (residual,) = load_rank_bundle(bundle).residuals
+    off = residual.clone()
+    off[0] = torch.nextafter(off[0], torch.tensor(float("inf")))
+    verdict = judged(long_group, with_residuals((committed, bundle), [off]), reproduces=any_class)
+    assert verdict.passed is False
+    assert verdict.reason == "the re-run unit commits to other residuals"
+
+
+@pytest.mark.slow
+def test_a_residual_of_its_choosing_fails_a_verifier_of_another_class(long_group):
+    """An honest unit of another class, whose committed residual is moved by 2% of its RMS: a
+    residual steers every payload after it, so it is judged before the re-run takes it up."""
+    spec, _ = long_group
+    honest = rank_casebook.provide(spec, bundles(long_group)[1], "t2")
+    (residual,) = load_rank_bundle(honest[1]).residuals
+    verdict = judged(long_group, with_residuals(honest, [nudged(residual, 0.02)]))
+    assert verdict.passed is False
+    step = INDEX * LONG + DDP_RESIDUAL_EVERY - 1
+    assert verdict.reason.startswith(
+        f"the re-run does not explain the committed payload: round {step}: the residual "
+        "committed after it is"
+    )
+
+
+@pytest.mark.slow
+def test_a_cheat_after_the_committed_residual_still_fails(long_group):
+    """Honest up to the residual it commits, then noise of 5% of the update's RMS: the
+    stretch after it is judged from the committed residual as the first is from the start."""
+    spec, _ = long_group
+    calls = iter(range(LONG))
+
+    def late_noise(update: torch.Tensor) -> torch.Tensor:
+        if next(calls) < DDP_RESIDUAL_EVERY:
+            return update
+        return update + rank_casebook.NOISE_RATIO * rms(update) * torch.ones_like(update)
+
+    cheat = rank_casebook.provide(spec, bundles(long_group)[1], "t2", tamper=late_noise)
+    verdict = judged(long_group, cheat)
+    assert verdict.passed is False
+    late = INDEX * LONG + DDP_RESIDUAL_EVERY
+    assert verdict.reason.startswith("the re-run does not explain the committed payload: round")
+    assert int(verdict.reason.split("round ")[1].split(":")[0]) >= late
+
+
+@pytest.mark.parametrize(
+    ("residuals", "words"),
+    [
+        ([], "commits 0 residuals inside its unit, not 1"),
+        (lambda r: [r, r], "commits 2 residuals inside its unit, not 1"),
+        (lambda r: [r[:-1]], "residual 1 of the unit is not a finite float32 vector"),
+        (lambda r: [r.view(-1, 1)], "residual 1 of the unit is not a finite float32 vector"),
+        (lambda r: [r.double()], "residual 1 of the unit is not a finite float32 vector"),
+        (lambda r: [r * float("nan")], "residual 1 of the unit is not a finite float32 vector"),
+    ],
+)
+@pytest.mark.parametrize("exact", [True, False])
+def test_residuals_not_of_a_ranks_form_fail_the_unit_before_anything_runs(
+    long_group, residuals, words, exact
+):
+    spec, _ = long_group
+    committed, bundle = bundles(long_group)
+    (residual,) = load_rank_bundle(bundle).residuals
+    made = residuals(residual) if callable(residuals) else residuals
+    reproduces = any_class if exact else another_verifier(spec)
+    verdict = judged(long_group, with_residuals((committed, bundle), made), reproduces=reproduces)
+    assert verdict.passed is False
+    assert words in verdict.reason
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_next_unit_fails_when_its_providers_previous_unit_commits_no_residual(long_group, exact):
+    """The previous unit fails its own verification, and its provider answers for where it
+    leaves the slot: the next unit's start cannot be checked against it."""
+    spec, _ = long_group
+    previous = with_residuals(bundles(long_group, index=INDEX - 1), [])
+    reproduces = any_class if exact else another_verifier(spec)
+    verdict = judged(
+        long_group, bundles(long_group), previous=previous, own_previous=True, reproduces=reproduces
+    )
+    assert verdict.passed is False
+    assert verdict.reason == (
+        "the slot's previous unit, the provider's own, cannot be rebuilt: "
+        "the bundle commits 0 residuals inside its unit, not 1"
+    )
