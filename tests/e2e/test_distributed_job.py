@@ -113,11 +113,20 @@ def quorum_spec() -> str:
     return yaml.safe_dump(raw)
 
 
+def long_ddp_spec() -> str:
+    """The example ddp job in 2 units of 30 steps: each rank commits its residual after 20
+    steps inside a unit, where a verifier of another class would take it up."""
+    raw = yaml.safe_load(DDP_SPEC.read_text())
+    raw["checkpoint"]["every"] = 30
+    return yaml.safe_dump(raw)
+
+
 def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_path):
     ledger = network.ledger
-    spec = load_spec(DDP_SPEC)
+    text = long_ddp_spec()
+    spec = parse_spec(text)
     with network.storage() as storage:
-        job_id = jobs.submit(ledger, network.user, storage, DDP_SPEC.read_text(), ORDER)
+        job_id = jobs.submit(ledger, network.user, storage, text, ORDER)
         jobs.ChainJob(ledger, network.user, job_id).wait(
             until=JobStatus.RUNNING, auction_timeout=60
         )
@@ -127,17 +136,18 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
             "every rank to commit its units",
         )
         units = {(u["slot"], u["index"]): u for u in committed_units(ledger, job_id)}
-        assert sorted(units) == [(s, i) for s in range(3) for i in range(3)]
-        # A unit is a rank's 20 steps: it pins what every rank sent at each of them, and commits
-        # the hash of its own payloads, back to back.
+        assert sorted(units) == [(s, i) for s in range(3) for i in range(2)]
+        # A unit is a rank's 30 steps: it pins what every rank sent at each of them and its
+        # residual after 20, and commits the hash of its own payloads, back to back.
         bundle = load_rank_bundle(storage.cat(units[2, 1]["cid"]))
-        assert (bundle.unit.rank, bundle.unit.trainer["progress"]["step"]) == (2, 20)
-        assert [r.members for r in bundle.rounds] == [[0, 1, 2]] * 20
+        assert (bundle.unit.rank, bundle.unit.trainer["progress"]["step"]) == (2, 30)
+        assert [r.members for r in bundle.rounds] == [[0, 1, 2]] * 30
         assert bundle.payload == b"".join(r.payloads[2] for r in bundle.rounds)
+        assert [r.shape for r in bundle.residuals] == [bundle.unit.residual.shape]
         # and each payload under its slot's provider's signature, over the job and the step
         holders = [units[s, 1]["provider"] for s in range(3)]
         assert all(
-            round_signer(r.signatures[s], job_id, 20 + step, s, r.payloads[s]) == holders[s]
+            round_signer(r.signatures[s], job_id, 30 + step, s, r.payloads[s]) == holders[s]
             for step, r in enumerate(bundle.rounds)
             for s in range(3)
         )
@@ -161,7 +171,7 @@ def test_a_ddp_job_commits_every_ranks_steps_verifies_and_settles(network, tmp_p
 
         # Every rank applied the same aggregates: all last units hold one model, the job's result.
         cid, digest, _ = jobs.fetch_weights(ledger, storage, job_id, tmp_path / "weights.pt")
-        assert cid == units[0, 2]["cid"]
+        assert cid == units[0, 1]["cid"]
         first = load_rank_bundle(storage.cat(units[0, 0]["cid"])).unit.trainer["model"]
         trained = torch.load(tmp_path / "weights.pt", weights_only=True)
         assert state_hash(trained) == digest
