@@ -106,8 +106,8 @@ class RankTolerance(NamedTuple):
 
 def rank_tolerance(tolerance: Tolerance | None = None) -> RankTolerance:
     """How far a rank of another class may be from a verifier's re-run: the bounds of the
-    calibrated table (scripts/calibrate_rank_verification.py). ValueError for a table that
-    measured ddp steps over fewer steps than a rank's re-run goes between committed residuals:
+    calibrated table (scripts/calibrate_rank_verification.py). ValueError for a table whose
+    ddp payloads were measured over fewer steps than a re-run goes between committed residuals:
     its bounds would not hold."""
     tolerance = tolerance or Tolerance.load(RANK_TOLERANCE_FILE, RANK_MEASURES)
     if (steps := len(tolerance.measured["payload"])) < DDP_RESIDUAL_EVERY:
