@@ -33,8 +33,9 @@ def inputs_problem(spec: JobSpec, unit: RankUnit) -> str | None:
     them (a verifier's re-run, a successor's take-over); None when they are. The error feedback
     residual and outer momentum are each absent or a finite float32 vector over the model's
     parameters (`_vector_problem`)."""
+    numel = parameter_count(spec)
     for name, held in (("residual", unit.residual), ("momentum", unit.momentum)):
-        problem = None if held is None else _vector_problem(spec, f"the unit's {name}", held)
+        problem = None if held is None else _vector_problem(numel, f"the unit's {name}", held)
         if problem is not None:
             return problem
     return None
@@ -46,18 +47,18 @@ def residuals_problem(spec: JobSpec, residuals: Sequence[torch.Tensor], count: i
     None when they are."""
     if len(residuals) != count:
         return f"the bundle commits {len(residuals)} residuals inside its unit, not {count}"
+    numel = parameter_count(spec)
     for number, residual in enumerate(residuals, 1):
-        problem = _vector_problem(spec, f"residual {number} of the unit", residual)
+        problem = _vector_problem(numel, f"residual {number} of the unit", residual)
         if problem is not None:
             return problem
     return None
 
 
-def _vector_problem(spec: JobSpec, name: str, held: torch.Tensor) -> str | None:
-    """Why `held` is not a finite float32 vector over the model's parameters: a run adds it to
-    such a vector, so any other shape is broadcast, and one of (M, 1) makes an (M, N) vector
-    that runs the machine out of memory."""
-    numel = parameter_count(spec)
+def _vector_problem(numel: int, name: str, held: torch.Tensor) -> str | None:
+    """Why `held` is not a finite float32 vector over the model's `numel` parameters: a run
+    adds it to such a vector, so any other shape is broadcast, and one of (M, 1) makes an
+    (M, N) vector that runs the machine out of memory."""
     if held.dtype == torch.float32 and held.shape == (numel,) and bool(held.isfinite().all()):
         return None
     return f"{name} is not a finite float32 vector of {numel} parameters"
@@ -90,7 +91,7 @@ def keep_residual(
 ) -> torch.Tensor:
     """Keep the residual the rank's ddp unit `index` commits after its residual step `number`
     (to bundle it), and go on with it."""
-    path = unit_path(updates_dir, index, rank).with_name(f"rank-{rank}-residual-{number:04d}.pt")
+    path = residual_path(updates_dir, index, rank, number)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(residual.clone(), path)
     return residual
@@ -100,9 +101,14 @@ def kept_residuals(
     updates_dir: str | os.PathLike[str], index: int, rank: int, count: int
 ) -> list[torch.Tensor]:
     """The `count` residuals the rank's ddp unit `index` committed inside it, in order."""
-    folder = unit_path(updates_dir, index, rank).parent
-    paths = [folder / f"rank-{rank}-residual-{number:04d}.pt" for number in range(count)]
+    paths = (residual_path(updates_dir, index, rank, number) for number in range(count))
     return [torch.load(path, weights_only=True) for path in paths]
+
+
+def residual_path(updates_dir: str | os.PathLike[str], index: int, rank: int, number: int) -> Path:
+    """Where a rank keeps the residual its ddp unit `index` commits after its residual step
+    `number`."""
+    return unit_path(updates_dir, index, rank).with_name(f"rank-{rank}-residual-{number:04d}.pt")
 
 
 def save_segment(
