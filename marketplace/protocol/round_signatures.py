@@ -22,6 +22,7 @@ from eth_account.messages import encode_defunct
 
 SIGNATURE_BYTES = 65  # r, s, v
 _DOMAIN = b"zoo-compute/round-payload-v1"
+_LOGIN_DOMAIN = b"zoo-compute/group-store-login-v1"
 
 
 class RoundSigners(NamedTuple):
@@ -47,24 +48,40 @@ def round_digest(job_id: int, round_: int, rank: int, payload: bytes) -> bytes:
     return hashlib.sha256(fields + hashlib.sha256(payload).digest()).digest()
 
 
+def store_login_digest(job_id: int, rank: int, nonce: bytes) -> bytes:
+    """What a rank signs to log in to its group's store as `rank` (node/distributed/store.py):
+    the host's fresh nonce, so a login cannot be replayed into another job, rank or session."""
+    return hashlib.sha256(b"%s|%d|%d|" % (_LOGIN_DOMAIN, job_id, rank) + nonce).digest()
+
+
+def sign_digest(key: bytes, digest: bytes) -> bytes:
+    """The signature of the provider that holds `key` on `digest` (an Ethereum signed message)."""
+    message = encode_defunct(primitive=digest)
+    return bytes(Account.sign_message(message, private_key=key).signature)
+
+
+def digest_signer(digest: bytes, signature: bytes | None) -> str | None:
+    """The address that signed `digest`; None for no signature or one that does not recover
+    (any bytes may arrive here)."""
+    if signature is None or len(signature) != SIGNATURE_BYTES:
+        return None
+    try:
+        return str(Account.recover_message(encode_defunct(primitive=digest), signature=signature))
+    except Exception:  # noqa: BLE001 - eth_keys raises several kinds for malformed signatures
+        return None
+
+
 def sign_round(key: bytes, job_id: int, round_: int, rank: int, payload: bytes) -> bytes:
     """The signature of the rank whose provider holds `key` on its payload for the round."""
-    message = encode_defunct(primitive=round_digest(job_id, round_, rank, payload))
-    return bytes(Account.sign_message(message, private_key=key).signature)
+    return sign_digest(key, round_digest(job_id, round_, rank, payload))
 
 
 def round_signer(
     signature: bytes | None, job_id: int, round_: int, rank: int, payload: bytes
 ) -> str | None:
     """The address that signed `payload` as `rank`'s in the round; None for no signature or
-    one that does not recover (any bytes may arrive here)."""
-    if signature is None or len(signature) != SIGNATURE_BYTES:
-        return None
-    message = encode_defunct(primitive=round_digest(job_id, round_, rank, payload))
-    try:
-        return str(Account.recover_message(message, signature=signature))
-    except Exception:  # noqa: BLE001 - eth_keys raises several kinds for malformed signatures
-        return None
+    one that does not recover."""
+    return digest_signer(round_digest(job_id, round_, rank, payload), signature)
 
 
 def signed_by(

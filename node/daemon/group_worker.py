@@ -7,8 +7,9 @@ the others sent at each step: a rank bundle, see marketplace/protocol/rank_bundl
 commits it as the slot's next unit, so the chain sees the group's progress unit by unit and a
 verifier can re-run any rank's unit.
 
-The group finds itself through the chain: ranks are slot indices, and rank 0's TCPStore
-listens on the endpoint its provider registered with the Staking contract.
+The group finds itself through the chain: ranks are slot indices, and rank 0's store
+(node/distributed/store.py) listens on the endpoint its provider registered with the Staking
+contract.
 
 A rank can be taken over mid-job when the group's rounds have a deadline (the others go on
 with a quorum meanwhile): a provider that won the slot in its re-auction, or this node after
@@ -69,6 +70,7 @@ from node.distributed.job import group_config, rank_bundle_bytes, run_rank, unit
 from node.distributed.quorum import RoundBoard
 from node.distributed.rank_unit import inputs_problem, unit_path
 from node.distributed.signing import RoundSigning
+from node.distributed.store import GroupStore
 from node.engine import DataError
 
 from .journal import Unit
@@ -89,9 +91,9 @@ class GroupFailed(ZooError):
 
 
 def _host_board(host: str, port: int, config: GroupConfig) -> RoundBoard:
-    """The board this node's rank hosts, as its daemon reaches it."""
+    """The board this node's rank hosts, as its daemon reaches it: logged in as rank 0."""
     assert config.deadline_s is not None, "a group whose rounds have a deadline uses a board"
-    store = dist.TCPStore(host, port, is_master=False, timeout=BOARD_TIMEOUT)
+    store = GroupStore(host, port, 0, config.round_signing, BOARD_TIMEOUT)
     return RoundBoard(store, config.ranks, config.fewest_members, config.deadline_s)
 
 

@@ -132,7 +132,7 @@ def train_ddp(
     one process taking the mean gradient of all ranks' batches (and clipping that).
     """
     check_schedule(spec)
-    return collect(spawn(ddp_rank, config, spec, config, tamper, delay))
+    return collect(spawn(ddp_rank, spec, config, tamper, delay))
 
 
 def ddp_steps(trainer: Trainer, steps: int) -> list[float]:

@@ -96,7 +96,7 @@ def train_diloco(
     a rank back before it sends, to play a straggler.
     """
     check_schedule(spec, config.steps_per_unit(spec))
-    return collect(spawn(diloco_rank, config, spec, config, tamper, delay))
+    return collect(spawn(diloco_rank, spec, config, tamper, delay))
 
 
 def diloco_rank(

@@ -3,6 +3,7 @@ otherwise: its settings, its ranks' trainers, and what they report."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -22,14 +23,17 @@ from torch.nn.utils import parameters_to_vector
 from marketplace.errors import ZooError
 from marketplace.processes import free_port
 from marketplace.protocol.rank_bundle import DDP_RESIDUAL_EVERY
+from marketplace.protocol.round_signatures import SIGNATURE_BYTES
 from marketplace.protocol.spec import JobSpec
 from node.engine.data import Sampler, load_corpora
 from node.engine.devices import group_device, place
+from node.engine.limits import parameter_count
 from node.engine.train import Trainer
 
 from .aggregation import Aggregator
 from .compression import Compressor
 from .signing import RoundSigning, local_signing
+from .store import CONTROL_BYTES, GroupStore, StoreHost
 
 if TYPE_CHECKING:
     from .exchange import Exchange
@@ -98,6 +102,16 @@ class GroupConfig:
         if not self.error_feedback:
             return range(0)
         return range(DDP_RESIDUAL_EVERY, self.steps_per_unit(spec), DDP_RESIDUAL_EVERY)
+
+    def store_budget(self, spec: JobSpec) -> int:
+        """Bytes each rank may hold of the group's store (store.py): its posts of two units'
+        rounds (the host keeps a round until every slot committed its unit, `RoundBoard.forget`;
+        a rank that starts again reads the rounds since the last commit), each with room for
+        its parts' keys, and `CONTROL_BYTES` for the rest, rendezvous and counts."""
+        if not self.uses_board:
+            return CONTROL_BYTES
+        post = SIGNATURE_BYTES + self.compressor.payload_bytes(parameter_count(spec)) + 4096
+        return 2 * len(self.unit_rounds(spec, 0)) * post + CONTROL_BYTES
 
     @property
     def round_signing(self) -> RoundSigning:
@@ -201,18 +215,20 @@ def collect(per_rank: list[dict[str, Any]]) -> DistributedResult:
 
 
 def spawn(
-    worker: Callable[..., dict[str, Any]], config: GroupConfig, *args: Any
+    worker: Callable[..., dict[str, Any]], spec: JobSpec, config: GroupConfig, *args: Any
 ) -> list[dict[str, Any]]:
-    """Run `worker(rank, ranks, store, *args)` in `config.ranks` fresh processes of one group.
+    """Run `worker(rank, ranks, store, spec, config, *args)` in `config.ranks` fresh processes
+    of one group.
 
-    `store` is the group's key-value store, which rounds with a deadline exchange through.
+    `store` is the group's key-value store (store.py), which rounds with a deadline exchange
+    through.
 
     Returns each rank's JSON-able report, by rank. A rank that raises makes this raise too.
     Reports come back through files rather than a pipe: a pipe that nobody reads until the
     ranks exit blocks a rank whose report is larger than the pipe's buffer.
     """
     with tempfile.TemporaryDirectory(prefix="zoo-ranks-") as folder:
-        mp.spawn(_run, args=(config, free_port(), worker, args, folder), nprocs=config.ranks)
+        mp.spawn(_run, args=(spec, config, free_port(), worker, args, folder), nprocs=config.ranks)
         return [
             json.loads(Path(folder, f"{rank}.json").read_text()) for rank in range(config.ranks)
         ]
@@ -220,17 +236,19 @@ def spawn(
 
 def _run(
     rank: int,
+    spec: JobSpec,
     config: GroupConfig,
     port: int,
     worker: Callable[..., dict[str, Any]],
     args: tuple[Any, ...],
     folder: str,
 ) -> None:
-    join_and_run(rank, config, "127.0.0.1", port, worker, args, Path(folder, f"{rank}.json"))
+    join_and_run(rank, spec, config, "127.0.0.1", port, worker, args, Path(folder, f"{rank}.json"))
 
 
 def join_and_run(
     rank: int,
+    spec: JobSpec,
     config: GroupConfig,
     host: str,
     port: int,
@@ -241,7 +259,7 @@ def join_and_run(
     keep_board: bool = False,
 ) -> None:
     """Join the group that meets at `host:port` (rank 0 hosts its store), run
-    `worker(rank, ranks, store, *args)` and write its JSON report to `report`.
+    `worker(rank, ranks, store, spec, config, *args)` and write its JSON report to `report`.
 
     Ranks that exchange through gloo form its process group, which needs every rank at once.
     Ranks that use the board need only the store, so one may join late: a rank that takes
@@ -250,73 +268,31 @@ def join_and_run(
     is stopped: a market's rank is done only once its units are committed, and one that
     dropped out after training but before committing is re-run by its successor.
     """
-    if config.uses_board:
-        store = _board(host, port, rank, config.ranks, timeout)
-        report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
-        _leave(store, rank, None if keep_board else config.ranks)
-        return
-    store = dist.TCPStore(host, port, config.ranks, is_master=rank == 0, timeout=timeout)
-    placement = place(store, rank, config.ranks, _asked_device(config, rank))
-    dist.init_process_group(
-        placement.backend,
-        store=store,
-        rank=rank,
-        world_size=config.ranks,
-        timeout=timeout,
-        device_id=placement.device if placement.backend == "nccl" else None,
-    )
-    try:
-        report.write_text(json.dumps(worker(rank, config.ranks, store, *args)))
-        # Ranks finish at their own pace: none tears its connections down while another
-        # still uses them (that aborts the other's process).
-        dist.monitored_barrier(timeout=LEAVE_TIMEOUT)
-    finally:
-        dist.destroy_process_group()
-
-
-def _board(host: str, port: int, rank: int, ranks: int, timeout: timedelta) -> dist.Store:
-    """The store of the group's round board. Its host waits for no one, for the others may
-    join late, or be done already when a successor hosts it. The others connect on first use:
-    a rank that goes through only rounds its group settled before (exchange.settle_round)
-    needs no board, and its host may be gone."""
-    if rank == 0:
-        return dist.TCPStore(
-            host, port, ranks, is_master=True, timeout=timeout, wait_for_workers=False
+    with contextlib.ExitStack() as hosting:
+        if rank == 0:
+            signing = config.round_signing
+            hosting.enter_context(StoreHost(host, port, signing, config.store_budget(spec)))
+        store = GroupStore(host, port, rank, config.round_signing, timeout)
+        if config.uses_board:
+            report.write_text(json.dumps(worker(rank, config.ranks, store, spec, config, *args)))
+            _leave(store, rank, None if keep_board else config.ranks)
+            return
+        placement = place(store, rank, config.ranks, _asked_device(config, rank))
+        dist.init_process_group(
+            placement.backend,
+            store=store,
+            rank=rank,
+            world_size=config.ranks,
+            timeout=timeout,
+            device_id=placement.device if placement.backend == "nccl" else None,
         )
-    return _OnFirstUse(lambda: dist.TCPStore(host, port, ranks, is_master=False, timeout=timeout))
-
-
-class _OnFirstUse(dist.Store):
-    """A store that connects when it is first used: the operations a board uses."""
-
-    def __init__(self, connect: Callable[[], dist.Store]):
-        super().__init__()
-        self._connect = connect
-        self._store: dist.Store | None = None
-
-    @property
-    def connected(self) -> bool:
-        return self._store is not None
-
-    def _used(self) -> dist.Store:
-        if self._store is None:
-            self._store = self._connect()
-        return self._store
-
-    def set(self, key: str, value: Any) -> None:
-        self._used().set(key, value)
-
-    def get(self, key: str) -> bytes:
-        return self._used().get(key)
-
-    def add(self, key: str, amount: int) -> int:
-        return self._used().add(key, amount)
-
-    def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
-        return self._used().compare_set(key, expected, desired)
-
-    def check(self, keys: list[str]) -> bool:
-        return self._used().check(keys)
+        try:
+            report.write_text(json.dumps(worker(rank, config.ranks, store, spec, config, *args)))
+            # Ranks finish at their own pace: none tears its connections down while another
+            # still uses them (that aborts the other's process).
+            dist.monitored_barrier(timeout=LEAVE_TIMEOUT)
+        finally:
+            dist.destroy_process_group()
 
 
 def _asked_device(config: GroupConfig, rank: int) -> torch.device:
@@ -327,11 +303,11 @@ def _asked_device(config: GroupConfig, rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def _leave(store: dist.Store, rank: int, ranks: int | None) -> None:
+def _leave(store: GroupStore, rank: int, ranks: int | None) -> None:
     """Count this rank out of the board; rank 0 then waits for the `ranks` others, or with
     None until it is stopped (HOST_TIMEOUT at most: a rank that dropped out and was never
     replaced never counts itself out). A rank that never met the board has nothing to tell."""
-    if isinstance(store, _OnFirstUse) and not store.connected:
+    if not store.connected:
         return
     try:
         left = store.add(_LEFT, 1)

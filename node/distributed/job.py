@@ -109,11 +109,12 @@ def run_rank(
     worker = diloco_rank if isinstance(config, DilocoConfig) else ddp_rank
     join_and_run(
         rank,
+        spec,
         config,
         host,
         port,
         worker,
-        (spec, config, tamper, delay, start),
+        (tamper, delay, start),
         Path(report),
         keep_board=keep_board,
     )

@@ -16,6 +16,7 @@ _POLL_S = 0.005  # between looks at the store while a round is open
 # bytes of a payload per key: torch's TCPStore refuses a value over 8 MiB, and a model's
 # compressed update can be larger, so a payload goes up in parts
 PART_BYTES = 4 * 2**20
+_PREFIX = "rounds"  # the board's keys in the group's store
 
 
 class QuorumTimeout(ZooError, TimeoutError):
@@ -59,7 +60,10 @@ class RoundBoard:
         *,
         give_up_s: float = 300.0,
     ):
-        self.store = dist.PrefixStore("rounds", store)
+        self.store = dist.PrefixStore(_PREFIX, store)
+        # deletes go to the store itself: torch's PrefixStore cannot delete through a store
+        # written in Python (store.GroupStore), nor call one that nothing else references
+        self._base = store
         self.ranks = ranks
         self.quorum = quorum
         self.deadline_s = deadline_s
@@ -138,10 +142,13 @@ class RoundBoard:
             if not self.store.check([key]):
                 continue
             for index in range(self._parts(key)):
-                if not self.store.delete_key(f"{key}/{index}"):
+                if not self._delete(f"{key}/{index}"):
                     break
-            self.store.delete_key(key)
-        self.store.delete_key(f"{round_}/members")
+            self._delete(key)
+        self._delete(f"{round_}/members")
+
+    def _delete(self, key: str) -> bool:
+        return self._base.delete_key(f"{_PREFIX}/{key}")
 
     def payloads(self, round_: int, members: list[int], max_bytes: int) -> list[bytes]:
         """What each member posted, b"" for a post whose parts could not be a payload of at

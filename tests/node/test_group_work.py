@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from marketplace.processes import free_port
 from marketplace.protocol.execution import ExecutionClass
@@ -37,6 +36,7 @@ from node.distributed.job import group_config
 from node.distributed.quorum import RoundBoard
 from node.distributed.rank_unit import rank_class, unit_path
 from node.distributed.signing import local_signing
+from node.distributed.store import GroupStore, StoreHost
 from node.engine import load_spec
 from verifier import rank_casebook
 
@@ -492,26 +492,25 @@ def test_the_host_clears_its_board_of_the_rounds_every_slot_committed(tmp_path):
     spec = load_spec(SPECS / "tiny-diloco-3.yaml")
     config = replace(group_config(spec), deadline_s=5.0)  # rounds with a deadline: a board
     port = free_port()
-    store = dist.TCPStore(
-        "127.0.0.1", port, is_master=True, timeout=timedelta(seconds=5), wait_for_workers=False
-    )
-    posted = RoundBoard(store, 3, 2, 0.0)  # the ranks' side of the same board
-    for round_, rank in itertools.product(range(4), range(3)):
-        posted.post(round_, rank, b"payload %d" % rank)
-    chain = CommittedUnits([3, 2, 3])
-    node = GroupWorker(SimpleNamespace(ledger=chain), tmp_path)
+    with StoreHost("127.0.0.1", port, config.round_signing, config.store_budget(spec)):
+        store = GroupStore("127.0.0.1", port, 1, config.round_signing, timedelta(seconds=5))
+        posted = RoundBoard(store, 3, 2, 0.0)  # the ranks' side of the same board
+        for round_, rank in itertools.product(range(4), range(3)):
+            posted.post(round_, rank, b"payload %d" % rank)
+        chain = CommittedUnits([3, 2, 3])
+        node = GroupWorker(SimpleNamespace(ledger=chain), tmp_path)
 
-    def board() -> RoundBoard:
-        return group_worker._host_board("127.0.0.1", port, config)
+        def board() -> RoundBoard:
+            return group_worker._host_board("127.0.0.1", port, config)
 
-    def on_board() -> list[int]:
-        return [round_ for round_ in range(4) if store.check([f"rounds/{round_}/1"])]
+        def on_board() -> list[int]:
+            return [round_ for round_ in range(4) if store.check([f"rounds/{round_}/1"])]
 
-    assert node._clear_board(7, spec, config, board, 0) == 2  # slot 1 has yet to commit unit 2
-    assert on_board() == [2, 3]
-    assert posted.payloads(2, [0, 1, 2], 100) == [b"payload 0", b"payload 1", b"payload 2"]
-    node.worker.ledger = FlakyChain(outage=1)
-    assert node._clear_board(7, spec, config, board, 2) == 2
-    node.worker.ledger = CommittedUnits([4, 4, 4])
-    assert node._clear_board(7, spec, config, board, 2) == 4
-    assert on_board() == [] and store.num_keys() <= 1  # the store's own count of clients
+        assert node._clear_board(7, spec, config, board, 0) == 2  # slot 1 has yet to commit 2
+        assert on_board() == [2, 3]
+        assert posted.payloads(2, [0, 1, 2], 100) == [b"payload 0", b"payload 1", b"payload 2"]
+        node.worker.ledger = FlakyChain(outage=1)
+        assert node._clear_board(7, spec, config, board, 2) == 2
+        node.worker.ledger = CommittedUnits([4, 4, 4])
+        assert node._clear_board(7, spec, config, board, 2) == 4
+        assert on_board() == [] and store.num_keys() == 0
