@@ -27,6 +27,7 @@ from node.daemon.group_worker import rendezvous
 from node.distributed.group import rank_trainer
 from node.distributed.job import group_config, run_rank, unit_bundle
 from node.distributed.rank_unit import unit_path
+from node.distributed.signing import RoundSigning
 from node.engine import load_spec, parse_spec
 
 from .conftest import wait_for, wait_for_fee_claims
@@ -290,8 +291,11 @@ def test_a_rank_sending_a_scaled_update_is_named_and_slashed(network, tmp_path):
         )
         network.take((cheater, network.underbid(cheater, job_id)))
 
-        # It trains with the group but sends ten times its pseudo-gradient, and commits that.
-        config = replace(group_config(spec), updates_dir=str(tmp_path))
+        # It trains with the group but sends ten times its pseudo-gradient, signed with its
+        # key (the group's store logs in only the slots' holders), and commits that.
+        holders = tuple(ledger.slot(job_id, slot)["provider"] for slot in range(3))
+        signing = RoundSigning(job_id, holders, {0: bytes(cheater.key)})
+        config = replace(group_config(spec), updates_dir=str(tmp_path), signing=signing)
         rank = multiprocessing.get_context("spawn").Process(
             target=run_rank,
             args=(
