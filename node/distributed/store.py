@@ -127,11 +127,9 @@ class StoreHost:
         watch.cancel()
         server.close()
         for writer in [*self._pending, *self._sessions]:
-            writer.close()
-        tasks = asyncio.all_tasks(self._loop)
-        for task in tasks:
-            task.cancel()
-        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            writer.close()  # each connection's task then ends on its own, not cancelled
+        if tasks := asyncio.all_tasks(self._loop):
+            self._loop.run_until_complete(asyncio.wait(tasks, timeout=1.0))
         self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
