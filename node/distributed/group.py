@@ -32,6 +32,7 @@ from node.engine.train import Trainer
 
 from .aggregation import Aggregator
 from .compression import Compressor
+from .quorum import board_rule
 from .signing import RoundSigning, local_signing
 from .store import CONTROL_BYTES, GroupStore, StoreHost
 
@@ -271,7 +272,8 @@ def join_and_run(
     with contextlib.ExitStack() as hosting:
         if rank == 0:
             signing = config.round_signing
-            hosting.enter_context(StoreHost(host, port, signing, config.store_budget(spec)))
+            budget = config.store_budget(spec)
+            hosting.enter_context(StoreHost(host, port, signing, budget, rules=board_rule))
         store = GroupStore(host, port, rank, config.round_signing, timeout)
         if config.uses_board:
             report.write_text(json.dumps(worker(rank, config.ranks, store, spec, config, *args)))

@@ -10,13 +10,30 @@ import torch.distributed as dist
 
 from marketplace.errors import ZooError
 
+from .store import ANY_RANK, KeyRule
+
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.005  # between looks at the store while a round is open
-# bytes of a payload per key: torch's TCPStore refuses a value over 8 MiB, and a model's
+# bytes of a payload per key: the group's store refuses a value over 8 MiB, and a model's
 # compressed update can be larger, so a payload goes up in parts
 PART_BYTES = 4 * 2**20
 _PREFIX = "rounds"  # the board's keys in the group's store
+
+
+def board_rule(key: str) -> KeyRule:
+    """Who may write a key of the group's store (store.KeyRule): a round's post, its count and
+    its parts, only its rank; a round's members any rank, once; a key the board does not read,
+    any rank. Otherwise one member could overwrite every other's posts, and each rank would then
+    refuse the others' payloads as unsigned and aggregate its own alone, round after round."""
+    parts = key.split("/")
+    if len(parts) < 3 or parts[0] != _PREFIX or not parts[1].isdigit():
+        return ANY_RANK
+    if parts[2:] == ["members"]:
+        return KeyRule(once=True)
+    if parts[2].isdigit() and (len(parts) == 3 or (len(parts) == 4 and parts[3].isdigit())):
+        return KeyRule(owner=int(parts[2]))
+    return ANY_RANK
 
 
 class QuorumTimeout(ZooError, TimeoutError):
@@ -36,7 +53,8 @@ class RoundBoard:
     stay on the board for ranks that are still behind, until every slot committed their
     round's unit (`forget`).
 
-    Any member can write any key, so nothing read off the board sets a rank's clock: each
+    The store lets only a post's rank write it (`board_rule`), but the host keeps the store
+    and can write any key, so nothing read off the board sets a rank's clock: each
     times the deadline and the give-up from its own post (the earliest poster still closes
     the round for all), and takes the board's members only if they could be a round's,
     closing the round on its own view otherwise. Honest ranks may then hold different

@@ -6,8 +6,9 @@ nonce with the key of that rank's holder (`store_login_digest`) within `LOGIN_S`
 a holder's connections are closed once its slot changes hands. What a rank writes counts
 against its budget (the bytes of its keys and values): past it, the rank's oldest keys go, so a
 member holds no more of the host's memory than its share and pushes out only its own posts.
-torch's TCPStore, which this replaces, let anyone who reached the port write keys of up to
-8 MiB without end, for the job's life.
+Who may write a key is the caller's rule (the board's: `quorum.board_rule`), and only the host
+takes keys off. torch's TCPStore, which this replaces, let anyone who reached the port write
+keys of up to 8 MiB without end, for the job's life, and any member overwrite another's post.
 
 On the wire, a frame is a 4-byte length and a body. A request's body is an operation's letter
 and its fields, each length-prefixed; a reply's is a status byte and its answer.
@@ -23,9 +24,9 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 import torch.distributed as dist
 
@@ -54,7 +55,18 @@ _POLL_S = 0.01  # between looks for a key a get or wait is waiting for
 _RETRY_S = 0.2  # between tries to log in: the host may not listen yet, or not know the holder
 _LENGTH = struct.Struct(">I")
 _OK, _MISSING, _REFUSED = b"\x00", b"\x01", b"\x02"
-_MAX_FRAME = 2 * MAX_KEY_BYTES + MAX_VALUE_BYTES + 64  # a compare-set's key and two values
+_MAX_FRAME = MAX_VALUE_BYTES + 2 * MAX_KEY_BYTES + 64  # a request: a key and a value, and room
+
+
+class KeyRule(NamedTuple):
+    """Who may write a key: only `owner` (None: any rank), and with `once` only while it is
+    not there. Only rank 0, the host, takes keys off."""
+
+    owner: int | None = None
+    once: bool = False
+
+
+ANY_RANK = KeyRule()
 
 
 class StoreRefused(ZooError, RuntimeError):
@@ -69,7 +81,7 @@ class StoreHost:
     """The store, served from a thread of its own while the host is open (`with`).
 
     `signing` says who holds each rank's slot (read again every `HOLDERS_EVERY_S`) and the
-    job logins are for; `budget` is each rank's, in bytes."""
+    job logins are for; `budget` is each rank's, in bytes; `rules` says who may write a key."""
 
     def __init__(
         self,
@@ -78,11 +90,13 @@ class StoreHost:
         signing: RoundSigning,
         budget: int,
         *,
+        rules: Callable[[str], KeyRule] = lambda key: ANY_RANK,
         login_s: float = LOGIN_S,
     ):
         self.address = (host, port)
         self.signing = signing
         self.budget = budget
+        self.rules = rules
         self.login_s = login_s
         self._values: dict[str, bytes] = {}
         self._writer: dict[str, int] = {}  # key -> the rank that wrote it last
@@ -204,13 +218,22 @@ class StoreHost:
         if not fields:
             raise _Malformed
         key, *values = _key(fields[0]), *fields[1:]
+        if op == b"G" and not values:
+            return _OK + self._values[key] if key in self._values else _MISSING
+        if op == b"D" and not values:
+            if rank != 0:
+                return _REFUSED + b"only the host takes keys off"
+            return _OK + (b"1" if self._drop(key) else b"0")
+        rule = self.rules(key)
+        if rule.owner is not None and rule.owner != rank:
+            return _REFUSED + b"%s is rank %d's to write" % (key.encode(), rule.owner)
+        if rule.once and key in self._values:
+            if op == b"C":  # as a compare-set that finds another value: it answers that value
+                return _OK + self._values[key]
+            return _REFUSED + b"%s is written once" % key.encode()
         match op, values:
             case b"S", [value]:
                 return self._put(rank, key, value)
-            case b"G", []:
-                return _OK + self._values[key] if key in self._values else _MISSING
-            case b"D", []:
-                return _OK + (b"1" if self._drop(key) else b"0")
             case b"A", [amount] if amount.lstrip(b"-").isdigit() and len(amount) <= 20:
                 count = self._values.get(key, b"0")
                 if not (count.lstrip(b"-").isdigit() and len(count) <= 20):

@@ -15,6 +15,7 @@ from eth_account import Account
 
 from marketplace.processes import free_port
 from node.distributed import store as group_store
+from node.distributed.quorum import RoundBoard, board_rule
 from node.distributed.signing import RoundSigning, local_signing
 from node.distributed.store import (
     CONTROL_BYTES,
@@ -99,6 +100,31 @@ def test_a_member_past_its_budget_loses_only_its_own_oldest_keys(host):
         filler.set("big", b"x" * CONTROL_BYTES)
     filler.set("rounds/0/0", b"mine now")  # an overwrite moves the key to its new writer
     assert host.used(0) == 0
+
+
+def test_a_member_cannot_overwrite_anothers_post_or_a_rounds_members():
+    """On the board's rules, a round's post and its parts are its rank's alone, its members are
+    written once, and only the host takes keys off: a member that tries any of it is refused, and
+    every rank still reads the honest post and members."""
+    with StoreHost("127.0.0.1", free_port(), SIGNING, CONTROL_BYTES, rules=board_rule) as host:
+        ranks = [member(host, rank) for rank in range(3)]
+        boards = [RoundBoard(store, 3, 2, 0.0) for store in ranks]
+        boards[0].post(5, 0, b"honest payload")
+        boards[1].post(5, 1, b"another")
+        assert boards[1].members(5) == [0, 1]
+        attacker = ranks[2]
+        for key in ["rounds/5/0", "rounds/5/0/0", "rounds/6/0/0", "rounds/5/members"]:
+            with pytest.raises(StoreRefused):
+                attacker.set(key, b"1")
+        assert attacker.compare_set("rounds/5/members", "[0, 1]", "[0, 2]") == b"[0, 1]"
+        with pytest.raises(StoreRefused, match="only the host"):
+            attacker.delete_key("rounds/5/0/0")
+        attacker.set("rounds/5/2", b"1")  # its own post's count, and keys the board never reads
+        attacker.set("rounds/5/anything", b"x")
+        assert boards[2].members(5) == [0, 1]
+        assert boards[2].payloads(5, [0, 1], 100) == [b"honest payload", b"another"]
+        boards[0].forget(5)  # the host's
+        assert not ranks[1].check(["rounds/5/0"])
 
 
 def test_a_slots_former_holder_is_cut_off(tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ from node.daemon.worker import BadInput, Worker
 from node.distributed.exchange import aggregate_path, recorded_round, settle_round, update_path
 from node.distributed.group import GroupConfig
 from node.distributed.job import group_config
-from node.distributed.quorum import RoundBoard
+from node.distributed.quorum import RoundBoard, board_rule
 from node.distributed.rank_unit import rank_class, unit_path
 from node.distributed.signing import local_signing
 from node.distributed.store import GroupStore, StoreHost
@@ -492,11 +492,14 @@ def test_the_host_clears_its_board_of_the_rounds_every_slot_committed(tmp_path):
     spec = load_spec(SPECS / "tiny-diloco-3.yaml")
     config = replace(group_config(spec), deadline_s=5.0)  # rounds with a deadline: a board
     port = free_port()
-    with StoreHost("127.0.0.1", port, config.round_signing, config.store_budget(spec)):
-        store = GroupStore("127.0.0.1", port, 1, config.round_signing, timedelta(seconds=5))
-        posted = RoundBoard(store, 3, 2, 0.0)  # the ranks' side of the same board
+    signing, budget = config.round_signing, config.store_budget(spec)
+    with StoreHost("127.0.0.1", port, signing, budget, rules=board_rule):
+        stores = [
+            GroupStore("127.0.0.1", port, rank, signing, timedelta(seconds=5)) for rank in range(3)
+        ]
         for round_, rank in itertools.product(range(4), range(3)):
-            posted.post(round_, rank, b"payload %d" % rank)
+            RoundBoard(stores[rank], 3, 2, 0.0).post(round_, rank, b"payload %d" % rank)
+        store, posted = stores[1], RoundBoard(stores[1], 3, 2, 0.0)  # a rank's side of the board
         chain = CommittedUnits([3, 2, 3])
         node = GroupWorker(SimpleNamespace(ledger=chain), tmp_path)
 
