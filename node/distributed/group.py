@@ -269,12 +269,12 @@ def join_and_run(
     is stopped: a market's rank is done only once its units are committed, and one that
     dropped out after training but before committing is re-run by its successor.
     """
+    signing = config.round_signing
     with contextlib.ExitStack() as hosting:
         if rank == 0:
-            signing = config.round_signing
             budget = config.store_budget(spec)
             hosting.enter_context(StoreHost(host, port, signing, budget, rules=board_rule))
-        store = GroupStore(host, port, rank, config.round_signing, timeout)
+        store = GroupStore(host, port, rank, signing, timeout)
         if config.uses_board:
             report.write_text(json.dumps(worker(rank, config.ranks, store, spec, config, *args)))
             _leave(store, rank, None if keep_board else config.ranks)

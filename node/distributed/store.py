@@ -114,7 +114,9 @@ class StoreHost:
         self._thread.start()
         self._started.wait()
         if self._failed is not None:
-            raise StoreRefused(f"the group's store cannot listen on {self.address}: {self._failed}")
+            raise dist.DistNetworkError(
+                f"the group's store cannot listen on {self.address}: {self._failed}"
+            )
         return self
 
     def __exit__(self, *_: object) -> None:
