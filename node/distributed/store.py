@@ -17,6 +17,7 @@ and its fields, each length-prefixed; a reply's is a status byte and its answer.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import secrets
 import socket
@@ -131,7 +132,7 @@ class StoreHost:
         asyncio.set_event_loop(self._loop)
         try:
             server = self._loop.run_until_complete(
-                asyncio.start_server(self._serve, *self.address, limit=_MAX_FRAME)
+                asyncio.start_server(self._serve, listening_host(self.address[0]), self.address[1])
             )
         except OSError as exc:
             self._failed = exc
@@ -371,6 +372,17 @@ class GroupStore(dist.Store):
             connection.close()
             raise StoreRefused(reply[1:].decode(errors="replace"))
         return connection
+
+
+def listening_host(host: str) -> str | None:
+    """Where a store for an endpoint on `host` listens: on loopback alone for a loopback endpoint
+    (a devnet, tests), else on every interface (None), as TCPStore did: a provider's registered
+    address may be its router's rather than its machine's."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name
+        loopback = host == "localhost"
+    return host if loopback else None
 
 
 async def _read_frame(reader: asyncio.StreamReader, most: int) -> bytes:

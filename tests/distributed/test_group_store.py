@@ -25,6 +25,7 @@ from node.distributed.store import (
     GroupStore,
     StoreHost,
     StoreRefused,
+    listening_host,
 )
 
 QUICK = timedelta(seconds=2)
@@ -176,3 +177,14 @@ def test_the_store_answers_as_torchs_stores_do(host):
     assert ours.get("late") == b"here"
     with pytest.raises(dist.DistStoreError):
         ours.wait(["never"], timedelta(seconds=0.2))
+
+
+def test_a_store_listens_on_loopback_only_for_a_loopback_endpoint():
+    """A devnet's store stays on loopback; a public endpoint's listens on every interface, since
+    the address a provider registered may be its router's."""
+    assert [listening_host(h) for h in ("127.0.0.1", "::1", "localhost")] == [
+        "127.0.0.1",
+        "::1",
+        "localhost",
+    ]
+    assert listening_host("203.0.113.5") is None and listening_host("node.example") is None
