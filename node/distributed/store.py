@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import secrets
 import socket
 import struct
@@ -56,6 +57,7 @@ _POLL_S = 0.01  # between looks for a key a get or wait is waiting for
 _RETRY_S = 0.2  # between tries to log in: the host may not listen yet, or not know the holder
 _LENGTH = struct.Struct(">I")
 _OK, _MISSING, _REFUSED = b"\x00", b"\x01", b"\x02"
+_COUNT = re.compile(rb"-?[0-9]{1,19}")  # what add counts in, as an int64 writes it
 _MAX_FRAME = MAX_VALUE_BYTES + 2 * MAX_KEY_BYTES + 64  # a request: a key and a value, and room
 
 
@@ -237,9 +239,9 @@ class StoreHost:
         match op, values:
             case b"S", [value]:
                 return self._put(rank, key, value)
-            case b"A", [amount] if amount.lstrip(b"-").isdigit() and len(amount) <= 20:
+            case b"A", [amount] if _COUNT.fullmatch(amount):
                 count = self._values.get(key, b"0")
-                if not (count.lstrip(b"-").isdigit() and len(count) <= 20):
+                if not _COUNT.fullmatch(count):
                     return _REFUSED + b"%s is not a count" % key.encode()
                 total = b"%d" % (int(count) + int(amount))
                 return self._put(rank, key, total, answer=total)

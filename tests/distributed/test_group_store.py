@@ -2,6 +2,7 @@
 torch's stores do (gloo's rendezvous and the round board run on it elsewhere in this suite)."""
 
 import json
+import logging
 import socket
 import struct
 import threading
@@ -82,6 +83,21 @@ def test_a_frame_past_the_limit_closes_the_members_connection(host):
     attacker._socket.sendall(struct.pack(">I", 2**31))
     assert attacker._socket.recv(1) == b""
     assert member(host, 2).get("k") == b"v"
+
+
+def test_a_malformed_request_ends_only_its_senders_session(host, caplog):
+    """Requests no client of ours sends (a count that is no number, an operation that does not
+    exist, a key that is not text) close the sender's session and upset nothing else; adding to
+    a value that is no count is refused."""
+    for op, fields in [(b"A", ("n", "--5")), (b"Z", ("k",)), (b"S", (b"\xff", b"v"))]:
+        with pytest.raises(dist.DistNetworkError):
+            member(host, 2)._call(op, *fields)
+    attacker = member(host, 2)
+    attacker.set("n", b"not a count")
+    with pytest.raises(StoreRefused, match="not a count"):
+        attacker.add("n", 1)
+    assert member(host, 1).add("m", 2) == 2
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 def test_a_member_past_its_budget_loses_only_its_own_oldest_keys(host):
