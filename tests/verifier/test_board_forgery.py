@@ -14,11 +14,25 @@ from node.distributed.diloco import train_diloco
 from node.distributed.job import group_config
 from node.distributed.quorum import RoundBoard
 from node.distributed.rank_unit import rank_class
+from node.distributed.store import ANY_RANK, StoreHost
 from verifier import rank_casebook
 from verifier.rank_recompute import judge_rank
 
 HOST, VICTIM, RANKS = 0, 1, 3
 _post = RoundBoard.post
+_handle = StoreHost._handle
+
+
+def _obeying_no_rule(store: StoreHost, rank: int, body: bytes) -> bytes:
+    """The store as a forging host runs it: its own writes obey no key rule (the rules bind the
+    members, not the process the store lives in)."""
+    if rank != HOST:
+        return _handle(store, rank, body)
+    rules, store.rules = store.rules, lambda key: ANY_RANK
+    try:
+        return _handle(store, rank, body)
+    finally:
+        store.rules = rules
 
 
 def _rewriting_post(board: RoundBoard, round_: int, rank: int, payload: bytes) -> None:
@@ -36,11 +50,13 @@ def _rewriting_post(board: RoundBoard, round_: int, rank: int, payload: bytes) -
 
 class HostRewrites:
     """Sends every update as it is; in the host's process, makes its board posts rewrite the
-    victim's first (a Tamper is called in the rank's own process, before it posts)."""
+    victim's first, through a store that lets it write any key, as a host's own store can (a
+    Tamper is called in the rank's own process, before it posts)."""
 
     def __call__(self, rank: int, update):
         if rank == HOST:
             RoundBoard.post = _rewriting_post  # type: ignore[method-assign]
+            StoreHost._handle = _obeying_no_rule  # type: ignore[method-assign]
         return update
 
 
