@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from marketplace.protocol.rank_bundle import RankUnit, RecordedRound
 from marketplace.protocol.spec import JobSpec
+from node.engine.gloo_listener import gloo_listeners_closed
 from node.engine.train import Trainer
 
 from .compression import ErrorFeedback
@@ -105,7 +106,8 @@ def ddp_group() -> Iterator[None]:
     # every init wraps sys.excepthook in one more layer, which destroying the group leaves in
     # place: a long-lived worker would nest one per re-run
     excepthook = sys.excepthook
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    with gloo_listeners_closed():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         yield
     finally:

@@ -27,6 +27,7 @@ from marketplace.protocol.round_signatures import SIGNATURE_BYTES
 from marketplace.protocol.spec import JobSpec
 from node.engine.data import Sampler, load_corpora
 from node.engine.devices import group_device, place
+from node.engine.gloo_listener import gloo_listeners_closed
 from node.engine.limits import parameter_count
 from node.engine.train import Trainer
 
@@ -280,14 +281,16 @@ def join_and_run(
             _leave(store, rank, None if keep_board else config.ranks)
             return
         placement = place(store, rank, config.ranks, _asked_device(config, rank))
-        dist.init_process_group(
-            placement.backend,
-            store=store,
-            rank=rank,
-            world_size=config.ranks,
-            timeout=timeout,
-            device_id=placement.device if placement.backend == "nccl" else None,
-        )
+        on_gloo = placement.backend == "gloo"
+        with gloo_listeners_closed() if on_gloo else contextlib.nullcontext():
+            dist.init_process_group(
+                placement.backend,
+                store=store,
+                rank=rank,
+                world_size=config.ranks,
+                timeout=timeout,
+                device_id=None if on_gloo else placement.device,
+            )
         try:
             report.write_text(json.dumps(worker(rank, config.ranks, store, spec, config, *args)))
             # Ranks finish at their own pace: none tears its connections down while another

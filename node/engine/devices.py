@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
+from .gloo_listener import gloo_listeners_closed
 from .limits import SpecOverLimits
 
 LOOPBACK = "127.0.0.1"  # a node's own workers talk over loopback only
@@ -77,4 +78,5 @@ def open_group(
     options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]
     options._devices = [dist.ProcessGroupGloo.create_device(hostname=LOOPBACK)]
     options._timeout = timeout
-    return dist.ProcessGroupGloo(store, rank, world, options)
+    with gloo_listeners_closed():
+        return dist.ProcessGroupGloo(store, rank, world, options)

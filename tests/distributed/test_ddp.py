@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
+import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -14,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 from node.distributed.compression import Compressor
 from node.distributed.ddp import StepExchange, ddp_group, step_exchange_hook, train_ddp
 from node.distributed.exchange import Exchange
-from node.distributed.group import GroupConfig, rank_trainer
+from node.distributed.group import GroupConfig, rank_trainer, spawn
 from node.distributed.rank_unit import rank_threads
 from node.engine import JobSpec
 
@@ -80,6 +81,26 @@ def test_the_hook_exchanges_each_steps_whole_gradient_once_whatever_the_buckets(
     assert len(exchange.commitments) == 2
     for grads in got:
         assert all(torch.equal(a, b) for a, b in zip(grads, expected, strict=True))
+
+
+def listening_rank(rank: int, ranks: int, *_: object) -> dict[str, object]:
+    """The TCP ports a formed gloo rank listens on, and a sum all its group's ranks make."""
+    ports = [
+        c.laddr.port
+        for c in psutil.Process().net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    ]
+    total = torch.full((2,), float(rank))
+    dist.all_reduce(total)
+    return {"listening": ports, "sum": total.tolist()}
+
+
+def test_formed_gloo_ranks_listen_only_on_the_groups_store(spec: JobSpec) -> None:
+    """Gloo's listener, which any stranger could fill until the rank aborted, is closed once
+    the group formed (tests/engine/test_gloo_listener.py); rank 0 still hosts the store."""
+    reports = spawn(listening_rank, spec, GroupConfig(ranks=RANKS))
+    assert [len(report["listening"]) for report in reports] == [1, 0, 0]
+    assert all(report["sum"] == [3.0, 3.0] for report in reports)
 
 
 @pytest.mark.slow
