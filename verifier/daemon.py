@@ -122,6 +122,7 @@ class VerifierDaemon:
             "UnitFlagged": self._on_flagged,
             "ProviderRegistered": self._on_registration,
             "SlotAssigned": self._on_slot_assigned,
+            "UnitRejected": self._on_unit_rejected,
             "ProviderRemoved": self._on_slot_released,
             "SlotFinished": self._on_slot_released,
             "JobCompleted": self._on_job_over,
@@ -230,6 +231,12 @@ class VerifierDaemon:
     def _on_slot_assigned(self, event: EventData) -> None:
         args = event["args"]
         self.journal.hold_slot(args["jobId"], args["slot"], args["provider"], event["blockNumber"])
+
+    def _on_unit_rejected(self, event: EventData) -> None:
+        args = event["args"]
+        self.journal.reject_unit(
+            args["jobId"], args["slot"], args["index"], event["blockNumber"], event["logIndex"]
+        )
 
     def _on_slot_released(self, event: EventData) -> None:
         self.journal.release_slot(event["args"]["jobId"], event["args"]["slot"])
@@ -392,15 +399,16 @@ class VerifierDaemon:
             previous_provider=previous[0].provider if previous else None,
             withheld_after=withheld_after,
             peers=self._peers(unit, head),
-            slot_providers=self._slot_providers(unit, head),
+            slot_tenures=self._slot_tenures(unit, head),
         )
 
-    def _slot_providers(self, unit: CommittedUnit, head: int) -> tuple[tuple[str, ...], ...]:
-        """By slot of a group's unit, the providers that held it so far: a payload one signed
-        while it held the slot stands in a record (the slot handed over, or its unit never
-        committed, or its holder dropped out before committing anything)."""
+    def _slot_tenures(self, unit: CommittedUnit, head: int) -> tuple[dict[str, int], ...]:
+        """By slot of a group's unit, the providers that held it so far, each with the first
+        unit it could have signed for: a payload one signed while it held the slot stands in a
+        record (the slot handed over, or its unit never committed, or its holder dropped out
+        before committing anything), and one it signed for an earlier exchange does not."""
         return tuple(
-            self.journal.slot_providers(unit.job_id, slot, head)
+            self.journal.slot_tenures(unit.job_id, slot, head)
             for slot in range(self._group_nodes(unit.job_id))
         )
 

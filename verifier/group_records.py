@@ -56,7 +56,7 @@ def record_problem(
     for position, number in enumerate(exchanges):
         recorded = own.rounds[position]
         for index, (sender, data) in enumerate(zip(recorded.members, recorded.payloads)):
-            if sender == rank or not signers.holders(sender):
+            if sender == rank or not signers.known(sender):
                 continue
             if sender in views and views[sender].sent[position] == data:
                 continue  # what its sender committed

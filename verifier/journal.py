@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marketplace.chain.ledger import CommittedUnit
+from marketplace.protocol.round_signatures import SlotEvent, first_units
 from marketplace.runtime.journal import JournalDB
 
 SCHEMA = """
@@ -29,6 +30,11 @@ CREATE TABLE IF NOT EXISTS work (
 CREATE TABLE IF NOT EXISTS jobs (job_id INTEGER PRIMARY KEY, spec_cid TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS slots (
     job_id INTEGER, slot INTEGER, provider TEXT, PRIMARY KEY (job_id, slot)
+);
+-- every unit rejected (the slot does it again from there), as the chain's UnitRejected says
+CREATE TABLE IF NOT EXISTS rejections (
+    job_id INTEGER, slot INTEGER, idx INTEGER, block INTEGER, log_index INTEGER,
+    PRIMARY KEY (job_id, slot, idx, block, log_index)
 );
 -- every provider a slot was assigned to, at its first assignment's block
 CREATE TABLE IF NOT EXISTS holders (
@@ -81,6 +87,9 @@ class Journal(JournalDB):
     payouts."""
 
     ROLE_SCHEMA = SCHEMA
+    # 4: rejections are kept; a journal without those of its past would hold a slot's holders
+    # to later tenure starts than they had
+    LAYOUT = JournalDB.LAYOUT + 1
 
     # --- jobs ---------------------------------------------------------------------------
 
@@ -129,19 +138,35 @@ class Journal(JournalDB):
         )
         return (_unit(rows[0]), rows[0][4]) if rows else None
 
-    def slot_providers(self, job_id: int, slot: int, at_block: int) -> tuple[str, ...]:
-        """Every provider that held the slot up to `at_block`, first to last: each it was
-        assigned to, whether or not it committed anything, and each that committed a unit (a
-        journal begun before assignments were kept has only those)."""
+    def slot_tenures(self, job_id: int, slot: int, at_block: int) -> dict[str, int]:
+        """Every provider that held the slot up to `at_block` (each it was assigned to, whether
+        or not it committed anything, and each that committed a unit: a journal begun before
+        assignments were kept has only those) -> the first unit whose exchanges it could have
+        signed for the slot (`first_units`)."""
         rows = self._run(
-            "SELECT provider FROM ("
-            "SELECT provider, block FROM holders WHERE job_id = ? AND slot = ? AND block <= ? "
+            "SELECT block, 0, 0, 'assigned', provider, 0 FROM holders "
+            "WHERE job_id = ? AND slot = ? AND block <= ? "
             "UNION ALL "
-            "SELECT provider, block FROM units WHERE job_id = ? AND slot = ? AND block <= ?"
-            ") GROUP BY provider ORDER BY MIN(block), provider",
-            *(job_id, slot, at_block) * 2,
+            "SELECT block, 1, log_index, 'committed', provider, idx FROM units "
+            "WHERE job_id = ? AND slot = ? AND block <= ? "
+            "UNION ALL "
+            "SELECT block, 1, log_index, 'rejected', '', idx FROM rejections "
+            "WHERE job_id = ? AND slot = ? AND block <= ? "
+            "ORDER BY 1, 2, 3",
+            *(job_id, slot, at_block) * 3,
         )
-        return tuple(row[0] for row in rows)
+        return first_units(SlotEvent(kind, provider, index) for *_, kind, provider, index in rows)
+
+    def reject_unit(self, job_id: int, slot: int, index: int, block: int, log_index: int) -> None:
+        """The slot's unit `index` was rejected at `block`: the slot does it again."""
+        self._run(
+            "INSERT OR IGNORE INTO rejections VALUES (?,?,?,?,?)",
+            job_id,
+            slot,
+            index,
+            block,
+            log_index,
+        )
 
     # --- work ----------------------------------------------------------------------------
 
@@ -284,7 +309,7 @@ class Journal(JournalDB):
 
     def hold_slot(self, job_id: int, slot: int, provider: str, block: int) -> None:
         """`provider` holds the slot from `block` on: its downtime is reportable, and what it
-        signs for the group is its slot's (`slot_providers`)."""
+        signs for the group is its slot's (`slot_tenures`)."""
         self._run("INSERT OR REPLACE INTO slots VALUES (?,?,?)", job_id, slot, provider)
         self._run("INSERT OR IGNORE INTO holders VALUES (?,?,?,?)", job_id, slot, provider, block)
 

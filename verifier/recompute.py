@@ -24,7 +24,7 @@ from marketplace.storage import (
     Storage,
     is_cid,
 )
-from node.distributed.job import rank_bundle_bytes
+from node.distributed.job import group_config, rank_bundle_bytes
 from node.distributed.rank_unit import rank_class
 from node.engine import (
     DataError,
@@ -141,8 +141,9 @@ class UnitInputs:
     withheld_after: float | None = None
     # group jobs: the other slots' commitments of this unit, whose records vote on this one's
     peers: tuple[PeerUnit, ...] = ()
-    # group jobs: by slot, the providers it was assigned to or committed by so far
-    slot_providers: tuple[tuple[str, ...], ...] = ()
+    # group jobs: by slot, each provider it was assigned to or committed by so far -> the first
+    # unit whose exchanges it could have signed for the slot
+    slot_tenures: tuple[dict[str, int], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,8 +151,8 @@ class UnitInputs:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> UnitInputs:
         peers = tuple(PeerUnit(**peer) for peer in data.get("peers", ()))
-        providers = tuple(tuple(slot) for slot in data.get("slot_providers", ()))
-        return cls(**data | {"peers": peers, "slot_providers": providers})
+        tenures = tuple(dict(slot) for slot in data.get("slot_tenures", ()))
+        return cls(**data | {"peers": peers, "slot_tenures": tenures})
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ class Verdict:
             "previous_cid": inputs.previous_cid,
             "committed_state_hash": inputs.state_hash,
             "peers": [asdict(peer) for peer in inputs.peers],
-            "slot_providers": [list(providers) for providers in inputs.slot_providers],
+            "slot_tenures": list(inputs.slot_tenures),
             "recomputed_state_hash": self.recomputed_state_hash,
             "pass": self.passed,
             "reason": self.reason,
@@ -376,6 +377,8 @@ def _judge_rank_unit(
         except ContentTooLarge as exc:
             return Verdict(None, f"previous rank bundle unreadable: {exc}")
         previous = (inputs.previous_state_hash, data)
+    config = group_config(spec)
+    tenures = {slot: config.tenures(spec, units) for slot, units in enumerate(inputs.slot_tenures)}
     judgement = judge_rank(
         spec,
         inputs.slot,
@@ -387,7 +390,7 @@ def _judge_rank_unit(
         signers=RoundSigners(
             inputs.job_id,
             {peer.slot: peer.provider for peer in inputs.peers} | {inputs.slot: inputs.provider},
-            dict(enumerate(inputs.slot_providers)),
+            tenures,
         ),
         reproduces=lambda class_id: runner.reproduces_rank(spec, class_id),
         tolerance=runner.rank_tolerance,

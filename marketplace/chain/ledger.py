@@ -17,6 +17,7 @@ from web3.types import BlockIdentifier, EventData, TxReceipt
 from marketplace.chain.deploy import Deployment
 from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call, send
+from marketplace.protocol.round_signatures import SlotEvent, first_units
 from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, Verdict
 
 ZERO_ADDRESS = "0x" + "00" * 20
@@ -357,13 +358,25 @@ class Ledger:
             from_block=self.deployment.deploy_block, argument_filters=filters
         )
 
-    def slot_holders(self, job_id: int, slot: int) -> list[str]:
-        """Every provider the slot was assigned to (SlotAssigned), first to last, each once."""
-        events = self.market.events.SlotAssigned().get_logs(
-            from_block=self.deployment.deploy_block,
-            argument_filters={"jobId": job_id, "slot": slot},
-        )
-        return list(dict.fromkeys(event["args"]["provider"] for event in events))
+    def slot_tenures(self, job_id: int, slot: int) -> dict[str, int]:
+        """Every provider the slot was assigned to (lower case) -> the first unit whose
+        exchanges it could have signed for the slot (`first_units`)."""
+        filters = {"argument_filters": {"jobId": job_id, "slot": slot}}
+        start = {"from_block": self.deployment.deploy_block}
+        found = [
+            (event, SlotEvent("assigned", event["args"]["provider"]))
+            for event in self.market.events.SlotAssigned().get_logs(**start, **filters)
+        ]
+        found += [
+            (event, SlotEvent("committed", event["args"]["provider"], event["args"]["index"]))
+            for event in self.checkpoint_events(job_id, slot)
+        ]
+        found += [
+            (event, SlotEvent("rejected", "", event["args"]["index"]))
+            for event in self.market.events.UnitRejected().get_logs(**start, **filters)
+        ]
+        found.sort(key=lambda e: (e[0]["blockNumber"], e[1].kind != "assigned", e[0]["logIndex"]))
+        return first_units(slot_event for _, slot_event in found)
 
     def unit_from_event(self, event) -> CommittedUnit:
         args = event["args"]

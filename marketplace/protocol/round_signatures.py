@@ -13,9 +13,9 @@ recorder; a payload its sender signed and did not commit fails the sender (docs/
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from eth_account import Account
 from eth_account.messages import encode_defunct
@@ -27,18 +27,60 @@ _LOGIN_DOMAIN = b"zoo-compute/group-store-login-v1"
 
 class RoundSigners(NamedTuple):
     """Who signs a group's payloads: the job they are for, each rank's signer's address (the
-    provider that holds or committed its slot), and its slot's former holders."""
+    provider that holds or committed its slot), and every holder of its slot with the first
+    exchange it could have signed for the rank."""
 
     job_id: int
     addresses: Mapping[int, str]  # rank -> address; a rank missing here is not known yet
-    # rank -> the slot's earlier providers in the job: what one signed for the rank while it
-    # held the slot is the rank's payload in a record, though not its signer's commitment
-    former: Mapping[int, Collection[str]] = MappingProxyType({})
+    # rank -> each provider its slot was assigned to in the job -> the first exchange (round or
+    # step) it could have signed for the rank (`first_units`, then the unit's first exchange):
+    # what one signed for the rank from then on is the rank's payload in a record, though not
+    # its signer's commitment
+    former: Mapping[int, Mapping[str, int]] = MappingProxyType({})
 
-    def holders(self, rank: int) -> set[str]:
-        """Every address whose signature stands for `rank`'s payload in a record (lower case)."""
-        known = [*self.former.get(rank, ()), *filter(None, [self.addresses.get(rank)])]
-        return {address.lower() for address in known}
+    def known(self, rank: int) -> bool:
+        """Whether any provider is known to sign for `rank`."""
+        return bool(self.former.get(rank)) or rank in self.addresses
+
+    def holders(self, rank: int, round_: int) -> set[str]:
+        """Every address whose signature stands for `rank`'s payload in the exchange `round_` of
+        a record (lower case)."""
+        found = {a.lower() for a, first in self.former.get(rank, {}).items() if first <= round_}
+        signer = self.addresses.get(rank)
+        return found | ({signer.lower()} if signer else set())
+
+
+class SlotEvent(NamedTuple):
+    """What moved a slot of a group job, from the chain: its assignment to `provider`, or its
+    unit `unit` committed by `provider`, or rejected (the slot does it again)."""
+
+    kind: Literal["assigned", "committed", "rejected"]
+    provider: str
+    unit: int = 0
+
+
+def first_units(events: Iterable[SlotEvent]) -> dict[str, int]:
+    """Each provider of a slot (lower case) -> the first unit whose exchanges it could have
+    signed for the slot, from the slot's events in chain order (within a block, assignments
+    first: that can only lower a bound).
+
+    A provider assigned the slot starts from its last committed unit and goes through that
+    unit's exchanges again, live where the records it took over do not hold, so it may sign
+    from the unit before the slot's next one; a rejection later sends the slot back to the unit
+    before the rejected one. A provider that committed a unit without a known assignment (a
+    record begun after it) may have signed from the first unit.
+    """
+    done, first = 0, dict[str, int]()
+    for kind, provider, index in events:
+        if kind == "assigned":
+            first.setdefault(provider.lower(), max(done - 1, 0))
+        elif kind == "committed":
+            done = index + 1
+            first.setdefault(provider.lower(), 0)
+        else:
+            done = index
+            first = {holder: min(unit, max(index - 1, 0)) for holder, unit in first.items()}
+    return first
 
 
 def round_digest(job_id: int, round_: int, rank: int, payload: bytes) -> bytes:
@@ -97,10 +139,10 @@ def signed_by(
 def signed_by_a_holder(
     signers: RoundSigners, round_: int, rank: int, payload: bytes, signature: bytes | None
 ) -> bool:
-    """Whether `rank`'s signer or a former holder of its slot signed `payload` as its payload
-    for the round."""
+    """Whether `rank`'s signer, or a holder of its slot by then, signed `payload` as its
+    payload for the round."""
     return _signed_by_one_of(
-        signers.holders(rank), signers.job_id, round_, rank, payload, signature
+        signers.holders(rank, round_), signers.job_id, round_, rank, payload, signature
     )
 
 

@@ -306,7 +306,9 @@ class GroupWorker:
         ranks = range(config.ranks)
         done = [ledger.slot(job_id, slot)["unitsDone"] for slot in ranks]
         signers = RoundSigners(
-            job_id, {}, {slot: ledger.slot_holders(job_id, slot) for slot in ranks}
+            job_id,
+            {},
+            {slot: config.tenures(spec, ledger.slot_tenures(job_id, slot)) for slot in ranks},
         )
 
         def vouched(index: int, records: list[RecordedRound] | None) -> bool:
@@ -611,8 +613,8 @@ def _posted(folder: Path, rounds: range, rank: int) -> float | None:
 def _vouched(signers: RoundSigners, round_: int, recorded: RecordedRound, fewest: int) -> bool:
     """Whether a recorded round could have closed on the board: at least `fewest` distinct
     ranks of the group, every payload carrying the signature of a provider its member's slot
-    was assigned to. A record short of the quorum is refused, or a co-member could commit one
-    naming only itself and move where a rank waiting on the board goes on from."""
+    was assigned to by then. A record short of the quorum is refused, or a co-member could
+    commit one naming only itself and move where a rank waiting on the board goes on from."""
     members, signatures = recorded.members, recorded.signatures
     return (
         signatures is not None

@@ -9,7 +9,7 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -96,6 +96,11 @@ class GroupConfig:
         """The exchanges a rank's unit `index` takes part in; ddp exchanges at every step."""
         steps = self.steps_per_unit(spec)
         return range(index * steps, (index + 1) * steps)
+
+    def tenures(self, spec: JobSpec, first_units: Mapping[str, int]) -> dict[str, int]:
+        """Each holder of a slot -> the first exchange it could have signed for the slot, from
+        its first unit (`round_signatures.first_units`): a `RoundSigners.former` entry."""
+        return {holder: self.unit_rounds(spec, unit).start for holder, unit in first_units.items()}
 
     def residual_steps(self, spec: JobSpec) -> range:
         """The steps into a ddp unit after which its rank commits its error-feedback residual

@@ -236,14 +236,16 @@ def test_a_diloco_job_replaces_its_dropped_host_through_the_market_verifies_and_
         verdicts = results(ledger, job_id)
         assert verdicts and all(r["pass"] for r in verdicts)
         assert not any(INCORRECT_COMPUTATION in slashes(ledger, p) for p in [*ranks, successor])
-        # Verifiers knew the slot's providers in the order they were assigned it: a payload either
-        # signed stands in the others' records of the rounds.
+        # Verifiers knew the slot's providers, each from the unit before its first: a payload
+        # either signed within that stands in the others' records of the rounds.
         committer = {(u["slot"], u["index"]): u["provider"] for u in units}
+        took_over = min(u["index"] for u in units if u["provider"] == successor)
+        tenures = {ranks[HOST].lower(): 0, successor.lower(): took_over - 1}
         for verdict in verdicts:
-            known = json.loads(storage.cat(verdict["evidenceCid"]))["slot_providers"][HOST]
-            assert known in ([ranks[HOST]], [ranks[HOST], successor])
+            known = json.loads(storage.cat(verdict["evidenceCid"]))["slot_tenures"][HOST]
+            assert known.items() <= tenures.items() and ranks[HOST].lower() in known
             if committer[verdict["slot"], verdict["index"]] == successor:
-                assert known == [ranks[HOST], successor]
+                assert known == tenures
         market = ledger.market.functions
         assert market.earned(job_id, ranks[HOST]).call() > 0, (
             "the dropped host keeps its first round's pay"

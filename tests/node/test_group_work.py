@@ -263,13 +263,14 @@ class CommittedGroup:
             for key, (_, bundle) in self.commitments.items()
         }
         self.holders = local_signing(len(done)).addresses
+        self.first_units = [0] * len(done)  # by slot, the unit its holder's tenure starts at
         self.flagged: list[tuple[int, int, int]] = []
 
     def slot(self, job_id: int, slot: int) -> dict:
         return {"unitsDone": self.done[slot], "provider": self.holders[slot]}
 
-    def slot_holders(self, job_id: int, slot: int) -> list[str]:
-        return [self.holders[slot]]
+    def slot_tenures(self, job_id: int, slot: int) -> dict[str, int]:
+        return {self.holders[slot].lower(): self.first_units[slot]}
 
     def committed(self, job_id: int, slot: int, index: int) -> SimpleNamespace:
         commitment, _ = self.commitments[slot, index]
@@ -397,6 +398,21 @@ def test_a_committed_record_that_could_not_have_closed_on_the_board_settles_noth
     if quorum is not None:
         config = replace(config, quorum=quorum, deadline_s=1.0)
     assert _settled(spec, group, config, tmp_path) == settled
+
+
+@pytest.mark.slow
+def test_a_signature_from_before_its_signers_tenure_vouches_for_no_record(
+    committed_group, tmp_path
+):
+    """Slot 1's provider, as the chain has it, was assigned the slot only when its unit 2 was
+    next (it may sign from unit 1's round on): its signature on round 0 stands for nothing, so
+    the rank settles no round from the record holding it, its own of round 0, and exchanges
+    from there. Before, a signature of any provider the slot was ever assigned to vouched for
+    every round of the job."""
+    spec, trained = committed_group
+    group = CommittedGroup(spec, trained, done=[2, 3, 1])
+    group.first_units[1] = 1
+    assert _settled(spec, group, group_config(spec), tmp_path) == [False] * 4
 
 
 @pytest.mark.slow

@@ -4,8 +4,14 @@ did not commit fails, and the ranks a relay showed different members to all pass
 
 from __future__ import annotations
 
+from marketplace.chain.ledger import CommittedUnit
 from marketplace.protocol.rank_bundle import RecordedRound
-from marketplace.protocol.round_signatures import RoundSigners
+from marketplace.protocol.round_signatures import (
+    RoundSigners,
+    SlotEvent,
+    first_units,
+    sign_round,
+)
 from node.distributed.signing import local_signing
 from verifier.group_records import MemberView, record_problem
 from verifier.journal import Journal
@@ -86,7 +92,7 @@ def handed_over(signers: RoundSigners) -> RoundSigners:
     return RoundSigners(
         signers.job_id,
         {r: a for r, a in signers.addresses.items() if r != 2} | {2: SUCCESSOR},
-        {2: [former]},
+        {2: {former: 0, SUCCESSOR: ROUND}},
     )
 
 
@@ -126,13 +132,13 @@ def test_a_slots_holder_that_dropped_before_committing_anything_is_known_by_its_
     journal = Journal(tmp_path / "journal.sqlite3")
     journal.hold_slot(7, 2, first, block=10)
     journal.hold_slot(7, 2, SUCCESSOR, block=20)
-    journal.hold_slot(7, 2, first, block=30)  # assigned again: still first in the order
+    journal.hold_slot(7, 2, first, block=30)  # assigned again: its first tenure stands
     journal.hold_slot(7, 2, HANDED_OVER.signers.addresses[3], block=40)  # after the unit
-    assert journal.slot_providers(7, 2, at_block=25) == (first, SUCCESSOR)
+    assert journal.slot_tenures(7, 2, at_block=25) == {first.lower(): 0, SUCCESSOR.lower(): 0}
     signers = RoundSigners(
         7,
         {r: a for r, a in SIGNING.signers.addresses.items() if r != 2} | {2: SUCCESSOR},
-        {2: journal.slot_providers(7, 2, at_block=25)},
+        {2: journal.slot_tenures(7, 2, at_block=25)},
     )
     journal.close()
     record = view(1, [0, 1, 2])
@@ -165,7 +171,7 @@ def test_a_member_that_never_committed_is_checked_against_its_slots_holders():
     not sign fails the recorder."""
     uncommitted = SIGNING.signers._replace(
         addresses={r: a for r, a in SIGNING.signers.addresses.items() if r != 3},
-        former={3: [SIGNING.signers.addresses[3]]},
+        former={3: {SIGNING.signers.addresses[3]: 0}},
     )
     honest = view(1, [0, 1, 3])
     assert record_problem(1, range(ROUND, ROUND + 1), {1: honest}, uncommitted, "round") is None
@@ -196,3 +202,78 @@ def test_a_signature_from_another_job_or_round_signs_nothing_here():
         replayed.rounds[0].payloads[0] = payload
         replayed.rounds[0].signatures[0] = signing.sign(0, round_, payload)  # type: ignore[index]
         assert judged(1, {1: replayed}) is not None
+
+
+def test_a_holder_could_have_signed_from_the_unit_before_the_slots_next_one():
+    """A slot's successor starts from the slot's last committed unit and may go through that
+    unit's rounds live; a rejection later sends the slot back to the unit before the rejected
+    one. A committer without a known assignment could have signed from the start."""
+    first, successor, third = (a.lower() for a in HANDED_OVER.addresses[:3])
+    events = [
+        SlotEvent("assigned", first),
+        *(SlotEvent("committed", first, unit) for unit in range(3)),
+        SlotEvent("assigned", successor),  # the slot's next unit is 3
+        SlotEvent("committed", successor, 3),
+        SlotEvent("committed", successor, 4),
+    ]
+    assert first_units(events) == {first: 0, successor: 2}
+    rejected = [*events, SlotEvent("rejected", "", 2)]  # units 2.. go again, from unit 1's end
+    assert first_units(rejected) == {first: 0, successor: 1}
+    assert first_units([*rejected, SlotEvent("assigned", third)]) == {
+        first: 0,
+        successor: 1,
+        third: 1,
+    }
+    assert first_units([SlotEvent("committed", third, 6)]) == {third: 0}
+
+
+def test_a_later_holders_signature_for_a_round_before_it_held_the_slot_fails_the_recorder():
+    """Rank 1 records a made-up payload as slot 2's in round 5, signed by a provider that took
+    slot 2 over only from round 6 on (it colludes with the recorder, or signed it for the
+    round's re-run it never met): the recorder fails. Before, a signature of any provider the
+    slot was ever assigned to stood for every round of the job."""
+    first, later = SIGNING.signers.addresses[2], SUCCESSOR
+    made_up = b"\x11" * 4
+    record = view(1, [0, 1, 2], rank_2=made_up)
+    by_later = sign_round(HANDED_OVER.keys[4], 7, ROUND, 2, made_up)
+    record.rounds[0].signatures[2] = by_later  # type: ignore[index]
+    own = {r: a for r, a in SIGNING.signers.addresses.items() if r != 2}
+    for starts, problem in (
+        (ROUND + 1, "round 5 records a payload from rank 2 that it did not sign"),
+        (ROUND, None),
+    ):
+        signers = RoundSigners(7, own, {2: {first: 0, later: starts}})
+        assert record_problem(1, range(ROUND, ROUND + 1), {1: record}, signers, "round") == problem
+
+
+def test_the_journal_reads_each_holders_first_unit_from_the_chains_events(tmp_path):
+    """Assignments, commitments and rejections, as the verifier's journal keeps them, give the
+    tenures `first_units` does, within a block assignments first."""
+    first, later = SIGNING.signers.addresses[2], SUCCESSOR
+    journal = Journal(tmp_path / "journal.sqlite3")
+    journal.hold_slot(7, 2, first, block=10)
+    for unit, block in ((0, 11), (1, 12), (2, 20)):
+        journal.add_unit(committed(first, unit, block), log_index=1)
+    journal.hold_slot(7, 2, later, block=20)  # the same block as unit 2's commitment
+    journal.add_unit(committed(later, 3, 22), log_index=1)
+    assert journal.slot_tenures(7, 2, at_block=22) == {first.lower(): 0, later.lower(): 1}
+    journal.reject_unit(7, 2, 1, block=23, log_index=0)
+    assert journal.slot_tenures(7, 2, at_block=22) == {first.lower(): 0, later.lower(): 1}
+    assert journal.slot_tenures(7, 2, at_block=23) == {first.lower(): 0, later.lower(): 0}
+    journal.close()
+
+
+def committed(provider: str, index: int, block: int) -> CommittedUnit:
+    return CommittedUnit(
+        job_id=7,
+        slot=2,
+        index=index,
+        provider=provider,
+        cid="bafy",
+        state_hash=b"\x00" * 32,
+        gpu_seconds=1,
+        amount=1,
+        remaining_before=1,
+        committed_at=0,
+        block_number=block,
+    )

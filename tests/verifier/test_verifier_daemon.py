@@ -119,6 +119,18 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
         from_block=0, argument_filters={"jobId": provider.job_id}
     )
     assert rounds[-1]["args"]["round"] > rounds[0]["args"]["round"]
+    # Both daemons saw the rejection: the slot's next holder could sign from unit 0 (the slot
+    # goes on from unit 0's end), not from unit 1, as two commitments alone would say.
+    head = ledger.w3.eth.block_number
+    assert ledger.slot_tenures(provider.job_id, 0) == {provider.account.address.lower(): 0}
+    for daemon in (first, second):
+        daemon.tick()
+        daemon.journal.hold_slot(provider.job_id, 0, cast.verifiers[0].address, head + 1)
+        tenures = daemon.journal.slot_tenures(provider.job_id, 0, head + 1)
+        assert tenures == {
+            provider.account.address.lower(): 0,
+            cast.verifiers[0].address.lower(): 0,
+        }
 
 
 def test_a_checkpoint_its_provider_does_not_serve_fails_its_unit_and_the_next(
@@ -282,7 +294,9 @@ def test_a_slots_holder_is_known_from_its_assignment_before_it_commits(job, make
     daemon = make_daemon(cast.verifiers[0])
     daemon.tick()
     head = daemon.ledger.w3.eth.block_number
-    assert daemon.journal.slot_providers(provider.job_id, 0, head) == (provider.account.address,)
+    assert daemon.journal.slot_tenures(provider.job_id, 0, head) == {
+        provider.account.address.lower(): 0
+    }
 
 
 def test_overdue_slot_is_reported(job, make_daemon, cast):
