@@ -361,11 +361,12 @@ class Ledger:
     def slot_tenures(self, job_id: int, slot: int) -> dict[str, int]:
         """Every provider the slot was assigned to (lower case) -> the first unit whose
         exchanges it could have signed for the slot (`first_units`)."""
-        filters = {"argument_filters": {"jobId": job_id, "slot": slot}}
-        start = {"from_block": self.deployment.deploy_block}
+        events = self.market.events
+        filters = {"jobId": job_id, "slot": slot}
+        start = self.deployment.deploy_block
         found = [
             (event, SlotEvent("assigned", event["args"]["provider"]))
-            for event in self.market.events.SlotAssigned().get_logs(**start, **filters)
+            for event in events.SlotAssigned().get_logs(from_block=start, argument_filters=filters)
         ]
         found += [
             (event, SlotEvent("committed", event["args"]["provider"], event["args"]["index"]))
@@ -373,7 +374,7 @@ class Ledger:
         ]
         found += [
             (event, SlotEvent("rejected", "", event["args"]["index"]))
-            for event in self.market.events.UnitRejected().get_logs(**start, **filters)
+            for event in events.UnitRejected().get_logs(from_block=start, argument_filters=filters)
         ]
         found.sort(key=lambda e: (e[0]["blockNumber"], e[1].kind != "assigned", e[0]["logIndex"]))
         return first_units(slot_event for _, slot_event in found)

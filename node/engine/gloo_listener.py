@@ -30,8 +30,8 @@ def gloo_listeners_closed() -> Iterator[None]:
         )
     before = _tcp_listeners()
     yield
-    for descriptor in _tcp_listeners() - before:
-        _close_listener(descriptor[0])
+    for fd, _ in _tcp_listeners() - before:
+        _close_listener(fd)
 
 
 def _tcp_listeners() -> set[tuple[int, int]]:
@@ -45,12 +45,15 @@ def _tcp_listeners() -> set[tuple[int, int]]:
             continue
         if not stat.S_ISSOCK(status.st_mode):
             continue
+        copy = os.dup(fd)
         try:
-            with socket.socket(fileno=os.dup(fd)) as sock:
-                if sock.family in _TCP and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                    found.add((fd, status.st_ino))
+            sock = socket.socket(fileno=copy)
         except OSError:  # a socket Python cannot wrap (netlink, packet): not a TCP listener
+            os.close(copy)
             continue
+        with sock:
+            if sock.family in _TCP and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                found.add((fd, status.st_ino))
     return found
 
 
