@@ -229,9 +229,9 @@ def test_a_holder_could_have_signed_from_the_unit_before_the_slots_next_one():
 
 def test_a_later_holders_signature_for_a_round_before_it_held_the_slot_fails_the_recorder():
     """Rank 1 records a made-up payload as slot 2's in round 5, signed by a provider that took
-    slot 2 over only from round 6 on (it colludes with the recorder, or signed it for the
-    round's re-run it never met): the recorder fails. Before, a signature of any provider the
-    slot was ever assigned to stood for every round of the job."""
+    slot 2 over only from round 6 on and colludes with the recorder: the recorder fails.
+    Before, a signature of any provider the slot was ever assigned to stood for every round of
+    the job."""
     first, later = SIGNING.signers.addresses[2], SUCCESSOR
     made_up = b"\x11" * 4
     record = view(1, [0, 1, 2], rank_2=made_up)
