@@ -31,6 +31,7 @@ from web3.types import EventData
 from marketplace.chain.errors import ChainError
 from marketplace.chain.events import EventCursor
 from marketplace.chain.ledger import ZERO_ADDRESS, CommittedUnit, Ledger
+from marketplace.protocol.round_signatures import Tenure
 from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.terms import JobStatus, Verdict
 from marketplace.runtime.clock import revert_name
@@ -123,8 +124,9 @@ class VerifierDaemon:
             "ProviderRegistered": self._on_registration,
             "SlotAssigned": self._on_slot_assigned,
             "UnitRejected": self._on_unit_rejected,
-            "ProviderRemoved": self._on_slot_released,
-            "SlotFinished": self._on_slot_released,
+            "ProviderRemoved": self._on_slot_left,
+            "SlotReleased": self._on_slot_left,
+            "SlotFinished": self._on_slot_finished,
             "JobCompleted": self._on_job_over,
             "JobCancelled": self._on_job_over,
             "JobSettled": self._on_settled,
@@ -238,7 +240,13 @@ class VerifierDaemon:
             args["jobId"], args["slot"], args["index"], event["blockNumber"], event["logIndex"]
         )
 
-    def _on_slot_released(self, event: EventData) -> None:
+    def _on_slot_left(self, event: EventData) -> None:
+        args = event["args"]
+        self.journal.leave_slot(
+            args["jobId"], args["slot"], args["provider"], event["blockNumber"], event["logIndex"]
+        )
+
+    def _on_slot_finished(self, event: EventData) -> None:
         self.journal.release_slot(event["args"]["jobId"], event["args"]["slot"])
 
     def _on_job_over(self, event: EventData) -> None:
@@ -402,11 +410,11 @@ class VerifierDaemon:
             slot_tenures=self._slot_tenures(unit, head),
         )
 
-    def _slot_tenures(self, unit: CommittedUnit, head: int) -> tuple[dict[str, int], ...]:
-        """By slot of a group's unit, the providers that held it so far, each with the first
-        unit it could have signed for: a payload one signed while it held the slot stands in a
-        record (the slot handed over, or its unit never committed, or its holder dropped out
-        before committing anything), and one it signed for an earlier exchange does not."""
+    def _slot_tenures(self, unit: CommittedUnit, head: int) -> tuple[dict[str, Tenure], ...]:
+        """By slot of a group's unit, the providers that held it so far, each with the units it
+        could have signed for: a payload one signed while it held the slot stands in a record
+        (the slot handed over, or its unit never committed, or its holder dropped out before
+        committing anything), and one it signed before or well after does not."""
         return tuple(
             self.journal.slot_tenures(unit.job_id, slot, head)
             for slot in range(self._group_nodes(unit.job_id))

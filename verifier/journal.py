@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from marketplace.chain.ledger import CommittedUnit
-from marketplace.protocol.round_signatures import SlotEvent, first_units
+from marketplace.protocol.round_signatures import SlotEvent, Tenure, slot_tenures
 from marketplace.runtime.journal import JournalDB
 
 SCHEMA = """
@@ -35,6 +35,11 @@ CREATE TABLE IF NOT EXISTS slots (
 CREATE TABLE IF NOT EXISTS rejections (
     job_id INTEGER, slot INTEGER, idx INTEGER, block INTEGER, log_index INTEGER,
     PRIMARY KEY (job_id, slot, idx, block, log_index)
+);
+-- every provider that left a slot (removed, or released after a rejection), and when
+CREATE TABLE IF NOT EXISTS departures (
+    job_id INTEGER, slot INTEGER, provider TEXT, block INTEGER, log_index INTEGER,
+    PRIMARY KEY (job_id, slot, provider, block, log_index)
 );
 -- every provider a slot was assigned to, at its first assignment's block
 CREATE TABLE IF NOT EXISTS holders (
@@ -138,11 +143,11 @@ class Journal(JournalDB):
         )
         return (_unit(rows[0]), rows[0][4]) if rows else None
 
-    def slot_tenures(self, job_id: int, slot: int, at_block: int) -> dict[str, int]:
+    def slot_tenures(self, job_id: int, slot: int, at_block: int) -> dict[str, Tenure]:
         """Every provider that held the slot up to `at_block` (each it was assigned to, whether
         or not it committed anything, and each that committed a unit: a journal begun before
-        assignments were kept has only those) -> the first unit whose exchanges it could have
-        signed for the slot (`first_units`)."""
+        assignments were kept has only those) -> the units whose exchanges it could have
+        signed for the slot (`round_signatures.slot_tenures`)."""
         rows = self._run(
             "SELECT block, 0, 0, 'assigned', provider, 0 FROM holders "
             "WHERE job_id = ? AND slot = ? AND block <= ? "
@@ -152,10 +157,24 @@ class Journal(JournalDB):
             "UNION ALL "
             "SELECT block, 1, log_index, 'rejected', '', idx FROM rejections "
             "WHERE job_id = ? AND slot = ? AND block <= ? "
+            "UNION ALL "
+            "SELECT block, 1, log_index, 'left', provider, 0 FROM departures "
+            "WHERE job_id = ? AND slot = ? AND block <= ? "
             "ORDER BY 1, 2, 3",
-            *(job_id, slot, at_block) * 3,
+            *(job_id, slot, at_block) * 4,
         )
-        return first_units(SlotEvent(kind, provider, index) for *_, kind, provider, index in rows)
+        first_commits = self._run(
+            "SELECT idx, MIN(block) FROM units WHERE job_id = ? AND block <= ? GROUP BY idx",
+            job_id,
+            at_block,
+        )
+        return slot_tenures(
+            (
+                SlotEvent(kind, provider, index, block)
+                for block, _, _, kind, provider, index in rows
+            ),
+            dict(first_commits),
+        )
 
     def reject_unit(self, job_id: int, slot: int, index: int, block: int, log_index: int) -> None:
         """The slot's unit `index` was rejected at `block`: the slot does it again."""
@@ -315,6 +334,19 @@ class Journal(JournalDB):
 
     def release_slot(self, job_id: int, slot: int) -> None:
         self._run("DELETE FROM slots WHERE job_id = ? AND slot = ?", job_id, slot)
+
+    def leave_slot(self, job_id: int, slot: int, provider: str, block: int, log_index: int) -> None:
+        """`provider` left the slot at `block` (removed, or released after a rejection): what
+        it signs for the group stands for a while only (`slot_tenures`)."""
+        self.release_slot(job_id, slot)
+        self._run(
+            "INSERT OR IGNORE INTO departures VALUES (?,?,?,?,?)",
+            job_id,
+            slot,
+            provider,
+            block,
+            log_index,
+        )
 
     def release_job(self, job_id: int) -> None:
         self._run("DELETE FROM slots WHERE job_id = ?", job_id)

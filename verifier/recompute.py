@@ -12,7 +12,7 @@ import torch
 
 from marketplace.protocol.checkpoint import Checkpoint, CheckpointError
 from marketplace.protocol.execution import ExecutionClass, ExecutionClassError, is_class_id
-from marketplace.protocol.round_signatures import RoundSigners
+from marketplace.protocol.round_signatures import RoundSigners, Tenure
 from marketplace.protocol.spec import MAX_SPEC_BYTES
 from marketplace.protocol.units import CHECKPOINTS, RANK_BUNDLES, unit_format
 from marketplace.storage import (
@@ -141,9 +141,9 @@ class UnitInputs:
     withheld_after: float | None = None
     # group jobs: the other slots' commitments of this unit, whose records vote on this one's
     peers: tuple[PeerUnit, ...] = ()
-    # group jobs: by slot, each provider it was assigned to or committed by so far -> the first
-    # unit whose exchanges it could have signed for the slot
-    slot_tenures: tuple[dict[str, int], ...] = ()
+    # group jobs: by slot, each provider it was assigned to or committed by so far -> the
+    # units whose exchanges it could have signed for the slot
+    slot_tenures: tuple[dict[str, Tenure], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,7 +151,10 @@ class UnitInputs:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> UnitInputs:
         peers = tuple(PeerUnit(**peer) for peer in data.get("peers", ()))
-        tenures = tuple(dict(slot) for slot in data.get("slot_tenures", ()))
+        tenures = tuple(
+            {holder: Tenure(*held) for holder, held in slot.items()}
+            for slot in data.get("slot_tenures", ())
+        )
         return cls(**data | {"peers": peers, "slot_tenures": tenures})
 
 

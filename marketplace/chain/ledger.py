@@ -17,7 +17,7 @@ from web3.types import BlockIdentifier, EventData, TxReceipt
 from marketplace.chain.deploy import Deployment
 from marketplace.chain.errors import ChainError
 from marketplace.chain.tx import call, send
-from marketplace.protocol.round_signatures import SlotEvent, first_units
+from marketplace.protocol.round_signatures import SlotEvent, Tenure, slot_tenures
 from marketplace.protocol.terms import DEFAULT_UNIT_GPU_SECONDS, Verdict
 
 ZERO_ADDRESS = "0x" + "00" * 20
@@ -358,26 +358,45 @@ class Ledger:
             from_block=self.deployment.deploy_block, argument_filters=filters
         )
 
-    def slot_tenures(self, job_id: int, slot: int) -> dict[str, int]:
-        """Every provider the slot was assigned to (lower case) -> the first unit whose
-        exchanges it could have signed for the slot (`first_units`)."""
+    def slot_tenures(self, job_id: int, slots: int) -> list[dict[str, Tenure]]:
+        """By slot of a group job, every provider it was assigned to (lower case) -> the units
+        whose exchanges it could have signed for the slot (`round_signatures.slot_tenures`),
+        from one read of each event kind for the whole job."""
         events = self.market.events
-        filters = {"jobId": job_id, "slot": slot}
-        start = self.deployment.deploy_block
+        start, filters = self.deployment.deploy_block, {"jobId": job_id}
+
+        def logs(event) -> list[EventData]:
+            return event().get_logs(from_block=start, argument_filters=filters)
+
+        commits = self.checkpoint_events(job_id)
         found = [
             (event, SlotEvent("assigned", event["args"]["provider"]))
-            for event in events.SlotAssigned().get_logs(from_block=start, argument_filters=filters)
+            for event in logs(events.SlotAssigned)
         ]
         found += [
             (event, SlotEvent("committed", event["args"]["provider"], event["args"]["index"]))
-            for event in self.checkpoint_events(job_id, slot)
+            for event in commits
         ]
         found += [
             (event, SlotEvent("rejected", "", event["args"]["index"]))
-            for event in events.UnitRejected().get_logs(from_block=start, argument_filters=filters)
+            for event in logs(events.UnitRejected)
+        ]
+        found += [
+            (event, SlotEvent("left", event["args"]["provider"], 0, event["blockNumber"]))
+            for kind in (events.ProviderRemoved, events.SlotReleased)
+            for event in logs(kind)
         ]
         found.sort(key=lambda e: (e[0]["blockNumber"], e[1].kind != "assigned", e[0]["logIndex"]))
-        return first_units(slot_event for _, slot_event in found)
+        first_commits: dict[int, int] = {}
+        for event in commits:
+            first_commits.setdefault(event["args"]["index"], event["blockNumber"])
+        return [
+            slot_tenures(
+                (slot_event for event, slot_event in found if event["args"]["slot"] == slot),
+                first_commits,
+            )
+            for slot in range(slots)
+        ]
 
     def unit_from_event(self, event) -> CommittedUnit:
         args = event["args"]

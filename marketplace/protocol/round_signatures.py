@@ -25,18 +25,28 @@ _DOMAIN = b"zoo-compute/round-payload-v1"
 _LOGIN_DOMAIN = b"zoo-compute/group-store-login-v1"
 
 
+class Tenure(NamedTuple):
+    """The exchanges (or, from the chain, the units) whose payloads a provider could have
+    signed for a slot: from `first` through `last` (None: to the job's end)."""
+
+    first: int
+    last: int | None = None
+
+    def covers(self, number: int) -> bool:
+        return self.first <= number and (self.last is None or number <= self.last)
+
+
 class RoundSigners(NamedTuple):
     """Who signs a group's payloads: the job they are for, each rank's signer's address (the
-    provider that holds or committed its slot), and every holder of its slot with the first
-    exchange it could have signed for the rank."""
+    provider that holds or committed its slot), and every holder of its slot with the
+    exchanges it could have signed for the rank."""
 
     job_id: int
     addresses: Mapping[int, str]  # rank -> address; a rank missing here is not known yet
-    # rank -> each provider its slot was assigned to in the job -> the first exchange (round or
-    # step) it could have signed for the rank (`first_units`, then the unit's first exchange):
-    # what one signed for the rank from then on is the rank's payload in a record, though not
-    # its signer's commitment
-    former: Mapping[int, Mapping[str, int]] = MappingProxyType({})
+    # rank -> each provider its slot was assigned to in the job -> the exchanges (rounds or
+    # steps) it could have signed for the rank (`slot_tenures`, in exchanges): what one signed
+    # for the rank within them is the rank's payload in a record, though not its commitment
+    former: Mapping[int, Mapping[str, Tenure]] = MappingProxyType({})
 
     def known(self, rank: int) -> bool:
         """Whether any provider is known to sign for `rank`."""
@@ -45,42 +55,69 @@ class RoundSigners(NamedTuple):
     def holders(self, rank: int, round_: int) -> set[str]:
         """Every address whose signature stands for `rank`'s payload in the exchange `round_` of
         a record (lower case)."""
-        found = {a.lower() for a, first in self.former.get(rank, {}).items() if first <= round_}
+        found = {a.lower() for a, held in self.former.get(rank, {}).items() if held.covers(round_)}
         signer = self.addresses.get(rank)
         return found | ({signer.lower()} if signer else set())
 
 
 class SlotEvent(NamedTuple):
-    """What moved a slot of a group job, from the chain: its assignment to `provider`, or its
-    unit `unit` committed by `provider`, or rejected (the slot does it again)."""
+    """What moved a slot of a group job, from the chain at `block`: its assignment to
+    `provider`, or its unit `unit` committed by `provider`, or rejected (the slot does it
+    again), or `provider` leaving it (removed, or released after a rejection)."""
 
-    kind: Literal["assigned", "committed", "rejected"]
+    kind: Literal["assigned", "committed", "rejected", "left"]
     provider: str
     unit: int = 0
+    block: int = 0
 
 
-def first_units(events: Iterable[SlotEvent]) -> dict[str, int]:
-    """Each provider of a slot (lower case) -> the first unit whose exchanges it could have
-    signed for the slot, from the slot's events in chain order (within a block, assignments
-    first: that can only lower a bound).
+def slot_tenures(
+    events: Iterable[SlotEvent], first_commits: Mapping[int, int]
+) -> dict[str, Tenure]:
+    """Each provider of a slot (lower case) -> the units whose exchanges it could have signed
+    for the slot, from the slot's events in chain order (within a block, assignments first:
+    that can only lower a bound) and the block of each unit's first commitment by any slot of
+    the job (`first_commits`, unit -> block).
 
     A provider assigned the slot starts from its last committed unit and goes through that
     unit's exchanges again, live where the records it took over do not hold, so it may sign
     from the unit before the slot's next one; a rejection later sends the slot back to the unit
     before the rejected one. A provider that committed a unit without a known assignment (a
     record begun after it) may have signed from the first unit.
+
+    A provider that left the slot at block `b` signed for it until its daemon read the chain,
+    which may be units later. But a rank takes part in unit `u` only once its daemon has read
+    who holds the slots after the slot's unit `u - 2` was committed (node/daemon/group_worker.py),
+    so no honest record of unit `u` names it where some slot first committed unit `u - 2` at
+    block `b` or later: its last unit is two past the last unit first committed before `b`.
     """
-    done, first = 0, dict[str, int]()
-    for kind, provider, index in events:
+    done, first, left = 0, dict[str, int](), dict[str, int]()
+    for kind, provider, index, block in events:
+        holder = provider.lower()
         if kind == "assigned":
-            first.setdefault(provider.lower(), max(done - 1, 0))
+            first.setdefault(holder, max(done - 1, 0))
+            left.pop(holder, None)
         elif kind == "committed":
             done = index + 1
-            first.setdefault(provider.lower(), 0)
-        else:
+            first.setdefault(holder, 0)
+        elif kind == "rejected":
             done = index
-            first = {holder: min(unit, max(index - 1, 0)) for holder, unit in first.items()}
-    return first
+            first = {who: min(unit, max(index - 1, 0)) for who, unit in first.items()}
+        else:
+            left[holder] = block
+    return {
+        holder: Tenure(unit, _last_unit(left.get(holder), first_commits))
+        for holder, unit in first.items()
+    }
+
+
+def _last_unit(left_at: int | None, first_commits: Mapping[int, int]) -> int | None:
+    """The last unit a provider that left a slot at block `left_at` could have signed for it
+    (`slot_tenures`); None for one that has not left."""
+    if left_at is None:
+        return None
+    before = [unit for unit, block in first_commits.items() if block < left_at]
+    return max(before, default=-1) + 2
 
 
 def round_digest(job_id: int, round_: int, rank: int, payload: bytes) -> bytes:

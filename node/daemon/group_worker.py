@@ -124,7 +124,9 @@ class GroupWorker:
         self.worker = worker
         self.scratch = scratch  # rank folders live here, one per job and slot
         self._to_flag: list[tuple[int, int]] = []  # (rank, round) to flag once committed
-        self._holders: tuple[str, ...] | None = None  # what the rank's holders file holds
+        # what the rank's holders file holds: the holders, and the last exchange it may join
+        self._holders: tuple[tuple[str, ...], int] | None = None
+        self._open_through = 0
         self._host: str | None = None  # slot 0's provider, whose board the rank joined
 
     def check_job(self, job_id: int, job: dict) -> None:
@@ -157,6 +159,8 @@ class GroupWorker:
         shutil.rmtree(folder, ignore_errors=True)  # the rest of an attempt that never committed
         self._holders = None
         config = group_config(spec)
+        done = slot["unitsDone"]
+        self._open_through = _open_through(spec, config, done - 1)
         signing = RoundSigning(
             job_id,
             self._note_holders(job_id, config.ranks, folder),
@@ -164,7 +168,6 @@ class GroupWorker:
             str(folder / HOLDERS),
         )
         config = replace(config, updates_dir=str(folder), signing=signing)
-        done = slot["unitsDone"]
         taken_over = (
             self._last_unit(job_id, slot_id, done - 1, spec, config.uses_board) if done else None
         )
@@ -237,16 +240,17 @@ class GroupWorker:
     def _note_holders(self, job_id: int, ranks: int, folder: Path) -> tuple[str, ...]:
         """Write down who holds each slot of the job now, for the rank to check what each slot
         sends against (`RoundSigning.holders_file`): a slot handed over mid-job signs with its
-        new holder's key from then on."""
+        new holder's key from then on. With them goes the last exchange the rank may take part
+        in (`_open_through`), which a look at the chain after a commit moves on."""
         ledger = self.worker.ledger
         holders = tuple(ledger.slot(job_id, slot)["provider"] for slot in range(ranks))
-        if holders != self._holders:
+        if (holders, self._open_through) != self._holders:
             path = folder / HOLDERS
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(path.name + ".partial")
-            partial.write_text(json.dumps(holders))
+            partial.write_text(json.dumps({"holders": holders, "open_through": self._open_through}))
             partial.replace(path)  # whole or not at all: the rank reads it at any time
-            self._holders = holders
+            self._holders = holders, self._open_through
         return holders
 
     def _last_unit(
@@ -305,10 +309,9 @@ class GroupWorker:
         ledger = self.worker.ledger
         ranks = range(config.ranks)
         done = [ledger.slot(job_id, slot)["unitsDone"] for slot in ranks]
+        tenures = ledger.slot_tenures(job_id, config.ranks)
         signers = RoundSigners(
-            job_id,
-            {},
-            {slot: config.tenures(spec, ledger.slot_tenures(job_id, slot)) for slot in ranks},
+            job_id, {}, {slot: config.tenures(spec, held) for slot, held in enumerate(tenures)}
         )
 
         def vouched(index: int, records: list[RecordedRound] | None) -> bool:
@@ -541,6 +544,8 @@ class GroupWorker:
         self.worker.journal.add_unit(unit)
         slot = self.worker.ledger.slot(job_id, slot_id)
         self.worker.commit(unit, slot, self.worker.ledger.job(job_id)["checkpointInterval"])
+        self._open_through = _open_through(spec, config, index)
+        self._note_holders(job_id, config.ranks, folder)  # read after the commit was mined
         self._note_outliers(slot_id, index, rounds, folder)
         self._flag_committed(job_id)
         for round_ in rounds:
@@ -581,6 +586,15 @@ class GroupWorker:
                     "job=%d: rank %d's round %d not flagged: %s", job_id, rank, round_, exc.name
                 )
             self._to_flag.remove((rank, round_))
+
+
+def _open_through(spec: JobSpec, config: GroupConfig, committed: int) -> int:
+    """The last exchange a rank may take part in once its daemon has read who holds the
+    slots after the slot's unit `committed` was (-1: none yet): that of two units on. So no
+    honest record of a unit names a slot's former holder once any slot committed the unit two
+    before it after the holder left (round_signatures.slot_tenures), and the rank trains on
+    while its daemon commits."""
+    return config.unit_rounds(spec, committed + 2).stop - 1
 
 
 def _own_rounds(folder: Path) -> dict[int, RecordedRound]:

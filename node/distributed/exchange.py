@@ -24,6 +24,8 @@ from .quorum import RoundBoard
 
 logger = logging.getLogger(__name__)
 
+_OPEN_POLL_S = 0.05  # between looks at whether the rank's daemon opened the next exchange
+
 
 def update_path(updates_dir: str | os.PathLike[str], round_: int, rank: int) -> Path:
     """Where a rank saves the payload it sent in a round: its update, to pin and commit."""
@@ -141,6 +143,8 @@ class Exchange:
         if self.tamper is not None:
             update = self.tamper(self.rank, update)
         settled = self._settled(round_)  # read before this rank's payload is saved over it
+        if settled is None:
+            self._await_open(round_)
         payload = encode_update(self.config.compressor, self.feedback, update, round_)
         signature = self.signing.sign(self.rank, round_, payload.to_bytes())
         self._account(payload, signature, round_)
@@ -197,6 +201,24 @@ class Exchange:
             Signed(data, sig)
             for data, sig in zip(settled.payloads, settled.signatures, strict=True)
         ]
+
+    def _await_open(self, round_: int) -> None:
+        """Wait until the provider's daemon has read who holds the slots late enough for the
+        rank to take part in `round_` (`RoundSigning.open_through`), and check what the round's
+        members send against those holders: a slot's former holder's payload stands in a
+        record only so long (round_signatures.slot_tenures)."""
+        if self.signing.holders_file is None:  # no daemon: a group one machine plays whole
+            return
+        waited = False
+        while True:
+            latest = self.signing.refreshed()
+            if latest.open_through is not None and round_ <= latest.open_through:
+                self.signing = latest
+                return
+            if not waited:
+                logger.info("round %d: waiting for this rank's daemon to commit", round_)
+                waited = True
+            time.sleep(_OPEN_POLL_S)
 
     def _signed(self, member: int, round_: int, data: bytes, signature: bytes) -> bool:
         """Whether `member`'s signer signed `data` for the round; where not, asked again of the

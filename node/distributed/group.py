@@ -23,7 +23,7 @@ from torch.nn.utils import parameters_to_vector
 from marketplace.errors import ZooError
 from marketplace.processes import free_port
 from marketplace.protocol.rank_bundle import DDP_RESIDUAL_EVERY
-from marketplace.protocol.round_signatures import SIGNATURE_BYTES
+from marketplace.protocol.round_signatures import SIGNATURE_BYTES, Tenure
 from marketplace.protocol.spec import JobSpec
 from node.engine.data import Sampler, load_corpora
 from node.engine.devices import group_device, place
@@ -97,10 +97,16 @@ class GroupConfig:
         steps = self.steps_per_unit(spec)
         return range(index * steps, (index + 1) * steps)
 
-    def tenures(self, spec: JobSpec, first_units: Mapping[str, int]) -> dict[str, int]:
-        """Each holder of a slot -> the first exchange it could have signed for the slot, from
-        its first unit (`round_signatures.first_units`): a `RoundSigners.former` entry."""
-        return {holder: self.unit_rounds(spec, unit).start for holder, unit in first_units.items()}
+    def tenures(self, spec: JobSpec, units: Mapping[str, Tenure]) -> dict[str, Tenure]:
+        """Each holder of a slot -> the exchanges it could have signed for the slot, from the
+        units it could have (`round_signatures.slot_tenures`): a `RoundSigners.former` entry."""
+        return {
+            holder: Tenure(
+                self.unit_rounds(spec, held.first).start,
+                None if held.last is None else self.unit_rounds(spec, held.last).stop - 1,
+            )
+            for holder, held in units.items()
+        }
 
     def residual_steps(self, spec: JobSpec) -> range:
         """The steps into a ddp unit after which its rank commits its error-feedback residual

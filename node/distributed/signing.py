@@ -20,21 +20,32 @@ class RoundSigning:
     job_id: int
     addresses: tuple[str, ...]  # by rank
     keys: dict[int, bytes] = field(repr=False)  # rank -> private key
-    # where the provider's daemon keeps the slots' holders as the chain has them now (a JSON
-    # list of addresses, by rank): a slot handed over mid-job signs with its new holder's key
+    # where the provider's daemon keeps the slots' holders as the chain has them now (JSON:
+    # `holders`, a list of addresses by rank, and `open_through`): a slot handed over mid-job
+    # signs with its new holder's key
     holders_file: str | None = None
+    # the last exchange the rank may take part in with these holders: its daemon opens more
+    # as it reads the chain after its commits (node/daemon/group_worker.py); None with no file
+    open_through: int | None = None
 
     def refreshed(self) -> RoundSigning:
         """The signing with the holders the daemon last wrote down; itself without any."""
         if self.holders_file is None:
             return self
         try:
-            holders = json.loads(Path(self.holders_file).read_text())
+            view = json.loads(Path(self.holders_file).read_text())
         except (OSError, ValueError):
             return self
-        if not (isinstance(holders, list) and len(holders) == len(self.addresses)):
+        if not isinstance(view, dict):
             return self
-        return replace(self, addresses=tuple(str(a) for a in holders))
+        holders, through = view.get("holders"), view.get("open_through")
+        if not (
+            isinstance(holders, list)
+            and len(holders) == len(self.addresses)
+            and type(through) is int
+        ):
+            return self
+        return replace(self, addresses=tuple(str(a) for a in holders), open_through=through)
 
     @property
     def signers(self) -> RoundSigners:

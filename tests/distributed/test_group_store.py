@@ -149,15 +149,14 @@ def test_a_slots_former_holder_is_cut_off(tmp_path, monkeypatch):
     cannot log in again; the new holder can."""
     monkeypatch.setattr(group_store, "HOLDERS_EVERY_S", 0.1)
     holders = tmp_path / "holders.json"
-    holders.write_text(json.dumps(SIGNING.addresses))
+    holders.write_text(json.dumps({"holders": SIGNING.addresses, "open_through": 0}))
     signing = replace(SIGNING, holders_file=str(holders))
     successor = Account.create()
     with StoreHost("127.0.0.1", free_port(), signing, CONTROL_BYTES) as host:
         former = member(host, 1)
         former.set("k", b"v")
-        holders.write_text(
-            json.dumps([*SIGNING.addresses[:1], successor.address, SIGNING.addresses[2]])
-        )
+        successors = [*SIGNING.addresses[:1], successor.address, SIGNING.addresses[2]]
+        holders.write_text(json.dumps({"holders": successors, "open_through": 0}))
         time.sleep(0.5)
         with pytest.raises(dist.DistNetworkError):
             former.get("k")

@@ -116,15 +116,45 @@ def test_a_slot_handed_over_signs_with_its_new_holders_key(store, tmp_path):
     provider's daemon writes the new holder down, and take it from then on."""
     new_key = local_key(99)
     holders = tmp_path / "holders.json"
+    note_holders(holders, SIGNING.addresses, ROUND + 1)
     watching = replace(SIGNING, holders_file=str(holders))
     exchanges = over(store, [watching, replace(SIGNING, keys={1: new_key}), watching])
     run_round(exchanges, list(range(RANKS)))
     assert exchanges[0].members[-1] == exchanges[2].members[-1] == [0, 2]
     addresses = list(SIGNING.addresses)
     addresses[1] = Account.from_key(new_key).address
-    holders.write_text(json.dumps(addresses))
+    note_holders(holders, addresses, ROUND + 1)
     run_round(exchanges, list(range(RANKS)), ROUND + 1)
     assert exchanges[0].members[-1] == exchanges[2].members[-1] == [0, 1, 2]
+
+
+def test_a_rank_goes_no_further_than_its_daemon_opened_and_then_with_the_holders_read(
+    store, tmp_path
+):
+    """Rank 0's daemon opened the rounds before ROUND: the rank waits there, sending nothing,
+    until the daemon, having read the chain after its next commit, opens ROUND with the holders
+    it read. Slot 1 had changed hands by then, so its former holder's payload, posted for the
+    round, is refused. A former holder's signature stands in a record only so long as this
+    (marketplace/protocol/round_signatures.py `slot_tenures`)."""
+    holders = tmp_path / "holders.json"
+    note_holders(holders, SIGNING.addresses, ROUND - 1)
+    exchanges = over(store, [replace(SIGNING, holders_file=str(holders)), SIGNING, SIGNING])
+    waiting = threading.Thread(target=run_round, args=(exchanges, [0]))
+    waiting.start()
+    time.sleep(1.0)
+    assert waiting.is_alive() and exchanges[0].commitments == []
+    addresses = list(SIGNING.addresses)
+    addresses[1] = Account.from_key(local_key(99)).address
+    note_holders(holders, addresses, ROUND)
+    run_round(exchanges, [1, 2])
+    waiting.join(timeout=60)
+    assert exchanges[0].members[-1] == [0, 2]
+    assert exchanges[2].members[-1] == [0, 1, 2]  # a rank whose daemon had not read it yet
+
+
+def note_holders(path, addresses, open_through: int) -> None:
+    """Write the slots' holders down as a provider's daemon does for its rank."""
+    path.write_text(json.dumps({"holders": list(addresses), "open_through": open_through}))
 
 
 def recording(store: dist.TCPStore, folder, **settings) -> list[Exchange]:

@@ -236,14 +236,31 @@ def test_a_diloco_job_replaces_its_dropped_host_through_the_market_verifies_and_
         verdicts = results(ledger, job_id)
         assert verdicts and all(r["pass"] for r in verdicts)
         assert not any(INCORRECT_COMPUTATION in slashes(ledger, p) for p in [*ranks, successor])
-        # Verifiers knew the slot's providers, each from the unit before its first: a payload
-        # either signed within that stands in the others' records of the rounds.
+        # Verifiers knew the slot's providers, each from the unit before its first, the dropped
+        # host until two units past the last the group had committed when it was removed: a
+        # payload either signed within that stands in the others' records of the rounds, and
+        # every honest record kept within it (every verdict above passed).
         committer = {(u["slot"], u["index"]): u["provider"] for u in units}
         took_over = min(u["index"] for u in units if u["provider"] == successor)
-        tenures = {ranks[HOST].lower(): 0, successor.lower(): took_over - 1}
+        events = ledger.market.events
+        (removal,) = events.ProviderRemoved().get_logs(
+            from_block=0, argument_filters={"jobId": job_id}
+        )
+        before = [
+            e["args"]["index"]
+            for e in events.CheckpointCommitted().get_logs(
+                from_block=0, argument_filters={"jobId": job_id}
+            )
+            if e["blockNumber"] < removal["blockNumber"]
+        ]
+        tenures = {
+            ranks[HOST].lower(): [0, max(before, default=-1) + 2],
+            successor.lower(): [took_over - 1, None],
+        }
+        assert {a: list(t) for a, t in ledger.slot_tenures(job_id, 3)[HOST].items()} == tenures
         for verdict in verdicts:
             known = json.loads(storage.cat(verdict["evidenceCid"]))["slot_tenures"][HOST]
-            assert known.items() <= tenures.items() and ranks[HOST].lower() in known
+            assert known[ranks[HOST].lower()][0] == 0
             if committer[verdict["slot"], verdict["index"]] == successor:
                 assert known == tenures
         market = ledger.market.functions

@@ -25,6 +25,7 @@ from marketplace.protocol.rank_bundle import (
     load_rank_bundle,
     rank_bundle,
 )
+from marketplace.protocol.round_signatures import Tenure
 from marketplace.protocol.units import units_per_node
 from marketplace.storage import ContentNotFound
 from node.daemon import group_worker
@@ -153,7 +154,8 @@ def test_a_chain_out_of_reach_for_a_while_does_not_cost_the_group_its_rank(tmp_p
         rank.terminate()
         rank.join()
     assert chain.looks > chain.outage  # it looked again once the chain was back
-    assert json.loads((tmp_path / HOLDERS).read_text()) == [f"0x{s:040x}" for s in range(3)]
+    holders = [f"0x{s:040x}" for s in range(3)]
+    assert json.loads((tmp_path / HOLDERS).read_text()) == {"holders": holders, "open_through": 0}
 
 
 class SlotChain:
@@ -263,14 +265,14 @@ class CommittedGroup:
             for key, (_, bundle) in self.commitments.items()
         }
         self.holders = local_signing(len(done)).addresses
-        self.first_units = [0] * len(done)  # by slot, the unit its holder's tenure starts at
+        self.tenures = [Tenure(0)] * len(done)  # by slot, the units its holder could sign for
         self.flagged: list[tuple[int, int, int]] = []
 
     def slot(self, job_id: int, slot: int) -> dict:
         return {"unitsDone": self.done[slot], "provider": self.holders[slot]}
 
-    def slot_tenures(self, job_id: int, slot: int) -> dict[str, int]:
-        return {self.holders[slot].lower(): self.first_units[slot]}
+    def slot_tenures(self, job_id: int, slots: int) -> list[dict[str, Tenure]]:
+        return [{self.holders[slot].lower(): self.tenures[slot]} for slot in range(slots)]
 
     def committed(self, job_id: int, slot: int, index: int) -> SimpleNamespace:
         commitment, _ = self.commitments[slot, index]
@@ -411,8 +413,20 @@ def test_a_signature_from_before_its_signers_tenure_vouches_for_no_record(
     every round of the job."""
     spec, trained = committed_group
     group = CommittedGroup(spec, trained, done=[2, 3, 1])
-    group.first_units[1] = 1
+    group.tenures[1] = Tenure(1)
     assert _settled(spec, group, group_config(spec), tmp_path) == [False] * 4
+
+
+@pytest.mark.slow
+def test_a_signature_from_after_its_signers_tenure_vouches_for_no_record(committed_group, tmp_path):
+    """Slot 1's provider left the slot when the group could have gone no further than its
+    unit 0 (round 0): its signature on round 1 stands for nothing, so the rank settles round 0
+    alone and exchanges from round 1. Before, a former holder's signature vouched for every
+    round to the job's end."""
+    spec, trained = committed_group
+    group = CommittedGroup(spec, trained, done=[2, 3, 1])
+    group.tenures[1] = Tenure(0, 0)
+    assert _settled(spec, group, group_config(spec), tmp_path) == [True, False, False, False]
 
 
 @pytest.mark.slow

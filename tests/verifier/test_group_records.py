@@ -9,8 +9,9 @@ from marketplace.protocol.rank_bundle import RecordedRound
 from marketplace.protocol.round_signatures import (
     RoundSigners,
     SlotEvent,
-    first_units,
+    Tenure,
     sign_round,
+    slot_tenures,
 )
 from node.distributed.signing import local_signing
 from verifier.group_records import MemberView, record_problem
@@ -92,7 +93,7 @@ def handed_over(signers: RoundSigners) -> RoundSigners:
     return RoundSigners(
         signers.job_id,
         {r: a for r, a in signers.addresses.items() if r != 2} | {2: SUCCESSOR},
-        {2: {former: 0, SUCCESSOR: ROUND}},
+        {2: {former: Tenure(0), SUCCESSOR: Tenure(ROUND)}},
     )
 
 
@@ -134,7 +135,10 @@ def test_a_slots_holder_that_dropped_before_committing_anything_is_known_by_its_
     journal.hold_slot(7, 2, SUCCESSOR, block=20)
     journal.hold_slot(7, 2, first, block=30)  # assigned again: its first tenure stands
     journal.hold_slot(7, 2, HANDED_OVER.signers.addresses[3], block=40)  # after the unit
-    assert journal.slot_tenures(7, 2, at_block=25) == {first.lower(): 0, SUCCESSOR.lower(): 0}
+    assert journal.slot_tenures(7, 2, at_block=25) == {
+        first.lower(): Tenure(0),
+        SUCCESSOR.lower(): Tenure(0),
+    }
     signers = RoundSigners(
         7,
         {r: a for r, a in SIGNING.signers.addresses.items() if r != 2} | {2: SUCCESSOR},
@@ -171,7 +175,7 @@ def test_a_member_that_never_committed_is_checked_against_its_slots_holders():
     not sign fails the recorder."""
     uncommitted = SIGNING.signers._replace(
         addresses={r: a for r, a in SIGNING.signers.addresses.items() if r != 3},
-        former={3: {SIGNING.signers.addresses[3]: 0}},
+        former={3: {SIGNING.signers.addresses[3]: Tenure(0)}},
     )
     honest = view(1, [0, 1, 3])
     assert record_problem(1, range(ROUND, ROUND + 1), {1: honest}, uncommitted, "round") is None
@@ -216,15 +220,54 @@ def test_a_holder_could_have_signed_from_the_unit_before_the_slots_next_one():
         SlotEvent("committed", successor, 3),
         SlotEvent("committed", successor, 4),
     ]
-    assert first_units(events) == {first: 0, successor: 2}
+    assert slot_tenures(events, {}) == {first: Tenure(0), successor: Tenure(2)}
     rejected = [*events, SlotEvent("rejected", "", 2)]  # units 2.. go again, from unit 1's end
-    assert first_units(rejected) == {first: 0, successor: 1}
-    assert first_units([*rejected, SlotEvent("assigned", third)]) == {
-        first: 0,
-        successor: 1,
-        third: 1,
+    assert slot_tenures(rejected, {}) == {first: Tenure(0), successor: Tenure(1)}
+    assert slot_tenures([*rejected, SlotEvent("assigned", third)], {}) == {
+        first: Tenure(0),
+        successor: Tenure(1),
+        third: Tenure(1),
     }
-    assert first_units([SlotEvent("committed", third, 6)]) == {third: 0}
+    assert slot_tenures([SlotEvent("committed", third, 6)], {}) == {third: Tenure(0)}
+
+
+def test_a_holder_that_left_could_have_signed_until_two_units_past_the_groups_commitments():
+    """A rank takes part in unit u only once its daemon read the slots' holders after its slot
+    committed unit u - 2: a provider that left a slot signed for it through two units past the
+    last unit any slot of the job had first committed before it left, and no further."""
+    first, successor = (a.lower() for a in HANDED_OVER.addresses[:2])
+    events = [
+        SlotEvent("assigned", first, 0, 1),
+        *(SlotEvent("committed", first, unit, 2 + unit) for unit in range(3)),
+        SlotEvent("left", first, 0, 6),  # removed: the group had first committed units 0..3
+        SlotEvent("assigned", successor, 0, 8),
+    ]
+    commits = {0: 2, 1: 3, 2: 4, 3: 5, 4: 6, 5: 9}  # the earliest by any slot, per unit
+    assert slot_tenures(events, commits) == {first: Tenure(0, 5), successor: Tenure(2)}
+    # the group's commitment of unit 4 in the block it left: its daemon read that block
+    assert slot_tenures(events, commits)[first].covers(5)
+    assert not slot_tenures(events, commits)[first].covers(6)
+    # it left before any unit was committed: units 0 and 1 run before any commitment
+    assert slot_tenures(events[:1] + events[4:5], {0: 7}) == {first: Tenure(0, 1)}
+    # assigned the slot again: to the end, from its first tenure
+    again = [*events, SlotEvent("assigned", first, 0, 10)]
+    assert slot_tenures(again, commits)[first] == Tenure(0)
+
+
+def test_a_former_holders_signature_past_its_tenure_fails_the_recorder():
+    """Slot 2's first holder left the slot and colludes with rank 1: rank 1 records a made-up
+    payload as slot 2's in round 5, signed by the former holder. Where its tenure ended before
+    round 5 the recorder fails; before, a former holder's signature stood to the job's end."""
+    first, later = SIGNING.signers.addresses[2], SUCCESSOR
+    record = view(1, [0, 1, 2], rank_2=b"\x12" * 4)  # signed with the first holder's key
+    own = {r: a for r, a in SIGNING.signers.addresses.items() if r != 2} | {2: later}
+    for last, problem in (
+        (ROUND - 1, "round 5 records a payload from rank 2 that it did not sign"),
+        (ROUND, None),
+        (None, None),
+    ):
+        signers = RoundSigners(7, own, {2: {first: Tenure(0, last), later: Tenure(ROUND)}})
+        assert record_problem(1, range(ROUND, ROUND + 1), {1: record}, signers, "round") == problem
 
 
 def test_a_later_holders_signature_for_a_round_before_it_held_the_slot_fails_the_recorder():
@@ -242,31 +285,48 @@ def test_a_later_holders_signature_for_a_round_before_it_held_the_slot_fails_the
         (ROUND + 1, "round 5 records a payload from rank 2 that it did not sign"),
         (ROUND, None),
     ):
-        signers = RoundSigners(7, own, {2: {first: 0, later: starts}})
+        signers = RoundSigners(7, own, {2: {first: Tenure(0), later: Tenure(starts)}})
         assert record_problem(1, range(ROUND, ROUND + 1), {1: record}, signers, "round") == problem
 
 
 def test_the_journal_reads_each_holders_first_unit_from_the_chains_events(tmp_path):
     """Assignments, commitments and rejections, as the verifier's journal keeps them, give the
-    tenures `first_units` does, within a block assignments first."""
-    first, later = SIGNING.signers.addresses[2], SUCCESSOR
+    tenures `slot_tenures` does, within a block assignments first."""
+    first, later = (a.lower() for a in (SIGNING.signers.addresses[2], SUCCESSOR))
     journal = Journal(tmp_path / "journal.sqlite3")
     journal.hold_slot(7, 2, first, block=10)
     for unit, block in ((0, 11), (1, 12), (2, 20)):
         journal.add_unit(committed(first, unit, block), log_index=1)
     journal.hold_slot(7, 2, later, block=20)  # the same block as unit 2's commitment
     journal.add_unit(committed(later, 3, 22), log_index=1)
-    assert journal.slot_tenures(7, 2, at_block=22) == {first.lower(): 0, later.lower(): 1}
+    assert journal.slot_tenures(7, 2, at_block=22) == {first: Tenure(0), later: Tenure(1)}
     journal.reject_unit(7, 2, 1, block=23, log_index=0)
-    assert journal.slot_tenures(7, 2, at_block=22) == {first.lower(): 0, later.lower(): 1}
-    assert journal.slot_tenures(7, 2, at_block=23) == {first.lower(): 0, later.lower(): 0}
+    assert journal.slot_tenures(7, 2, at_block=22) == {first: Tenure(0), later: Tenure(1)}
+    assert journal.slot_tenures(7, 2, at_block=23) == {first: Tenure(0), later: Tenure(0)}
     journal.close()
 
 
-def committed(provider: str, index: int, block: int) -> CommittedUnit:
+def test_the_journal_ends_a_tenure_where_its_holder_left_the_slot(tmp_path):
+    """A removal (or release) ends the holder's tenure two units past the last unit any slot
+    of the job first committed before it; a verifier's journal keeps when each holder left."""
+    first, later = (a.lower() for a in (SIGNING.signers.addresses[2], SUCCESSOR))
+    journal = Journal(tmp_path / "journal.sqlite3")
+    journal.hold_slot(7, 2, first, block=10)
+    for unit, block in ((0, 11), (1, 12), (2, 13)):
+        journal.add_unit(committed(first, unit, block), log_index=1)
+    journal.add_unit(committed(SIGNING.signers.addresses[1], 3, 14, slot=1), log_index=1)
+    journal.leave_slot(7, 2, first, block=15, log_index=0)
+    journal.hold_slot(7, 2, later, block=17)
+    journal.add_unit(committed(later, 3, 18), log_index=1)
+    assert journal.slot_tenures(7, 2, at_block=14) == {first: Tenure(0)}
+    assert journal.slot_tenures(7, 2, at_block=18) == {first: Tenure(0, 5), later: Tenure(2)}
+    journal.close()
+
+
+def committed(provider: str, index: int, block: int, slot: int = 2) -> CommittedUnit:
     return CommittedUnit(
         job_id=7,
-        slot=2,
+        slot=slot,
         index=index,
         provider=provider,
         cid="bafy",

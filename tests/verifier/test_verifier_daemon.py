@@ -12,6 +12,7 @@ from marketplace.chain.deploy import ZEN
 from marketplace.chain.ledger import Hardware
 from marketplace.devnet.accounts import devnet_account
 from marketplace.ipfs.cid import CID
+from marketplace.protocol.round_signatures import Tenure
 from marketplace.protocol.terms import SlashReason, Tier, Verdict
 from node.benchmark import run_benchmark
 from verifier import daemon as daemon_module
@@ -120,17 +121,17 @@ def test_faked_unit_fails_and_a_second_verifier_confirms_the_slash(job, make_dae
     )
     assert rounds[-1]["args"]["round"] > rounds[0]["args"]["round"]
     # Both daemons saw the rejection: the slot's next holder could sign from unit 0 (the slot
-    # goes on from unit 0's end), not from unit 1, as two commitments alone would say.
+    # goes on from unit 0's end), not from unit 1, as two commitments alone would say. And
+    # the removal: the cheater's signatures stand through unit 3, two past the last unit
+    # committed before it left, not to the job's end.
     head = ledger.w3.eth.block_number
-    assert ledger.slot_tenures(provider.job_id, 0) == {provider.account.address.lower(): 0}
+    cheater = {provider.account.address.lower(): Tenure(0, 3)}
+    assert ledger.slot_tenures(provider.job_id, 1) == [cheater]
     for daemon in (first, second):
         daemon.tick()
         daemon.journal.hold_slot(provider.job_id, 0, cast.verifiers[0].address, head + 1)
         tenures = daemon.journal.slot_tenures(provider.job_id, 0, head + 1)
-        assert tenures == {
-            provider.account.address.lower(): 0,
-            cast.verifiers[0].address.lower(): 0,
-        }
+        assert tenures == cheater | {cast.verifiers[0].address.lower(): Tenure(0)}
 
 
 def test_a_checkpoint_its_provider_does_not_serve_fails_its_unit_and_the_next(
@@ -295,7 +296,7 @@ def test_a_slots_holder_is_known_from_its_assignment_before_it_commits(job, make
     daemon.tick()
     head = daemon.ledger.w3.eth.block_number
     assert daemon.journal.slot_tenures(provider.job_id, 0, head) == {
-        provider.account.address.lower(): 0
+        provider.account.address.lower(): Tenure(0)
     }
 
 
