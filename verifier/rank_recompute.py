@@ -205,7 +205,9 @@ def judge_rank(
         if problem is not None:
             return RankJudgement(False, problem)
     before = (
-        None if previous is None else Previous(*previous, own_previous, previous_states or states)
+        None
+        if previous is None
+        else Previous(*previous, own_previous, previous_states or states, signers)
     )
     if rounds is not None and not reproduces(recorded_class(loaded)):
         tolerance = tolerance or rank_tolerance()
@@ -255,6 +257,7 @@ class Previous(NamedTuple):
     data: bytes  # its bundle
     own: bool  # committed by the judged unit's provider, who answers for it
     states: StateSource  # fetches its DiLoCo round's states, its end's
+    signers: RoundSigners  # who signs the group's payloads, as for the judged unit
 
 
 def _weights_problem(
@@ -578,12 +581,29 @@ def _where_previous_leaves(
     before = _committed_bundle(previous.data, unit.rank, unit.round_ - 1, previous.commitment)
     if before is None:
         raise Unrebuilt("its bundle is not the rank's previous unit under its commitment")
-    problem = inputs_problem(spec, before.unit)
+    problem = inputs_problem(spec, before.unit) or _unsigned_record(spec, config, before, previous)
     if problem is not None:
         raise Unrebuilt(problem)
     if isinstance(config, DilocoConfig):
         return where_round_leaves(spec, config, before, previous.states)
     return _where_unit_leaves(spec, config, before, previous.commitment, tolerance)
+
+
+def _unsigned_record(
+    spec: JobSpec, config: GroupConfig, before: RankBundle, previous: Previous
+) -> str | None:
+    """Why the previous unit's records, which the judged unit's start is rebuilt from, hold a
+    payload from another member that no holder of its slot signed (`record_problem`, on the
+    unit's own records alone); None when they do not. A record made up in a unit that was not
+    sampled would otherwise move its next unit's start unchecked."""
+    exchanges = config.unit_rounds(spec, before.unit.round_)
+    own = None if before.rounds is None else member_view(before.payload, before.rounds)
+    if own is None or len(own.rounds) != len(exchanges):
+        return None  # malformed: rebuilding it fails on its own
+    problem = record_problem(
+        before.unit.rank, exchanges, {before.unit.rank: own}, previous.signers, config.EXCHANGE
+    )
+    return None if problem is None else f"its records fail it: {problem}"
 
 
 def _where_unit_leaves(

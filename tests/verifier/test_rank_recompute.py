@@ -512,6 +512,33 @@ def test_a_ddp_unit_after_its_providers_unit_that_cannot_be_rebuilt_fails(ddp_ru
 
 
 @pytest.mark.slow
+def test_a_record_made_up_in_a_providers_previous_unit_fails_its_next_one(ddp_run):
+    """Rank 2 records a made-up payload from rank 0 at its unit 0's last step (a unit the
+    sample passed over) and trains unit 1 from where that leaves it. Unit 1, judged, starts
+    where unit 0 as committed leaves the rank, and passed; now the records it is rebuilt from
+    must hold too, so its provider fails. A slot's new provider does not answer for them."""
+    spec, folder = ddp_run
+    signers = rank_casebook.local_signers(spec)
+    made_up = sent_in(folder, range(2, 3), 0)
+    previous = recording(ddp_bundle(spec, folder, rank=2, index=0), 1, 0, made_up)
+    before = load_rank_bundle(previous[1])
+    following = run_rank_unit(spec, group_config(spec), before.unit, before.rounds).following
+    assert following is not None
+    recorded = [recorded_round(folder, step) for step in (2, 3)]
+    rounds = [RecordedRound(r.members[:2], r.payloads[:2], r.signatures[:2]) for r in recorded]
+    committed, bundle = provided(spec, following, rounds)
+    own = judge_rank(
+        spec, 2, 1, committed, bundle, previous=previous, own_previous=True, signers=signers
+    )
+    assert own.passed is False
+    assert own.reason == (
+        "the slot's previous unit, the provider's own, cannot be rebuilt: its records fail it: "
+        "step 1 records a payload from rank 0 that it did not sign"
+    )
+    assert judge_rank(spec, 2, 1, committed, bundle, previous=previous, signers=signers).passed
+
+
+@pytest.mark.slow
 def test_a_ddp_residual_its_re_run_would_broadcast_fails_before_it_runs(ddp_run):
     """In the unit judged, or in its provider's previous unit its start is rebuilt from, whether
     that is re-run exactly or within bounds."""
