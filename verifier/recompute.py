@@ -44,7 +44,7 @@ from verifier.rank_recompute import RankTolerance, judge_rank, rank_tolerance
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-EVIDENCE_FORMAT = "zoo-compute/verification-evidence-v1"
+EVIDENCE_FORMAT = "zoo-compute/verification-evidence-v2"  # v2: slot_tenures hold [first, last]
 # Failures to fetch that another attempt (or another node) may cure; never grounds for a verdict.
 TRANSIENT = (ContentNotFound, NodeUnavailable, CidMismatch)
 
