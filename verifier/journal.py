@@ -41,10 +41,10 @@ CREATE TABLE IF NOT EXISTS departures (
     job_id INTEGER, slot INTEGER, provider TEXT, block INTEGER, log_index INTEGER,
     PRIMARY KEY (job_id, slot, provider, block, log_index)
 );
--- every provider a slot was assigned to, at its first assignment's block
+-- every assignment of a slot: to whom, at which block
 CREATE TABLE IF NOT EXISTS holders (
     job_id INTEGER, slot INTEGER, provider TEXT, block INTEGER,
-    PRIMARY KEY (job_id, slot, provider)
+    PRIMARY KEY (job_id, slot, provider, block)
 );
 -- a registration's benchmark report, from the event to the attestation (or its rejection)
 CREATE TABLE IF NOT EXISTS admissions (
@@ -93,8 +93,10 @@ class Journal(JournalDB):
 
     ROLE_SCHEMA = SCHEMA
     # 4: rejections are kept; a journal without those of its past would hold a slot's holders
-    # to later tenure starts than they had
-    LAYOUT = JournalDB.LAYOUT + 1
+    # to later tenure starts than they had. 5: departures and every assignment are kept;
+    # without those, a journal would hold former holders to no tenure end, or one assigned the
+    # slot again to the end of its first tenure
+    LAYOUT = JournalDB.LAYOUT + 2
 
     # --- jobs ---------------------------------------------------------------------------
 
@@ -158,7 +160,7 @@ class Journal(JournalDB):
             "SELECT block, 1, log_index, 'rejected', '', idx FROM rejections "
             "WHERE job_id = ? AND slot = ? AND block <= ? "
             "UNION ALL "
-            "SELECT block, 1, log_index, 'left', provider, 0 FROM departures "
+            "SELECT block, -1, log_index, 'left', provider, 0 FROM departures "
             "WHERE job_id = ? AND slot = ? AND block <= ? "
             "ORDER BY 1, 2, 3",
             *(job_id, slot, at_block) * 4,

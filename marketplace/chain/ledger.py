@@ -386,7 +386,8 @@ class Ledger:
             for kind in (events.ProviderRemoved, events.SlotReleased)
             for event in logs(kind)
         ]
-        found.sort(key=lambda e: (e[0]["blockNumber"], e[1].kind != "assigned", e[0]["logIndex"]))
+        first = {"left": -1, "assigned": 0}  # within a block (`slot_tenures`)
+        found.sort(key=lambda e: (e[0]["blockNumber"], first.get(e[1].kind, 1), e[0]["logIndex"]))
         first_commits: dict[int, int] = {}
         for event in commits:
             first_commits.setdefault(event["args"]["index"], event["blockNumber"])

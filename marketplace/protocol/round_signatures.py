@@ -75,9 +75,9 @@ def slot_tenures(
     events: Iterable[SlotEvent], first_commits: Mapping[int, int]
 ) -> dict[str, Tenure]:
     """Each provider of a slot (lower case) -> the units whose exchanges it could have signed
-    for the slot, from the slot's events in chain order (within a block, assignments first:
-    that can only lower a bound) and the block of each unit's first commitment by any slot of
-    the job (`first_commits`, unit -> block).
+    for the slot, from the slot's events in chain order (within a block, departures first, then
+    assignments: that can only widen a tenure) and the block of each unit's first commitment by
+    any slot of the job (`first_commits`, unit -> block).
 
     A provider assigned the slot starts from its last committed unit and goes through that
     unit's exchanges again, live where the records it took over do not hold, so it may sign

@@ -34,19 +34,23 @@ def test_an_earlier_layout_is_refused_with_a_remedy(tmp_path):
     path = tmp_path / "journal.sqlite3"
     with sqlite3.connect(path) as db:
         db.executescript(EARLIER_VERIFIER_JOURNAL)
-    with pytest.raises(JournalError, match=r"layout 1, this version reads 4\): move it away"):
+    with pytest.raises(JournalError, match=r"layout 1, this version reads 5\): move it away"):
         VerifierJournal(path)
     with sqlite3.connect(path) as db:  # left as it was
         assert db.execute("SELECT value FROM meta WHERE key = 'next_block'").fetchone() == ("42",)
 
 
-def test_a_verifier_journal_that_kept_no_rejections_is_refused(tmp_path):
+@pytest.mark.parametrize(("layout", "kept"), [(3, "rejections"), (4, "departures")])
+def test_a_verifier_journal_that_kept_no_rejections_or_departures_is_refused(
+    tmp_path, layout, kept
+):
     """Without the rejections of its past, a verifier's journal would hold a slot's holders to
-    later tenure starts than they had (verifier/journal.py `slot_tenures`)."""
+    later tenure starts than they had; without its departures, former holders to no tenure end
+    (verifier/journal.py `slot_tenures`)."""
     path = tmp_path / "journal.sqlite3"
     VerifierJournal(path).close()
     with sqlite3.connect(path) as db:
-        db.execute("DROP TABLE rejections")
-        db.execute("UPDATE meta SET value = '3' WHERE key = 'layout'")
-    with pytest.raises(JournalError, match=r"layout 3, this version reads 4\): move it away"):
+        db.execute(f"DROP TABLE {kept}")
+        db.execute("UPDATE meta SET value = ? WHERE key = 'layout'", (str(layout),))
+    with pytest.raises(JournalError, match=rf"layout {layout}, this version reads 5\): move it"):
         VerifierJournal(path)

@@ -308,7 +308,8 @@ def test_the_journal_reads_each_holders_first_unit_from_the_chains_events(tmp_pa
 
 def test_the_journal_ends_a_tenure_where_its_holder_left_the_slot(tmp_path):
     """A removal (or release) ends the holder's tenure two units past the last unit any slot
-    of the job first committed before it; a verifier's journal keeps when each holder left."""
+    of the job first committed before it, and an assignment of the slot to it again reopens
+    it; a verifier's journal keeps when each holder left and every assignment."""
     first, later = (a.lower() for a in (SIGNING.signers.addresses[2], SUCCESSOR))
     journal = Journal(tmp_path / "journal.sqlite3")
     journal.hold_slot(7, 2, first, block=10)
@@ -320,6 +321,9 @@ def test_the_journal_ends_a_tenure_where_its_holder_left_the_slot(tmp_path):
     journal.add_unit(committed(later, 3, 18), log_index=1)
     assert journal.slot_tenures(7, 2, at_block=14) == {first: Tenure(0)}
     assert journal.slot_tenures(7, 2, at_block=18) == {first: Tenure(0, 5), later: Tenure(2)}
+    journal.leave_slot(7, 2, later, block=19, log_index=0)
+    journal.hold_slot(7, 2, first, block=19)  # assigned the slot again: to the end
+    assert journal.slot_tenures(7, 2, at_block=19) == {first: Tenure(0), later: Tenure(2, 5)}
     journal.close()
 
 
