@@ -209,6 +209,8 @@ class Exchange:
         record only so long (round_signatures.slot_tenures)."""
         if self.signing.holders_file is None:  # no daemon: a group one machine plays whole
             return
+        if self.signing.open_through is not None and round_ <= self.signing.open_through:
+            return  # opened by a read of the holders already: the file is read once a unit
         waited = False
         while True:
             latest = self.signing.refreshed()
